@@ -1,0 +1,3 @@
+"""Demonstration and test fixtures: fake participant services (internal)."""
+
+from __future__ import annotations

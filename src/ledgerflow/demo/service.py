@@ -1,0 +1,529 @@
+"""Fake participant services over HTTP, each keeping its own honest ledger (demo and tests).
+
+This module owns the other side of :mod:`ledgerflow.participant.remote`: a Starlette app hosting
+several named participants. Each participant records, in its own SQLite file
+``<dir>/<name>.participant.db``, every request it received, every effect it applied and every key
+its lookup fenced. Tests compare that record with the engine's ledger, so the record must not
+flatter the engine: a participant that does not deduplicate applies a repeated key again (a
+second ``applied`` row), and a fenced key is refused however late its request arrives.
+
+Faults are injected deterministically through ``/_control`` endpoints instead of sleeps:
+``reject`` and ``fail`` answer without applying, ``hold`` parks a request after it was recorded
+as received until ``/_control/release`` lets it apply or drops it (the "delayed original" and
+"lost response" cases).
+
+Run as a process::
+
+    python -m ledgerflow.demo.service --dir DIR --port 0 \\
+        --participant inventory:lookup --participant payment:dedupe \\
+        --participant email:dedupe+lookup --participant legacy:none
+
+It prints one line ``LISTENING http://127.0.0.1:<port>`` once it accepts connections, and writes
+the same URL to ``<dir>/service.url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ledgerflow.model.definition import check_name
+
+_ACTIONS = frozenset({"hold", "reject", "fail"})
+_RELEASES = frozenset({"apply", "drop"})
+_CONTROL_PREFIX = "_control"
+# A long-poll on /_control/held never waits longer than this, whatever the caller asks.
+_HELD_WAIT_SECONDS_MAX = 30.0
+# Held requests are dropped on shutdown, so this only bounds requests stuck elsewhere.
+_GRACEFUL_SHUTDOWN_SECONDS = 1
+_STARTUP_WAIT_SECONDS_DEFAULT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantSpec:
+    """One participant the service hosts and the promises it keeps."""
+
+    name: str
+    deduplicates: bool = False
+    lookup: bool = False
+
+    def __post_init__(self) -> None:
+        check_name("participant", self.name)
+        if self.name == _CONTROL_PREFIX:
+            raise ValueError(f"participant name {self.name!r} is reserved")
+
+    @classmethod
+    def parse(cls, text: str) -> ParticipantSpec:
+        """Read ``name:flags`` where flags are ``dedupe``, ``lookup`` joined by '+', or ``none``."""
+        name, _, flags_text = text.partition(":")
+        flags = {flag.strip() for flag in flags_text.split("+") if flag.strip()} or {"none"}
+        unknown = flags - {"dedupe", "lookup", "none"}
+        if unknown or ("none" in flags and len(flags) > 1):
+            raise ValueError(
+                f"participant {text!r}: flags are 'dedupe', 'lookup' joined by '+', or 'none'"
+            )
+        return cls(name=name, deduplicates="dedupe" in flags, lookup="lookup" in flags)
+
+
+class _Ledger:
+    """One participant's own record, in its own SQLite file.
+
+    Every operation is one transaction under a lock, so a lookup's fence and an apply's
+    check-then-insert cannot interleave: that atomicity is the fencing promise.
+    """
+
+    def __init__(self, directory: Path, spec: ParticipantSpec) -> None:
+        self.spec = spec
+        self.path = directory / f"{spec.name}.participant.db"
+        self._lock = threading.Lock()
+        # Calls arrive on worker threads (asyncio.to_thread); the lock serialises them.
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS applied (
+                seq INTEGER PRIMARY KEY, key TEXT, operation TEXT, payload TEXT,
+                attempt INT, applied_at REAL);
+            CREATE INDEX IF NOT EXISTS applied_by_key ON applied (key, seq);
+            CREATE TABLE IF NOT EXISTS received (
+                seq INTEGER PRIMARY KEY, key TEXT, operation TEXT, attempt INT,
+                received_at REAL);
+            CREATE TABLE IF NOT EXISTS fenced (key TEXT PRIMARY KEY, fenced_at REAL);
+            """
+        )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _receipt(self, row: sqlite3.Row) -> dict[str, Any]:
+        return {
+            "participant": self.spec.name,
+            "operation": row["operation"],
+            "key": row["key"],
+            "applied_seq": row["seq"],
+        }
+
+    def _first_application(self, db: sqlite3.Connection, key: str) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = db.execute(
+            "SELECT seq, key, operation FROM applied WHERE key = ? ORDER BY seq LIMIT 1", (key,)
+        ).fetchone()
+        return row
+
+    def record_received(self, key: str, operation: str, attempt: int) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO received (key, operation, attempt, received_at) VALUES (?, ?, ?, ?)",
+                (key, operation, attempt, time.time()),
+            )
+
+    def apply(
+        self, key: str, operation: str, payload: str, attempt: int
+    ) -> tuple[int, dict[str, Any]]:
+        with self._transaction() as db:
+            if db.execute("SELECT 1 FROM fenced WHERE key = ?", (key,)).fetchone():
+                return 409, {"status": "rejected", "error_code": "fenced", "retryable": False}
+            if self.spec.deduplicates:
+                first = self._first_application(db, key)
+                if first is not None:
+                    return 200, {
+                        "status": "applied",
+                        "receipt": self._receipt(first),
+                        "duplicate": True,
+                    }
+            cursor = db.execute(
+                "INSERT INTO applied (key, operation, payload, attempt, applied_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (key, operation, payload, attempt, time.time()),
+            )
+            receipt = {
+                "participant": self.spec.name,
+                "operation": operation,
+                "key": key,
+                "applied_seq": cursor.lastrowid,
+            }
+            return 200, {"status": "applied", "receipt": receipt}
+
+    def lookup(self, key: str) -> dict[str, Any]:
+        with self._transaction() as db:
+            first = self._first_application(db, key)
+            if first is not None:
+                return {"verdict": "applied", "evidence": self._receipt(first)}
+            db.execute(
+                "INSERT OR IGNORE INTO fenced (key, fenced_at) VALUES (?, ?)", (key, time.time())
+            )
+            return {"verdict": "not-applied"}
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        with self._transaction() as db:
+            applied = [
+                {**dict(row), "payload": json.loads(row["payload"])}
+                for row in db.execute("SELECT * FROM applied ORDER BY seq")
+            ]
+            received = [dict(row) for row in db.execute("SELECT * FROM received ORDER BY seq")]
+            fenced = [dict(row) for row in db.execute("SELECT * FROM fenced ORDER BY key")]
+        return {"applied": applied, "received": received, "fenced": fenced}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+@dataclass(slots=True)
+class _Rule:
+    participant: str
+    operation: str | None
+    key_contains: str | None
+    action: str
+    remaining: int
+
+    def matches(self, participant: str, operation: str, key: str) -> bool:
+        return (
+            self.remaining > 0
+            and self.participant == participant
+            and (self.operation is None or self.operation == operation)
+            and (self.key_contains is None or self.key_contains in key)
+        )
+
+
+@dataclass(slots=True)
+class _Held:
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    then: str = "drop"
+
+
+class _Controls:
+    """Injected faults. Touched only from the server's event loop, so it needs no lock."""
+
+    def __init__(self) -> None:
+        self.rules: list[_Rule] = []
+        self.held: list[_Held] = []
+        self._held_changed = asyncio.Condition()
+
+    def take(self, participant: str, operation: str, key: str) -> str | None:
+        """The action of the first live rule matching this request, spending one of its uses."""
+        for rule in self.rules:
+            if rule.matches(participant, operation, key):
+                rule.remaining -= 1
+                return rule.action
+        return None
+
+    async def hold(self) -> str:
+        held = _Held()
+        self.held.append(held)
+        async with self._held_changed:
+            self._held_changed.notify_all()
+        try:
+            await held.released.wait()
+        finally:
+            # A cancelled request (server shutdown) must not stay counted as held.
+            if held in self.held:
+                self.held.remove(held)
+        return held.then
+
+    def release(self, then: str) -> int:
+        count = len(self.held)
+        for held in self.held:
+            held.then = then
+            held.released.set()
+        self.held.clear()
+        return count
+
+    async def wait_held(self, at_least: int, timeout_seconds: float) -> int:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_seconds), self._held_changed:
+                await self._held_changed.wait_for(lambda: len(self.held) >= at_least)
+        return len(self.held)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"status": "error", "error": message}, status_code=status)
+
+
+class ParticipantService:
+    """The participants one service process hosts, their ledgers and the injected faults."""
+
+    def __init__(self, directory: Path, specs: Sequence[ParticipantSpec]) -> None:
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"participant names must be distinct: {names}")
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.ledgers = {spec.name: _Ledger(directory, spec) for spec in specs}
+        self.controls = _Controls()
+        self.app = Starlette(
+            routes=[
+                Route("/health", self._health, methods=["GET"]),
+                Route("/_control/rules", self._set_rules, methods=["POST"]),
+                Route("/_control/release", self._release, methods=["POST"]),
+                Route("/_control/held", self._held, methods=["GET"]),
+                Route("/{name}/apply", self._apply, methods=["POST"]),
+                Route("/{name}/lookup/{key:path}", self._lookup, methods=["GET"]),
+                Route("/{name}/ledger", self._ledger, methods=["GET"]),
+            ]
+        )
+
+    def close(self) -> None:
+        for ledger in self.ledgers.values():
+            ledger.close()
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "participants": sorted(self.ledgers)})
+
+    async def _apply(self, request: Request) -> Response:
+        ledger = self.ledgers.get(request.path_params["name"])
+        if ledger is None:
+            return _error(404, f"no participant {request.path_params['name']!r}")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "body is not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "body is not a JSON object")
+        key, operation, attempt = body.get("key"), body.get("operation"), body.get("attempt", 0)
+        if not isinstance(key, str) or not key or not isinstance(operation, str):
+            return _error(400, "'key' and 'operation' must be non-empty strings")
+        if not isinstance(attempt, int) or isinstance(attempt, bool):
+            return _error(400, "'attempt' must be an integer")
+        payload = json.dumps(body.get("payload"))
+
+        await asyncio.to_thread(ledger.record_received, key, operation, attempt)
+        action = self.controls.take(ledger.spec.name, operation, key)
+        if action == "reject":
+            return JSONResponse(
+                {
+                    "status": "rejected",
+                    "error_code": "temporarily_unavailable",
+                    "retryable": True,
+                },
+                status_code=409,
+            )
+        if action == "fail":
+            return JSONResponse({"status": "failed", "error": "injected failure"}, 500)
+        if action == "hold" and await self.controls.hold() == "drop":
+            return JSONResponse({"status": "dropped"}, status_code=503)
+        status, answer = await asyncio.to_thread(ledger.apply, key, operation, payload, attempt)
+        return JSONResponse(answer, status_code=status)
+
+    async def _lookup(self, request: Request) -> Response:
+        ledger = self.ledgers.get(request.path_params["name"])
+        if ledger is None or not ledger.spec.lookup:
+            return _error(404, f"no lookup for participant {request.path_params['name']!r}")
+        key = request.path_params["key"]
+        if not key:
+            return _error(400, "empty key")
+        return JSONResponse(await asyncio.to_thread(ledger.lookup, key))
+
+    async def _ledger(self, request: Request) -> Response:
+        ledger = self.ledgers.get(request.path_params["name"])
+        if ledger is None:
+            return _error(404, f"no participant {request.path_params['name']!r}")
+        return JSONResponse(await asyncio.to_thread(ledger.snapshot))
+
+    async def _set_rules(self, request: Request) -> Response:
+        try:
+            body = await request.json()
+            rules = [self._parse_rule(item) for item in body]
+        except (ValueError, TypeError) as error:
+            return _error(400, f"rules must be a JSON list of rule objects: {error}")
+        self.controls.rules = rules
+        return JSONResponse({"rules": len(rules)})
+
+    def _parse_rule(self, item: Any) -> _Rule:
+        if not isinstance(item, dict):
+            raise TypeError("a rule is a JSON object")
+        participant = item.get("participant")
+        if participant not in self.ledgers:
+            raise ValueError(f"unknown participant {participant!r}")
+        operation, key_contains = item.get("operation"), item.get("key_contains")
+        if not isinstance(operation, str | None) or not isinstance(key_contains, str | None):
+            raise TypeError("'operation' and 'key_contains' are strings or null")
+        action = item.get("action")
+        if action not in _ACTIONS:
+            raise ValueError(f"action must be one of {sorted(_ACTIONS)}, got {action!r}")
+        times = item.get("times", 1)
+        if not isinstance(times, int) or isinstance(times, bool) or times < 1:
+            raise ValueError("'times' must be a positive integer")
+        return _Rule(
+            participant=participant,
+            operation=operation,
+            key_contains=key_contains,
+            action=action,
+            remaining=times,
+        )
+
+    async def _release(self, request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "body is not JSON")
+        then = body.get("then") if isinstance(body, dict) else None
+        if then not in _RELEASES:
+            return _error(400, f"'then' must be one of {sorted(_RELEASES)}")
+        return JSONResponse({"released": self.controls.release(then)})
+
+    async def _held(self, request: Request) -> Response:
+        """The number of held requests; with ``at_least=N``, first wait (bounded) for N."""
+        try:
+            at_least = int(request.query_params.get("at_least", "0"))
+            timeout = float(request.query_params.get("timeout", "5"))
+        except ValueError:
+            return _error(400, "'at_least' is an integer and 'timeout' a number of seconds")
+        timeout = min(max(timeout, 0.0), _HELD_WAIT_SECONDS_MAX)
+        if at_least > 0:
+            return JSONResponse({"held": await self.controls.wait_held(at_least, timeout)})
+        return JSONResponse({"held": len(self.controls.held)})
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, service: ParticipantService, on_listening: Callable[[], None]) -> None:
+        super().__init__(
+            uvicorn.Config(
+                service.app,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_SECONDS,
+            )
+        )
+        self._service = service
+        self._on_listening = on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit:
+            self._on_listening()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Held requests would otherwise keep the graceful shutdown waiting for its full timeout.
+        self._service.controls.release("drop")
+        await super().shutdown(sockets)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    # Binding here rather than in uvicorn gives the real port of --port 0 before serving starts.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _url(host: str, sock: socket.socket) -> str:
+    return f"http://{host}:{sock.getsockname()[1]}"
+
+
+def _write_url(directory: Path, url: str) -> None:
+    # Written whole then renamed, so a reader polling for the file never sees half a URL.
+    partial = directory / "service.url.partial"
+    partial.write_text(url + "\n", encoding="utf-8")
+    os.replace(partial, directory / "service.url")
+
+
+def start_in_thread(
+    directory: Path,
+    specs: Sequence[ParticipantSpec],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    startup_timeout_seconds: float = _STARTUP_WAIT_SECONDS_DEFAULT,
+) -> tuple[str, Callable[[], None]]:
+    """Serve the participants from a background thread; return the URL and a stop function.
+
+    Stopping drops any held request and waits (bounded) for the thread to end.
+    """
+    service = ParticipantService(directory, specs)
+    sock = _bind(host, port)
+    url = _url(host, sock)
+    listening = threading.Event()
+    server = _Server(service, listening.set)
+
+    def run() -> None:
+        try:
+            asyncio.run(server.serve(sockets=[sock]))
+        finally:
+            service.close()
+            # Also wakes the starter when serving failed before it listened.
+            listening.set()
+
+    thread = threading.Thread(target=run, name=f"participant-service {url}", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=startup_timeout_seconds)
+
+    if not listening.wait(startup_timeout_seconds) or not server.started:
+        stop()
+        raise RuntimeError(f"participant service at {url} did not start")
+    _write_url(directory, url)
+    return url, stop
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ledgerflow.demo.service",
+        description="Serve fake participants over HTTP, each with its own SQLite ledger.",
+    )
+    parser.add_argument("--dir", required=True, type=Path, help="where the ledgers are kept")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument(
+        "--participant",
+        action="append",
+        required=True,
+        metavar="NAME:FLAGS",
+        help="FLAGS: 'dedupe', 'lookup', both joined by '+', or 'none'; repeatable",
+    )
+    args = parser.parse_args(argv)
+    try:
+        specs = [ParticipantSpec.parse(text) for text in args.participant]
+        service = ParticipantService(args.dir, specs)
+    except Exception as error:  # noqa: BLE001 - any bad setting ends in a usage error.
+        parser.error(str(error))
+    sock = _bind(args.host, args.port)
+    url = _url(args.host, sock)
+
+    def announce() -> None:
+        _write_url(args.dir, url)
+        print(f"LISTENING {url}", flush=True)
+
+    try:
+        asyncio.run(_Server(service, announce).serve(sockets=[sock]))
+    finally:
+        service.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Every error Ledgerflow raises, as one small tree a user can catch at any level.
+
+::
+
+    LedgerflowError
+    ├── ConfigurationError            bad declaration or setting, found before anything runs
+    │   ├── RegistrationError         a participant, effect or workflow declared wrongly
+    │   ├── UnknownWorkflowError      no workflow of that name is registered
+    │   └── UnknownVersionError       the workflow exists, but not at that version
+    ├── PayloadError                  input/output that cannot be encoded or is too large
+    ├── StorageError                  the store could not do what was asked
+    │   ├── StorageUnavailableError   transient: busy, locked, unreachable
+    │   ├── StorageCorruptError       the file is not a readable database
+    │   ├── ForeignDatabaseError      a database that is not Ledgerflow's; left untouched
+    │   └── SchemaVersionError        written by a newer Ledgerflow, or its history was altered
+    ├── ConcurrencyError
+    │   └── FencedOutError            a write from an owner whose generation is stale
+    ├── IllegalTransitionError        a state change the state machine does not allow
+    ├── InstanceNotFoundError
+    ├── ResultTimeoutError            waited for a result that did not come in time
+    ├── WorkflowError                 the instance ended without a result
+    └── StepError                     raised into workflow code
+        ├── StepFailedError           a local step used up its attempts
+        └── EffectFailedError         an effect is proven not applied and no attempt is left
+
+    EffectRejectedError (also a LedgerflowError) is what participant code raises to prove that
+    the effect was *not* applied; any other exception from a dispatch means UNKNOWN.
+
+Each error has a stable ``code`` documented in ``docs/errors.md`` and carries the identities
+involved as attributes. An UNKNOWN effect outcome is data in the ledger, not an exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class LedgerflowError(Exception):
+    """Something went wrong in Ledgerflow."""
+
+    code: ClassVar[str] = "LF000"
+
+    def __init__(self, message: str | None = None, **ids: Any) -> None:
+        self.ids = ids
+        for name, value in ids.items():
+            setattr(self, name, value)
+        text = message or (self.__doc__ or "").strip().splitlines()[0]
+        super().__init__(text)
+        self.message = text
+
+    def __str__(self) -> str:
+        extra = ", ".join(f"{k}={v}" for k, v in self.ids.items() if v is not None)
+        suffix = f" ({extra})" if extra else ""
+        return f"[{self.code}] {self.message}{suffix}"
+
+
+class ConfigurationError(LedgerflowError):
+    """A declaration or setting is invalid."""
+
+    code = "LF100"
+
+
+class RegistrationError(ConfigurationError):
+    """A participant, effect or workflow is declared wrongly."""
+
+    code = "LF101"
+
+
+class UnknownWorkflowError(ConfigurationError):
+    """No workflow of that name is registered."""
+
+    code = "LF102"
+
+
+class UnknownVersionError(ConfigurationError):
+    """The workflow is registered, but not at that version."""
+
+    code = "LF103"
+
+
+class PayloadError(LedgerflowError):
+    """A payload cannot be encoded as JSON or is larger than allowed."""
+
+    code = "LF110"
+
+
+class StorageError(LedgerflowError):
+    """The store could not do what was asked."""
+
+    code = "LF200"
+
+
+class StorageUnavailableError(StorageError):
+    """The store is busy or unreachable; the operation may be tried again."""
+
+    code = "LF201"
+
+
+class StorageCorruptError(StorageError):
+    """The database file cannot be read as a database."""
+
+    code = "LF202"
+
+
+class ForeignDatabaseError(StorageError):
+    """The database holds tables that are not Ledgerflow's; it was not modified."""
+
+    code = "LF203"
+
+
+class SchemaVersionError(StorageError):
+    """The schema was written by a newer Ledgerflow or its migration history was altered."""
+
+    code = "LF204"
+
+
+class ConcurrencyError(LedgerflowError):
+    """Another party changed what this one meant to change."""
+
+    code = "LF300"
+
+
+class FencedOutError(ConcurrencyError):
+    """A write carried a stale fencing generation and was rejected by the store."""
+
+    code = "LF301"
+
+
+class IllegalTransitionError(LedgerflowError):
+    """The state machine does not allow this transition."""
+
+    code = "LF310"
+
+
+class InstanceNotFoundError(LedgerflowError):
+    """No workflow instance has this id."""
+
+    code = "LF400"
+
+
+class ResultTimeoutError(LedgerflowError):
+    """The instance did not reach a terminal state in the time given."""
+
+    code = "LF401"
+
+
+class WorkflowError(LedgerflowError):
+    """The instance ended without a result; ``status`` and ``reason`` say how."""
+
+    code = "LF402"
+
+
+class StepError(LedgerflowError):
+    """A step could not produce a result."""
+
+    code = "LF500"
+
+
+class StepFailedError(StepError):
+    """A local step failed on its last allowed attempt."""
+
+    code = "LF501"
+
+
+class EffectFailedError(StepError):
+    """The participant proved the effect was not applied, and no attempt is left."""
+
+    code = "LF502"
+
+
+class EffectRejectedError(LedgerflowError):
+    """Raised by participant code: the effect was provably not applied.
+
+    ``error_code`` is the participant's own reason (matched by a retry policy's ``retry_on``);
+    ``retryable=False`` makes the rejection final whatever the policy says.
+    """
+
+    code = "LF600"
+
+    def __init__(
+        self, message: str | None = None, *, error_code: str = "rejected", retryable: bool = True
+    ) -> None:
+        super().__init__(message, error_code=error_code)
+        self.error_code = error_code
+        self.retryable = retryable

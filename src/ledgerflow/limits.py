@@ -1,0 +1,35 @@
+"""Every bound Ledgerflow keeps, in one place (internal).
+
+Nothing is unbounded: attempts, payloads, journals, batches and waits all have a stated limit,
+named with its unit and ending in ``_MAX``/``_MIN`` where it is a ceiling or a floor.
+"""
+
+from __future__ import annotations
+
+# A retry policy may not promise more attempts than this.
+ATTEMPTS_MAX = 100
+# A workflow input, step output or evidence payload, encoded.
+PAYLOAD_BYTES_MAX = 1_000_000
+# Steps one instance may journal; past this the instance is parked as poison.
+STEPS_PER_INSTANCE_MAX = 10_000
+# Instances one worker drives at once.
+WORKER_CONCURRENCY_MAX = 1_000
+WORKER_CONCURRENCY_DEFAULT = 64
+# Instances claimed in one round trip.
+CLAIM_BATCH_MAX = 64
+# Leases: how long a claim holds without a heartbeat, and how often heartbeats go out.
+LEASE_SECONDS_DEFAULT = 10.0
+LEASE_SECONDS_MIN = 0.2
+HEARTBEATS_PER_LEASE = 3
+# How long an idle worker sleeps between looks at the store when nothing woke it.
+POLL_SECONDS_DEFAULT = 0.2
+# An effect dispatch that has not answered by then is UNKNOWN.
+EFFECT_TIMEOUT_SECONDS_DEFAULT = 30.0
+# A retry whose backoff is shorter than this waits in the worker; longer ones release the
+# instance with a durable wake-up time so no worker holds it.
+RETRY_INLINE_WAIT_SECONDS_MAX = 1.0
+# Names: workflow, participant, operation, step names and business keys.
+NAME_LENGTH_MAX = 200
+BUSINESS_KEY_LENGTH_MAX = 500
+# SQLite waits this long for another process's write lock before reporting the store busy.
+SQLITE_BUSY_TIMEOUT_MS = 10_000

@@ -1,0 +1,50 @@
+"""Payload encoding: JSON by default, pluggable, bounded.
+
+Ledgers hold data, never pickled objects, closures or clients. A codec turns a payload into text
+and back; the default encodes JSON with sorted keys so that equal payloads have equal text
+(replay compares recorded inputs by their encoding).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from ledgerflow import limits
+from ledgerflow.errors import PayloadError
+
+
+class Codec(Protocol):
+    """How payloads become ledger text. Plug in another one with ``Engine(codec=...)``."""
+
+    name: str
+
+    def encode(self, value: Any) -> str: ...
+
+    def decode(self, text: str) -> Any: ...
+
+
+class JsonCodec:
+    """Canonical JSON: sorted keys, no NaN, no objects JSON cannot represent."""
+
+    name = "json"
+
+    def encode(self, value: Any) -> str:
+        try:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
+        if len(text) > limits.PAYLOAD_BYTES_MAX:
+            raise PayloadError(
+                f"payload of {len(text)} bytes exceeds the limit of {limits.PAYLOAD_BYTES_MAX}"
+            )
+        return text
+
+    def decode(self, text: str) -> Any:
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise PayloadError(f"ledger payload is not valid JSON: {exc}") from None
+
+
+JSON = JsonCodec()

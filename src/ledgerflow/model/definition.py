@@ -1,0 +1,283 @@
+"""Declarations: participants, their effects, workflows, and the registry that holds them.
+
+Declarations are checked when they are made (an effect without a classification is refused
+there, not at run time) and each workflow definition gets a fingerprint of its code, state
+schema and configuration, to which every instance is pinned at start.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+import re
+import textwrap
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.errors import RegistrationError, UnknownVersionError, UnknownWorkflowError
+from ledgerflow.model.classification import Classification
+from ledgerflow.model.effect import LookupAnswer
+from ledgerflow.model.ids import EffectId, IdempotencyKey, InstanceId
+from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_STEP_RETRY, RetryPolicy
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+def check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or len(name) > limits.NAME_LENGTH_MAX:
+        raise RegistrationError(
+            f"{kind} name {name!r} must start with a letter or '_' and hold only letters, "
+            f"digits, '_', '.', '-' (at most {limits.NAME_LENGTH_MAX} characters)"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectCall:
+    """What participant code receives for one dispatch of an effect."""
+
+    participant: str
+    operation: str
+    idempotency_key: IdempotencyKey
+    effect_id: EffectId
+    instance_id: InstanceId
+    attempt: int
+    payload: Any
+
+
+EffectFunction = Callable[[EffectCall], Awaitable[Any]] | Callable[[EffectCall], Any]
+LookupFunction = (
+    Callable[[IdempotencyKey], Awaitable[LookupAnswer]] | Callable[[IdempotencyKey], LookupAnswer]
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectDeclaration:
+    """One operation of a participant, with its classification and retry policy."""
+
+    participant: Participant
+    operation: str
+    classification: Classification
+    function: EffectFunction
+    retry: RetryPolicy
+    timeout_seconds: float
+    compensation: str | None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "participant": self.participant.name,
+            "operation": self.operation,
+            "classification": self.classification.value,
+            "retry": self.retry.to_record(),
+            "timeout_seconds": self.timeout_seconds,
+            "compensation": self.compensation,
+            "deduplicates": self.participant.deduplicates,
+            "has_lookup": self.participant.lookup_function is not None,
+        }
+
+
+class Participant:
+    """An independently committed service the workflows change, and how to ask it about a key.
+
+    Example::
+
+        payments = Participant("payments", deduplicates=True)
+
+        @payments.effect(classification="compensatable")
+        async def charge(call: EffectCall) -> dict:
+            return await bank.charge(call.payload, idempotency_key=call.idempotency_key)
+
+        @payments.lookup
+        async def find(key: str) -> LookupAnswer:
+            ...
+
+    ``deduplicates=True`` promises that the same idempotency key applied twice is applied once.
+    A lookup answers, for a key, applied (with evidence), not applied, or unknown.
+    """
+
+    def __init__(self, name: str, *, deduplicates: bool = False) -> None:
+        self.name = check_name("participant", name)
+        self.deduplicates = deduplicates
+        self.lookup_function: LookupFunction | None = None
+        self.effects: dict[str, EffectDeclaration] = {}
+
+    def __repr__(self) -> str:
+        return f"Participant({self.name!r}, deduplicates={self.deduplicates})"
+
+    def effect(
+        self,
+        operation: str | None = None,
+        *,
+        classification: Classification | str | None = None,
+        retry: RetryPolicy = DEFAULT_EFFECT_RETRY,
+        timeout_seconds: float = limits.EFFECT_TIMEOUT_SECONDS_DEFAULT,
+        compensation: str | None = None,
+    ) -> Callable[[EffectFunction], EffectDeclaration]:
+        """Declare an effect. ``classification`` is required: there is no safe default."""
+
+        def register(function: EffectFunction) -> EffectDeclaration:
+            op = check_name("operation", operation or function.__name__)
+            if classification is None:
+                raise RegistrationError(
+                    f"effect {self.name}.{op} declares no classification; choose one of "
+                    + ", ".join(c.value for c in Classification)
+                )
+            try:
+                kind = Classification(classification)
+            except ValueError:
+                raise RegistrationError(
+                    f"effect {self.name}.{op}: unknown classification {classification!r}"
+                ) from None
+            if op in self.effects:
+                raise RegistrationError(f"effect {self.name}.{op} is declared twice")
+            if timeout_seconds <= 0:
+                raise RegistrationError(f"effect {self.name}.{op}: timeout must be positive")
+            declaration = EffectDeclaration(
+                participant=self,
+                operation=op,
+                classification=kind,
+                function=function,
+                retry=retry,
+                timeout_seconds=timeout_seconds,
+                compensation=compensation,
+            )
+            self.effects[op] = declaration
+            return declaration
+
+        return register
+
+    def lookup(self, function: LookupFunction) -> LookupFunction:
+        """Register the function that answers whether a key was applied."""
+        self.lookup_function = function
+        return function
+
+
+WorkflowFunction = Callable[..., Awaitable[Any]]
+
+
+def fingerprint_of(
+    function: WorkflowFunction, *, name: str, version: int, schema: str, config: dict[str, Any]
+) -> str:
+    """A digest of what an instance depends on: code, state schema and configuration.
+
+    The code part is the function's syntax tree, so comments and formatting do not count but
+    any change of behaviour does.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+        code = ast.dump(ast.parse(source), include_attributes=False)
+    except (OSError, TypeError, SyntaxError):
+        code = function.__code__.co_code.hex()
+    material = json.dumps(
+        {"name": name, "version": version, "code": code, "schema": schema, "config": config},
+        sort_keys=True,
+    )
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowDefinition:
+    name: str
+    version: int
+    function: WorkflowFunction
+    fingerprint: str
+    step_retry: RetryPolicy
+    schema: str
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+class Registry:
+    """The workflows and participants a process knows; what ``ledgerflow worker`` loads.
+
+    Example::
+
+        registry = Registry()
+
+        @registry.workflow(name="order", version=1)
+        async def order(ctx: WorkflowContext, order: dict) -> dict:
+            ...
+    """
+
+    def __init__(self) -> None:
+        self._workflows: dict[str, dict[int, WorkflowDefinition]] = {}
+        self.participants: dict[str, Participant] = {}
+
+    def add_participant(self, participant: Participant) -> Participant:
+        known = self.participants.get(participant.name)
+        if known is not None and known is not participant:
+            raise RegistrationError(f"another participant is already named {participant.name!r}")
+        self.participants[participant.name] = participant
+        return participant
+
+    def workflow(
+        self,
+        *,
+        name: str,
+        version: int,
+        schema: str = "",
+        config: dict[str, Any] | None = None,
+        step_retry: RetryPolicy = DEFAULT_STEP_RETRY,
+    ) -> Callable[[WorkflowFunction], WorkflowFunction]:
+        """Register an ``async def`` workflow under a name and a version.
+
+        ``schema`` names the shape of the workflow's input and state (bump it when that shape
+        changes); ``config`` is any settings the workflow's behaviour depends on. Both enter
+        the fingerprint.
+        """
+        check_name("workflow", name)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise RegistrationError(f"workflow {name}: version must be a positive integer")
+
+        def register(function: WorkflowFunction) -> WorkflowFunction:
+            if not inspect.iscoroutinefunction(function):
+                raise RegistrationError(f"workflow {name} must be an async def")
+            settings = dict(config or {})
+            settings["step_retry"] = step_retry.to_record()
+            definition = WorkflowDefinition(
+                name=name,
+                version=version,
+                function=function,
+                fingerprint=fingerprint_of(
+                    function, name=name, version=version, schema=schema, config=settings
+                ),
+                step_retry=step_retry,
+                schema=schema,
+                config=settings,
+            )
+            versions = self._workflows.setdefault(name, {})
+            if version in versions:
+                raise RegistrationError(f"workflow {name} version {version} is registered twice")
+            versions[version] = definition
+            return function
+
+        return register
+
+    def get(self, name: str, version: int | None = None) -> WorkflowDefinition:
+        versions = self._workflows.get(name)
+        if not versions:
+            known = ", ".join(sorted(self._workflows)) or "none"
+            raise UnknownWorkflowError(
+                f"no workflow named {name!r} is registered (known: {known})", workflow=name
+            )
+        if version is None:
+            return versions[max(versions)]
+        if version not in versions:
+            raise UnknownVersionError(
+                f"workflow {name!r} has no version {version} (registered: {sorted(versions)})",
+                workflow=name,
+                version=version,
+            )
+        return versions[version]
+
+    def definitions(self) -> list[WorkflowDefinition]:
+        return [d for versions in self._workflows.values() for d in versions.values()]
+
+    def effect(self, participant: str, operation: str) -> EffectDeclaration:
+        try:
+            return self.participants[participant].effects[operation]
+        except KeyError:
+            raise RegistrationError(f"no effect {participant}.{operation} is registered") from None

@@ -1,0 +1,131 @@
+"""The effect protocol as data: effect states, lookup answers and how UNKNOWN is resolved.
+
+An effect is INTENDED (write-ahead, committed before dispatch), then CONFIRMED with evidence,
+FAILED (the participant proved nothing happened and no attempt is left) or UNKNOWN. UNKNOWN is
+a first-class state, not an exception: it is resolved only by evidence (the participant's
+lookup), by re-dispatch under the same key to a participant that deduplicates, or by an
+operator. :func:`resolve_unknown` is the whole decision, and it never yields a fresh key.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from ledgerflow.model.machine import Machine
+
+
+class EffectState(enum.Enum):
+    # No effect row exists before the intent; NEW stands for that absence in the table.
+    NEW = "NEW"
+    INTENDED = "INTENDED"
+    UNKNOWN = "UNKNOWN"
+    CONFIRMED = "CONFIRMED"
+    FAILED = "FAILED"
+
+
+class EffectEvent(enum.Enum):
+    INTEND = "intend"
+    CONFIRM = "confirm"
+    REJECT_FINAL = "reject-final"
+    LOSE_OUTCOME = "lose-outcome"
+    # Dispatch again under the same key: after a proven failure with attempts left, or after a
+    # lookup proved "not applied", or to a deduplicating participant after an UNKNOWN.
+    REDISPATCH = "redispatch"
+
+
+_S = EffectState
+_E = EffectEvent
+
+EFFECT_MACHINE: Machine[EffectState, EffectEvent] = Machine(
+    name="effect",
+    table={
+        (_S.NEW, _E.INTEND): _S.INTENDED,
+        (_S.INTENDED, _E.CONFIRM): _S.CONFIRMED,
+        (_S.INTENDED, _E.REJECT_FINAL): _S.FAILED,
+        (_S.INTENDED, _E.LOSE_OUTCOME): _S.UNKNOWN,
+        (_S.INTENDED, _E.REDISPATCH): _S.INTENDED,
+        (_S.UNKNOWN, _E.CONFIRM): _S.CONFIRMED,
+        (_S.UNKNOWN, _E.REJECT_FINAL): _S.FAILED,
+        (_S.UNKNOWN, _E.REDISPATCH): _S.INTENDED,
+    },
+    terminal=frozenset({_S.CONFIRMED, _S.FAILED}),
+)
+
+
+class LookupVerdict(enum.Enum):
+    APPLIED = "applied"
+    NOT_APPLIED = "not-applied"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LookupAnswer:
+    """A participant's answer about one idempotency key.
+
+    The contract a participant signs by offering a lookup: NOT_APPLIED means the key was not
+    applied *and will not be* if the original request arrives later (the lookup fences the key).
+    Without that promise a late original could apply after a re-dispatch.
+    """
+
+    verdict: LookupVerdict
+    evidence: Any = None
+
+    @classmethod
+    def applied(cls, evidence: Any) -> LookupAnswer:
+        return cls(verdict=LookupVerdict.APPLIED, evidence=evidence)
+
+    @classmethod
+    def not_applied(cls) -> LookupAnswer:
+        return cls(verdict=LookupVerdict.NOT_APPLIED)
+
+    @classmethod
+    def unknown(cls) -> LookupAnswer:
+        return cls(verdict=LookupVerdict.UNKNOWN)
+
+
+class ResolutionKind(enum.Enum):
+    CONFIRM = "confirm"
+    REDISPATCH = "redispatch"
+    FAIL = "fail"
+    PARK = "park"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolution:
+    kind: ResolutionKind
+    reason: str
+    evidence: Any = None
+
+
+def resolve_unknown(
+    *, answer: LookupAnswer | None, deduplicates: bool, attempts_left: int
+) -> Resolution:
+    """Decide what to do about an UNKNOWN effect. ``answer`` is None when there is no lookup.
+
+    The order matters: evidence from the participant beats everything; a deduplicating
+    participant may safely receive the same key again; anything else goes to a person.
+    """
+    if answer is not None and answer.verdict is LookupVerdict.APPLIED:
+        return Resolution(
+            kind=ResolutionKind.CONFIRM, reason="lookup: applied", evidence=answer.evidence
+        )
+    if answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED:
+        if attempts_left > 0:
+            return Resolution(kind=ResolutionKind.REDISPATCH, reason="lookup: not applied")
+        return Resolution(kind=ResolutionKind.FAIL, reason="lookup: not applied, no attempt left")
+    if deduplicates:
+        if attempts_left > 0:
+            return Resolution(
+                kind=ResolutionKind.REDISPATCH, reason="participant deduplicates: same key again"
+            )
+        return Resolution(
+            kind=ResolutionKind.PARK,
+            reason="outcome unknown and the attempt limit is reached",
+        )
+    if answer is None:
+        why = "outcome unknown: the participant has no lookup and does not deduplicate"
+    else:
+        why = "outcome unknown: the participant's lookup cannot tell and it does not deduplicate"
+    return Resolution(kind=ResolutionKind.PARK, reason=why)

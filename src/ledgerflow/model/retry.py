@@ -1,0 +1,78 @@
+"""Retry policies as data: attempt limit, backoff and which errors retry.
+
+A policy is recorded with the step it governs (see :meth:`RetryPolicy.to_record`), so what an
+instance was promised survives a deploy that changes the code's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.errors import ConfigurationError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often and how soon a failed attempt is tried again.
+
+    Example::
+
+        RetryPolicy(attempts_max=5, backoff_initial=timedelta(milliseconds=200),
+                    retry_on=("TimeoutError", "ConnectionError"))
+
+    ``retry_on`` names exception classes (or error codes carried by
+    :class:`~ledgerflow.errors.EffectRejectedError`); an empty tuple retries every error.
+    """
+
+    attempts_max: int = 3
+    backoff_initial: timedelta = timedelta(milliseconds=100)
+    backoff_multiplier: float = 2.0
+    backoff_max: timedelta = timedelta(seconds=30)
+    retry_on: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.attempts_max <= limits.ATTEMPTS_MAX:
+            raise ConfigurationError(
+                f"attempts_max must be between 1 and {limits.ATTEMPTS_MAX}, got {self.attempts_max}"
+            )
+        if self.backoff_multiplier < 1.0:
+            raise ConfigurationError("backoff_multiplier must be at least 1.0")
+        if self.backoff_initial < timedelta(0) or self.backoff_max < self.backoff_initial:
+            raise ConfigurationError("backoff must satisfy 0 <= backoff_initial <= backoff_max")
+
+    def retries(self, error_names: tuple[str, ...]) -> bool:
+        """Whether an error (named by its class names and code) is one this policy retries."""
+        return not self.retry_on or any(name in self.retry_on for name in error_names)
+
+    def delay_before(self, attempt: int) -> timedelta:
+        """The pause before ``attempt`` (2 is the first retry)."""
+        if attempt <= 1:
+            return timedelta(0)
+        seconds = self.backoff_initial.total_seconds() * self.backoff_multiplier ** (attempt - 2)
+        return min(timedelta(seconds=seconds), self.backoff_max)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "attempts_max": self.attempts_max,
+            "backoff_initial_ms": int(self.backoff_initial.total_seconds() * 1000),
+            "backoff_multiplier": self.backoff_multiplier,
+            "backoff_max_ms": int(self.backoff_max.total_seconds() * 1000),
+            "retry_on": list(self.retry_on),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> RetryPolicy:
+        return cls(
+            attempts_max=int(record["attempts_max"]),
+            backoff_initial=timedelta(milliseconds=int(record["backoff_initial_ms"])),
+            backoff_multiplier=float(record["backoff_multiplier"]),
+            backoff_max=timedelta(milliseconds=int(record["backoff_max_ms"])),
+            retry_on=tuple(record["retry_on"]),
+        )
+
+
+DEFAULT_STEP_RETRY = RetryPolicy()
+DEFAULT_EFFECT_RETRY = RetryPolicy()

@@ -1,0 +1,57 @@
+"""A step: one numbered position in an instance's journal.
+
+A step is either a local computation (its result journaled, its attempts at least once) or an
+effect at a participant (driven through the effect protocol, see :mod:`ledgerflow.model.effect`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ledgerflow.model.machine import Machine
+
+
+class StepKind(enum.Enum):
+    LOCAL = "local"
+    EFFECT = "effect"
+
+
+class StepStatus(enum.Enum):
+    # There is no row before a step's first write; NEW stands for that absence in the table.
+    NEW = "NEW"
+    STARTED = "STARTED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class StepEvent(enum.Enum):
+    START = "start"
+    COMPLETE = "complete"
+    SCHEDULE_RETRY = "schedule-retry"
+    FAIL = "fail"
+
+
+_S = StepStatus
+_E = StepEvent
+
+STEP_MACHINE: Machine[StepStatus, StepEvent] = Machine(
+    name="step",
+    table={
+        (_S.NEW, _E.START): _S.STARTED,
+        # A local step that succeeds at its first try is journaled once, already complete.
+        (_S.NEW, _E.COMPLETE): _S.COMPLETED,
+        (_S.NEW, _E.SCHEDULE_RETRY): _S.RETRY_SCHEDULED,
+        (_S.NEW, _E.FAIL): _S.FAILED,
+        # START again from STARTED is a re-dispatch of the same command under the same key.
+        (_S.STARTED, _E.START): _S.STARTED,
+        (_S.STARTED, _E.COMPLETE): _S.COMPLETED,
+        (_S.STARTED, _E.SCHEDULE_RETRY): _S.RETRY_SCHEDULED,
+        (_S.STARTED, _E.FAIL): _S.FAILED,
+        (_S.RETRY_SCHEDULED, _E.START): _S.STARTED,
+        (_S.RETRY_SCHEDULED, _E.COMPLETE): _S.COMPLETED,
+        (_S.RETRY_SCHEDULED, _E.SCHEDULE_RETRY): _S.RETRY_SCHEDULED,
+        (_S.RETRY_SCHEDULED, _E.FAIL): _S.FAILED,
+    },
+    terminal=frozenset({_S.COMPLETED, _S.FAILED}),
+)

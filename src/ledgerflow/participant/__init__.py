@@ -1,0 +1,31 @@
+"""Everything needed to declare a participant and its effects (public front door).
+
+A participant is an independently committed service that workflows change through effects.
+Participant code receives an :class:`EffectCall` carrying the effect's idempotency key, returns
+evidence of what it applied, raises :class:`EffectRejectedError` when the participant proved
+nothing was applied, and lets anything else propagate: that makes the outcome UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from ledgerflow.errors import EffectRejectedError as EffectRejectedError
+from ledgerflow.model.classification import Classification as Classification
+from ledgerflow.model.definition import EffectCall as EffectCall
+from ledgerflow.model.definition import EffectDeclaration as EffectDeclaration
+from ledgerflow.model.definition import Participant as Participant
+from ledgerflow.model.effect import LookupAnswer as LookupAnswer
+from ledgerflow.model.effect import LookupVerdict as LookupVerdict
+from ledgerflow.model.retry import RetryPolicy as RetryPolicy
+from ledgerflow.participant.remote import remote_participant as remote_participant
+
+__all__ = [
+    "Classification",
+    "EffectCall",
+    "EffectDeclaration",
+    "EffectRejectedError",
+    "LookupAnswer",
+    "LookupVerdict",
+    "Participant",
+    "RetryPolicy",
+    "remote_participant",
+]

@@ -1,0 +1,273 @@
+"""A participant reached over HTTP: the engine-side adapter for a participant service.
+
+This module owns the wire protocol between the engine and a remote participant, and above all
+the mapping of what comes back onto the effect protocol. Only a well-formed ``200`` with a
+receipt is evidence (CONFIRMED); only an explicit rejection body proves nothing was applied
+(:class:`~ledgerflow.errors.EffectRejectedError`). Everything else, from a timeout to a ``500``
+to a ``200`` that does not speak the protocol, raises, so the engine records UNKNOWN: a response
+that proves neither way must never be read as either.
+
+Protocol, for a participant ``name`` at ``base_url``:
+
+- ``POST {base_url}/{name}/apply`` with ``{"key", "operation", "payload", "effect_id",
+  "instance_id", "attempt"}``; ``200 {"status": "applied", "receipt": {...}}`` or
+  ``409``/``422 {"status": "rejected", "error_code": str, "retryable": bool}``.
+- ``GET {base_url}/{name}/lookup/{key}`` (key percent-encoded) answering
+  ``{"verdict": "applied", "evidence": ...}``, ``{"verdict": "not-applied"}`` (which fences the
+  key at the participant) or ``{"verdict": "unknown"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ledgerflow.errors import EffectRejectedError
+from ledgerflow.model.classification import Classification
+from ledgerflow.model.definition import EffectCall, Participant
+from ledgerflow.model.effect import LookupAnswer, LookupVerdict
+from ledgerflow.model.ids import IdempotencyKey
+from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, RetryPolicy
+
+# Statuses on which a body saying "rejected" is believed. Any other status carrying that body is
+# not this protocol, and a mis-read rejection would let the engine re-dispatch an applied effect.
+_REJECTION_STATUSES = frozenset({409, 422})
+
+
+class RemoteOutcomeUnknown(Exception):  # noqa: N818 - named for the effect state it produces.
+    """The participant service answered, but without proof either way: the outcome is UNKNOWN."""
+
+    def __init__(
+        self, message: str, *, participant: str, operation: str, key: str, status: int | None
+    ) -> None:
+        super().__init__(message)
+        self.participant = participant
+        self.operation = operation
+        self.key = key
+        self.status = status
+
+
+class RemoteLookupError(Exception):
+    """The participant's lookup did not give a readable verdict."""
+
+    def __init__(self, message: str, *, participant: str, key: str, status: int | None) -> None:
+        super().__init__(message)
+        self.participant = participant
+        self.key = key
+        self.status = status
+
+
+@dataclass(slots=True)
+class _LoopClient:
+    client: httpx.AsyncClient
+    # Keeps alive the generator that closes the client when the loop shuts down.
+    closer: AsyncGenerator[None, None]
+
+
+async def _close_when_loop_shuts_down(
+    client: httpx.AsyncClient,
+) -> AsyncGenerator[None, None]:
+    # The loop finalizes every started async generator in shutdown_asyncgens() (asyncio.run does
+    # this), so this is how the client's sockets get closed without the engine knowing about
+    # remote participants; an unclosed pool would otherwise leak and warn at garbage collection.
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
+class RemoteParticipant(Participant):
+    """A :class:`Participant` whose effects and lookup are HTTP calls to a participant service.
+
+    Built by :func:`remote_participant`. One ``httpx.AsyncClient`` is shared by all its effects
+    within an event loop (a client is bound to the loop it was first used on), and is closed when
+    that loop shuts down or by :meth:`aclose`.
+    """
+
+    def __init__(
+        self, name: str, base_url: str, *, deduplicates: bool, timeout_seconds: float
+    ) -> None:
+        super().__init__(name, deduplicates=deduplicates)
+        self.base_url = base_url.rstrip("/")
+        self.timeout_seconds = timeout_seconds
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteParticipant({self.name!r}, {self.base_url!r}, deduplicates={self.deduplicates})"
+        )
+
+    async def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is None or entry.client.is_closed:
+            client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_seconds))
+            closer = _close_when_loop_shuts_down(client)
+            # Starting the generator is what registers it with the loop for finalization.
+            await anext(closer)
+            entry = _LoopClient(client=client, closer=closer)
+            self._clients[loop] = entry
+        return entry.client
+
+    async def aclose(self) -> None:
+        """Close the client of the running loop (optional: loop shutdown closes it too)."""
+        entry = self._clients.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry.closer.aclose()
+
+    async def apply(self, operation: str, call: EffectCall) -> Any:
+        """Send one dispatch; return the receipt, raise a rejection, or raise for UNKNOWN."""
+        try:
+            body = json.dumps(
+                {
+                    "key": call.idempotency_key,
+                    "operation": operation,
+                    "payload": call.payload,
+                    "effect_id": call.effect_id,
+                    "instance_id": call.instance_id,
+                    "attempt": call.attempt,
+                }
+            )
+        except (TypeError, ValueError) as error:
+            # Nothing left this process, so "not applied" is proven, and no retry can fix it.
+            raise EffectRejectedError(
+                f"{self.name}.{operation}: payload is not JSON: {error}",
+                error_code="payload_not_json",
+                retryable=False,
+            ) from error
+        client = await self._client()
+        response = await client.post(
+            f"{self.base_url}/{self.name}/apply",
+            content=body,
+            headers={"content-type": "application/json"},
+        )
+        return self._read_apply(operation, call.idempotency_key, response)
+
+    def _read_apply(self, operation: str, key: str, response: httpx.Response) -> Any:
+        def unknown(why: str) -> RemoteOutcomeUnknown:
+            return RemoteOutcomeUnknown(
+                f"{self.name}.{operation} key {key!r}: {why}",
+                participant=self.name,
+                operation=operation,
+                key=key,
+                status=response.status_code,
+            )
+
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise unknown(f"HTTP {response.status_code} without a JSON object body")
+        if response.status_code == 200:
+            receipt = answer.get("receipt")
+            if answer.get("status") != "applied" or receipt is None:
+                raise unknown("HTTP 200 without an applied status and a receipt")
+            return receipt
+        if response.status_code in _REJECTION_STATUSES and answer.get("status") == "rejected":
+            error_code = answer.get("error_code")
+            retryable = answer.get("retryable", True)
+            if not isinstance(error_code, str) or not isinstance(retryable, bool):
+                raise unknown("malformed rejection (error_code or retryable)")
+            message = answer.get("message")
+            raise EffectRejectedError(
+                message
+                if isinstance(message, str)
+                else f"{self.name}.{operation} rejected: {error_code}",
+                error_code=error_code,
+                retryable=retryable,
+            )
+        raise unknown(f"HTTP {response.status_code} proves neither applied nor not applied")
+
+    async def ask(self, key: IdempotencyKey) -> LookupAnswer:
+        """Ask the service about a key. A not-applied answer has fenced the key there."""
+        client = await self._client()
+        response = await client.get(f"{self.base_url}/{self.name}/lookup/{quote(key, safe='')}")
+
+        def failed(why: str) -> RemoteLookupError:
+            return RemoteLookupError(
+                f"lookup {self.name} key {key!r}: {why}",
+                participant=self.name,
+                key=key,
+                status=response.status_code,
+            )
+
+        if response.status_code != 200:
+            raise failed(f"HTTP {response.status_code}")
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise failed("body is not a JSON object")
+        verdict = answer.get("verdict")
+        if verdict == LookupVerdict.APPLIED.value:
+            evidence = answer.get("evidence")
+            if evidence is None:
+                raise failed("applied without evidence")
+            return LookupAnswer.applied(evidence)
+        if verdict == LookupVerdict.NOT_APPLIED.value:
+            return LookupAnswer.not_applied()
+        if verdict == LookupVerdict.UNKNOWN.value:
+            return LookupAnswer.unknown()
+        raise failed(f"unrecognised verdict {verdict!r}")
+
+
+def remote_participant(
+    name: str,
+    base_url: str,
+    *,
+    operations: Mapping[str, Classification | str],
+    deduplicates: bool,
+    has_lookup: bool,
+    timeout_seconds: float = 5.0,
+    retry: RetryPolicy | None = None,
+) -> RemoteParticipant:
+    """Declare a participant served over HTTP at ``base_url``, one effect per operation.
+
+    Example::
+
+        inventory = remote_participant(
+            "inventory", "http://127.0.0.1:8800",
+            operations={"reserve": "reversible", "release": "reversible"},
+            deduplicates=False, has_lookup=True,
+        )
+        registry.add_participant(inventory)
+
+    ``deduplicates`` and ``has_lookup`` are promises about the service, which the engine relies
+    on to resolve UNKNOWN outcomes: declare them only if the service keeps them.
+    """
+    participant = RemoteParticipant(
+        name, base_url, deduplicates=deduplicates, timeout_seconds=timeout_seconds
+    )
+    policy = retry if retry is not None else DEFAULT_EFFECT_RETRY
+    for operation, classification in operations.items():
+        participant.effect(
+            operation,
+            classification=classification,
+            timeout_seconds=timeout_seconds,
+            retry=policy,
+        )(_effect_function(participant, operation))
+    if has_lookup:
+        participant.lookup(participant.ask)
+    return participant
+
+
+def _effect_function(
+    participant: RemoteParticipant, operation: str
+) -> Callable[[EffectCall], Awaitable[Any]]:
+    # A closure per operation, because one effect function serves exactly one declared operation.
+    async def apply(call: EffectCall) -> Any:
+        return await participant.apply(operation, call)
+
+    apply.__qualname__ = f"{participant.name}.{operation}"
+    return apply

@@ -1,0 +1,254 @@
+"""The object workflow code receives: journaled steps and effects, replayed deterministically.
+
+Each call to :meth:`WorkflowContext.step` or :meth:`WorkflowContext.effect` takes the next
+sequence number. On replay the journal answers: a completed step returns its recorded output
+without running again, and a step that does not match what the journal holds at that position
+(another kind, name or input) is a divergence, which parks the instance instead of running on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.errors import PayloadError, StepFailedError
+from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
+from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId, command_id
+from ledgerflow.model.retry import RetryPolicy
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime import faults
+from ledgerflow.runtime.calls import call_user, describe_error, error_names
+from ledgerflow.runtime.control import Park, Suspend
+from ledgerflow.runtime.effects import EffectDriver
+from ledgerflow.runtime.session import Session
+from ledgerflow.storage.records import StepRecord, StepWrite
+
+
+class WorkflowContext:
+    """Passed as the first argument of every workflow function.
+
+    Example::
+
+        @registry.workflow(name="order", version=1)
+        async def order(ctx: WorkflowContext, order: dict) -> dict:
+            total = await ctx.step("price", price_of, order["items"])
+            receipt = await ctx.effect(charge, {"amount": total})
+            return {"receipt": receipt}
+    """
+
+    def __init__(self, session: Session, definition: WorkflowDefinition) -> None:
+        self._session = session
+        self._definition = definition
+        self._seq = 0
+
+    @property
+    def instance_id(self) -> InstanceId:
+        return self._session.instance_id
+
+    @property
+    def business_key(self) -> BusinessKey:
+        return self._session.instance.business_key
+
+    @property
+    def tenant(self) -> TenantId:
+        return self._session.instance.tenant
+
+    @property
+    def steps_taken(self) -> int:
+        return self._seq
+
+    def _next_seq(self) -> StepSeq:
+        self._seq += 1
+        if self._seq > limits.STEPS_PER_INSTANCE_MAX:
+            raise Park(
+                "step_limit",
+                f"the instance passed {limits.STEPS_PER_INSTANCE_MAX} steps",
+            )
+        return StepSeq(self._seq)
+
+    def _replayed(
+        self, seq: StepSeq, *, kind: StepKind, name: str, input_text: str | None
+    ) -> StepRecord | None:
+        recorded = self._session.step(seq)
+        if recorded is None:
+            return None
+        if recorded.kind is not kind or recorded.name != name or recorded.input != input_text:
+            raise Park(
+                "replay_divergence",
+                f"step {seq}: the journal holds {recorded.kind.value} {recorded.name!r} "
+                f"with input {recorded.input}, the code now asks for {kind.value} {name!r} "
+                f"with input {input_text}",
+            )
+        return recorded
+
+    async def step(
+        self,
+        name: str,
+        function: Callable[..., Any],
+        *args: Any,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Run a local computation once and journal its result.
+
+        The arguments are the step's input snapshot and must be JSON values. The function runs
+        at least once (again after a crash before its result was journaled); its result is
+        journaled exactly once and returned on every replay. Side effects on other services
+        belong in :meth:`effect`, not here.
+        """
+        session = self._session
+        policy = retry or self._definition.step_retry
+        seq = self._next_seq()
+        input_text = session.codec.encode(list(args))
+        recorded = self._replayed(seq, kind=StepKind.LOCAL, name=name, input_text=input_text)
+        attempt = 1
+        expected = StepStatus.NEW
+        if recorded is not None:
+            if recorded.status is StepStatus.COMPLETED:
+                return session.codec.decode(recorded.output or "null")
+            if recorded.status is StepStatus.FAILED:
+                raise StepFailedError(
+                    f"step {name!r} failed: {recorded.error}",
+                    instance_id=session.instance_id,
+                    seq=seq,
+                )
+            attempt, expected = recorded.attempt, recorded.status
+            await self.wait_until(recorded.next_attempt_at)
+        where = {"instance": session.instance.business_key, "seq": seq}
+        while True:
+            faults.point("step.before_execute", attempt=attempt, **where)
+            try:
+                value = await call_user(function, *args)
+                output = session.codec.encode(value)
+            except Exception as exc:
+                retryable = not isinstance(exc, PayloadError) and policy.retries(error_names(exc))
+                error = session.codec.encode(describe_error(exc))
+                if retryable and attempt < policy.attempts_max:
+                    attempt += 1
+                    due = session.clock.now() + policy.delay_before(attempt).total_seconds()
+                    await session.commit(
+                        StepWrite(
+                            record=self._record(
+                                seq,
+                                name,
+                                StepStatus.RETRY_SCHEDULED,
+                                attempt,
+                                input_text,
+                                None,
+                                error,
+                                policy,
+                                due,
+                            ),
+                            expected=expected,
+                        )
+                    )
+                    expected = StepStatus.RETRY_SCHEDULED
+                    await self.wait_until(due)
+                    continue
+                await session.commit(
+                    StepWrite(
+                        record=self._record(
+                            seq,
+                            name,
+                            StepStatus.FAILED,
+                            attempt,
+                            input_text,
+                            None,
+                            error,
+                            policy,
+                            None,
+                        ),
+                        expected=expected,
+                    )
+                )
+                raise StepFailedError(
+                    f"step {name!r} failed after {attempt} attempt(s): {exc}",
+                    instance_id=session.instance_id,
+                    seq=seq,
+                ) from exc
+            faults.point("step.after_execute", attempt=attempt, **where)
+            await session.commit(
+                StepWrite(
+                    record=self._record(
+                        seq,
+                        name,
+                        StepStatus.COMPLETED,
+                        attempt,
+                        input_text,
+                        output,
+                        None,
+                        policy,
+                        None,
+                    ),
+                    expected=expected,
+                )
+            )
+            return session.codec.decode(output)
+
+    async def effect(
+        self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None
+    ) -> Any:
+        """Apply an effect at a participant through the effect protocol; return its evidence.
+
+        The intent (with an idempotency key derived from the instance, run and step) is durable
+        before the participant is called. Raises
+        :class:`~ledgerflow.errors.EffectFailedError` when the participant proved the effect
+        was not applied and no attempt is left.
+        """
+        session = self._session
+        step_name = name or f"{declaration.participant.name}.{declaration.operation}"
+        seq = self._next_seq()
+        payload_text = session.codec.encode(payload)
+        self._replayed(seq, kind=StepKind.EFFECT, name=step_name, input_text=payload_text)
+        driver = EffectDriver(
+            session=session,
+            declaration=declaration,
+            seq=seq,
+            name=step_name,
+            payload_text=payload_text,
+            wait_until=self.wait_until,
+        )
+        return await driver.run()
+
+    async def wait_until(self, due: float | None) -> None:
+        """Pause until ``due``: in the worker when short, else released with a durable wake-up."""
+        if due is None:
+            return
+        pause = due - self._session.clock.now()
+        if pause <= 0:
+            return
+        if pause <= limits.RETRY_INLINE_WAIT_SECONDS_MAX:
+            await self._session.clock.sleep(pause)
+            return
+        raise Suspend(available_at=due)
+
+    def _record(
+        self,
+        seq: StepSeq,
+        name: str,
+        status: StepStatus,
+        attempt: int,
+        input_text: str,
+        output: str | None,
+        error: str | None,
+        policy: RetryPolicy,
+        next_attempt_at: float | None,
+    ) -> StepRecord:
+        session = self._session
+        return StepRecord(
+            instance_id=session.instance_id,
+            run=session.instance.run,
+            seq=seq,
+            kind=StepKind.LOCAL,
+            name=name,
+            command_id=command_id(session.instance_id, session.instance.run, seq),
+            status=status,
+            attempt=attempt,
+            input=input_text,
+            output=output,
+            error=error,
+            retry_policy=session.codec.encode(policy.to_record()),
+            next_attempt_at=next_attempt_at,
+            generation=session.generation,
+            updated_at=session.clock.now(),
+        )

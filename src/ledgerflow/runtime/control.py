@@ -1,0 +1,28 @@
+"""Control-flow signals between workflow code and the executor (internal).
+
+They derive from BaseException so that ``except Exception`` in workflow code cannot swallow
+them: suspending, parking and losing ownership are the engine's decisions, not the workflow's.
+"""
+
+from __future__ import annotations
+
+
+class Suspend(BaseException):
+    """Give up the instance until ``available_at``; nothing is held meanwhile."""
+
+    def __init__(self, available_at: float) -> None:
+        super().__init__(available_at)
+        self.available_at = available_at
+
+
+class Park(BaseException):
+    """Stop in MANUAL_INTERVENTION with a reason code and a human-readable reason."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(code, reason)
+        self.code = code
+        self.reason = reason
+
+
+class LostOwnership(BaseException):
+    """The store refused a write: another owner holds the instance now. Stop touching it."""

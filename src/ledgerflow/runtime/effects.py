@@ -1,0 +1,330 @@
+"""The effect protocol, driven for one effect of one instance (internal).
+
+1. Write-ahead intent: step STARTED and effect INTENDED, with the derived idempotency key, in
+   one durable commit before anything is sent.
+2. Dispatch with that key.
+3. The outcome (CONFIRMED with evidence, FAILED when proven and final, UNKNOWN otherwise) is
+   committed together with what comes next (the retry's new intent and its due time, or the
+   step's completion).
+4. UNKNOWN is resolved by :func:`~ledgerflow.model.effect.resolve_unknown`: the participant's
+   lookup, a re-dispatch under the same key where the participant deduplicates, or an operator.
+
+An INTENDED effect whose step is STARTED may have been sent by a worker that died, so on
+recovery it becomes UNKNOWN first. An INTENDED effect whose step is RETRY_SCHEDULED was not
+sent yet: the step turns STARTED durably before each re-dispatch, which is what makes that
+distinction safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+from ledgerflow.errors import EffectFailedError, EffectRejectedError
+from ledgerflow.model.definition import EffectCall, EffectDeclaration
+from ledgerflow.model.effect import EffectState, LookupAnswer, ResolutionKind, resolve_unknown
+from ledgerflow.model.ids import StepSeq, command_id, effect_id, idempotency_key
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime import faults
+from ledgerflow.runtime.calls import call_user, describe_error, error_names
+from ledgerflow.runtime.control import Park
+from ledgerflow.runtime.session import Session
+from ledgerflow.storage.records import EffectRecord, EffectWrite, StepRecord, StepWrite
+
+
+class EffectDriver:
+    def __init__(
+        self,
+        *,
+        session: Session,
+        declaration: EffectDeclaration,
+        seq: StepSeq,
+        name: str,
+        payload_text: str,
+        wait_until: Callable[[float | None], Awaitable[None]],
+    ) -> None:
+        self.s = session
+        self.d = declaration
+        self.seq = seq
+        self.name = name
+        self.payload_text = payload_text
+        self.wait_until = wait_until
+        self.policy = declaration.retry
+        instance = session.instance
+        self.effect_id = effect_id(instance.instance_id, instance.run, seq)
+        self.key = idempotency_key(
+            tenant=instance.tenant,
+            effect=self.effect_id,
+            participant=declaration.participant.name,
+            operation=declaration.operation,
+        )
+
+    def _where(self, attempt: int) -> dict[str, Any]:
+        return {
+            "instance": self.s.instance.business_key,
+            "seq": self.seq,
+            "attempt": attempt,
+            "operation": f"{self.d.participant.name}.{self.d.operation}",
+        }
+
+    async def run(self) -> Any:
+        effect = self.s.effect(self.seq)
+        step = self.s.step(self.seq)
+        if effect is None or step is None:
+            await self.s.commit(
+                self._step(StepStatus.STARTED, StepStatus.NEW, attempt=1),
+                self._effect(
+                    EffectState.INTENDED, EffectState.NEW, attempt=1, detail="write-ahead intent"
+                ),
+            )
+            return await self._dispatch(attempt=1)
+        if effect.idempotency_key != self.key:
+            raise Park(
+                "replay_divergence",
+                f"step {self.seq}: journaled key {effect.idempotency_key} differs from {self.key}",
+            )
+        if effect.state is EffectState.CONFIRMED:
+            return self.s.codec.decode(effect.evidence or "null")
+        if effect.state is EffectState.FAILED:
+            raise self._failed(effect.reason or "proven not applied")
+        if effect.state is EffectState.INTENDED and step.status is StepStatus.RETRY_SCHEDULED:
+            await self.wait_until(step.next_attempt_at)
+            await self.s.commit(
+                self._step(StepStatus.STARTED, StepStatus.RETRY_SCHEDULED, attempt=effect.attempt)
+            )
+            return await self._dispatch(attempt=effect.attempt)
+        if effect.state is EffectState.INTENDED:
+            # A worker died between the intent and the outcome: it may have sent the request.
+            await self.s.commit(
+                self._effect(
+                    EffectState.UNKNOWN,
+                    EffectState.INTENDED,
+                    attempt=effect.attempt,
+                    reason="the worker stopped before the outcome was recorded",
+                )
+            )
+        return await self._resolve()
+
+    async def _dispatch(self, *, attempt: int) -> Any:
+        faults.point("effect.before_dispatch", **self._where(attempt))
+        call = EffectCall(
+            participant=self.d.participant.name,
+            operation=self.d.operation,
+            idempotency_key=self.key,
+            effect_id=self.effect_id,
+            instance_id=self.s.instance_id,
+            attempt=attempt,
+            payload=self.s.codec.decode(self.payload_text),
+        )
+        try:
+            evidence = await asyncio.wait_for(
+                call_user(self.d.function, call), timeout=self.d.timeout_seconds
+            )
+            evidence_text = self.s.codec.encode(evidence)
+        except EffectRejectedError as rejection:
+            faults.point("effect.after_dispatch", **self._where(attempt))
+            return await self._rejected(rejection, attempt=attempt)
+        except Exception as exc:  # noqa: BLE001 - no proof either way: the outcome is UNKNOWN.
+            faults.point("effect.after_dispatch", **self._where(attempt))
+            await self.s.commit(
+                self._effect(
+                    EffectState.UNKNOWN,
+                    EffectState.INTENDED,
+                    attempt=attempt,
+                    reason=f"dispatch gave no proof: {type(exc).__name__}: {exc}"[:500],
+                )
+            )
+            return await self._resolve()
+        faults.point("effect.after_dispatch", **self._where(attempt))
+        await self.s.commit(
+            self._effect(
+                EffectState.CONFIRMED, EffectState.INTENDED, attempt=attempt, evidence=evidence_text
+            ),
+            self._step(
+                StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=evidence_text
+            ),
+        )
+        faults.point("effect.after_outcome", **self._where(attempt))
+        return self.s.codec.decode(evidence_text)
+
+    async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Any:
+        error = self.s.codec.encode(describe_error(rejection))
+        retry = (
+            rejection.retryable
+            and self.policy.retries(error_names(rejection))
+            and attempt < self.policy.attempts_max
+        )
+        if not retry:
+            reason = f"participant proved not applied: {rejection.error_code}: {rejection.message}"
+            await self.s.commit(
+                self._effect(
+                    EffectState.FAILED, EffectState.INTENDED, attempt=attempt, reason=reason[:500]
+                ),
+                self._step(StepStatus.FAILED, StepStatus.STARTED, attempt=attempt, error=error),
+            )
+            raise self._failed(reason)
+        return await self._schedule_redispatch(
+            EffectState.INTENDED,
+            attempt=attempt,
+            error=error,
+            why=f"rejected ({rejection.error_code}); retry under the same key",
+        )
+
+    async def _schedule_redispatch(
+        self, expected: EffectState, *, attempt: int, error: str | None, why: str
+    ) -> Any:
+        """Commit the next attempt's intent with its due time, wait, then dispatch it."""
+        following = attempt + 1
+        due = self.s.clock.now() + self.policy.delay_before(following).total_seconds()
+        await self.s.commit(
+            self._effect(EffectState.INTENDED, expected, attempt=following, detail=why),
+            self._step(
+                StepStatus.RETRY_SCHEDULED,
+                StepStatus.STARTED,
+                attempt=following,
+                error=error,
+                next_attempt_at=due,
+            ),
+        )
+        await self.wait_until(due)
+        await self.s.commit(
+            self._step(StepStatus.STARTED, StepStatus.RETRY_SCHEDULED, attempt=following)
+        )
+        return await self._dispatch(attempt=following)
+
+    async def _resolve(self) -> Any:
+        effect = self.s.effect(self.seq)
+        if effect is None or effect.state is not EffectState.UNKNOWN:
+            raise AssertionError(f"resolving step {self.seq}, which is not UNKNOWN")
+        attempt = effect.attempt
+        participant = self.d.participant
+        answer: LookupAnswer | None = None
+        lookup_error = ""
+        if participant.lookup_function is not None:
+            faults.point("effect.before_lookup", **self._where(attempt))
+            try:
+                answer = await asyncio.wait_for(
+                    call_user(participant.lookup_function, self.key),
+                    timeout=self.d.timeout_seconds,
+                )
+            except Exception as exc:  # noqa: BLE001 - a failed lookup proves nothing.
+                lookup_error = f"; the lookup failed: {type(exc).__name__}: {exc}"[:300]
+                answer = LookupAnswer.unknown()
+        resolution = resolve_unknown(
+            answer=answer,
+            deduplicates=participant.deduplicates,
+            attempts_left=self.policy.attempts_max - attempt,
+        )
+        if resolution.kind is ResolutionKind.CONFIRM:
+            evidence_text = self.s.codec.encode(resolution.evidence)
+            await self.s.commit(
+                self._effect(
+                    EffectState.CONFIRMED,
+                    EffectState.UNKNOWN,
+                    attempt=attempt,
+                    evidence=evidence_text,
+                    detail=resolution.reason,
+                ),
+                self._step(
+                    StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=evidence_text
+                ),
+            )
+            return self.s.codec.decode(evidence_text)
+        if resolution.kind is ResolutionKind.REDISPATCH:
+            return await self._schedule_redispatch(
+                EffectState.UNKNOWN, attempt=attempt, error=None, why=resolution.reason
+            )
+        if resolution.kind is ResolutionKind.FAIL:
+            await self.s.commit(
+                self._effect(
+                    EffectState.FAILED,
+                    EffectState.UNKNOWN,
+                    attempt=attempt,
+                    reason=resolution.reason,
+                ),
+                self._step(
+                    StepStatus.FAILED,
+                    StepStatus.STARTED,
+                    attempt=attempt,
+                    error=self.s.codec.encode({"message": resolution.reason}),
+                ),
+            )
+            raise self._failed(resolution.reason)
+        raise Park(
+            "effect_outcome_unknown",
+            f"effect {self.d.participant.name}.{self.d.operation} (step {self.seq}, "
+            f"key {self.key}, attempt {attempt}): {resolution.reason}{lookup_error}; "
+            f"last known: {effect.reason}",
+        )
+
+    def _failed(self, reason: str) -> EffectFailedError:
+        return EffectFailedError(
+            f"effect {self.d.participant.name}.{self.d.operation} failed: {reason}",
+            instance_id=self.s.instance_id,
+            effect_id=self.effect_id,
+        )
+
+    def _step(
+        self,
+        status: StepStatus,
+        expected: StepStatus,
+        *,
+        attempt: int,
+        output: str | None = None,
+        error: str | None = None,
+        next_attempt_at: float | None = None,
+    ) -> StepWrite:
+        instance = self.s.instance
+        record = StepRecord(
+            instance_id=instance.instance_id,
+            run=instance.run,
+            seq=self.seq,
+            kind=StepKind.EFFECT,
+            name=self.name,
+            command_id=command_id(instance.instance_id, instance.run, self.seq),
+            status=status,
+            attempt=attempt,
+            input=self.payload_text,
+            output=output,
+            error=error,
+            retry_policy=self.s.codec.encode(self.policy.to_record()),
+            next_attempt_at=next_attempt_at,
+            generation=self.s.generation,
+            updated_at=self.s.clock.now(),
+        )
+        return StepWrite(record=record, expected=expected)
+
+    def _effect(
+        self,
+        state: EffectState,
+        expected: EffectState,
+        *,
+        attempt: int,
+        evidence: str | None = None,
+        reason: str | None = None,
+        detail: str | None = None,
+    ) -> EffectWrite:
+        instance = self.s.instance
+        previous = self.s.effect(self.seq)
+        record = EffectRecord(
+            effect_id=self.effect_id,
+            instance_id=instance.instance_id,
+            run=instance.run,
+            seq=self.seq,
+            participant=self.d.participant.name,
+            operation=self.d.operation,
+            classification=self.d.classification.value,
+            idempotency_key=self.key,
+            state=state,
+            attempt=attempt,
+            payload=self.payload_text,
+            evidence=evidence,
+            reason=reason if reason is not None else (previous.reason if previous else None),
+            generation=self.s.generation,
+            updated_at=self.s.clock.now(),
+        )
+        if previous is not None:
+            record = replace(record, payload=previous.payload)
+        return EffectWrite(record=record, expected=expected, detail=detail or reason)

@@ -1,0 +1,357 @@
+"""The engine: start instances by business key, wait for results, read the ledgers.
+
+:class:`Engine` is the asyncio front door and :class:`SyncEngine` the same for synchronous
+code; both open one store from a URL and share the start rules below. Workers are made with
+:meth:`Engine.worker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from ledgerflow import limits
+from ledgerflow.errors import (
+    ConcurrencyError,
+    InstanceNotFoundError,
+    PayloadError,
+    ResultTimeoutError,
+    WorkflowError,
+)
+from ledgerflow.model.codec import JSON, Codec
+from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
+from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, InstanceId, TenantId
+from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.runtime.astore import AsyncStore
+from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
+from ledgerflow.runtime.worker import Worker
+from ledgerflow.storage import open_store
+from ledgerflow.storage.records import (
+    EffectRecord,
+    EventRecord,
+    InstanceRecord,
+    NewInstance,
+    StepRecord,
+)
+from ledgerflow.storage.store import Store
+
+RESULT_POLL_SECONDS_MIN = 0.01
+RESULT_POLL_SECONDS_MAX = 0.5
+
+
+def instance_id_for(tenant: TenantId, workflow: str, key: BusinessKey) -> InstanceId:
+    """Derived from the business key, so two processes starting one key name one instance."""
+    digest = hashlib.sha256(f"{tenant}\0{workflow}\0{key}".encode()).hexdigest()
+    return InstanceId(f"wf_{digest[:26]}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Started:
+    """What :meth:`Engine.start` returns: the instance and whether this call created it."""
+
+    instance: InstanceRecord
+    created: bool
+
+    @property
+    def instance_id(self) -> InstanceId:
+        return self.instance.instance_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceDetail:
+    """An instance with its ledgers, for ``show``."""
+
+    instance: InstanceRecord
+    steps: list[StepRecord]
+    effects: list[EffectRecord]
+    events: list[EventRecord]
+
+
+def _workflow_name(workflow: str | WorkflowFunction) -> str:
+    return workflow if isinstance(workflow, str) else getattr(workflow, "__name__", "")
+
+
+class _Core:
+    """What both engines share: the start rules and the result rules."""
+
+    def __init__(self, store: Store | str, registry: Registry, codec: Codec) -> None:
+        self.store = open_store(store) if isinstance(store, str) else store
+        self.registry = registry
+        self.codec = codec
+
+    def prepare(
+        self,
+        workflow: str | WorkflowFunction,
+        *,
+        key: str,
+        input: Any,
+        version: int | None,
+        tenant: str | None,
+    ) -> tuple[WorkflowDefinition, NewInstance]:
+        name = _workflow_name(workflow)
+        definition = self.registry.get(name, version)
+        if not isinstance(key, str) or not key or len(key) > limits.BUSINESS_KEY_LENGTH_MAX:
+            raise PayloadError(
+                f"business key must be a non-empty string of at most "
+                f"{limits.BUSINESS_KEY_LENGTH_MAX} characters"
+            )
+        tenant_id = TenantId(tenant or DEFAULT_TENANT)
+        business_key = BusinessKey(key)
+        new = NewInstance(
+            instance_id=instance_id_for(tenant_id, definition.name, business_key),
+            tenant=tenant_id,
+            workflow_name=definition.name,
+            workflow_version=definition.version,
+            fingerprint=definition.fingerprint,
+            business_key=business_key,
+            input=self.codec.encode(input),
+        )
+        return definition, new
+
+    def check_same_start(self, new: NewInstance, found: InstanceRecord) -> None:
+        """A repeated start must ask for the same thing; otherwise it is a caller's bug."""
+        if found.input != new.input or found.workflow_version != new.workflow_version:
+            raise ConcurrencyError(
+                f"business key {new.business_key!r} already started {found.workflow_name} "
+                f"v{found.workflow_version} with another input or version",
+                instance_id=found.instance_id,
+            )
+
+    def outcome(self, record: InstanceRecord) -> Any:
+        if record.status is InstanceStatus.SUCCEEDED:
+            return self.codec.decode(record.result or "null")
+        raise WorkflowError(
+            f"instance ended {record.status.value}: {record.reason}",
+            instance_id=record.instance_id,
+            status=record.status.value,
+            reason_code=record.reason_code,
+        )
+
+
+class Engine:
+    """The asyncio front door.
+
+    Example::
+
+        async with Engine("sqlite:///orders.db", registry) as engine:
+            started = await engine.start("order", key="order-42", input={"sku": "A1"})
+            result = await engine.result(started.instance_id, timeout=30)
+    """
+
+    def __init__(
+        self,
+        store: Store | str,
+        registry: Registry,
+        *,
+        codec: Codec = JSON,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._core = _Core(store, registry, codec)
+        self.registry = registry
+        self.codec = codec
+        self.clock = clock
+        self._astore = AsyncStore(self._core.store)
+        self._workers: list[Worker] = []
+
+    @property
+    def store(self) -> Store:
+        return self._core.store
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._astore.close)
+
+    async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self._astore.call(method, *args, **kwargs)
+
+    async def start(
+        self,
+        workflow: str | WorkflowFunction,
+        *,
+        key: str,
+        input: Any = None,
+        version: int | None = None,
+        tenant: str | None = None,
+    ) -> Started:
+        """Start ``workflow`` for a business key, or return the instance it already started."""
+        _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
+        record, created = await self._call(self.store.start_instance, new, now=self.clock.now())
+        if not created:
+            self._core.check_same_start(new, record)
+        for worker in self._workers:
+            worker.wake()
+        return Started(instance=record, created=created)
+
+    async def get(self, instance_id: str) -> InstanceRecord:
+        record: InstanceRecord | None = await self._call(self.store.get_instance, instance_id)
+        if record is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
+        return record
+
+    async def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
+        """Wait until the instance is terminal (from this or any other process)."""
+        deadline = time.monotonic() + timeout
+        pause = RESULT_POLL_SECONDS_MIN
+        while True:
+            record = await self.get(instance_id)
+            if record.status in TERMINAL_STATUSES:
+                return record
+            if time.monotonic() >= deadline:
+                raise ResultTimeoutError(
+                    f"instance is still {record.status.value} after {timeout}s",
+                    instance_id=instance_id,
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
+
+    async def result(self, instance_id: str, *, timeout: float = 60.0) -> Any:
+        """The workflow's return value; :class:`WorkflowError` if it ended otherwise."""
+        return self._core.outcome(await self.wait(instance_id, timeout=timeout))
+
+    async def list(
+        self,
+        *,
+        status: InstanceStatus | None = None,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]:
+        records: list[InstanceRecord] = await self._call(
+            self.store.list_instances,
+            status=status,
+            workflow_name=workflow,
+            tenant=TenantId(tenant) if tenant else None,
+            limit=limit,
+        )
+        return records
+
+    async def detail(self, instance_id: str) -> InstanceDetail:
+        return await asyncio.to_thread(_detail, self.store, instance_id)
+
+    def worker(
+        self,
+        *,
+        concurrency: int = limits.WORKER_CONCURRENCY_DEFAULT,
+        lease_seconds: float = limits.LEASE_SECONDS_DEFAULT,
+        poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
+    ) -> Worker:
+        worker = Worker(
+            registry=self.registry,
+            store=self._astore,
+            codec=self.codec,
+            clock=self.clock,
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds,
+        )
+        self._workers.append(worker)
+        return worker
+
+
+def _detail(store: Store, instance_id: str) -> InstanceDetail:
+    record = store.get_instance(InstanceId(instance_id))
+    if record is None:
+        raise InstanceNotFoundError(instance_id=instance_id)
+    journal = store.journal(record.instance_id, record.run)
+    return InstanceDetail(
+        instance=record,
+        steps=[journal.steps[s] for s in sorted(journal.steps)],
+        effects=store.effects(record.instance_id),
+        events=store.events(record.instance_id),
+    )
+
+
+class SyncEngine:
+    """The same front door for synchronous code (scripts, web handlers, the CLI).
+
+    Example::
+
+        engine = SyncEngine("sqlite:///orders.db", registry)
+        started = engine.start("order", key="order-42", input={"sku": "A1"})
+        print(engine.result(started.instance_id, timeout=30))
+    """
+
+    def __init__(self, store: Store | str, registry: Registry, *, codec: Codec = JSON) -> None:
+        self._core = _Core(store, registry, codec)
+        self.store = self._core.store
+        self.registry = registry
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def start(
+        self,
+        workflow: str | WorkflowFunction,
+        *,
+        key: str,
+        input: Any = None,
+        version: int | None = None,
+        tenant: str | None = None,
+    ) -> Started:
+        _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
+        record, created = self.store.start_instance(new, now=time.time())
+        if not created:
+            self._core.check_same_start(new, record)
+        return Started(instance=record, created=created)
+
+    def get(self, instance_id: str) -> InstanceRecord:
+        record = self.store.get_instance(InstanceId(instance_id))
+        if record is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
+        return record
+
+    def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
+        deadline = time.monotonic() + timeout
+        pause = RESULT_POLL_SECONDS_MIN
+        while True:
+            record = self.get(instance_id)
+            if record.status in TERMINAL_STATUSES:
+                return record
+            if time.monotonic() >= deadline:
+                raise ResultTimeoutError(
+                    f"instance is still {record.status.value} after {timeout}s",
+                    instance_id=instance_id,
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
+
+    def result(self, instance_id: str, *, timeout: float = 60.0) -> Any:
+        return self._core.outcome(self.wait(instance_id, timeout=timeout))
+
+    def list(
+        self,
+        *,
+        status: InstanceStatus | None = None,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]:
+        return self.store.list_instances(
+            status=status,
+            workflow_name=workflow,
+            tenant=TenantId(tenant) if tenant else None,
+            limit=limit,
+        )
+
+    def detail(self, instance_id: str) -> InstanceDetail:
+        return _detail(self.store, instance_id)

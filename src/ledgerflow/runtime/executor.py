@@ -1,0 +1,155 @@
+"""Drives one claimed instance from its journal to its next resting point (internal).
+
+Checks that this worker runs the definition the instance is pinned to, replays the workflow
+function against the journal, and records the verdict: a terminal state, a suspension with a
+durable wake-up time, or MANUAL_INTERVENTION with the reason. Nothing is guessed: a missing or
+drifted definition parks the instance instead of running it under other code.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ledgerflow.errors import PayloadError, UnknownVersionError, UnknownWorkflowError
+from ledgerflow.model.classification import Classification
+from ledgerflow.model.codec import Codec
+from ledgerflow.model.definition import Registry, WorkflowDefinition
+from ledgerflow.model.ids import WorkerId
+from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
+from ledgerflow.runtime import faults
+from ledgerflow.runtime.astore import AsyncStore
+from ledgerflow.runtime.calls import describe_error
+from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.context import WorkflowContext
+from ledgerflow.runtime.control import LostOwnership, Park, Suspend
+from ledgerflow.runtime.session import Session
+from ledgerflow.storage.records import InstanceRecord, InstanceWrite, Release
+
+log = logging.getLogger("ledgerflow.executor")
+
+
+class Executor:
+    def __init__(
+        self, *, registry: Registry, store: AsyncStore, codec: Codec, clock: Clock, owner: WorkerId
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.codec = codec
+        self.clock = clock
+        self.owner = owner
+
+    async def drive(self, instance: InstanceRecord) -> None:
+        journal = await self.store.call(
+            self.store.store.journal, instance.instance_id, instance.run
+        )
+        session = Session(
+            instance=instance,
+            owner=self.owner,
+            journal=journal,
+            store=self.store,
+            codec=self.codec,
+            clock=self.clock,
+        )
+        try:
+            try:
+                definition = self._pinned_definition(instance)
+                faults.point("instance.after_claim", instance=instance.business_key)
+                await self._run(session, definition)
+            except Park as park:
+                await self._park(session, park)
+            except Suspend as suspend:
+                await session.commit(Release(available_at=suspend.available_at))
+        except LostOwnership:
+            log.warning("lost ownership of %s; another worker holds it", instance.instance_id)
+
+    def _pinned_definition(self, instance: InstanceRecord) -> WorkflowDefinition:
+        try:
+            definition = self.registry.get(instance.workflow_name, instance.workflow_version)
+        except (UnknownWorkflowError, UnknownVersionError) as exc:
+            raise Park(
+                "definition_missing",
+                f"this worker has no definition {instance.workflow_name} "
+                f"v{instance.workflow_version}, to which the instance is pinned: {exc.message}",
+            ) from None
+        if definition.fingerprint != instance.fingerprint:
+            raise Park(
+                "definition_drift",
+                f"{instance.workflow_name} v{instance.workflow_version} changed since the "
+                f"instance started (pinned fingerprint {instance.fingerprint}, this worker has "
+                f"{definition.fingerprint}); deploy the pinned code, declare a migration, or "
+                "decide as an operator",
+            )
+        return definition
+
+    async def _run(self, session: Session, definition: WorkflowDefinition) -> None:
+        ctx = WorkflowContext(session, definition)
+        status = session.instance.status
+        try:
+            value = await definition.function(ctx, self.codec.decode(session.instance.input))
+            result = self.codec.encode(value)
+        except (Park, Suspend, LostOwnership):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the workflow's own failure is recorded.
+            await self._fail(session, exc)
+            return
+        if ctx.steps_taken < len(session.journal.steps):
+            raise Park(
+                "replay_divergence",
+                f"the workflow returned after {ctx.steps_taken} steps but the journal holds "
+                f"{len(session.journal.steps)}",
+            )
+        faults.point("instance.before_finish", instance=session.instance.business_key)
+        await session.commit(
+            InstanceWrite(
+                status=InstanceStatus.SUCCEEDED,
+                expected=status,
+                result=result,
+                reason_code="completed",
+                release=True,
+            )
+        )
+
+    async def _fail(self, session: Session, exc: Exception) -> None:
+        confirmed = session.confirmed_effects()
+        event = failure_event(
+            effects_confirmed=len(confirmed),
+            pivot_confirmed=any(
+                e.classification == Classification.FORWARD_RECOVERY_ONLY.value for e in confirmed
+            ),
+        )
+        detail = self.codec.encode(describe_error(exc))
+        kind = "result not serialisable" if isinstance(exc, PayloadError) else "workflow error"
+        if event is InstanceEvent.FAIL_AFTER_EFFECTS:
+            # Compensation is not built yet: rather than claim a rollback or a clean failure,
+            # an operator decides what happens to the confirmed effects.
+            raise Park(
+                "failed_after_effects",
+                f"{kind} after {len(confirmed)} confirmed effect(s), which stay applied: {detail}",
+            )
+        target = (
+            InstanceStatus.FAILED
+            if event is InstanceEvent.FAIL_CLEAN
+            else InstanceStatus.FORWARD_RECOVERY_REQUIRED
+        )
+        await session.commit(
+            InstanceWrite(
+                status=target,
+                expected=session.instance.status,
+                result=None,
+                reason_code=event.value,
+                reason=f"{kind}: {detail}",
+                release=True,
+            )
+        )
+
+    async def _park(self, session: Session, park: Park) -> None:
+        log.warning("parking %s: %s", session.instance_id, park.reason)
+        await session.commit(
+            InstanceWrite(
+                status=InstanceStatus.MANUAL_INTERVENTION,
+                expected=session.instance.status,
+                reason_code=park.code,
+                reason=park.reason[:4000],
+                release=True,
+            )
+        )

@@ -1,0 +1,108 @@
+"""Named fault points: places where a test or the fault explorer can crash, raise or pause.
+
+Call sites read ``if faults.plan is not None: faults.plan.hit(...)``-style via :func:`point`,
+which costs one global lookup when no plan is installed. A plan is installed in-process with
+:func:`install` or, for a worker process, from the ``LEDGERFLOW_FAULTS`` environment variable
+(a JSON list of rules), so a test can make a real worker kill itself at an exact point.
+
+Points (``where`` carries ``seq``, ``attempt``, ``instance``, ``key``, ``operation``):
+
+- ``instance.after_claim``: ownership taken, nothing replayed yet
+- ``step.before_execute`` / ``step.after_execute``: around a local step, before its journal write
+- ``effect.before_dispatch``: the intent is durable, the request not sent
+- ``effect.after_dispatch``: the participant answered, the outcome is not yet durable
+- ``effect.after_outcome``: the outcome is durable
+- ``effect.before_lookup``: about to ask the participant about an UNKNOWN effect
+- ``instance.before_finish``: the workflow returned, its terminal state is not yet durable
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+ENVIRONMENT_VARIABLE = "LEDGERFLOW_FAULTS"
+ACTIONS = ("kill", "raise", "delay")
+
+
+class SimulatedCrash(BaseException):
+    """An in-process stand-in for the death of the worker.
+
+    It derives from BaseException so that workflow or participant code catching ``Exception``
+    cannot swallow it: like a real crash, it unwinds everything.
+    """
+
+
+@dataclass(slots=True, kw_only=True)
+class FaultRule:
+    point: str
+    action: str
+    match: dict[str, Any] = field(default_factory=dict)
+    times: int = 1
+    delay_seconds: float = 0.0
+
+    def matches(self, name: str, where: dict[str, Any]) -> bool:
+        return (
+            self.times > 0
+            and self.point == name
+            and all(where.get(k) == v for k, v in self.match.items())
+        )
+
+
+@dataclass(slots=True)
+class FaultPlan:
+    rules: list[FaultRule]
+    fired: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def hit(self, name: str, where: dict[str, Any]) -> None:
+        for rule in self.rules:
+            if rule.matches(name, where):
+                rule.times -= 1
+                self.fired.append((name, dict(where)))
+                if rule.action == "kill":
+                    # The real thing: no cleanup, no flush, no finally blocks.
+                    os.kill(os.getpid(), signal.SIGKILL)
+                elif rule.action == "raise":
+                    raise SimulatedCrash(f"fault at {name} {where}")
+                else:
+                    time.sleep(rule.delay_seconds)
+                return
+
+    @classmethod
+    def from_json(cls, text: str) -> FaultPlan:
+        rules = []
+        for item in json.loads(text):
+            rule = FaultRule(
+                point=item["point"],
+                action=item["action"],
+                match=dict(item.get("match", {})),
+                times=int(item.get("times", 1)),
+                delay_seconds=float(item.get("delay_seconds", 0.0)),
+            )
+            if rule.action not in ACTIONS:
+                raise ValueError(f"unknown fault action {rule.action!r}")
+            rules.append(rule)
+        return cls(rules)
+
+
+plan: FaultPlan | None = None
+
+
+def install(new: FaultPlan | None) -> None:
+    global plan
+    plan = new
+
+
+def install_from_environment() -> None:
+    text = os.environ.get(ENVIRONMENT_VARIABLE)
+    if text:
+        install(FaultPlan.from_json(text))
+
+
+def point(name: str, **where: Any) -> None:
+    if plan is not None:
+        plan.hit(name, where)

@@ -1,0 +1,76 @@
+"""One owner's hold on one instance: its fence, its journal and how it commits (internal).
+
+Every write the executor and the workflow context make goes through :meth:`Session.commit`,
+which carries the owner and generation the store checks. A refused fence ends the session's
+work on the instance at once (:class:`~ledgerflow.runtime.control.LostOwnership`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ledgerflow.errors import FencedOutError
+from ledgerflow.model.codec import Codec
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
+from ledgerflow.runtime.astore import AsyncStore
+from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.control import LostOwnership
+from ledgerflow.storage.records import (
+    Commit,
+    EffectRecord,
+    EffectWrite,
+    InstanceRecord,
+    Journal,
+    StepRecord,
+    StepWrite,
+    Write,
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class Session:
+    instance: InstanceRecord
+    owner: WorkerId
+    journal: Journal
+    store: AsyncStore
+    codec: Codec
+    clock: Clock
+    commits: int = field(default=0)
+
+    @property
+    def instance_id(self) -> InstanceId:
+        return self.instance.instance_id
+
+    @property
+    def generation(self) -> Generation:
+        return self.instance.generation
+
+    async def commit(self, *writes: Write) -> None:
+        """Make the writes durable in one transaction, or stop: nothing is half-written."""
+        commit = Commit(
+            instance_id=self.instance_id,
+            owner=self.owner,
+            generation=self.generation,
+            writes=tuple(writes),
+        )
+        [error] = await self.store.call(self.store.store.commit, [commit], now=self.clock.now())
+        if isinstance(error, FencedOutError):
+            raise LostOwnership(str(error))
+        if error is not None:
+            raise error
+        self.commits += 1
+        for write in writes:
+            if isinstance(write, StepWrite):
+                self.journal.steps[write.record.seq] = write.record
+            elif isinstance(write, EffectWrite):
+                self.journal.effects[write.record.seq] = write.record
+
+    def step(self, seq: StepSeq) -> StepRecord | None:
+        return self.journal.steps.get(seq)
+
+    def effect(self, seq: StepSeq) -> EffectRecord | None:
+        return self.journal.effects.get(seq)
+
+    def confirmed_effects(self) -> list[EffectRecord]:
+        return [e for e in self.journal.effects.values() if e.state is EffectState.CONFIRMED]

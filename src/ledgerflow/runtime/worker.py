@@ -1,0 +1,180 @@
+"""A worker: claims due instances, drives many at once, keeps their leases alive (internal).
+
+The loop claims in bounded batches while it has free slots, and otherwise sleeps until a
+driven instance finishes, someone wakes it, or the earliest durable wake-up time comes. A
+heartbeat renews the leases of everything in flight; an instance whose lease was lost (another
+worker took it over with a higher generation) is cancelled here, and its writes would be
+refused by the store anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+import uuid
+
+from ledgerflow import limits
+from ledgerflow.errors import ConfigurationError, StorageUnavailableError
+from ledgerflow.model.codec import Codec
+from ledgerflow.model.definition import Registry
+from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.runtime.astore import AsyncStore
+from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.executor import Executor
+from ledgerflow.storage.records import InstanceRecord
+
+log = logging.getLogger("ledgerflow.worker")
+
+
+def new_worker_id() -> WorkerId:
+    return WorkerId(f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+
+
+class Worker:
+    """Runs instances from a store until stopped.
+
+    Example::
+
+        async with Engine("sqlite:///orders.db", registry) as engine:
+            await engine.worker(concurrency=32).run()
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        store: AsyncStore,
+        codec: Codec,
+        clock: Clock,
+        concurrency: int = limits.WORKER_CONCURRENCY_DEFAULT,
+        lease_seconds: float = limits.LEASE_SECONDS_DEFAULT,
+        poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
+        worker_id: WorkerId | None = None,
+    ) -> None:
+        if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
+            raise ConfigurationError(
+                f"concurrency must be between 1 and {limits.WORKER_CONCURRENCY_MAX}"
+            )
+        if lease_seconds < limits.LEASE_SECONDS_MIN:
+            raise ConfigurationError(f"lease_seconds must be at least {limits.LEASE_SECONDS_MIN}")
+        self.id = worker_id or new_worker_id()
+        self.store = store
+        self.clock = clock
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.executor = Executor(
+            registry=registry, store=store, codec=codec, clock=clock, owner=self.id
+        )
+        self._running: dict[InstanceId, tuple[asyncio.Task[None], Generation]] = {}
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.driven = 0
+
+    def wake(self) -> None:
+        """Look at the store now (e.g. an instance was just started in this process)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight instances finish or are released by :meth:`run`."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    async def run(self, *, until_idle: bool = False, grace_seconds: float = 10.0) -> None:
+        """Claim and drive instances until :meth:`stop` (or, with ``until_idle``, until no
+        instance is runnable now and none is in flight)."""
+        heartbeat = asyncio.create_task(self._heartbeat(), name="ledgerflow-heartbeat")
+        try:
+            while not self._stop.is_set():
+                claimed = await self._claim()
+                if until_idle and not claimed and not self._running:
+                    due = await self.store.call(self.store.store.next_available_at)
+                    if due is None or due > self.clock.now() + limits.RETRY_INLINE_WAIT_SECONDS_MAX:
+                        return
+                if claimed and len(self._running) < self.concurrency:
+                    continue
+                await self._idle()
+        finally:
+            heartbeat.cancel()
+            await self._drain(grace_seconds)
+
+    async def _claim(self) -> int:
+        free = self.concurrency - len(self._running)
+        if free <= 0:
+            return 0
+        try:
+            records = await self.store.call(
+                self.store.store.claim,
+                owner=self.id,
+                now=self.clock.now(),
+                lease_seconds=self.lease_seconds,
+                limit=min(free, limits.CLAIM_BATCH_MAX),
+            )
+        except StorageUnavailableError as exc:
+            log.warning("claim failed, will retry: %s", exc)
+            return 0
+        for record in records:
+            self._start(record)
+        return len(records)
+
+    def _start(self, record: InstanceRecord) -> None:
+        task = asyncio.create_task(self.executor.drive(record), name=record.instance_id)
+        self._running[record.instance_id] = (task, record.generation)
+        task.add_done_callback(functools.partial(self._finished, record.instance_id))
+
+    def _finished(self, instance_id: InstanceId, _task: asyncio.Task[None]) -> None:
+        entry = self._running.pop(instance_id, None)
+        self.driven += 1
+        if entry is not None and not entry[0].cancelled():
+            error = entry[0].exception()
+            if error is not None:
+                log.error("driving %s failed", instance_id, exc_info=error)
+        self._wake.set()
+
+    async def _idle(self) -> None:
+        timeout = self.poll_seconds
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+    async def _heartbeat(self) -> None:
+        every = self.lease_seconds / limits.HEARTBEATS_PER_LEASE
+        while True:
+            await asyncio.sleep(every)
+            leases = [(i, gen) for i, (_, gen) in self._running.items()]
+            if not leases:
+                continue
+            try:
+                lost = await self.store.call(
+                    self.store.store.renew,
+                    owner=self.id,
+                    leases=leases,
+                    now=self.clock.now(),
+                    lease_seconds=self.lease_seconds,
+                )
+            except StorageUnavailableError as exc:
+                log.warning("lease renewal failed: %s", exc)
+                continue
+            for instance_id in lost:
+                entry = self._running.get(instance_id)
+                if entry is not None:
+                    log.warning("lease of %s lost; stopping it here", instance_id)
+                    entry[0].cancel()
+
+    async def _drain(self, grace_seconds: float) -> None:
+        tasks = [task for task, _ in self._running.values()]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace_seconds)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)

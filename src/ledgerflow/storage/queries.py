@@ -1,0 +1,56 @@
+"""Loads the named SQL blocks of a dialect once (internal).
+
+A block starts with ``-- name: <query_name>``; the comment lines after it describe the query
+and the statement runs to the next block. Both dialects define the same names (a test holds
+them to that).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_BLOCK = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+
+
+def parse_blocks(text: str) -> dict[str, str]:
+    names = _BLOCK.findall(text)
+    bodies = _BLOCK.split(text)[2::2]
+    queries: dict[str, str] = {}
+    for name, body in zip(names, bodies, strict=True):
+        statement = "\n".join(
+            line for line in body.splitlines() if not line.lstrip().startswith("--")
+        ).strip()
+        if name in queries:
+            raise ValueError(f"query {name} is defined twice")
+        queries[name] = statement.rstrip(";")
+    return queries
+
+
+@cache
+def load(dialect: str) -> dict[str, str]:
+    folder = resources.files("ledgerflow.storage").joinpath("sql", dialect)
+    queries: dict[str, str] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".sql"):
+            for name, sql in parse_blocks(entry.read_text()).items():
+                if name in queries:
+                    raise ValueError(f"query {name} is defined in two files of {dialect}")
+                queries[name] = sql
+    return queries
+
+
+def migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """(number, name, text) of every migration of a dialect, in order."""
+    folder = resources.files("ledgerflow.storage").joinpath("sql", dialect, "migrations")
+    found: list[tuple[int, str, str]] = []
+    for entry in folder.iterdir():
+        match = re.match(r"^(\d{4})_([a-z0-9_]+)\.sql$", entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text()))
+    found.sort()
+    numbers = [n for n, _, _ in found]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise ValueError(f"{dialect} migrations are not numbered 1..n: {numbers}")
+    return found

@@ -1,0 +1,166 @@
+"""Frozen rows that cross the storage seam, and the writes a commit is made of (internal).
+
+A :class:`Commit` is everything one owner changes about one instance in one durable step; each
+write names the state it expects to replace, so the store refuses a change made against a state
+that is no longer there (zero rows updated is an error, never a silent no-op).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import (
+    BusinessKey,
+    CommandId,
+    EffectId,
+    Generation,
+    IdempotencyKey,
+    InstanceId,
+    RunNumber,
+    StepSeq,
+    TenantId,
+    WorkerId,
+)
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.step import StepKind, StepStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceRecord:
+    instance_id: InstanceId
+    tenant: TenantId
+    workflow_name: str
+    workflow_version: int
+    fingerprint: str
+    business_key: BusinessKey
+    run: RunNumber
+    status: InstanceStatus
+    owner: WorkerId | None
+    generation: Generation
+    lease_expires_at: float | None
+    available_at: float
+    input: str
+    result: str | None
+    reason_code: str | None
+    reason: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    instance_id: InstanceId
+    run: RunNumber
+    seq: StepSeq
+    kind: StepKind
+    name: str
+    command_id: CommandId
+    status: StepStatus
+    attempt: int
+    input: str | None
+    output: str | None
+    error: str | None
+    retry_policy: str
+    next_attempt_at: float | None
+    generation: Generation
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectRecord:
+    effect_id: EffectId
+    instance_id: InstanceId
+    run: RunNumber
+    seq: StepSeq
+    participant: str
+    operation: str
+    classification: str
+    idempotency_key: IdempotencyKey
+    state: EffectState
+    attempt: int
+    payload: str
+    evidence: str | None
+    reason: str | None
+    generation: Generation
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventRecord:
+    """One line of an instance's timeline: what changed, from what, by which generation."""
+
+    event_id: int
+    instance_id: InstanceId
+    at: float
+    generation: Generation
+    subject: str
+    from_state: str | None
+    to_state: str
+    detail: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Journal:
+    """What an instance's run has recorded, in step order."""
+
+    steps: dict[StepSeq, StepRecord]
+    effects: dict[StepSeq, EffectRecord]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepWrite:
+    record: StepRecord
+    expected: StepStatus
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectWrite:
+    record: EffectRecord
+    expected: EffectState
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceWrite:
+    """A status change of the instance; ``release`` gives up the lease in the same write."""
+
+    status: InstanceStatus
+    expected: InstanceStatus
+    result: str | None = None
+    reason_code: str | None = None
+    reason: str | None = None
+    release: bool = False
+    available_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Release:
+    """Give up the lease without a status change; ``available_at`` is when to look again."""
+
+    available_at: float
+
+
+Write = StepWrite | EffectWrite | InstanceWrite | Release
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """Writes of one owner to one instance, fenced on its generation, applied all or nothing."""
+
+    instance_id: InstanceId
+    owner: WorkerId
+    generation: Generation
+    writes: tuple[Write, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewInstance:
+    instance_id: InstanceId
+    tenant: TenantId
+    workflow_name: str
+    workflow_version: int
+    fingerprint: str
+    business_key: BusinessKey
+    input: str

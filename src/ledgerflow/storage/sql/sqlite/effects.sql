@@ -1,0 +1,24 @@
+-- Effects: the write-ahead intent and its outcome. The idempotency key is unique across the
+-- whole ledger: one key, one effect, forever.
+
+-- name: insert_effect
+INSERT INTO lf_effects (
+    effect_id, instance_id, run, seq, participant, operation, classification,
+    idempotency_key, state, attempt, payload, evidence, reason, generation, updated_at
+) VALUES (
+    :effect_id, :instance_id, :run, :seq, :participant, :operation, :classification,
+    :idempotency_key, :state, :attempt, :payload, :evidence, :reason, :generation, :now
+);
+
+-- name: update_effect
+-- The key, payload and identity never change after the intent; only state and evidence do.
+UPDATE lf_effects
+SET state = :state, attempt = :attempt, evidence = :evidence, reason = :reason,
+    generation = :generation, updated_at = :now
+WHERE effect_id = :effect_id AND state = :expected AND idempotency_key = :idempotency_key;
+
+-- name: select_effects
+SELECT * FROM lf_effects WHERE instance_id = :instance_id AND run = :run ORDER BY seq;
+
+-- name: select_all_effects
+SELECT * FROM lf_effects WHERE instance_id = :instance_id ORDER BY run, seq;

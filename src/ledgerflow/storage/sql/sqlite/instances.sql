@@ -1,0 +1,80 @@
+-- Instances: start by business key, claim with a lease, fence every write on the generation.
+
+-- name: insert_instance
+-- A new instance, unowned and runnable now. Conflicts on the business key are left to the
+-- caller, which reads the existing instance back.
+INSERT INTO lf_instances (
+    instance_id, tenant, workflow_name, workflow_version, fingerprint, business_key, run,
+    status, owner, generation, lease_expires_at, available_at, input, created_at, updated_at
+) VALUES (
+    :instance_id, :tenant, :workflow_name, :workflow_version, :fingerprint, :business_key, 1,
+    'RUNNING', NULL, 0, NULL, :now, :input, :now, :now
+)
+ON CONFLICT DO NOTHING;
+
+-- name: get_instance
+SELECT * FROM lf_instances WHERE instance_id = :instance_id;
+
+-- name: find_instance
+SELECT * FROM lf_instances
+WHERE tenant = :tenant AND workflow_name = :workflow_name AND business_key = :business_key;
+
+-- name: list_instances
+-- Newest first; every filter is optional.
+SELECT * FROM lf_instances
+WHERE (:status IS NULL OR status = :status)
+  AND (:workflow_name IS NULL OR workflow_name = :workflow_name)
+  AND (:tenant IS NULL OR tenant = :tenant)
+ORDER BY created_at DESC, instance_id
+LIMIT :limit;
+
+-- name: select_claimable
+-- Runnable, due, and either unowned or with a lapsed lease.
+SELECT instance_id FROM lf_instances
+WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
+  AND available_at <= :now
+  AND (owner IS NULL OR lease_expires_at < :now)
+ORDER BY available_at, instance_id
+LIMIT :limit;
+
+-- name: claim_instance
+-- Take ownership with a new, higher generation. Repeats the claimability test so that two
+-- claimers racing for one instance cannot both win.
+UPDATE lf_instances
+SET owner = :owner, generation = generation + 1, lease_expires_at = :lease_expires_at,
+    updated_at = :now
+WHERE instance_id = :instance_id
+  AND status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
+  AND available_at <= :now
+  AND (owner IS NULL OR lease_expires_at < :now)
+RETURNING *;
+
+-- name: renew_lease
+UPDATE lf_instances
+SET lease_expires_at = :lease_expires_at
+WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
+
+-- name: fence_instance
+-- The first statement of every commit: proves the writer still owns this generation.
+UPDATE lf_instances
+SET updated_at = :now
+WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
+
+-- name: set_status
+UPDATE lf_instances
+SET status = :status, result = :result, reason_code = :reason_code, reason = :reason,
+    updated_at = :now
+WHERE instance_id = :instance_id AND generation = :generation AND status = :expected;
+
+-- name: release_instance
+UPDATE lf_instances
+SET owner = NULL, lease_expires_at = NULL, available_at = :available_at, updated_at = :now
+WHERE instance_id = :instance_id AND generation = :generation;
+
+-- name: next_available_at
+-- When the earliest runnable instance becomes due, so an idle worker knows when to look.
+SELECT min(available_at) AS at FROM lf_instances
+WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING') AND owner IS NULL;
+
+-- name: count_by_status
+SELECT status, count(*) AS n FROM lf_instances GROUP BY status;

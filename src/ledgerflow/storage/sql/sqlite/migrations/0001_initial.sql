@@ -1,0 +1,80 @@
+-- Ledgerflow schema 0001: the instance, step, effect and event ledgers.
+--
+-- Times are seconds since the epoch (REAL). On SQLite every worker shares one machine and one
+-- clock, so the engine passes "now" into every time-dependent statement.
+
+CREATE TABLE lf_instances (
+    instance_id      TEXT PRIMARY KEY,
+    tenant           TEXT NOT NULL,
+    workflow_name    TEXT NOT NULL,
+    workflow_version INTEGER NOT NULL,
+    fingerprint      TEXT NOT NULL,
+    business_key     TEXT NOT NULL,
+    run              INTEGER NOT NULL DEFAULT 1,
+    status           TEXT NOT NULL,
+    owner            TEXT,
+    generation       INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at REAL,
+    available_at     REAL NOT NULL,
+    input            TEXT NOT NULL,
+    result           TEXT,
+    reason_code      TEXT,
+    reason           TEXT,
+    created_at       REAL NOT NULL,
+    updated_at       REAL NOT NULL,
+    UNIQUE (tenant, workflow_name, business_key)
+);
+
+CREATE INDEX lf_instances_runnable ON lf_instances (status, available_at);
+
+CREATE TABLE lf_steps (
+    instance_id     TEXT NOT NULL REFERENCES lf_instances (instance_id),
+    run             INTEGER NOT NULL,
+    seq             INTEGER NOT NULL,
+    kind            TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    command_id      TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    attempt         INTEGER NOT NULL,
+    input           TEXT,
+    output          TEXT,
+    error           TEXT,
+    retry_policy    TEXT NOT NULL,
+    next_attempt_at REAL,
+    generation      INTEGER NOT NULL,
+    updated_at      REAL NOT NULL,
+    PRIMARY KEY (instance_id, run, seq)
+);
+
+CREATE TABLE lf_effects (
+    effect_id       TEXT PRIMARY KEY,
+    instance_id     TEXT NOT NULL REFERENCES lf_instances (instance_id),
+    run             INTEGER NOT NULL,
+    seq             INTEGER NOT NULL,
+    participant     TEXT NOT NULL,
+    operation       TEXT NOT NULL,
+    classification  TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    state           TEXT NOT NULL,
+    attempt         INTEGER NOT NULL,
+    payload         TEXT NOT NULL,
+    evidence        TEXT,
+    reason          TEXT,
+    generation      INTEGER NOT NULL,
+    updated_at      REAL NOT NULL
+);
+
+CREATE INDEX lf_effects_instance ON lf_effects (instance_id, run, seq);
+
+CREATE TABLE lf_events (
+    event_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance_id TEXT NOT NULL REFERENCES lf_instances (instance_id),
+    at          REAL NOT NULL,
+    generation  INTEGER NOT NULL,
+    subject     TEXT NOT NULL,
+    from_state  TEXT,
+    to_state    TEXT NOT NULL,
+    detail      TEXT
+);
+
+CREATE INDEX lf_events_instance ON lf_events (instance_id, event_id);

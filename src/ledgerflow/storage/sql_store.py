@@ -1,0 +1,470 @@
+"""The store logic every SQL backend shares: named queries, row mapping, fenced commits.
+
+A dialect (:mod:`ledgerflow.storage.sqlite`, later PostgreSQL) supplies a connection, how to
+open a write transaction and a savepoint, and how to map driver errors; everything else, and
+in particular the rule that a fenced write touching zero rows is an error, lives here once.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ledgerflow.errors import FencedOutError, IllegalTransitionError, LedgerflowError
+from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
+from ledgerflow.model.ids import (
+    BusinessKey,
+    CommandId,
+    EffectId,
+    Generation,
+    IdempotencyKey,
+    InstanceId,
+    RunNumber,
+    StepSeq,
+    TenantId,
+    WorkerId,
+)
+from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceStatus
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.storage.records import (
+    Commit,
+    EffectRecord,
+    EffectWrite,
+    EventRecord,
+    InstanceRecord,
+    InstanceWrite,
+    Journal,
+    NewInstance,
+    Release,
+    StepRecord,
+    StepWrite,
+)
+
+Row = Mapping[str, Any]
+
+
+class SqlStore(abc.ABC):
+    """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
+
+    url: str
+
+    def __init__(self, queries: Mapping[str, str]) -> None:
+        self._q = queries
+
+    # -- what a dialect provides -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
+        """Run a named query; return its rows and the number of rows it changed."""
+
+    @abc.abstractmethod
+    def _write_transaction(self) -> contextlib.AbstractContextManager[None]:
+        """A durable write transaction that holds the write lock from its first statement."""
+
+    @abc.abstractmethod
+    def _read(self) -> contextlib.AbstractContextManager[None]:
+        """A consistent read."""
+
+    @abc.abstractmethod
+    def _savepoint(self, name: str) -> contextlib.AbstractContextManager[None]: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    # -- instances ---------------------------------------------------------------------------
+
+    def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
+        with self._write_transaction():
+            _, inserted = self._run("insert_instance", {**_fields(new), "now": now})
+            if inserted:
+                self._event(
+                    new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started"
+                )
+            rows, _ = self._run(
+                "find_instance",
+                {
+                    "tenant": new.tenant,
+                    "workflow_name": new.workflow_name,
+                    "business_key": new.business_key,
+                },
+            )
+        return _instance(rows[0]), inserted == 1
+
+    def claim(
+        self, *, owner: WorkerId, now: float, lease_seconds: float, limit: int
+    ) -> list[InstanceRecord]:
+        claimed: list[InstanceRecord] = []
+        with self._write_transaction():
+            rows, _ = self._run("select_claimable", {"now": now, "limit": limit})
+            for row in rows:
+                got, _ = self._run(
+                    "claim_instance",
+                    {
+                        "instance_id": row["instance_id"],
+                        "owner": owner,
+                        "lease_expires_at": now + lease_seconds,
+                        "now": now,
+                    },
+                )
+                if got:
+                    record = _instance(got[0])
+                    self._event(
+                        record.instance_id,
+                        record.generation,
+                        "owner",
+                        None,
+                        str(owner),
+                        now,
+                        "claimed",
+                    )
+                    claimed.append(record)
+        return claimed
+
+    def renew(
+        self,
+        *,
+        owner: WorkerId,
+        leases: Sequence[tuple[InstanceId, Generation]],
+        now: float,
+        lease_seconds: float,
+    ) -> list[InstanceId]:
+        lost: list[InstanceId] = []
+        with self._write_transaction():
+            for instance_id, generation in leases:
+                _, changed = self._run(
+                    "renew_lease",
+                    {
+                        "instance_id": instance_id,
+                        "owner": owner,
+                        "generation": generation,
+                        "lease_expires_at": now + lease_seconds,
+                    },
+                )
+                if changed != 1:
+                    lost.append(instance_id)
+        return lost
+
+    def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
+        results: list[Exception | None] = []
+        with self._write_transaction():
+            for index, commit in enumerate(commits):
+                try:
+                    with self._savepoint(f"c{index}"):
+                        self._apply(commit, now)
+                    results.append(None)
+                except LedgerflowError as exc:
+                    results.append(exc)
+        return results
+
+    def _apply(self, commit: Commit, now: float) -> None:
+        fence = {"instance_id": commit.instance_id, "generation": commit.generation}
+        _, owned = self._run("fence_instance", {**fence, "owner": commit.owner, "now": now})
+        if owned != 1:
+            raise FencedOutError(
+                "write refused: this owner no longer holds the instance at this generation",
+                instance_id=commit.instance_id,
+                generation=commit.generation,
+            )
+        for write in commit.writes:
+            if isinstance(write, StepWrite):
+                self._write_step(write, commit.generation, now)
+            elif isinstance(write, EffectWrite):
+                self._write_effect(write, commit.generation, now)
+            elif isinstance(write, InstanceWrite):
+                self._write_instance(write, commit, now)
+            else:
+                self._release(write, commit, now)
+
+    def _write_step(self, write: StepWrite, generation: Generation, now: float) -> None:
+        r = write.record
+        params = {**_fields(r), "generation": generation, "now": now}
+        if write.expected is StepStatus.NEW:
+            self._run("insert_step", params)
+        else:
+            _, changed = self._run("update_step", {**params, "expected": write.expected.value})
+            if changed != 1:
+                raise IllegalTransitionError(
+                    f"step {r.seq} is no longer {write.expected.value}",
+                    machine="step",
+                    state=write.expected.value,
+                    event=r.status.value,
+                    instance_id=r.instance_id,
+                )
+        self._event(
+            r.instance_id,
+            generation,
+            f"step:{r.seq}",
+            write.expected.value,
+            r.status.value,
+            now,
+            write.detail,
+        )
+
+    def _write_effect(self, write: EffectWrite, generation: Generation, now: float) -> None:
+        r = write.record
+        _check_effect_edge(write.expected, r.state)
+        params = {**_fields(r), "generation": generation, "now": now}
+        if write.expected is EffectState.NEW:
+            self._run("insert_effect", params)
+        else:
+            _, changed = self._run("update_effect", {**params, "expected": write.expected.value})
+            if changed != 1:
+                raise IllegalTransitionError(
+                    f"effect {r.effect_id} is no longer {write.expected.value}",
+                    machine="effect",
+                    state=write.expected.value,
+                    event=r.state.value,
+                    effect_id=r.effect_id,
+                )
+        self._event(
+            r.instance_id,
+            generation,
+            f"effect:{r.seq}",
+            write.expected.value,
+            r.state.value,
+            now,
+            write.detail,
+        )
+
+    def _write_instance(self, write: InstanceWrite, commit: Commit, now: float) -> None:
+        if not any(
+            target is write.status
+            for (source, _), target in INSTANCE_MACHINE.table.items()
+            if source is write.expected
+        ):
+            raise IllegalTransitionError(
+                machine="instance",
+                state=write.expected.value,
+                event=write.status.value,
+                instance_id=commit.instance_id,
+            )
+        _, changed = self._run(
+            "set_status",
+            {
+                "instance_id": commit.instance_id,
+                "generation": commit.generation,
+                "status": write.status.value,
+                "expected": write.expected.value,
+                "result": write.result,
+                "reason_code": write.reason_code,
+                "reason": write.reason,
+                "now": now,
+            },
+        )
+        if changed != 1:
+            raise IllegalTransitionError(
+                f"instance is no longer {write.expected.value}",
+                machine="instance",
+                state=write.expected.value,
+                event=write.status.value,
+                instance_id=commit.instance_id,
+            )
+        self._event(
+            commit.instance_id,
+            commit.generation,
+            "instance",
+            write.expected.value,
+            write.status.value,
+            now,
+            write.reason_code,
+        )
+        if write.release:
+            available = write.available_at if write.available_at is not None else now
+            self._release(Release(available_at=available), commit, now)
+
+    def _release(self, write: Release, commit: Commit, now: float) -> None:
+        self._run(
+            "release_instance",
+            {
+                "instance_id": commit.instance_id,
+                "generation": commit.generation,
+                "available_at": write.available_at,
+                "now": now,
+            },
+        )
+
+    def _event(
+        self,
+        instance_id: InstanceId,
+        generation: Generation,
+        subject: str,
+        from_state: str | None,
+        to_state: str,
+        now: float,
+        detail: str | None,
+    ) -> None:
+        self._run(
+            "insert_event",
+            {
+                "instance_id": instance_id,
+                "generation": generation,
+                "subject": subject,
+                "from_state": from_state,
+                "to_state": to_state,
+                "detail": detail,
+                "now": now,
+            },
+        )
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None:
+        with self._read():
+            rows, _ = self._run("get_instance", {"instance_id": instance_id})
+        return _instance(rows[0]) if rows else None
+
+    def find_instance(
+        self, *, tenant: TenantId, workflow_name: str, business_key: str
+    ) -> InstanceRecord | None:
+        with self._read():
+            rows, _ = self._run(
+                "find_instance",
+                {"tenant": tenant, "workflow_name": workflow_name, "business_key": business_key},
+            )
+        return _instance(rows[0]) if rows else None
+
+    def list_instances(
+        self,
+        *,
+        status: InstanceStatus | None = None,
+        workflow_name: str | None = None,
+        tenant: TenantId | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]:
+        with self._read():
+            rows, _ = self._run(
+                "list_instances",
+                {
+                    "status": status.value if status else None,
+                    "workflow_name": workflow_name,
+                    "tenant": tenant,
+                    "limit": limit,
+                },
+            )
+        return [_instance(r) for r in rows]
+
+    def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
+        params = {"instance_id": instance_id, "run": run}
+        with self._read():
+            steps, _ = self._run("select_steps", params)
+            effects, _ = self._run("select_effects", params)
+        step_records = [_step(r) for r in steps]
+        effect_records = [_effect(r) for r in effects]
+        return Journal(
+            steps={s.seq: s for s in step_records}, effects={e.seq: e for e in effect_records}
+        )
+
+    def effects(self, instance_id: InstanceId) -> list[EffectRecord]:
+        with self._read():
+            rows, _ = self._run("select_all_effects", {"instance_id": instance_id})
+        return [_effect(r) for r in rows]
+
+    def events(self, instance_id: InstanceId) -> list[EventRecord]:
+        with self._read():
+            rows, _ = self._run("select_events", {"instance_id": instance_id})
+        return [
+            EventRecord(
+                event_id=int(r["event_id"]),
+                instance_id=InstanceId(r["instance_id"]),
+                at=float(r["at"]),
+                generation=Generation(int(r["generation"])),
+                subject=r["subject"],
+                from_state=r["from_state"],
+                to_state=r["to_state"],
+                detail=r["detail"],
+            )
+            for r in rows
+        ]
+
+    def next_available_at(self) -> float | None:
+        with self._read():
+            rows, _ = self._run("next_available_at", {})
+        at = rows[0]["at"] if rows else None
+        return float(at) if at is not None else None
+
+    def count_by_status(self) -> dict[InstanceStatus, int]:
+        with self._read():
+            rows, _ = self._run("count_by_status", {})
+        return {InstanceStatus(r["status"]): int(r["n"]) for r in rows}
+
+
+def _check_effect_edge(expected: EffectState, new: EffectState) -> None:
+    """Refuse an effect write whose (expected -> new) is not an edge of the effect machine."""
+    allowed = {target for (source, _), target in EFFECT_MACHINE.table.items() if source is expected}
+    if new not in allowed:
+        raise IllegalTransitionError(machine="effect", state=expected.value, event=new.value)
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A record as query parameters: enums by their value, everything else as it is."""
+    out: dict[str, Any] = {}
+    for name in record.__dataclass_fields__:
+        value = getattr(record, name)
+        out[name] = value.value if isinstance(value, enum.Enum) else value
+    return out
+
+
+def _instance(r: Row) -> InstanceRecord:
+    return InstanceRecord(
+        instance_id=InstanceId(r["instance_id"]),
+        tenant=TenantId(r["tenant"]),
+        workflow_name=r["workflow_name"],
+        workflow_version=int(r["workflow_version"]),
+        fingerprint=r["fingerprint"],
+        business_key=BusinessKey(r["business_key"]),
+        run=RunNumber(int(r["run"])),
+        status=InstanceStatus(r["status"]),
+        owner=WorkerId(r["owner"]) if r["owner"] is not None else None,
+        generation=Generation(int(r["generation"])),
+        lease_expires_at=r["lease_expires_at"],
+        available_at=float(r["available_at"]),
+        input=r["input"],
+        result=r["result"],
+        reason_code=r["reason_code"],
+        reason=r["reason"],
+        created_at=float(r["created_at"]),
+        updated_at=float(r["updated_at"]),
+    )
+
+
+def _step(r: Row) -> StepRecord:
+    return StepRecord(
+        instance_id=InstanceId(r["instance_id"]),
+        run=RunNumber(int(r["run"])),
+        seq=StepSeq(int(r["seq"])),
+        kind=StepKind(r["kind"]),
+        name=r["name"],
+        command_id=CommandId(r["command_id"]),
+        status=StepStatus(r["status"]),
+        attempt=int(r["attempt"]),
+        input=r["input"],
+        output=r["output"],
+        error=r["error"],
+        retry_policy=r["retry_policy"],
+        next_attempt_at=r["next_attempt_at"],
+        generation=Generation(int(r["generation"])),
+        updated_at=float(r["updated_at"]),
+    )
+
+
+def _effect(r: Row) -> EffectRecord:
+    return EffectRecord(
+        effect_id=EffectId(r["effect_id"]),
+        instance_id=InstanceId(r["instance_id"]),
+        run=RunNumber(int(r["run"])),
+        seq=StepSeq(int(r["seq"])),
+        participant=r["participant"],
+        operation=r["operation"],
+        classification=r["classification"],
+        idempotency_key=IdempotencyKey(r["idempotency_key"]),
+        state=EffectState(r["state"]),
+        attempt=int(r["attempt"]),
+        payload=r["payload"],
+        evidence=r["evidence"],
+        reason=r["reason"],
+        generation=Generation(int(r["generation"])),
+        updated_at=float(r["updated_at"]),
+    )

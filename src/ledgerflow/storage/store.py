@@ -1,0 +1,83 @@
+"""The storage seam: what the engine needs from any database (internal).
+
+Every backend implements :class:`Store` and passes the same contract suite
+(``tests/storage``). Methods are synchronous: the runtime calls them from one dedicated thread
+per store, which keeps driver objects off the event loop and gives a natural place to group
+the commits of many instances into one durable write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ledgerflow.model.ids import Generation, InstanceId, RunNumber, TenantId, WorkerId
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.storage.records import (
+    Commit,
+    EffectRecord,
+    EventRecord,
+    InstanceRecord,
+    Journal,
+    NewInstance,
+)
+
+
+class Store(Protocol):
+    url: str
+
+    def close(self) -> None: ...
+
+    def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
+        """Insert the instance unless its business key exists; return it and whether it is new."""
+        ...
+
+    def claim(
+        self, *, owner: WorkerId, now: float, lease_seconds: float, limit: int
+    ) -> list[InstanceRecord]:
+        """Take up to ``limit`` due instances that nobody holds, each with a higher generation."""
+        ...
+
+    def renew(
+        self,
+        *,
+        owner: WorkerId,
+        leases: Sequence[tuple[InstanceId, Generation]],
+        now: float,
+        lease_seconds: float,
+    ) -> list[InstanceId]:
+        """Extend leases; return the instances this owner no longer holds."""
+        ...
+
+    def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
+        """Apply many instances' commits in one durable transaction.
+
+        Each commit is applied all or nothing; a commit refused (stale generation, unexpected
+        state) is rolled back alone and its error returned at its position.
+        """
+        ...
+
+    def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None: ...
+
+    def find_instance(
+        self, *, tenant: TenantId, workflow_name: str, business_key: str
+    ) -> InstanceRecord | None: ...
+
+    def list_instances(
+        self,
+        *,
+        status: InstanceStatus | None = None,
+        workflow_name: str | None = None,
+        tenant: TenantId | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]: ...
+
+    def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal: ...
+
+    def effects(self, instance_id: InstanceId) -> list[EffectRecord]: ...
+
+    def events(self, instance_id: InstanceId) -> list[EventRecord]: ...
+
+    def next_available_at(self) -> float | None: ...
+
+    def count_by_status(self) -> dict[InstanceStatus, int]: ...
