@@ -47,16 +47,16 @@ class Service:
     url: str
     http: httpx.Client
 
-    def apply(self, participant: str, key: str, operation: str = "op") -> httpx.Response:
+    def apply(self, participant: str, key: str, attempt: int = 1) -> httpx.Response:
         return self.http.post(
             f"/{participant}/apply",
-            json={"key": key, "operation": operation, "payload": {"n": 1}, "attempt": 1},
+            json={"key": key, "operation": "op", "payload": {"n": 1}, "attempt": attempt},
         )
 
-    def lookup(self, participant: str, key: str) -> dict[str, Any]:
+    def lookup(self, participant: str, key: str, attempt: int = 1) -> dict[str, Any]:
         answer = _remote(self, participant, lookup=True).lookup_function
         assert answer is not None
-        result = _run(answer(IdempotencyKey(key)))
+        result = _run(answer(IdempotencyKey(key), attempt))
         assert isinstance(result, LookupAnswer)
         return {"verdict": result.verdict, "evidence": result.evidence}
 
@@ -233,20 +233,30 @@ def test_deduplicating_participant_applies_once_and_answers_duplicate(service: S
     assert len(ledger["received"]) == 2
 
 
-def test_lookup_not_applied_fences_the_key(service: Service) -> None:
-    """Goal: a not-applied lookup answer is a promise that the key will never apply later.
+def test_lookup_not_applied_fences_the_attempts_asked_about(service: Service) -> None:
+    """Goal: a not-applied answer at attempt N is a promise that attempts 1..N never apply.
 
-    Method: look up an unseen key at `inventory` (not-applied), then apply it: 409 `fenced`,
-    not retryable, and no applied row, though the request was received.
+    Method: look up an unseen key at `inventory` for attempt 2 (not-applied); attempts 1 and 2
+    of that key are then refused 409 `fenced`, not retryable, and not applied though received;
+    a lower lookup afterwards does not narrow the fence; attempt 3 (the engine's re-dispatch)
+    applies once.
     """
-    assert service.lookup("inventory", "fence-1")["verdict"] is LookupVerdict.NOT_APPLIED
-    response = service.apply("inventory", "fence-1")
-    assert response.status_code == 409
-    assert response.json() == {"status": "rejected", "error_code": "fenced", "retryable": False}
+    assert service.lookup("inventory", "fence-1", 2)["verdict"] is LookupVerdict.NOT_APPLIED
+    for attempt in (1, 2):
+        response = service.apply("inventory", "fence-1", attempt)
+        assert response.status_code == 409
+        assert response.json() == {
+            "status": "rejected",
+            "error_code": "fenced",
+            "retryable": False,
+        }
+    assert service.lookup("inventory", "fence-1", 1)["verdict"] is LookupVerdict.NOT_APPLIED
+    assert service.apply("inventory", "fence-1", 2).status_code == 409
+    assert service.apply("inventory", "fence-1", 3).status_code == 200
     ledger = service.ledger("inventory", "fence-1")
-    assert ledger["applied"] == []
-    assert len(ledger["received"]) == 1
-    assert len(ledger["fenced"]) == 1
+    assert [row["attempt"] for row in ledger["applied"]] == [3]
+    assert len(ledger["received"]) == 4
+    assert [row["up_to_attempt"] for row in ledger["fenced"]] == [2]
 
 
 def test_lookup_reports_applied_with_the_first_receipt(service: Service) -> None:
@@ -283,18 +293,20 @@ def test_held_then_dropped_request_is_received_but_not_applied(service: Service)
 def test_delayed_original_arriving_after_the_fence_is_refused(service: Service) -> None:
     """Goal: the fencing promise holds for a request that was already in flight.
 
-    Method: hold an `inventory` apply after it was received, answer a lookup for its key
-    (not-applied), then let the held request continue: refused 409 `fenced`, nothing applied.
+    Method: hold attempt 1 of an `inventory` apply after it was received, answer a lookup for
+    its key at attempt 1 (not-applied), re-dispatch as attempt 2 (applied), then let the held
+    original continue: refused 409 `fenced`; the ledger holds exactly one application.
     """
     service.rules({"participant": "inventory", "operation": "op", "action": "hold"})
     pending = _apply_in_background(service, "inventory", "late-1")
     assert service.wait_held(1) == 1
-    assert service.lookup("inventory", "late-1")["verdict"] is LookupVerdict.NOT_APPLIED
+    assert service.lookup("inventory", "late-1", 1)["verdict"] is LookupVerdict.NOT_APPLIED
+    assert service.apply("inventory", "late-1", 2).status_code == 200
     assert service.release("apply") == 1
     response = pending.result(timeout=REQUEST_SECONDS)
     assert response.status_code == 409
     assert response.json()["error_code"] == "fenced"
-    assert service.ledger("inventory", "late-1")["applied"] == []
+    assert [row["attempt"] for row in service.ledger("inventory", "late-1")["applied"]] == [2]
 
 
 def test_rules_fire_the_stated_number_of_times(service: Service) -> None:
@@ -343,19 +355,20 @@ def test_reject_rule_raises_effect_rejected(service: Service) -> None:
     assert service.ledger("payment", "remote-reject-1")["applied"] == []
 
 
-def test_fenced_key_raises_a_final_rejection(service: Service) -> None:
-    """Goal: after the adapter's lookup fenced a key, dispatching it is a final rejection.
+def test_fenced_attempt_raises_a_final_rejection(service: Service) -> None:
+    """Goal: after the adapter's lookup fenced attempt 1, dispatching it is a final rejection.
 
-    Method: lookup through a remote `email` (not-applied), then dispatch the key: rejected with
-    error code `fenced` and `retryable=False`.
+    Method: lookup through a remote `email` at attempt 1 (not-applied), then dispatch attempt 1:
+    rejected with error code `fenced` and `retryable=False`; attempt 2 returns a receipt.
     """
     email = _remote(service, "email", deduplicates=True, lookup=True)
     assert email.lookup_function is not None
-    answer = _run(email.lookup_function(IdempotencyKey("remote-fence-1")))
+    answer = _run(email.lookup_function(IdempotencyKey("remote-fence-1"), 1))
     assert answer == LookupAnswer.not_applied()
     with pytest.raises(EffectRejectedError) as caught:
-        _dispatch(email, "remote-fence-1")
+        _dispatch(email, "remote-fence-1", attempt=1)
     assert (caught.value.error_code, caught.value.retryable) == ("fenced", False)
+    assert _dispatch(email, "remote-fence-1", attempt=2)["key"] == "remote-fence-1"
 
 
 def test_fail_rule_is_unknown_not_a_rejection(service: Service) -> None:

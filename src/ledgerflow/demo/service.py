@@ -5,7 +5,11 @@ several named participants. Each participant records, in its own SQLite file
 ``<dir>/<name>.participant.db``, every request it received, every effect it applied and every key
 its lookup fenced. Tests compare that record with the engine's ledger, so the record must not
 flatter the engine: a participant that does not deduplicate applies a repeated key again (a
-second ``applied`` row), and a fenced key is refused however late its request arrives.
+second ``applied`` row), and a fenced dispatch is refused however late it arrives.
+
+Fencing follows the engine's lookup contract: a lookup for ``key`` at ``attempt`` N that answers
+not-applied fences attempts 1..N of that key (a lookup without an attempt fences them all), so a
+delayed original is refused while the engine's re-dispatch, numbered N+1, still applies.
 
 Faults are injected deterministically through ``/_control`` endpoints instead of sleeps:
 ``reject`` and ``fail`` answer without applying, ``hold`` parks a request after it was recorded
@@ -108,7 +112,8 @@ class _Ledger:
             CREATE TABLE IF NOT EXISTS received (
                 seq INTEGER PRIMARY KEY, key TEXT, operation TEXT, attempt INT,
                 received_at REAL);
-            CREATE TABLE IF NOT EXISTS fenced (key TEXT PRIMARY KEY, fenced_at REAL);
+            CREATE TABLE IF NOT EXISTS fenced (
+                key TEXT PRIMARY KEY, up_to_attempt INT, fenced_at REAL);
             """
         )
 
@@ -148,7 +153,13 @@ class _Ledger:
         self, key: str, operation: str, payload: str, attempt: int
     ) -> tuple[int, dict[str, Any]]:
         with self._transaction() as db:
-            if db.execute("SELECT 1 FROM fenced WHERE key = ?", (key,)).fetchone():
+            # up_to_attempt NULL fences every attempt of the key.
+            fence = db.execute(
+                "SELECT 1 FROM fenced "
+                "WHERE key = ? AND (up_to_attempt IS NULL OR ? <= up_to_attempt)",
+                (key, attempt),
+            ).fetchone()
+            if fence is not None:
                 return 409, {"status": "rejected", "error_code": "fenced", "retryable": False}
             if self.spec.deduplicates:
                 first = self._first_application(db, key)
@@ -171,13 +182,18 @@ class _Ledger:
             }
             return 200, {"status": "applied", "receipt": receipt}
 
-    def lookup(self, key: str) -> dict[str, Any]:
+    def lookup(self, key: str, attempt: int | None) -> dict[str, Any]:
         with self._transaction() as db:
             first = self._first_application(db, key)
             if first is not None:
                 return {"verdict": "applied", "evidence": self._receipt(first)}
+            # A fence only ever widens: a later, lower lookup must not unfence what was promised.
             db.execute(
-                "INSERT OR IGNORE INTO fenced (key, fenced_at) VALUES (?, ?)", (key, time.time())
+                "INSERT INTO fenced (key, up_to_attempt, fenced_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET up_to_attempt = CASE "
+                "WHEN fenced.up_to_attempt IS NULL OR excluded.up_to_attempt IS NULL THEN NULL "
+                "ELSE max(fenced.up_to_attempt, excluded.up_to_attempt) END",
+                (key, attempt, time.time()),
             )
             return {"verdict": "not-applied"}
 
@@ -339,7 +355,12 @@ class ParticipantService:
         key = request.path_params["key"]
         if not key:
             return _error(400, "empty key")
-        return JSONResponse(await asyncio.to_thread(ledger.lookup, key))
+        attempt_text = request.query_params.get("attempt")
+        try:
+            attempt = None if attempt_text is None else int(attempt_text)
+        except ValueError:
+            return _error(400, "'attempt' must be an integer")
+        return JSONResponse(await asyncio.to_thread(ledger.lookup, key, attempt))
 
     async def _ledger(self, request: Request) -> Response:
         ledger = self.ledgers.get(request.path_params["name"])
@@ -429,7 +450,9 @@ class _Server(uvicorn.Server):
 
 def _bind(host: str, port: int) -> socket.socket:
     # Binding here rather than in uvicorn gives the real port of --port 0 before serving starts.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # The explicit IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted connections only
+    # when the listening socket says TCP, and without it every response stalls ~40 ms (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -50,8 +50,10 @@ class EffectCall:
 
 
 EffectFunction = Callable[[EffectCall], Awaitable[Any]] | Callable[[EffectCall], Any]
+# A lookup receives the key and the highest attempt that may have been dispatched under it.
 LookupFunction = (
-    Callable[[IdempotencyKey], Awaitable[LookupAnswer]] | Callable[[IdempotencyKey], LookupAnswer]
+    Callable[[IdempotencyKey, int], Awaitable[LookupAnswer]]
+    | Callable[[IdempotencyKey, int], LookupAnswer]
 )
 
 
@@ -92,11 +94,14 @@ class Participant:
             return await bank.charge(call.payload, idempotency_key=call.idempotency_key)
 
         @payments.lookup
-        async def find(key: str) -> LookupAnswer:
+        async def find(key: str, attempt: int) -> LookupAnswer:
             ...
 
     ``deduplicates=True`` promises that the same idempotency key applied twice is applied once.
-    A lookup answers, for a key, applied (with evidence), not applied, or unknown.
+    A lookup answers, for a key, applied (with evidence), not applied, or unknown. Answering
+    not applied is a promise: no dispatch of that key with an attempt number up to ``attempt``
+    will ever be applied (the participant fences them), so a late original request cannot
+    apply after the engine re-dispatches with a higher attempt number.
     """
 
     def __init__(self, name: str, *, deduplicates: bool = False) -> None:

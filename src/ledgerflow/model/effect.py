@@ -65,8 +65,9 @@ class LookupAnswer:
     """A participant's answer about one idempotency key.
 
     The contract a participant signs by offering a lookup: NOT_APPLIED means the key was not
-    applied *and will not be* if the original request arrives later (the lookup fences the key).
-    Without that promise a late original could apply after a re-dispatch.
+    applied *and will not be* by any dispatch with an attempt number up to the one asked about
+    (the lookup fences those attempts). Without that promise a late original request could
+    apply after the engine re-dispatched under a higher attempt number.
     """
 
     verdict: LookupVerdict

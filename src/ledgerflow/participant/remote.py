@@ -12,9 +12,9 @@ Protocol, for a participant ``name`` at ``base_url``:
 - ``POST {base_url}/{name}/apply`` with ``{"key", "operation", "payload", "effect_id",
   "instance_id", "attempt"}``; ``200 {"status": "applied", "receipt": {...}}`` or
   ``409``/``422 {"status": "rejected", "error_code": str, "retryable": bool}``.
-- ``GET {base_url}/{name}/lookup/{key}`` (key percent-encoded) answering
-  ``{"verdict": "applied", "evidence": ...}``, ``{"verdict": "not-applied"}`` (which fences the
-  key at the participant) or ``{"verdict": "unknown"}``.
+- ``GET {base_url}/{name}/lookup/{key}?attempt=N`` (key percent-encoded) answering
+  ``{"verdict": "applied", "evidence": ...}``, ``{"verdict": "not-applied"}`` (which fences
+  attempts 1..N of the key at the participant) or ``{"verdict": "unknown"}``.
 """
 
 from __future__ import annotations
@@ -188,10 +188,13 @@ class RemoteParticipant(Participant):
             )
         raise unknown(f"HTTP {response.status_code} proves neither applied nor not applied")
 
-    async def ask(self, key: IdempotencyKey) -> LookupAnswer:
-        """Ask the service about a key. A not-applied answer has fenced the key there."""
+    async def ask(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
+        """Ask about a key; a not-applied answer has fenced its attempts up to ``attempt``."""
         client = await self._client()
-        response = await client.get(f"{self.base_url}/{self.name}/lookup/{quote(key, safe='')}")
+        response = await client.get(
+            f"{self.base_url}/{self.name}/lookup/{quote(key, safe='')}",
+            params={"attempt": attempt},
+        )
 
         def failed(why: str) -> RemoteLookupError:
             return RemoteLookupError(

@@ -206,7 +206,7 @@ class EffectDriver:
             faults.point("effect.before_lookup", **self._where(attempt))
             try:
                 answer = await asyncio.wait_for(
-                    call_user(participant.lookup_function, self.key),
+                    call_user(participant.lookup_function, self.key, attempt),
                     timeout=self.d.timeout_seconds,
                 )
             except Exception as exc:  # noqa: BLE001 - a failed lookup proves nothing.

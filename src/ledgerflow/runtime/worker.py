@@ -89,15 +89,19 @@ class Worker:
         return len(self._running)
 
     async def run(self, *, until_idle: bool = False, grace_seconds: float = 10.0) -> None:
-        """Claim and drive instances until :meth:`stop` (or, with ``until_idle``, until no
-        instance is runnable now and none is in flight)."""
+        """Claim and drive instances until :meth:`stop`.
+
+        With ``until_idle`` it returns once no instance is runnable at all (every one is
+        terminal, parked or waiting for an event) and none is in flight; instances held by a
+        dead worker are waited for until their lease lapses, then taken over.
+        """
         heartbeat = asyncio.create_task(self._heartbeat(), name="ledgerflow-heartbeat")
         try:
             while not self._stop.is_set():
                 claimed = await self._claim()
                 if until_idle and not claimed and not self._running:
                     due = await self.store.call(self.store.store.next_available_at)
-                    if due is None or due > self.clock.now() + limits.RETRY_INLINE_WAIT_SECONDS_MAX:
+                    if due is None:
                         return
                 if claimed and len(self._running) < self.concurrency:
                     continue

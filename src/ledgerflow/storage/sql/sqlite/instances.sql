@@ -72,9 +72,13 @@ SET owner = NULL, lease_expires_at = NULL, available_at = :available_at, updated
 WHERE instance_id = :instance_id AND generation = :generation;
 
 -- name: next_available_at
--- When the earliest runnable instance becomes due, so an idle worker knows when to look.
-SELECT min(available_at) AS at FROM lf_instances
-WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING') AND owner IS NULL;
+-- When the earliest runnable instance becomes claimable: its due time, or for one still held,
+-- the later of that and its lease expiry. NULL when nothing is runnable at all.
+SELECT min(
+    CASE WHEN owner IS NULL THEN available_at ELSE max(available_at, lease_expires_at) END
+) AS at
+FROM lf_instances
+WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING');
 
 -- name: count_by_status
 SELECT status, count(*) AS n FROM lf_instances GROUP BY status;

@@ -1,0 +1,1 @@
+"""The ``ledgerflow`` command line (internal): one module per command group."""

@@ -1,0 +1,70 @@
+"""Workflows the crash-point tests run in real worker processes.
+
+Imported by the worker subprocess as ``fault_workflows:registry``; the participants live in a
+separate service process whose URL comes from ``LEDGERFLOW_TEST_SERVICE_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from ledgerflow import Registry, RetryPolicy, WorkflowContext
+from ledgerflow.participant import remote_participant
+
+URL = os.environ.get("LEDGERFLOW_TEST_SERVICE_URL", "http://127.0.0.1:9")
+FAST = RetryPolicy(attempts_max=4, backoff_initial=timedelta(milliseconds=20))
+
+registry = Registry()
+# Has a lookup, does not deduplicate: UNKNOWN is settled by asking it.
+inventory = registry.add_participant(
+    remote_participant(
+        "inventory",
+        URL,
+        operations={"reserve": "reversible"},
+        deduplicates=False,
+        has_lookup=True,
+        retry=FAST,
+    )
+)
+# Deduplicates, has no lookup: UNKNOWN is settled by sending the same key again.
+payment = registry.add_participant(
+    remote_participant(
+        "payment",
+        URL,
+        operations={"charge": "compensatable"},
+        deduplicates=True,
+        has_lookup=False,
+        retry=FAST,
+    )
+)
+# Neither: UNKNOWN can only be settled by an operator.
+legacy = registry.add_participant(
+    remote_participant(
+        "legacy",
+        URL,
+        operations={"apply": "manual-intervention"},
+        deduplicates=False,
+        has_lookup=False,
+        retry=FAST,
+    )
+)
+
+
+def total_of(items: list[int]) -> int:
+    return sum(items)
+
+
+@registry.workflow(name="order", version=1)
+async def order(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+    total = await ctx.step("total", total_of, request["items"])
+    reservation = await ctx.effect(inventory.effects["reserve"], {"sku": request["sku"]})
+    charge = await ctx.effect(payment.effects["charge"], {"amount": total})
+    return {"total": total, "reservation": reservation, "charge": charge}
+
+
+@registry.workflow(name="legacy", version=1)
+async def legacy_flow(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+    receipt = await ctx.effect(legacy.effects["apply"], request)
+    return {"receipt": receipt}
