@@ -19,9 +19,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fault_workflows import registry  # noqa: E402
+from fault_workflows import registry
 
-from ledgerflow import EffectState, InstanceStatus, SyncEngine  # noqa: E402
+from ledgerflow import EffectState, InstanceStatus, SyncEngine
 
 pytestmark = pytest.mark.slow
 

@@ -25,6 +25,7 @@ from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.executor import Executor
+from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.storage.records import InstanceRecord
 
 log = logging.getLogger("ledgerflow.worker")
@@ -73,6 +74,7 @@ class Worker:
         self._running: dict[InstanceId, tuple[asyncio.Task[None], Generation]] = {}
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
+        self._crash: SimulatedCrash | None = None
         self.driven = 0
 
     def wake(self) -> None:
@@ -108,7 +110,14 @@ class Worker:
                 await self._idle()
         finally:
             heartbeat.cancel()
-            await self._drain(grace_seconds)
+            if self._crash is None:
+                await self._drain(grace_seconds)
+            else:
+                # A simulated death: everything in memory is dropped, nothing is released.
+                for task, _ in list(self._running.values()):
+                    task.cancel()
+        if self._crash is not None:
+            raise self._crash
 
     async def _claim(self) -> int:
         free = self.concurrency - len(self._running)
@@ -139,7 +148,10 @@ class Worker:
         self.driven += 1
         if entry is not None and not entry[0].cancelled():
             error = entry[0].exception()
-            if error is not None:
+            if isinstance(error, SimulatedCrash):
+                self._crash = error
+                self.stop()
+            elif error is not None:
                 log.error("driving %s failed", instance_id, exc_info=error)
         self._wake.set()
 

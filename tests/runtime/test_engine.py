@@ -1,0 +1,395 @@
+"""The engine in one process: starts by business key, bad input, verdicts, replay and drift.
+
+In-process participants keep their own list of applications by key; the store is a real SQLite
+file. Workers run until idle, so every test ends at quiescence without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ledgerflow as lf
+from ledgerflow.errors import (
+    ConcurrencyError,
+    EffectFailedError,
+    EffectRejectedError,
+    PayloadError,
+    StepFailedError,
+    UnknownVersionError,
+    UnknownWorkflowError,
+    WorkflowError,
+)
+from ledgerflow.runtime import faults
+from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
+
+QUICK = lf.RetryPolicy(attempts_max=3, backoff_initial=timedelta(milliseconds=1))
+
+
+class Shop:
+    """A registry with in-process participants that record every application by key."""
+
+    def __init__(self) -> None:
+        self.applied: Counter[str] = Counter()
+        self.reject_next: int = 0
+        self.registry = lf.Registry()
+        stock = self.registry.add_participant(lf.Participant("stock", deduplicates=True))
+        mail = self.registry.add_participant(lf.Participant("mail", deduplicates=True))
+
+        @stock.effect(classification="reversible", retry=QUICK)
+        async def hold(call: lf.EffectCall) -> dict[str, Any]:
+            if self.reject_next:
+                self.reject_next -= 1
+                raise EffectRejectedError("busy", error_code="busy")
+            self.applied[call.idempotency_key] += 1
+            return {"held": call.payload}
+
+        @mail.effect(classification="forward-recovery-only", retry=QUICK)
+        def send(call: lf.EffectCall) -> dict[str, Any]:  # a blocking effect: runs on a thread
+            self.applied[call.idempotency_key] += 1
+            return {"sent": True}
+
+        self.hold, self.send = hold, send
+        self.ran: Counter[str] = Counter()
+
+        @self.registry.workflow(name="order", version=1, step_retry=QUICK)
+        async def order(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+            self.ran[ctx.business_key] += 1
+            held = await ctx.effect(hold, request["sku"])
+            if request.get("fail") == "after_hold":
+                raise RuntimeError("boom after hold")
+            if request.get("mail"):
+                await ctx.effect(send, {"to": request["mail"]})
+            if request.get("fail") == "after_mail":
+                raise RuntimeError("boom after mail")
+            return {"held": held}
+
+        @self.registry.workflow(name="plain", version=1, step_retry=QUICK)
+        async def plain(ctx: lf.WorkflowContext, n: int) -> int:
+            if n < 0:
+                raise ValueError("negative")
+            doubled: int = await ctx.step("double", lambda x: x * 2, n)
+            return doubled
+
+
+@pytest.fixture
+def shop() -> Shop:
+    return Shop()
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/journal.db"
+
+
+async def _run(engine: lf.Engine) -> None:
+    await engine.worker(lease_seconds=1, poll_seconds=0.01).run(until_idle=True)
+
+
+def test_duplicate_start_returns_same_instance_and_runs_once(shop: Shop, url: str) -> None:
+    """Starting one business key twice (also from a second engine) yields one instance, one
+    run of the workflow and one application of each effect."""
+
+    async def main() -> None:
+        async with lf.Engine(url, shop.registry) as a, lf.Engine(url, shop.registry) as b:
+            first = await a.start("order", key="o-1", input={"sku": "X"})
+            second = await b.start("order", key="o-1", input={"sku": "X"})
+            assert first.created and not second.created
+            assert first.instance_id == second.instance_id
+            await _run(a)
+            await _run(b)
+            assert await b.result(first.instance_id, timeout=5) == {"held": {"held": "X"}}
+            assert shop.ran["o-1"] == 1
+            assert list(shop.applied.values()) == [1]
+
+    asyncio.run(main())
+
+
+def test_same_key_with_other_input_is_refused(shop: Shop, url: str) -> None:
+    """A repeated start that asks for something else is a caller's bug, not the same start."""
+
+    async def main() -> None:
+        async with lf.Engine(url, shop.registry) as engine:
+            await engine.start("order", key="o-2", input={"sku": "X"})
+            with pytest.raises(ConcurrencyError, match="another input"):
+                await engine.start("order", key="o-2", input={"sku": "Y"})
+
+    asyncio.run(main())
+
+
+def test_bad_input_gets_specific_errors_and_stores_nothing(shop: Shop, url: str) -> None:
+    """Unknown workflow, unknown version, unserialisable input and an empty key each raise
+    their own error, and no instance is created."""
+    with lf.SyncEngine(url, shop.registry) as engine:
+        with pytest.raises(UnknownWorkflowError) as unknown:
+            engine.start("nope", key="k", input=1)
+        assert unknown.value.code == "LF102"
+        with pytest.raises(UnknownVersionError) as version:
+            engine.start("order", key="k", input={"sku": "X"}, version=7)
+        assert version.value.code == "LF103"
+        with pytest.raises(PayloadError, match="not JSON-serialisable"):
+            engine.start("order", key="k", input={"sku": {1, 2}})
+        with pytest.raises(PayloadError, match="business key"):
+            engine.start("order", key="", input={"sku": "X"})
+        assert engine.list() == []
+
+
+def test_sync_start_and_result_from_another_engine(shop: Shop, url: str) -> None:
+    """Synchronous code starts an instance; a worker elsewhere finishes it; a second
+    synchronous engine (another connection) reads the result."""
+    with lf.SyncEngine(url, shop.registry) as engine:
+        started = engine.start("plain", key="p-1", input=21)
+
+    async def work() -> None:
+        async with lf.Engine(url, shop.registry) as engine:
+            await _run(engine)
+
+    asyncio.run(work())
+    with lf.SyncEngine(url, shop.registry) as reader:
+        assert reader.result(started.instance_id, timeout=5) == 42
+
+
+def test_failure_verdicts_follow_the_effect_ledger(shop: Shop, url: str) -> None:
+    """FAILED only when no effect was confirmed; after a confirmed reversible effect the
+    instance is parked for a person (compensation is not built yet); after a confirmed
+    forward-recovery-only effect it is FORWARD_RECOVERY_REQUIRED."""
+
+    async def main() -> None:
+        async with lf.Engine(url, shop.registry) as engine:
+            clean = await engine.start("plain", key="f-1", input=-1)
+            held = await engine.start("order", key="f-2", input={"sku": "X", "fail": "after_hold"})
+            pivot = await engine.start(
+                "order", key="f-3", input={"sku": "X", "mail": "a@b", "fail": "after_mail"}
+            )
+            await _run(engine)
+            statuses = {
+                s.instance_id: (await engine.get(s.instance_id)) for s in (clean, held, pivot)
+            }
+            assert statuses[clean.instance_id].status is lf.InstanceStatus.FAILED
+            assert statuses[held.instance_id].status is lf.InstanceStatus.MANUAL_INTERVENTION
+            assert statuses[held.instance_id].reason_code == "failed_after_effects"
+            assert statuses[pivot.instance_id].status is lf.InstanceStatus.FORWARD_RECOVERY_REQUIRED
+            with pytest.raises(WorkflowError, match="FAILED"):
+                await engine.result(clean.instance_id, timeout=1)
+
+    asyncio.run(main())
+
+
+def test_rejected_effect_retries_under_the_same_key_then_fails(shop: Shop, url: str) -> None:
+    """A proven rejection is retried under the same key within the attempt bound; after the
+    last attempt the workflow sees EffectFailedError and, with nothing confirmed, ends FAILED."""
+    shop.reject_next = 10
+
+    caught: list[str] = []
+
+    @shop.registry.workflow(name="catcher", version=1)
+    async def catcher(ctx: lf.WorkflowContext, sku: str) -> str:
+        try:
+            await ctx.effect(shop.hold, sku)
+        except EffectFailedError as exc:
+            caught.append(exc.code)
+            raise
+        return "unreachable"
+
+    async def main() -> None:
+        async with lf.Engine(url, shop.registry) as engine:
+            started = await engine.start("catcher", key="r-1", input="X")
+            await _run(engine)
+            record = await engine.get(started.instance_id)
+            assert record.status is lf.InstanceStatus.FAILED
+            [effect] = (await engine.detail(started.instance_id)).effects
+            assert effect.state is lf.EffectState.FAILED
+            assert effect.attempt == QUICK.attempts_max
+            assert caught == ["LF502"]
+            assert not shop.applied
+
+    asyncio.run(main())
+
+
+def test_local_step_retries_then_fails_into_workflow_code(shop: Shop, url: str) -> None:
+    """A local step that keeps failing is tried attempts_max times, then StepFailedError."""
+    calls: list[int] = []
+
+    def flaky(n: int) -> int:
+        calls.append(n)
+        raise OSError("disk")
+
+    @shop.registry.workflow(name="flaky", version=1, step_retry=QUICK)
+    async def flaky_flow(ctx: lf.WorkflowContext, n: int) -> int:
+        try:
+            value: int = await ctx.step("flaky", flaky, n)
+        except StepFailedError:
+            return -1
+        return value
+
+    async def main() -> None:
+        async with lf.Engine(url, shop.registry) as engine:
+            started = await engine.start("flaky", key="s-1", input=5)
+            await _run(engine)
+            assert await engine.result(started.instance_id, timeout=1) == -1
+            [step, *_] = (await engine.detail(started.instance_id)).steps
+            assert step.status is lf.StepStatus.FAILED
+            assert step.attempt == QUICK.attempts_max
+            assert len(calls) == QUICK.attempts_max
+
+    asyncio.run(main())
+
+
+def test_replay_divergence_is_parked(shop: Shop, url: str) -> None:
+    """Code that asks for another step where the journal has one is parked, not run on.
+
+    A crash fault stops the first worker after step 1; the registry is then given a
+    different definition with the same fingerprint inputs (we swap the function object
+    behind the registered definition), so replay meets another step name at position 1.
+    """
+    registry = lf.Registry()
+
+    @registry.workflow(name="w", version=1)
+    async def w(ctx: lf.WorkflowContext, n: int) -> int:
+        a: int = await ctx.step("one", abs, n)
+        b: int = await ctx.step("two", abs, a)
+        return b
+
+    async def first() -> str:
+        faults.install(
+            FaultPlan([FaultRule(point="step.before_execute", action="raise", match={"seq": 2})])
+        )
+        try:
+            async with lf.Engine(url, registry) as engine:
+                started = await engine.start("w", key="d-1", input=-3)
+                with pytest.raises(SimulatedCrash):
+                    await engine.worker(lease_seconds=0.2).run(until_idle=True)
+                return started.instance_id
+        finally:
+            faults.install(None)
+
+    instance_id = asyncio.run(first())
+
+    async def changed(ctx: lf.WorkflowContext, n: int) -> int:
+        c: int = await ctx.step("renamed", abs, n)
+        return c
+
+    definition = registry.get("w", 1)
+    object.__setattr__(definition, "function", changed)
+
+    async def second() -> None:
+        async with lf.Engine(url, registry) as engine:
+            await _run(engine)
+            record = await engine.get(instance_id)
+            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
+            assert record.reason_code == "replay_divergence"
+            assert "'one'" in (record.reason or "") and "'renamed'" in (record.reason or "")
+
+    asyncio.run(second())
+
+
+def test_definition_drift_parks_with_reason(shop: Shop, url: str, tmp_path: Path) -> None:
+    """An instance started under one fingerprint and resumed by a worker whose code for the
+    same name and version differs is parked with both fingerprints in the reason."""
+    old = lf.Registry()
+
+    @old.workflow(name="drift", version=1)
+    async def drift_v1(ctx: lf.WorkflowContext, n: int) -> int:
+        return n
+
+    new = lf.Registry()
+
+    @new.workflow(name="drift", version=1)
+    async def drift_v1_edited(ctx: lf.WorkflowContext, n: int) -> int:
+        return n + 1
+
+    with lf.SyncEngine(url, old) as engine:
+        started = engine.start("drift", key="v-1", input=1)
+
+    async def main() -> None:
+        async with lf.Engine(url, new) as engine:
+            await _run(engine)
+            record = await engine.get(started.instance_id)
+            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
+            assert record.reason_code == "definition_drift"
+            assert started.instance.fingerprint in (record.reason or "")
+
+    asyncio.run(main())
+
+
+def test_missing_version_parks(url: str) -> None:
+    """A worker that does not have the pinned version parks the instance instead of running
+    a newer one in its place."""
+    v1 = lf.Registry()
+
+    @v1.workflow(name="pinned", version=1)
+    async def pinned(ctx: lf.WorkflowContext, n: int) -> int:
+        return n
+
+    v2 = lf.Registry()
+
+    @v2.workflow(name="pinned", version=2)
+    async def pinned2(ctx: lf.WorkflowContext, n: int) -> int:
+        return n
+
+    with lf.SyncEngine(url, v1) as engine:
+        started = engine.start("pinned", key="m-1", input=1)
+
+    async def main() -> None:
+        async with lf.Engine(url, v2) as engine:
+            await _run(engine)
+            record = await engine.get(started.instance_id)
+            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
+            assert record.reason_code == "definition_missing"
+
+    asyncio.run(main())
+
+
+def test_many_instances_run_concurrently_in_one_worker(shop: Shop, url: str) -> None:
+    """200 instances in one worker process all succeed, each effect applied once."""
+
+    async def main() -> None:
+        async with lf.Engine(url, shop.registry) as engine:
+            ids = [
+                (await engine.start("order", key=f"c-{i}", input={"sku": f"S{i}"})).instance_id
+                for i in range(200)
+            ]
+            await _run(engine)
+            for instance_id in ids:
+                assert (await engine.get(instance_id)).status is lf.InstanceStatus.SUCCEEDED
+            assert len(shop.applied) == 200
+            assert set(shop.applied.values()) == {1}
+
+    asyncio.run(main())
+
+
+def test_stale_owner_writes_are_refused(shop: Shop, url: str) -> None:
+    """After a second owner claims an instance (the first one's lease lapsed), every write
+    of the first owner is refused by the store and changes nothing."""
+    from ledgerflow.model.ids import WorkerId
+    from ledgerflow.storage.records import Commit, InstanceWrite
+
+    with lf.SyncEngine(url, shop.registry) as engine:
+        started = engine.start("plain", key="fence-1", input=1)
+        store = engine.store
+        [first] = store.claim(owner=WorkerId("a"), now=1e10, lease_seconds=1, limit=1)
+        [second] = store.claim(owner=WorkerId("b"), now=1e10 + 2, lease_seconds=1, limit=1)
+        assert second.generation == first.generation + 1
+        stale = Commit(
+            instance_id=first.instance_id,
+            owner=WorkerId("a"),
+            generation=first.generation,
+            writes=(
+                InstanceWrite(
+                    status=lf.InstanceStatus.SUCCEEDED,
+                    expected=lf.InstanceStatus.RUNNING,
+                    result="1",
+                ),
+            ),
+        )
+        [error] = store.commit([stale], now=1e10 + 3)
+        assert error is not None and error.code == "LF301"
+        record = engine.get(started.instance_id)
+        assert record.status is lf.InstanceStatus.RUNNING
+        assert record.owner == "b"
+        assert record.generation == second.generation
