@@ -99,7 +99,8 @@ def test_duplicate_start_returns_same_instance_and_runs_once(shop: Shop, url: st
         async with lf.Engine(url, shop.registry) as a, lf.Engine(url, shop.registry) as b:
             first = await a.start("order", key="o-1", input={"sku": "X"})
             second = await b.start("order", key="o-1", input={"sku": "X"})
-            assert first.created and not second.created
+            assert first.created
+            assert not second.created
             assert first.instance_id == second.instance_id
             await _run(a)
             await _run(b)
@@ -283,7 +284,8 @@ def test_replay_divergence_is_parked(shop: Shop, url: str) -> None:
             record = await engine.get(instance_id)
             assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
             assert record.reason_code == "replay_divergence"
-            assert "'one'" in (record.reason or "") and "'renamed'" in (record.reason or "")
+            assert "'one'" in (record.reason or "")
+            assert "'renamed'" in (record.reason or "")
 
     asyncio.run(second())
 
@@ -388,7 +390,8 @@ def test_stale_owner_writes_are_refused(shop: Shop, url: str) -> None:
             ),
         )
         [error] = store.commit([stale], now=1e10 + 3)
-        assert error is not None and error.code == "LF301"
+        assert error is not None
+        assert error.code == "LF301"
         record = engine.get(started.instance_id)
         assert record.status is lf.InstanceStatus.RUNNING
         assert record.owner == "b"
