@@ -24,5 +24,13 @@ class Park(BaseException):
         self.reason = reason
 
 
-class LostOwnership(BaseException):
+class Abandon(BaseException):
+    """Stop driving this instance now and leave it to recovery (its lease will lapse).
+
+    Raised when a commit could not be made: whatever the workflow would do next must not be
+    built on a write that did not happen.
+    """
+
+
+class LostOwnership(Abandon):
     """The store refused a write: another owner holds the instance now. Stop touching it."""

@@ -21,7 +21,7 @@ from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.calls import describe_error
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.context import WorkflowContext
-from ledgerflow.runtime.control import LostOwnership, Park, Suspend
+from ledgerflow.runtime.control import Abandon, LostOwnership, Park, Suspend
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import InstanceRecord, InstanceWrite, Release
 
@@ -61,6 +61,8 @@ class Executor:
                 await session.commit(Release(available_at=suspend.available_at))
         except LostOwnership:
             log.warning("lost ownership of %s; another worker holds it", instance.instance_id)
+        except Abandon as abandon:
+            log.error("stopped driving %s: %s", instance.instance_id, abandon)
 
     def _pinned_definition(self, instance: InstanceRecord) -> WorkflowDefinition:
         try:
@@ -87,7 +89,7 @@ class Executor:
         try:
             value = await definition.function(ctx, self.codec.decode(session.instance.input))
             result = self.codec.encode(value)
-        except (Park, Suspend, LostOwnership):
+        except (Park, Suspend, Abandon):
             raise
         except Exception as exc:  # noqa: BLE001 - the workflow's own failure is recorded.
             await self._fail(session, exc)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ledgerflow.errors import FencedOutError
+from ledgerflow.errors import FencedOutError, StorageError
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.control import LostOwnership
+from ledgerflow.runtime.control import Abandon, LostOwnership
 from ledgerflow.storage.records import (
     Commit,
     EffectRecord,
@@ -54,11 +54,18 @@ class Session:
             generation=self.generation,
             writes=tuple(writes),
         )
-        [error] = await self.store.call(self.store.store.commit, [commit], now=self.clock.now())
+        try:
+            [error] = await self.store.call(
+                self.store.store.commit, [commit], now=self.clock.now()
+            )
+        except StorageError as exc:
+            raise Abandon(f"commit failed: {exc}") from exc
         if isinstance(error, FencedOutError):
             raise LostOwnership(str(error))
         if error is not None:
-            raise error
+            # The store holds something other than what this session believed: never build
+            # on that. Recovery re-reads the journal.
+            raise Abandon(f"commit refused: {error}")
         self.commits += 1
         for write in writes:
             if isinstance(write, StepWrite):
