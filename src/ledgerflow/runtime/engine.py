@@ -113,14 +113,53 @@ class _Core:
         )
         return definition, new
 
-    def check_same_start(self, new: NewInstance, found: InstanceRecord) -> None:
-        """A repeated start must ask for the same thing; otherwise it is a caller's bug."""
-        if found.input != new.input or found.workflow_version != new.workflow_version:
+    def start(self, new: NewInstance, *, now: float) -> Started:
+        """Insert the instance, or return the one this business key already started.
+
+        A repeated start must ask for the same thing; otherwise it is a caller's bug.
+        """
+        found, created = self.store.start_instance(new, now=now)
+        if not created and (
+            found.input != new.input or found.workflow_version != new.workflow_version
+        ):
             raise ConcurrencyError(
                 f"business key {new.business_key!r} already started {found.workflow_name} "
                 f"v{found.workflow_version} with another input or version",
                 instance_id=found.instance_id,
             )
+        return Started(instance=found, created=created)
+
+    def get(self, instance_id: str) -> InstanceRecord:
+        record = self.store.get_instance(InstanceId(instance_id))
+        if record is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
+        return record
+
+    def settled(self, record: InstanceRecord, *, deadline: float, timeout: float) -> bool:
+        """Whether a waiter may stop: the instance is terminal, or time is up (an error)."""
+        if record.status in TERMINAL_STATUSES:
+            return True
+        if time.monotonic() >= deadline:
+            raise ResultTimeoutError(
+                f"instance is still {record.status.value} after {timeout}s",
+                instance_id=record.instance_id,
+            )
+        return False
+
+    def list(
+        self,
+        *,
+        status: InstanceStatus | None,
+        workflow: str | None,
+        tenant: str | None,
+        limit: int,
+    ) -> list[InstanceRecord]:
+        return self.store.list_instances(
+            status=status,
+            workflow_name=workflow,
+            tenant=TenantId(tenant) if tenant else None,
+            limit=limit,
+        )
 
     def outcome(self, record: InstanceRecord) -> Any:
         if record.status is InstanceStatus.SUCCEEDED:
@@ -187,17 +226,13 @@ class Engine:
     ) -> Started:
         """Start ``workflow`` for a business key, or return the instance it already started."""
         _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
-        record, created = await self._call(self.store.start_instance, new, now=self.clock.now())
-        if not created:
-            self._core.check_same_start(new, record)
+        started: Started = await self._call(self._core.start, new, now=self.clock.now())
         for worker in self._workers:
             worker.wake()
-        return Started(instance=record, created=created)
+        return started
 
     async def get(self, instance_id: str) -> InstanceRecord:
-        record: InstanceRecord | None = await self._call(self.store.get_instance, instance_id)
-        if record is None:
-            raise InstanceNotFoundError(instance_id=instance_id)
+        record: InstanceRecord = await self._call(self._core.get, instance_id)
         return record
 
     async def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
@@ -206,13 +241,8 @@ class Engine:
         pause = RESULT_POLL_SECONDS_MIN
         while True:
             record = await self.get(instance_id)
-            if record.status in TERMINAL_STATUSES:
+            if self._core.settled(record, deadline=deadline, timeout=timeout):
                 return record
-            if time.monotonic() >= deadline:
-                raise ResultTimeoutError(
-                    f"instance is still {record.status.value} after {timeout}s",
-                    instance_id=instance_id,
-                )
             await asyncio.sleep(pause)
             pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
 
@@ -309,29 +339,18 @@ class SyncEngine:
         tenant: str | None = None,
     ) -> Started:
         _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
-        record, created = self.store.start_instance(new, now=time.time())
-        if not created:
-            self._core.check_same_start(new, record)
-        return Started(instance=record, created=created)
+        return self._core.start(new, now=time.time())
 
     def get(self, instance_id: str) -> InstanceRecord:
-        record = self.store.get_instance(InstanceId(instance_id))
-        if record is None:
-            raise InstanceNotFoundError(instance_id=instance_id)
-        return record
+        return self._core.get(instance_id)
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
         deadline = time.monotonic() + timeout
         pause = RESULT_POLL_SECONDS_MIN
         while True:
             record = self.get(instance_id)
-            if record.status in TERMINAL_STATUSES:
+            if self._core.settled(record, deadline=deadline, timeout=timeout):
                 return record
-            if time.monotonic() >= deadline:
-                raise ResultTimeoutError(
-                    f"instance is still {record.status.value} after {timeout}s",
-                    instance_id=instance_id,
-                )
             time.sleep(pause)
             pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
 
