@@ -38,6 +38,20 @@ class Machine(Generic[S, E]):
                 machine=self.name, state=state.value, event=event.value
             ) from None
 
+    def targets(self, state: S) -> frozenset[S]:
+        """Every state reachable from ``state`` in one allowed transition."""
+        return frozenset(t for (s, _), t in self.table.items() if s == state)
+
+    def check_edge(self, state: S, target: S) -> None:
+        """Refuse a write that moves ``state`` to ``target`` by no allowed transition."""
+        if target not in self.targets(state):
+            raise IllegalTransitionError(
+                f"{self.name}: no transition from {state.value} to {target.value}",
+                machine=self.name,
+                state=state.value,
+                event=target.value,
+            )
+
     def is_terminal(self, state: S) -> bool:
         return state in self.terminal
 

@@ -9,26 +9,24 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ledgerflow.errors import FencedOutError, IllegalTransitionError, LedgerflowError
+from ledgerflow.errors import (
+    FencedOutError,
+    IllegalTransitionError,
+    LedgerflowError,
+)
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
-    BusinessKey,
-    CommandId,
-    EffectId,
     Generation,
-    IdempotencyKey,
     InstanceId,
     RunNumber,
-    StepSeq,
     TenantId,
     WorkerId,
 )
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceStatus
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.step import STEP_MACHINE, StepStatus
 from ledgerflow.storage.records import (
     Commit,
     EffectRecord,
@@ -39,11 +37,15 @@ from ledgerflow.storage.records import (
     Journal,
     NewInstance,
     Release,
-    StepRecord,
     StepWrite,
 )
-
-Row = Mapping[str, Any]
+from ledgerflow.storage.rows import (
+    Row,
+    effect_from_row,
+    fields,
+    instance_from_row,
+    step_from_row,
+)
 
 
 class SqlStore(abc.ABC):
@@ -78,7 +80,7 @@ class SqlStore(abc.ABC):
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
-            _, inserted = self._run("insert_instance", {**_fields(new), "now": now})
+            _, inserted = self._run("insert_instance", {**fields(new), "now": now})
             if inserted:
                 self._event(
                     new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started"
@@ -91,7 +93,7 @@ class SqlStore(abc.ABC):
                     "business_key": new.business_key,
                 },
             )
-        return _instance(rows[0]), inserted == 1
+        return instance_from_row(rows[0]), inserted == 1
 
     def claim(
         self, *, owner: WorkerId, now: float, lease_seconds: float, limit: int
@@ -110,7 +112,7 @@ class SqlStore(abc.ABC):
                     },
                 )
                 if got:
-                    record = _instance(got[0])
+                    record = instance_from_row(got[0])
                     self._event(
                         record.instance_id,
                         record.generation,
@@ -180,7 +182,8 @@ class SqlStore(abc.ABC):
 
     def _write_step(self, write: StepWrite, generation: Generation, now: float) -> None:
         r = write.record
-        params = {**_fields(r), "generation": generation, "now": now}
+        STEP_MACHINE.check_edge(write.expected, r.status)
+        params = {**fields(r), "generation": generation, "now": now}
         if write.expected is StepStatus.NEW:
             self._run("insert_step", params)
         else:
@@ -205,8 +208,8 @@ class SqlStore(abc.ABC):
 
     def _write_effect(self, write: EffectWrite, generation: Generation, now: float) -> None:
         r = write.record
-        _check_effect_edge(write.expected, r.state)
-        params = {**_fields(r), "generation": generation, "now": now}
+        EFFECT_MACHINE.check_edge(write.expected, r.state)
+        params = {**fields(r), "generation": generation, "now": now}
         if write.expected is EffectState.NEW:
             self._run("insert_effect", params)
         else:
@@ -230,17 +233,7 @@ class SqlStore(abc.ABC):
         )
 
     def _write_instance(self, write: InstanceWrite, commit: Commit, now: float) -> None:
-        if not any(
-            target is write.status
-            for (source, _), target in INSTANCE_MACHINE.table.items()
-            if source is write.expected
-        ):
-            raise IllegalTransitionError(
-                machine="instance",
-                state=write.expected.value,
-                event=write.status.value,
-                instance_id=commit.instance_id,
-            )
+        INSTANCE_MACHINE.check_edge(write.expected, write.status)
         _, changed = self._run(
             "set_status",
             {
@@ -314,7 +307,7 @@ class SqlStore(abc.ABC):
     def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None:
         with self._read():
             rows, _ = self._run("get_instance", {"instance_id": instance_id})
-        return _instance(rows[0]) if rows else None
+        return instance_from_row(rows[0]) if rows else None
 
     def find_instance(
         self, *, tenant: TenantId, workflow_name: str, business_key: str
@@ -324,7 +317,7 @@ class SqlStore(abc.ABC):
                 "find_instance",
                 {"tenant": tenant, "workflow_name": workflow_name, "business_key": business_key},
             )
-        return _instance(rows[0]) if rows else None
+        return instance_from_row(rows[0]) if rows else None
 
     def list_instances(
         self,
@@ -344,15 +337,15 @@ class SqlStore(abc.ABC):
                     "limit": limit,
                 },
             )
-        return [_instance(r) for r in rows]
+        return [instance_from_row(r) for r in rows]
 
     def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
         params = {"instance_id": instance_id, "run": run}
         with self._read():
             steps, _ = self._run("select_steps", params)
             effects, _ = self._run("select_effects", params)
-        step_records = [_step(r) for r in steps]
-        effect_records = [_effect(r) for r in effects]
+        step_records = [step_from_row(r) for r in steps]
+        effect_records = [effect_from_row(r) for r in effects]
         return Journal(
             steps={s.seq: s for s in step_records}, effects={e.seq: e for e in effect_records}
         )
@@ -360,7 +353,7 @@ class SqlStore(abc.ABC):
     def effects(self, instance_id: InstanceId) -> list[EffectRecord]:
         with self._read():
             rows, _ = self._run("select_all_effects", {"instance_id": instance_id})
-        return [_effect(r) for r in rows]
+        return [effect_from_row(r) for r in rows]
 
     def events(self, instance_id: InstanceId) -> list[EventRecord]:
         with self._read():
@@ -389,82 +382,3 @@ class SqlStore(abc.ABC):
         with self._read():
             rows, _ = self._run("count_by_status", {})
         return {InstanceStatus(r["status"]): int(r["n"]) for r in rows}
-
-
-def _check_effect_edge(expected: EffectState, new: EffectState) -> None:
-    """Refuse an effect write whose (expected -> new) is not an edge of the effect machine."""
-    allowed = {target for (source, _), target in EFFECT_MACHINE.table.items() if source is expected}
-    if new not in allowed:
-        raise IllegalTransitionError(machine="effect", state=expected.value, event=new.value)
-
-
-def _fields(record: Any) -> dict[str, Any]:
-    """A record as query parameters: enums by their value, everything else as it is."""
-    out: dict[str, Any] = {}
-    for name in record.__dataclass_fields__:
-        value = getattr(record, name)
-        out[name] = value.value if isinstance(value, enum.Enum) else value
-    return out
-
-
-def _instance(r: Row) -> InstanceRecord:
-    return InstanceRecord(
-        instance_id=InstanceId(r["instance_id"]),
-        tenant=TenantId(r["tenant"]),
-        workflow_name=r["workflow_name"],
-        workflow_version=int(r["workflow_version"]),
-        fingerprint=r["fingerprint"],
-        business_key=BusinessKey(r["business_key"]),
-        run=RunNumber(int(r["run"])),
-        status=InstanceStatus(r["status"]),
-        owner=WorkerId(r["owner"]) if r["owner"] is not None else None,
-        generation=Generation(int(r["generation"])),
-        lease_expires_at=r["lease_expires_at"],
-        available_at=float(r["available_at"]),
-        input=r["input"],
-        result=r["result"],
-        reason_code=r["reason_code"],
-        reason=r["reason"],
-        created_at=float(r["created_at"]),
-        updated_at=float(r["updated_at"]),
-    )
-
-
-def _step(r: Row) -> StepRecord:
-    return StepRecord(
-        instance_id=InstanceId(r["instance_id"]),
-        run=RunNumber(int(r["run"])),
-        seq=StepSeq(int(r["seq"])),
-        kind=StepKind(r["kind"]),
-        name=r["name"],
-        command_id=CommandId(r["command_id"]),
-        status=StepStatus(r["status"]),
-        attempt=int(r["attempt"]),
-        input=r["input"],
-        output=r["output"],
-        error=r["error"],
-        retry_policy=r["retry_policy"],
-        next_attempt_at=r["next_attempt_at"],
-        generation=Generation(int(r["generation"])),
-        updated_at=float(r["updated_at"]),
-    )
-
-
-def _effect(r: Row) -> EffectRecord:
-    return EffectRecord(
-        effect_id=EffectId(r["effect_id"]),
-        instance_id=InstanceId(r["instance_id"]),
-        run=RunNumber(int(r["run"])),
-        seq=StepSeq(int(r["seq"])),
-        participant=r["participant"],
-        operation=r["operation"],
-        classification=r["classification"],
-        idempotency_key=IdempotencyKey(r["idempotency_key"]),
-        state=EffectState(r["state"]),
-        attempt=int(r["attempt"]),
-        payload=r["payload"],
-        evidence=r["evidence"],
-        reason=r["reason"],
-        generation=Generation(int(r["generation"])),
-        updated_at=float(r["updated_at"]),
-    )

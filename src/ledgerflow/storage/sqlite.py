@@ -32,7 +32,8 @@ from ledgerflow.errors import (
     StorageUnavailableError,
 )
 from ledgerflow.storage import queries
-from ledgerflow.storage.sql_store import Row, SqlStore
+from ledgerflow.storage.rows import Row
+from ledgerflow.storage.sql_store import SqlStore
 
 # "LFLW" as a big-endian integer: marks a SQLite file as a Ledgerflow journal.
 APPLICATION_ID = 0x4C464C57

@@ -1,0 +1,172 @@
+"""Rows to records and back, with the invariants every read checks (internal).
+
+A row that breaks an invariant was not written by this engine's rules (a hand edit, a bug, a
+foreign writer): it is reported as :class:`~ledgerflow.errors.StorageCorruptError` naming the
+row, instead of being acted on.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from ledgerflow.errors import StorageCorruptError
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import (
+    BusinessKey,
+    CommandId,
+    EffectId,
+    Generation,
+    IdempotencyKey,
+    InstanceId,
+    RunNumber,
+    StepSeq,
+    TenantId,
+    WorkerId,
+)
+from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.storage.records import EffectRecord, InstanceRecord, StepRecord
+
+Row = Mapping[str, Any]
+
+
+def fields(record: Any) -> dict[str, Any]:
+    """A record as query parameters: enums by their value, everything else as it is."""
+    out: dict[str, Any] = {}
+    for name in record.__dataclass_fields__:
+        value = getattr(record, name)
+        out[name] = value.value if isinstance(value, enum.Enum) else value
+    return out
+
+
+def _build_instance(r: Row) -> InstanceRecord:
+    return InstanceRecord(
+        instance_id=InstanceId(r["instance_id"]),
+        tenant=TenantId(r["tenant"]),
+        workflow_name=r["workflow_name"],
+        workflow_version=int(r["workflow_version"]),
+        fingerprint=r["fingerprint"],
+        business_key=BusinessKey(r["business_key"]),
+        run=RunNumber(int(r["run"])),
+        status=InstanceStatus(r["status"]),
+        owner=WorkerId(r["owner"]) if r["owner"] is not None else None,
+        generation=Generation(int(r["generation"])),
+        lease_expires_at=r["lease_expires_at"],
+        available_at=float(r["available_at"]),
+        input=r["input"],
+        result=r["result"],
+        reason_code=r["reason_code"],
+        reason=r["reason"],
+        created_at=float(r["created_at"]),
+        updated_at=float(r["updated_at"]),
+    )
+
+
+def _build_step(r: Row) -> StepRecord:
+    return StepRecord(
+        instance_id=InstanceId(r["instance_id"]),
+        run=RunNumber(int(r["run"])),
+        seq=StepSeq(int(r["seq"])),
+        kind=StepKind(r["kind"]),
+        name=r["name"],
+        command_id=CommandId(r["command_id"]),
+        status=StepStatus(r["status"]),
+        attempt=int(r["attempt"]),
+        input=r["input"],
+        output=r["output"],
+        error=r["error"],
+        retry_policy=r["retry_policy"],
+        next_attempt_at=r["next_attempt_at"],
+        generation=Generation(int(r["generation"])),
+        updated_at=float(r["updated_at"]),
+    )
+
+
+def _build_effect(r: Row) -> EffectRecord:
+    return EffectRecord(
+        effect_id=EffectId(r["effect_id"]),
+        instance_id=InstanceId(r["instance_id"]),
+        run=RunNumber(int(r["run"])),
+        seq=StepSeq(int(r["seq"])),
+        participant=r["participant"],
+        operation=r["operation"],
+        classification=r["classification"],
+        idempotency_key=IdempotencyKey(r["idempotency_key"]),
+        state=EffectState(r["state"]),
+        attempt=int(r["attempt"]),
+        payload=r["payload"],
+        evidence=r["evidence"],
+        reason=r["reason"],
+        generation=Generation(int(r["generation"])),
+        updated_at=float(r["updated_at"]),
+    )
+
+
+R = TypeVar("R")
+
+
+def _checked(
+    table: str,
+    r: Row,
+    key: str,
+    build: Callable[[Row], R],
+    invariant: Callable[[R], str | None],
+) -> R:
+    try:
+        ident = r[key]
+    except (KeyError, IndexError):
+        ident = "?"
+    try:
+        record = build(r)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise StorageCorruptError(f"corrupt {table} row {ident}: {exc}", row=ident) from None
+    broken = invariant(record)
+    if broken is not None:
+        raise StorageCorruptError(f"corrupt {table} row {ident}: {broken}", row=ident)
+    return record
+
+
+def _instance_invariant(i: InstanceRecord) -> str | None:
+    if i.status in TERMINAL_STATUSES and i.owner is not None:
+        return f"{i.status.value} but still owned by {i.owner}"
+    if i.status is InstanceStatus.SUCCEEDED and i.result is None:
+        return "SUCCEEDED without a result"
+    if i.generation < 0:
+        return "negative generation"
+    return None
+
+
+def _step_invariant(s: StepRecord) -> str | None:
+    if s.attempt < 1:
+        return f"attempt {s.attempt}"
+    if s.status is StepStatus.NEW:
+        return "status NEW is never stored"
+    if s.status is StepStatus.COMPLETED and s.output is None:
+        return "COMPLETED without an output"
+    if s.status is StepStatus.RETRY_SCHEDULED and s.next_attempt_at is None:
+        return "RETRY_SCHEDULED without a due time"
+    return None
+
+
+def _effect_invariant(e: EffectRecord) -> str | None:
+    if e.attempt < 1:
+        return f"attempt {e.attempt}"
+    if e.state is EffectState.NEW:
+        return "state NEW is never stored"
+    if e.state is EffectState.CONFIRMED and e.evidence is None:
+        return "CONFIRMED without evidence"
+    return None
+
+
+def instance_from_row(r: Row) -> InstanceRecord:
+    return _checked("lf_instances", r, "instance_id", _build_instance, _instance_invariant)
+
+
+def step_from_row(r: Row) -> StepRecord:
+    return _checked("lf_steps", r, "command_id", _build_step, _step_invariant)
+
+
+def effect_from_row(r: Row) -> EffectRecord:
+    return _checked("lf_effects", r, "effect_id", _build_effect, _effect_invariant)

@@ -1,0 +1,80 @@
+"""Rows that break the ledger's invariants are reported with their identity, not acted on.
+
+Each test writes a row through the store, then damages it with a separate sqlite3 connection
+(as a hand edit or a foreign writer would), and reads it back through the store.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledgerflow.errors import StorageCorruptError
+from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId, WorkerId
+from ledgerflow.storage import open_store
+from ledgerflow.storage.records import NewInstance
+from ledgerflow.storage.store import Store
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "journal.db"
+
+
+@pytest.fixture
+def store(path: Path) -> Store:
+    store = open_store(f"sqlite:///{path}")
+    store.start_instance(
+        NewInstance(
+            instance_id=InstanceId("i-1"),
+            tenant=TenantId("t"),
+            workflow_name="w",
+            workflow_version=1,
+            fingerprint="f",
+            business_key=BusinessKey("k"),
+            input="{}",
+        ),
+        now=1.0,
+    )
+    return store
+
+
+def _damage(path: Path, sql: str) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            conn.execute(sql)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("UPDATE lf_instances SET status = 'BOGUS'", "'BOGUS' is not a valid InstanceStatus"),
+        ("UPDATE lf_instances SET status = 'SUCCEEDED'", "SUCCEEDED without a result"),
+        (
+            "UPDATE lf_instances SET status = 'FAILED', owner = 'w-9'",
+            "FAILED but still owned by w-9",
+        ),
+        ("UPDATE lf_instances SET generation = -1", "negative generation"),
+    ],
+)
+def test_damaged_instance_row_is_reported(store: Store, path: Path, sql: str, message: str) -> None:
+    """Every read of a damaged instance row raises StorageCorruptError naming the row."""
+    _damage(path, sql)
+    with pytest.raises(StorageCorruptError, match=message) as error:
+        store.get_instance(InstanceId("i-1"))
+    assert error.value.code == "LF202"
+    assert "i-1" in str(error.value)
+    with pytest.raises(StorageCorruptError):
+        store.list_instances()
+
+
+def test_damaged_claim_is_not_acted_on(store: Store, path: Path) -> None:
+    """A claim that would hand out a damaged row fails instead, and hands out nothing."""
+    _damage(path, "UPDATE lf_instances SET run = 'one'")
+    with pytest.raises(StorageCorruptError):
+        store.claim(owner=WorkerId("w"), now=2.0, lease_seconds=5, limit=5)
