@@ -73,8 +73,30 @@ def test_damaged_instance_row_is_reported(store: Store, path: Path, sql: str, me
         store.list_instances()
 
 
-def test_damaged_claim_is_not_acted_on(store: Store, path: Path) -> None:
-    """A claim that would hand out a damaged row fails instead, and hands out nothing."""
-    _damage(path, "UPDATE lf_instances SET run = 'one'")
-    with pytest.raises(StorageCorruptError):
-        store.claim(owner=WorkerId("w"), now=2.0, lease_seconds=5, limit=5)
+def test_damaged_row_is_not_claimed_and_does_not_block_others(store: Store, path: Path) -> None:
+    """A claim skips a damaged row (leaving it unowned and unchanged) and still hands out the
+    healthy instances behind it."""
+    store.start_instance(
+        NewInstance(
+            instance_id=InstanceId("i-2"),
+            tenant=TenantId("t"),
+            workflow_name="w",
+            workflow_version=1,
+            fingerprint="f",
+            business_key=BusinessKey("k2"),
+            input="{}",
+        ),
+        now=1.0,
+    )
+    _damage(path, "UPDATE lf_instances SET run = 'one' WHERE instance_id = 'i-1'")
+    claimed = store.claim(owner=WorkerId("w"), now=2.0, lease_seconds=5, limit=5)
+    assert [r.instance_id for r in claimed] == ["i-2"]
+    conn = sqlite3.connect(path)
+    try:
+        owner, generation = conn.execute(
+            "SELECT owner, generation FROM lf_instances WHERE instance_id = 'i-1'"
+        ).fetchone()
+    finally:
+        conn.close()
+    assert owner is None
+    assert generation == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from ledgerflow.errors import (
     FencedOutError,
     IllegalTransitionError,
     LedgerflowError,
+    StorageCorruptError,
 )
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
@@ -46,6 +48,8 @@ from ledgerflow.storage.rows import (
     instance_from_row,
     step_from_row,
 )
+
+log = logging.getLogger("ledgerflow.storage")
 
 
 class SqlStore(abc.ABC):
@@ -102,28 +106,34 @@ class SqlStore(abc.ABC):
         with self._write_transaction():
             rows, _ = self._run("select_claimable", {"now": now, "limit": limit})
             for row in rows:
-                got, _ = self._run(
-                    "claim_instance",
-                    {
-                        "instance_id": row["instance_id"],
-                        "owner": owner,
-                        "lease_expires_at": now + lease_seconds,
-                        "now": now,
-                    },
-                )
-                if got:
-                    record = instance_from_row(got[0])
-                    self._event(
-                        record.instance_id,
-                        record.generation,
-                        "owner",
-                        None,
-                        str(owner),
-                        now,
-                        "claimed",
-                    )
+                try:
+                    with self._savepoint("claim"):
+                        record = self._claim_one(row["instance_id"], owner, now, lease_seconds)
+                except StorageCorruptError as exc:
+                    # A damaged row must not stop healthy instances from being claimed.
+                    log.error("not claiming %s: %s", row["instance_id"], exc)
+                    continue
+                if record is not None:
                     claimed.append(record)
         return claimed
+
+    def _claim_one(
+        self, instance_id: str, owner: WorkerId, now: float, lease_seconds: float
+    ) -> InstanceRecord | None:
+        got, _ = self._run(
+            "claim_instance",
+            {
+                "instance_id": instance_id,
+                "owner": owner,
+                "lease_expires_at": now + lease_seconds,
+                "now": now,
+            },
+        )
+        if not got:
+            return None
+        record = instance_from_row(got[0])
+        self._event(record.instance_id, record.generation, "owner", None, owner, now, "claimed")
+        return record
 
     def renew(
         self,
