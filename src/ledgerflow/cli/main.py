@@ -9,6 +9,8 @@ import sys
 
 import click
 
+from ledgerflow.cli.demo import register as register_demo
+from ledgerflow.cli.instances import register as register_instances
 from ledgerflow.cli.worker import worker
 from ledgerflow.errors import LedgerflowError
 
@@ -20,19 +22,8 @@ def cli() -> None:
 
 
 cli.add_command(worker)
-
-try:  # The other command groups register themselves when present.
-    from ledgerflow.cli.instances import register as _register_instances
-
-    _register_instances(cli)
-except ImportError:  # pragma: no cover - only while a group is being written
-    pass
-try:
-    from ledgerflow.cli.demo import register as _register_demo
-
-    _register_demo(cli)
-except ImportError:  # pragma: no cover
-    pass
+register_instances(cli)
+register_demo(cli)
 
 
 def main() -> None:

@@ -37,7 +37,9 @@ def worker(
     """
     registry = load_registry(target)
     faults.install_from_environment()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # Ledgerflow's own decisions at INFO; libraries (HTTP clients) only when they warn.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("ledgerflow").setLevel(logging.INFO)
 
     async def main() -> None:
         async with Engine(db, registry) as engine:

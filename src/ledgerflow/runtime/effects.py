@@ -321,7 +321,8 @@ class EffectDriver:
             attempt=attempt,
             payload=self.payload_text,
             evidence=evidence,
-            reason=reason if reason is not None else (previous.reason if previous else None),
+            # The reason explains the current state only; the timeline keeps every earlier one.
+            reason=reason,
             generation=self.s.generation,
             updated_at=self.s.clock.now(),
         )

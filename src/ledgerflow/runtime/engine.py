@@ -298,7 +298,7 @@ def _detail(store: Store, instance_id: str) -> InstanceDetail:
     return InstanceDetail(
         instance=record,
         steps=[journal.steps[s] for s in sorted(journal.steps)],
-        effects=store.effects(record.instance_id),
+        effects=[journal.effects[s] for s in sorted(journal.effects)],
         events=store.events(record.instance_id),
     )
 

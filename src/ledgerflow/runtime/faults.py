@@ -5,7 +5,9 @@ which costs one global lookup when no plan is installed. A plan is installed in-
 :func:`install` or, for a worker process, from the ``LEDGERFLOW_FAULTS`` environment variable
 (a JSON list of rules), so a test can make a real worker kill itself at an exact point.
 
-Points (``where`` carries ``seq``, ``attempt``, ``instance``, ``key``, ``operation``):
+Points (``where`` carries ``instance`` — the business key, so a test can name it before the
+instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``operation`` as
+``participant.operation``):
 
 - ``instance.after_claim``: ownership taken, nothing replayed yet
 - ``step.before_execute`` / ``step.after_execute``: around a local step, before its journal write

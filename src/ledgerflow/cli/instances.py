@@ -1,0 +1,443 @@
+"""``ledgerflow start|result|list|show``: start instances and read their ledgers (internal).
+
+This module owns the operator's view of instances from the command line. Only ``start`` needs
+the user's registry (to pin the definition version and its fingerprint); ``result``, ``list``
+and ``show`` read nothing but the store, so they work on a machine that does not have the
+workflow code, and they never change anything.
+
+Every command prints rich tables for people and, with ``--json``, one JSON document for
+scripts. Errors are the engine's own (``[LFxxx]`` codes, exit 1), except input the command
+itself cannot read, which is a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ledgerflow.cli.loading import db_option, load_registry
+from ledgerflow.model.definition import Registry
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.runtime.engine import InstanceDetail, SyncEngine
+from ledgerflow.storage.records import EffectRecord, EventRecord, InstanceRecord, StepRecord
+
+# Ledger fields that hold JSON text; --json output embeds them as values, not as strings.
+_JSON_TEXT_FIELDS = frozenset(
+    {"input", "result", "output", "error", "evidence", "payload", "retry_policy"}
+)
+# How much of a payload a table cell shows; ``--json`` has everything.
+_SHORT_CHARS = 60
+LIST_LIMIT_DEFAULT = 50
+PIPED_WIDTH = 200
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+json_option: Callable[[F], F] = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON instead of tables."
+)
+
+
+def console() -> Console:
+    """A console for the current stdout (made per call: a test runner swaps sys.stdout)."""
+    out = Console(highlight=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        # Piped or captured output has no width; 80 columns would fold every idempotency key.
+        # Tables still take only the width they need.
+        out.width = PIPED_WIDTH
+    return out
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _decode(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        # Ledgers hold JSON written by a codec; anything else is shown as it is, not dropped.
+        return text
+
+
+def record_json(record: Any) -> dict[str, Any]:
+    """A ledger record as a JSON object: enums by value, JSON text fields decoded."""
+    out: dict[str, Any] = {}
+    for item in dataclasses.fields(record):
+        value = getattr(record, item.name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        elif item.name in _JSON_TEXT_FIELDS and isinstance(value, str):
+            value = _decode(value)
+        out[item.name] = value
+    return out
+
+
+def when(timestamp: float | None, *, precise: bool = False) -> str:
+    """A ledger time in the operator's local zone."""
+    if timestamp is None:
+        return ""
+    moment = datetime.fromtimestamp(timestamp, tz=UTC).astimezone()
+    if precise:
+        return moment.strftime("%H:%M:%S.%f")[:-3]
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def short(text: str | None, limit: int = _SHORT_CHARS) -> str:
+    if text is None:
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def cell(value: Any) -> Text:
+    # Text, not a str: ledger contents such as "[LF102]" must not be read as rich markup.
+    return Text("" if value is None else str(value))
+
+
+_STATUS_STYLES = {
+    InstanceStatus.SUCCEEDED: "green",
+    InstanceStatus.RUNNING: "cyan",
+    InstanceStatus.WAITING: "cyan",
+    InstanceStatus.COMPENSATING: "yellow",
+    InstanceStatus.CANCELLING: "yellow",
+    InstanceStatus.COMPENSATED: "yellow",
+    InstanceStatus.CANCELLED: "yellow",
+    InstanceStatus.FAILED: "red",
+    InstanceStatus.FORWARD_RECOVERY_REQUIRED: "red",
+    InstanceStatus.MANUAL_INTERVENTION: "bold red",
+}
+
+
+def status_cell(status: InstanceStatus) -> Text:
+    return Text(status.value, style=_STATUS_STYLES.get(status, ""))
+
+
+def _parse_input(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="'--input'") from None
+
+
+def _store_engine(db: str) -> SyncEngine:
+    # Reading needs no workflow code: an empty registry is enough and pins nothing.
+    return SyncEngine(db, Registry())
+
+
+# -- start -------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("target", metavar="MODULE:OBJECT")
+@click.argument("workflow")
+@click.option("--key", required=True, help="Business key: starting it again returns the same.")
+@click.option("--input", "input_text", help="Workflow input as JSON (default: null).")
+@click.option("--version", type=int, help="Definition version (default: the newest).")
+@click.option("--tenant", help="Tenant (default: 'default').")
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=click.FloatRange(min=0),
+    help="Wait up to SECONDS for the instance to end and print its result.",
+)
+@db_option
+@json_option
+def start(
+    target: str,
+    workflow: str,
+    key: str,
+    input_text: str | None,
+    version: int | None,
+    tenant: str | None,
+    wait_seconds: float | None,
+    db: str,
+    as_json: bool,
+) -> None:
+    """Start WORKFLOW of MODULE:OBJECT for a business key, or find the one it already started.
+
+    A repeated start with the same key, input and version returns the existing instance; the
+    same key with another input or version is refused.
+    """
+    value = _parse_input(input_text)
+    registry = load_registry(target)
+    with SyncEngine(db, registry) as engine:
+        started = engine.start(workflow, key=key, input=value, version=version, tenant=tenant)
+        instance = started.instance
+        summary: dict[str, Any] = {
+            "instance_id": instance.instance_id,
+            "created": started.created,
+            "workflow": instance.workflow_name,
+            "version": instance.workflow_version,
+            "business_key": instance.business_key,
+            "tenant": instance.tenant,
+            "status": instance.status.value,
+        }
+        if not as_json:
+            verb = "created" if started.created else "already existed"
+            console().print(
+                Text.assemble(
+                    (instance.instance_id, "bold"),
+                    f"  {instance.workflow_name}@{instance.workflow_version}"
+                    f"  key {instance.business_key!r}: {verb} ({instance.status.value})",
+                )
+            )
+        if wait_seconds is None:
+            if as_json:
+                _echo_json(summary)
+            return
+        # Printed before waiting, so the instance id is known even if the wait times out.
+        final = engine.wait(instance.instance_id, timeout=wait_seconds)
+        summary["status"] = final.status.value
+        if final.status is InstanceStatus.SUCCEEDED:
+            summary["result"] = _decode(final.result)
+        else:
+            summary["reason_code"] = final.reason_code
+            summary["reason"] = final.reason
+        if as_json:
+            _echo_json(summary)
+        elif final.status is InstanceStatus.SUCCEEDED:
+            console().print(Text(json.dumps(summary["result"], indent=2, sort_keys=True)))
+        # A run that ended otherwise is an error of the command: the engine says how it ended.
+        engine.result(instance.instance_id, timeout=0)
+
+
+# -- result ------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("instance_id", metavar="ID")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait for the instance to end (0: answer from the store now).",
+)
+@db_option
+@json_option
+def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
+    """Print the result of instance ID (exit 1 if it ended without one or is not done)."""
+    with _store_engine(db) as engine:
+        record = engine.wait(instance_id, timeout=timeout)
+        if record.status is InstanceStatus.SUCCEEDED:
+            value = _decode(record.result)
+            if as_json:
+                _echo_json(
+                    {
+                        "instance_id": record.instance_id,
+                        "status": record.status.value,
+                        "result": value,
+                    }
+                )
+            else:
+                console().print(Text(json.dumps(value, indent=2, sort_keys=True)))
+            return
+        engine.result(instance_id, timeout=0)
+
+
+# -- list --------------------------------------------------------------------------------------
+
+
+def instances_table(records: Iterable[InstanceRecord], *, title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("id", no_wrap=True)
+    table.add_column("workflow")
+    table.add_column("business key", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("reason")
+    table.add_column("gen", justify="right")
+    table.add_column("owner", overflow="fold")
+    table.add_column("updated")
+    for record in records:
+        table.add_row(
+            cell(record.instance_id),
+            cell(f"{record.workflow_name}@{record.workflow_version}"),
+            cell(record.business_key),
+            status_cell(record.status),
+            cell(record.reason_code),
+            cell(record.generation),
+            cell(record.owner),
+            cell(when(record.updated_at)),
+        )
+    return table
+
+
+@click.command("list")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in InstanceStatus], case_sensitive=False),
+    help="Only instances in this status.",
+)
+@click.option("--workflow", help="Only instances of this workflow.")
+@click.option("--tenant", help="Only instances of this tenant.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=LIST_LIMIT_DEFAULT,
+    show_default=True,
+    help="At most this many, newest first.",
+)
+@db_option
+@json_option
+def list_(
+    status: str | None,
+    workflow: str | None,
+    tenant: str | None,
+    limit: int,
+    db: str,
+    as_json: bool,
+) -> None:
+    """List instances, newest first."""
+    with _store_engine(db) as engine:
+        records = engine.list(
+            status=InstanceStatus(status.upper()) if status else None,
+            workflow=workflow,
+            tenant=tenant,
+            limit=limit,
+        )
+    if as_json:
+        _echo_json([record_json(r) for r in records])
+        return
+    out = console()
+    if not records:
+        out.print("no instances")
+        return
+    out.print(instances_table(records))
+
+
+# -- show --------------------------------------------------------------------------------------
+
+
+def header_table(instance: InstanceRecord) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    rows: list[tuple[str, Text]] = [
+        ("instance", cell(instance.instance_id)),
+        ("tenant", cell(instance.tenant)),
+        ("business key", cell(instance.business_key)),
+        ("workflow", cell(f"{instance.workflow_name}@{instance.workflow_version} (pinned)")),
+        ("fingerprint", cell(instance.fingerprint)),
+        ("run", cell(instance.run)),
+        ("status", status_cell(instance.status)),
+        ("reason", cell(" ".join(p for p in (instance.reason_code, instance.reason) if p))),
+        ("owner", cell(instance.owner or "(none)")),
+        ("generation", cell(instance.generation)),
+        ("lease expires", cell(when(instance.lease_expires_at))),
+        ("created", cell(when(instance.created_at))),
+        ("updated", cell(when(instance.updated_at))),
+        ("input", cell(short(instance.input, 120))),
+        ("result", cell(short(instance.result, 120))),
+    ]
+    for name, value in rows:
+        grid.add_row(name, value)
+    return grid
+
+
+def steps_table(steps: Iterable[StepRecord], *, title: str = "steps") -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("seq", justify="right")
+    table.add_column("kind")
+    table.add_column("name")
+    table.add_column("status")
+    table.add_column("att", justify="right")
+    table.add_column("output / error", overflow="fold")
+    for step in steps:
+        table.add_row(
+            cell(step.seq),
+            cell(step.kind.value),
+            cell(step.name),
+            cell(step.status.value),
+            cell(step.attempt),
+            cell(short(step.error) if step.error else short(step.output)),
+        )
+    return table
+
+
+def effects_table(effects: Iterable[EffectRecord], *, title: str = "effects") -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("seq", justify="right")
+    table.add_column("effect")
+    table.add_column("classification")
+    table.add_column("idempotency key", overflow="fold")
+    table.add_column("state")
+    table.add_column("att", justify="right")
+    table.add_column("evidence", overflow="fold")
+    table.add_column("reason", overflow="fold")
+    for effect in effects:
+        table.add_row(
+            cell(effect.seq),
+            cell(f"{effect.participant}.{effect.operation}"),
+            cell(effect.classification),
+            cell(effect.idempotency_key),
+            cell(effect.state.value),
+            cell(effect.attempt),
+            cell(short(effect.evidence, 40)),
+            cell(short(effect.reason)),
+        )
+    return table
+
+
+def events_table(events: Iterable[EventRecord], *, title: str = "timeline") -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("time")
+    table.add_column("gen", justify="right")
+    table.add_column("subject")
+    table.add_column("from -> to", overflow="fold")
+    table.add_column("detail", overflow="fold")
+    for event in events:
+        table.add_row(
+            cell(when(event.at, precise=True)),
+            cell(event.generation),
+            cell(event.subject),
+            cell(f"{event.from_state or '-'} -> {event.to_state}"),
+            cell(short(event.detail, 80)),
+        )
+    return table
+
+
+def detail_json(detail: InstanceDetail) -> dict[str, Any]:
+    return {
+        "instance": record_json(detail.instance),
+        "steps": [record_json(s) for s in detail.steps],
+        "effects": [record_json(e) for e in detail.effects],
+        "events": [record_json(e) for e in detail.events],
+    }
+
+
+@click.command()
+@click.argument("instance_id", metavar="ID")
+@db_option
+@json_option
+def show(instance_id: str, db: str, as_json: bool) -> None:
+    """Show instance ID: its header, step ledger, effect ledger and timeline."""
+    with _store_engine(db) as engine:
+        detail = engine.detail(instance_id)
+    if as_json:
+        _echo_json(detail_json(detail))
+        return
+    out = console()
+    out.print(header_table(detail.instance))
+    out.print()
+    out.print(steps_table(detail.steps) if detail.steps else Text("steps: none yet"))
+    out.print(effects_table(detail.effects) if detail.effects else Text("effects: none"))
+    out.print(events_table(detail.events))
+
+
+def register(group: click.Group) -> None:
+    for command in (start, result, list_, show):
+        group.add_command(command)
