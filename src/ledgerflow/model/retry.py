@@ -14,6 +14,9 @@ from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError
 
 
+_MICROSECOND = timedelta(microseconds=1)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
     """How often and how soon a failed attempt is tried again.
@@ -51,15 +54,22 @@ class RetryPolicy:
         """The pause before ``attempt`` (2 is the first retry)."""
         if attempt <= 1:
             return timedelta(0)
-        seconds = self.backoff_initial.total_seconds() * self.backoff_multiplier ** (attempt - 2)
-        return min(timedelta(seconds=seconds), self.backoff_max)
+        cap = self.backoff_max.total_seconds()
+        seconds = self.backoff_initial.total_seconds()
+        # Grow step by step and stop at the cap: a closed form overflows for late attempts.
+        for _ in range(min(attempt, limits.ATTEMPTS_MAX) - 2):
+            if seconds >= cap:
+                break
+            seconds *= self.backoff_multiplier
+        return timedelta(seconds=min(seconds, cap))
 
     def to_record(self) -> dict[str, Any]:
         return {
             "attempts_max": self.attempts_max,
-            "backoff_initial_ms": int(self.backoff_initial.total_seconds() * 1000),
+            # Whole microseconds: exact, where float seconds would round.
+            "backoff_initial_us": self.backoff_initial // _MICROSECOND,
             "backoff_multiplier": self.backoff_multiplier,
-            "backoff_max_ms": int(self.backoff_max.total_seconds() * 1000),
+            "backoff_max_us": self.backoff_max // _MICROSECOND,
             "retry_on": list(self.retry_on),
         }
 
@@ -67,9 +77,9 @@ class RetryPolicy:
     def from_record(cls, record: dict[str, Any]) -> RetryPolicy:
         return cls(
             attempts_max=int(record["attempts_max"]),
-            backoff_initial=timedelta(milliseconds=int(record["backoff_initial_ms"])),
+            backoff_initial=timedelta(microseconds=int(record["backoff_initial_us"])),
             backoff_multiplier=float(record["backoff_multiplier"]),
-            backoff_max=timedelta(milliseconds=int(record["backoff_max_ms"])),
+            backoff_max=timedelta(microseconds=int(record["backoff_max_us"])),
             retry_on=tuple(record["retry_on"]),
         )
 

@@ -189,12 +189,13 @@ class Engine:
         *,
         codec: Codec = JSON,
         clock: Clock = SYSTEM_CLOCK,
+        inline_store: bool = False,
     ) -> None:
         self._core = _Core(store, registry, codec)
         self.registry = registry
         self.codec = codec
         self.clock = clock
-        self._astore = AsyncStore(self._core.store)
+        self._astore = AsyncStore(self._core.store, inline=inline_store)
         self._workers: list[Worker] = []
 
     @property

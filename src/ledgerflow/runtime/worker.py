@@ -90,17 +90,27 @@ class Worker:
     def in_flight(self) -> int:
         return len(self._running)
 
-    async def run(self, *, until_idle: bool = False, grace_seconds: float = 10.0) -> None:
+    async def run(
+        self,
+        *,
+        until_idle: bool = False,
+        until_nothing_due: bool = False,
+        grace_seconds: float = 10.0,
+    ) -> None:
         """Claim and drive instances until :meth:`stop`.
 
         With ``until_idle`` it returns once no instance is runnable at all (every one is
         terminal, parked or waiting for an event) and none is in flight; instances held by a
-        dead worker are waited for until their lease lapses, then taken over.
+        dead worker are waited for until their lease lapses, then taken over. With
+        ``until_nothing_due`` it returns as soon as nothing can be claimed now and nothing is
+        in flight (a simulation then moves its clock and calls again).
         """
         heartbeat = asyncio.create_task(self._heartbeat(), name="ledgerflow-heartbeat")
         try:
             while not self._stop.is_set():
                 claimed = await self._claim()
+                if until_nothing_due and not claimed and not self._running:
+                    return
                 if until_idle and not claimed and not self._running:
                     due = await self.store.call(self.store.store.next_available_at)
                     if due is None:

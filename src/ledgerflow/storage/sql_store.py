@@ -276,9 +276,12 @@ class SqlStore(abc.ABC):
         )
         if write.release:
             available = write.available_at if write.available_at is not None else now
-            self._release(Release(available_at=available), commit, now)
+            # The status change's own event already records the end of ownership.
+            self._release(Release(available_at=available), commit, now, with_event=False)
 
-    def _release(self, write: Release, commit: Commit, now: float) -> None:
+    def _release(
+        self, write: Release, commit: Commit, now: float, *, with_event: bool = True
+    ) -> None:
         self._run(
             "release_instance",
             {
@@ -287,6 +290,18 @@ class SqlStore(abc.ABC):
                 "available_at": write.available_at,
                 "now": now,
             },
+        )
+        if not with_event:
+            return
+        # Giving up ownership is a change of state too: the timeline shows who let go, when.
+        self._event(
+            commit.instance_id,
+            commit.generation,
+            "owner",
+            commit.owner,
+            "-",
+            now,
+            f"released until {write.available_at:.3f}",
         )
 
     def _event(

@@ -37,7 +37,8 @@ from ledgerflow.storage.sql_store import SqlStore
 
 # "LFLW" as a big-endian integer: marks a SQLite file as a Ledgerflow journal.
 APPLICATION_ID = 0x4C464C57
-SYNCHRONOUS_MODES = ("full", "normal", "extra")
+# "off" is for simulations only: it survives a process crash but not an OS crash.
+SYNCHRONOUS_MODES = ("full", "normal", "extra", "off")
 
 
 def _map_error(exc: sqlite3.Error, path: str) -> StorageError | ConcurrencyError:
