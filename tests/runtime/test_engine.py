@@ -258,7 +258,7 @@ def test_replay_divergence_is_parked(shop: Shop, url: str) -> None:
 
     async def first() -> str:
         faults.install(
-            FaultPlan([FaultRule(point="step.before_execute", action="raise", match={"seq": 2})])
+            FaultPlan([FaultRule(point="step.before_execute", action="crash", match={"seq": 2})])
         )
         try:
             async with lf.Engine(url, registry) as engine:

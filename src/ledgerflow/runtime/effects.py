@@ -22,10 +22,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from ledgerflow import mutations
 from ledgerflow.errors import EffectFailedError, EffectRejectedError
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
 from ledgerflow.model.effect import EffectState, LookupAnswer, ResolutionKind, resolve_unknown
-from ledgerflow.model.ids import StepSeq, command_id, effect_id, idempotency_key
+from ledgerflow.model.ids import (
+    IdempotencyKey,
+    StepSeq,
+    command_id,
+    effect_id,
+    idempotency_key,
+)
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_user, describe_error, error_names
@@ -73,12 +80,18 @@ class EffectDriver:
         effect = self.s.effect(self.seq)
         step = self.s.step(self.seq)
         if effect is None or step is None:
-            await self.s.commit(
+            intent = (
                 self._step(StepStatus.STARTED, StepStatus.NEW, attempt=1),
                 self._effect(
                     EffectState.INTENDED, EffectState.NEW, attempt=1, detail="write-ahead intent"
                 ),
             )
+            if mutations.SKIP_INTENT in mutations.active:
+                # Broken on purpose (mutation tests): the request leaves before its intent.
+                sent = await self._send(attempt=1)
+                await self.s.commit(*intent)
+                return await self._settle(sent, attempt=1)
+            await self.s.commit(*intent)
             return await self._dispatch(attempt=1)
         if effect.idempotency_key != self.key:
             raise Park(
@@ -108,46 +121,56 @@ class EffectDriver:
         return await self._resolve()
 
     async def _dispatch(self, *, attempt: int) -> Any:
+        return await self._settle(await self._send(attempt=attempt), attempt=attempt)
+
+    async def _send(self, *, attempt: int) -> str | Exception:
+        """Call the participant: its evidence as ledger text, or what it raised."""
         faults.point("effect.before_dispatch", **self._where(attempt))
+        key = self.key
+        if attempt > 1 and mutations.NEW_KEY_ON_REDISPATCH in mutations.active:
+            key = IdempotencyKey(f"{self.key}~{attempt}")  # Broken on purpose.
         call = EffectCall(
             participant=self.d.participant.name,
             operation=self.d.operation,
-            idempotency_key=self.key,
+            idempotency_key=key,
             effect_id=self.effect_id,
             instance_id=self.s.instance_id,
             attempt=attempt,
             payload=self.s.codec.decode(self.payload_text),
         )
+        outcome: str | Exception
         try:
             evidence = await asyncio.wait_for(
                 call_user(self.d.function, call), timeout=self.d.timeout_seconds
             )
-            evidence_text = self.s.codec.encode(evidence)
-        except EffectRejectedError as rejection:
-            faults.point("effect.after_dispatch", **self._where(attempt))
-            return await self._rejected(rejection, attempt=attempt)
-        except Exception as exc:  # noqa: BLE001 - no proof either way: the outcome is UNKNOWN.
-            faults.point("effect.after_dispatch", **self._where(attempt))
+            outcome = self.s.codec.encode(evidence)
+        except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
+            outcome = exc
+        faults.point("effect.after_dispatch", **self._where(attempt))
+        return outcome
+
+    async def _settle(self, sent: str | Exception, *, attempt: int) -> Any:
+        """Record what the dispatch proved, together with what comes next."""
+        if isinstance(sent, EffectRejectedError):
+            return await self._rejected(sent, attempt=attempt)
+        if isinstance(sent, Exception):
             await self.s.commit(
                 self._effect(
                     EffectState.UNKNOWN,
                     EffectState.INTENDED,
                     attempt=attempt,
-                    reason=f"dispatch gave no proof: {type(exc).__name__}: {exc}"[:500],
+                    reason=f"dispatch gave no proof: {type(sent).__name__}: {sent}"[:500],
                 )
             )
             return await self._resolve()
-        faults.point("effect.after_dispatch", **self._where(attempt))
         await self.s.commit(
             self._effect(
-                EffectState.CONFIRMED, EffectState.INTENDED, attempt=attempt, evidence=evidence_text
+                EffectState.CONFIRMED, EffectState.INTENDED, attempt=attempt, evidence=sent
             ),
-            self._step(
-                StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=evidence_text
-            ),
+            self._step(StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=sent),
         )
         faults.point("effect.after_outcome", **self._where(attempt))
-        return self.s.codec.decode(evidence_text)
+        return self.s.codec.decode(sent)
 
     async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Any:
         error = self.s.codec.encode(describe_error(rejection))

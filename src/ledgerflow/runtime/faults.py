@@ -27,8 +27,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledgerflow.runtime.control import Abandon
+
 ENVIRONMENT_VARIABLE = "LEDGERFLOW_FAULTS"
-ACTIONS = ("kill", "raise", "delay")
+# kill: SIGKILL this process. crash: a simulated death of the whole worker (in-process).
+# raise: an unexpected engine error for this one instance, which is then left to recovery.
+# delay: a pause of the whole worker, as a stop-the-world garbage collection would cause.
+ACTIONS = ("kill", "crash", "raise", "delay")
 
 
 class SimulatedCrash(BaseException):
@@ -36,6 +41,14 @@ class SimulatedCrash(BaseException):
 
     It derives from BaseException so that workflow or participant code catching ``Exception``
     cannot swallow it: like a real crash, it unwinds everything.
+    """
+
+
+class InjectedError(Abandon):
+    """An unexpected failure inside the engine while driving one instance.
+
+    It is an :class:`~ledgerflow.runtime.control.Abandon`: the instance is left to recovery,
+    never recorded as the workflow's own failure.
     """
 
 
@@ -57,6 +70,8 @@ class FaultRule:
 
 @dataclass(slots=True)
 class FaultPlan:
+    """Rules matched against every point hit; the explorer's seeded plans override :meth:`hit`."""
+
     rules: list[FaultRule]
     fired: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
@@ -68,8 +83,10 @@ class FaultPlan:
                 if rule.action == "kill":
                     # The real thing: no cleanup, no flush, no finally blocks.
                     os.kill(os.getpid(), signal.SIGKILL)
-                elif rule.action == "raise":
+                elif rule.action == "crash":
                     raise SimulatedCrash(f"fault at {name} {where}")
+                elif rule.action == "raise":
+                    raise InjectedError(f"injected error at {name} {where}")
                 else:
                     time.sleep(rule.delay_seconds)
                 return

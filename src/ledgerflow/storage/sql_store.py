@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ledgerflow import mutations
 from ledgerflow.errors import (
     FencedOutError,
     IllegalTransitionError,
@@ -174,7 +175,7 @@ class SqlStore(abc.ABC):
     def _apply(self, commit: Commit, now: float) -> None:
         fence = {"instance_id": commit.instance_id, "generation": commit.generation}
         _, owned = self._run("fence_instance", {**fence, "owner": commit.owner, "now": now})
-        if owned != 1:
+        if owned != 1 and mutations.ACCEPT_STALE_WRITES not in mutations.active:
             raise FencedOutError(
                 "write refused: this owner no longer holds the instance at this generation",
                 instance_id=commit.instance_id,

@@ -1,0 +1,31 @@
+"""Test-only switches that break the engine on purpose, one way at a time (internal).
+
+They exist to prove the fault explorer is not vacuous: with a switch on, the explorer must find
+a violation. Production code never sets them; each check is one set lookup.
+
+- ``skip-intent``: the request leaves before its write-ahead intent is durable.
+- ``new-key-on-redispatch``: a re-dispatch uses a fresh idempotency key.
+- ``accept-stale-writes``: the store takes writes from an owner whose generation is stale.
+"""
+
+from __future__ import annotations
+
+SKIP_INTENT = "skip-intent"
+NEW_KEY_ON_REDISPATCH = "new-key-on-redispatch"
+ACCEPT_STALE_WRITES = "accept-stale-writes"
+ALL = frozenset({SKIP_INTENT, NEW_KEY_ON_REDISPATCH, ACCEPT_STALE_WRITES})
+
+active: frozenset[str] = frozenset()
+
+
+def enable(*names: str) -> None:
+    global active
+    unknown = set(names) - ALL
+    if unknown:
+        raise ValueError(f"unknown mutation(s): {sorted(unknown)}")
+    active = frozenset(names)
+
+
+def disable() -> None:
+    global active
+    active = frozenset()
