@@ -13,7 +13,6 @@ from typing import Any
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError
 
-
 _MICROSECOND = timedelta(microseconds=1)
 
 

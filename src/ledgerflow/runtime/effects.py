@@ -25,7 +25,13 @@ from typing import Any
 from ledgerflow import mutations
 from ledgerflow.errors import EffectFailedError, EffectRejectedError
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
-from ledgerflow.model.effect import EffectState, LookupAnswer, ResolutionKind, resolve_unknown
+from ledgerflow.model.effect import (
+    EffectState,
+    LookupAnswer,
+    LookupVerdict,
+    ResolutionKind,
+    resolve_unknown,
+)
 from ledgerflow.model.ids import (
     IdempotencyKey,
     StepSeq,
@@ -115,6 +121,7 @@ class EffectDriver:
                     EffectState.UNKNOWN,
                     EffectState.INTENDED,
                     attempt=effect.attempt,
+                    doubt=effect.attempt,
                     reason="the worker stopped before the outcome was recorded",
                 )
             )
@@ -159,6 +166,7 @@ class EffectDriver:
                     EffectState.UNKNOWN,
                     EffectState.INTENDED,
                     attempt=attempt,
+                    doubt=attempt,
                     reason=f"dispatch gave no proof: {type(sent).__name__}: {sent}"[:500],
                 )
             )
@@ -179,6 +187,22 @@ class EffectDriver:
             and self.policy.retries(error_names(rejection))
             and attempt < self.policy.attempts_max
         )
+        previous = self.s.effect(self.seq)
+        if not retry and previous is not None and previous.doubt:
+            # This attempt was refused, but an earlier one may still land: only a lookup (or an
+            # operator) can prove the effect as a whole was never applied.
+            await self.s.commit(
+                self._effect(
+                    EffectState.UNKNOWN,
+                    EffectState.INTENDED,
+                    attempt=attempt,
+                    reason=(
+                        f"attempt {attempt} was refused ({rejection.error_code}) but attempt "
+                        f"{previous.doubt} is still in doubt"
+                    ),
+                )
+            )
+            return await self._resolve()
         if not retry:
             reason = f"participant proved not applied: {rejection.error_code}: {rejection.message}"
             await self.s.commit(
@@ -196,13 +220,21 @@ class EffectDriver:
         )
 
     async def _schedule_redispatch(
-        self, expected: EffectState, *, attempt: int, error: str | None, why: str
+        self,
+        expected: EffectState,
+        *,
+        attempt: int,
+        error: str | None,
+        why: str,
+        doubt: int | None = None,
     ) -> Any:
         """Commit the next attempt's intent with its due time, wait, then dispatch it."""
         following = attempt + 1
         due = self.s.clock.now() + self.policy.delay_before(following).total_seconds()
         await self.s.commit(
-            self._effect(EffectState.INTENDED, expected, attempt=following, detail=why),
+            self._effect(
+                EffectState.INTENDED, expected, attempt=following, detail=why, doubt=doubt
+            ),
             self._step(
                 StepStatus.RETRY_SCHEDULED,
                 StepStatus.STARTED,
@@ -255,9 +287,15 @@ class EffectDriver:
                 ),
             )
             return self.s.codec.decode(evidence_text)
+        # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
+        fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
         if resolution.kind is ResolutionKind.REDISPATCH:
             return await self._schedule_redispatch(
-                EffectState.UNKNOWN, attempt=attempt, error=None, why=resolution.reason
+                EffectState.UNKNOWN,
+                attempt=attempt,
+                error=None,
+                why=resolution.reason,
+                doubt=0 if fenced else None,
             )
         if resolution.kind is ResolutionKind.FAIL:
             await self.s.commit(
@@ -265,6 +303,7 @@ class EffectDriver:
                     EffectState.FAILED,
                     EffectState.UNKNOWN,
                     attempt=attempt,
+                    doubt=0,
                     reason=resolution.reason,
                 ),
                 self._step(
@@ -328,6 +367,7 @@ class EffectDriver:
         evidence: str | None = None,
         reason: str | None = None,
         detail: str | None = None,
+        doubt: int | None = None,
     ) -> EffectWrite:
         instance = self.s.instance
         previous = self.s.effect(self.seq)
@@ -342,6 +382,7 @@ class EffectDriver:
             idempotency_key=self.key,
             state=state,
             attempt=attempt,
+            doubt=doubt if doubt is not None else (previous.doubt if previous else 0),
             payload=self.payload_text,
             evidence=evidence,
             # The reason explains the current state only; the timeline keeps every earlier one.

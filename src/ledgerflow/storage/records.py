@@ -79,6 +79,8 @@ class EffectRecord:
     idempotency_key: IdempotencyKey
     state: EffectState
     attempt: int
+    # The highest attempt in doubt that no lookup has fenced; 0 when none is.
+    doubt: int
     payload: str
     evidence: str | None
     reason: str | None

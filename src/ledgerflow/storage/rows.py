@@ -96,6 +96,7 @@ def _build_effect(r: Row) -> EffectRecord:
         idempotency_key=IdempotencyKey(r["idempotency_key"]),
         state=EffectState(r["state"]),
         attempt=int(r["attempt"]),
+        doubt=int(r["doubt"]),
         payload=r["payload"],
         evidence=r["evidence"],
         reason=r["reason"],
@@ -157,6 +158,10 @@ def _effect_invariant(e: EffectRecord) -> str | None:
         return "state NEW is never stored"
     if e.state is EffectState.CONFIRMED and e.evidence is None:
         return "CONFIRMED without evidence"
+    if not 0 <= e.doubt <= e.attempt:
+        return f"doubt {e.doubt} outside 0..{e.attempt}"
+    if e.state is EffectState.FAILED and e.doubt:
+        return f"FAILED while attempt {e.doubt} is in doubt"
     return None
 
 

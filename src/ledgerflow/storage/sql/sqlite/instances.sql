@@ -33,7 +33,7 @@ LIMIT :limit;
 SELECT instance_id FROM lf_instances
 WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
-  AND (owner IS NULL OR lease_expires_at < :now)
+  AND (owner IS NULL OR lease_expires_at <= :now)
 ORDER BY available_at, instance_id
 LIMIT :limit;
 
@@ -46,7 +46,7 @@ SET owner = :owner, generation = generation + 1, lease_expires_at = :lease_expir
 WHERE instance_id = :instance_id
   AND status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
-  AND (owner IS NULL OR lease_expires_at < :now)
+  AND (owner IS NULL OR lease_expires_at <= :now)
 RETURNING *;
 
 -- name: renew_lease

@@ -57,6 +57,9 @@ CREATE TABLE lf_effects (
     idempotency_key TEXT NOT NULL UNIQUE,
     state           TEXT NOT NULL,
     attempt         INTEGER NOT NULL,
+    -- The highest attempt whose outcome is in doubt and no lookup has fenced (0: none). While
+    -- it is set, a later attempt's rejection cannot prove the effect was never applied.
+    doubt           INTEGER NOT NULL DEFAULT 0,
     payload         TEXT NOT NULL,
     evidence        TEXT,
     reason          TEXT,
