@@ -1,0 +1,54 @@
+"""Testing tools for Ledgerflow workflows (public front door).
+
+- :class:`FakeClock`: time that moves when told to (or jumps to whoever sleeps).
+- :class:`ScriptedParticipant` and :class:`World`: in-process participants that misbehave on
+  cue (reject, time out, lose the reply after applying, apply late, drift) and keep their own
+  record of every application.
+- :class:`Explorer`: crashes a workflow at every fault point (exhaustive mode, with crashes
+  during recovery) or from seeds (random mode), and checks the invariants after every run with
+  the :mod:`oracle <ledgerflow.testing.oracle>`.
+
+Example::
+
+    from ledgerflow.testing import Explorer, scenario_for
+
+    explorer = Explorer(scenario_for(registry, "order", [{"items": [...]}]))
+    summary = asyncio.run(explorer.exhaustive(depth=2))
+    assert not summary.failures, summary.shortest_failure()
+"""
+
+from __future__ import annotations
+
+from ledgerflow.runtime.faults import FaultPlan as FaultPlan
+from ledgerflow.runtime.faults import FaultRule as FaultRule
+from ledgerflow.runtime.faults import SimulatedCrash as SimulatedCrash
+from ledgerflow.testing.clock import FakeClock as FakeClock
+from ledgerflow.testing.explorer import Explorer as Explorer
+from ledgerflow.testing.explorer import SeedBank as SeedBank
+from ledgerflow.testing.explorer import Summary as Summary
+from ledgerflow.testing.oracle import Violation as Violation
+from ledgerflow.testing.participants import Behavior as Behavior
+from ledgerflow.testing.participants import ScriptedParticipant as ScriptedParticipant
+from ledgerflow.testing.participants import World as World
+from ledgerflow.testing.plans import Rates as Rates
+from ledgerflow.testing.simulation import RunResult as RunResult
+from ledgerflow.testing.simulation import Scenario as Scenario
+from ledgerflow.testing.simulation import scenario_for as scenario_for
+
+__all__ = [
+    "Behavior",
+    "Explorer",
+    "FakeClock",
+    "FaultPlan",
+    "FaultRule",
+    "Rates",
+    "RunResult",
+    "Scenario",
+    "ScriptedParticipant",
+    "SeedBank",
+    "SimulatedCrash",
+    "Summary",
+    "Violation",
+    "World",
+    "scenario_for",
+]

@@ -1,0 +1,250 @@
+"""The oracle: the invariants of DESIGN.md, checked after a run from the store and from the
+participants' own records.
+
+Nothing here trusts the engine's account alone: an effect the ledger calls CONFIRMED must be
+in the participant's record, and every application in the participant's record must be known
+to the ledger. Each check returns :class:`Violation` values naming the invariant.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.instance import INSTANCE_MACHINE, TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.machine import Machine
+from ledgerflow.model.step import STEP_MACHINE
+from ledgerflow.storage.records import EffectRecord, EventRecord, InstanceRecord
+from ledgerflow.storage.store import Store
+from ledgerflow.testing.participants import World
+
+COMPENSATION_PREFIX = "compensate:"
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    instance_id: str | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = f" [{self.instance_id}]" if self.instance_id else ""
+        return f"{self.invariant}{where}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything the oracle reads, taken once after quiescence."""
+
+    instances: list[InstanceRecord]
+    effects: dict[InstanceId, list[EffectRecord]]
+    events: dict[InstanceId, list[EventRecord]]
+
+    @classmethod
+    def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
+        instances = store.list_instances(limit=limit)
+        return cls(
+            instances=instances,
+            effects={i.instance_id: store.effects(i.instance_id) for i in instances},
+            events={i.instance_id: store.events(i.instance_id) for i in instances},
+        )
+
+
+def check(snapshot: Snapshot, world: World) -> list[Violation]:
+    return [
+        *no_duplicate_effect(world),
+        *no_lost_completion(snapshot, world),
+        *single_terminal_outcome(snapshot),
+        *compensations_only_for_applied(world),
+        *dependencies_in_order(snapshot, world),
+        *no_stale_write(snapshot),
+        *legal_transitions(snapshot),
+        *failed_only_without_effects(snapshot),
+    ]
+
+
+def no_duplicate_effect(world: World) -> Iterable[Violation]:
+    """I1: one effect identity (key) is applied at most once at its participant."""
+    counts = Counter((a.participant, a.key) for a in world.applications)
+    for (participant, key), n in counts.items():
+        if n > 1:
+            yield Violation("no-duplicate-effect", None, f"{participant} applied {key} {n} times")
+
+
+def no_lost_completion(snapshot: Snapshot, world: World) -> Iterable[Violation]:
+    """I2: every application is known to the ledger as CONFIRMED, or is an UNKNOWN effect of an
+    instance parked for a person; and every CONFIRMED effect was really applied."""
+    by_key = {e.idempotency_key: e for effects in snapshot.effects.values() for e in effects}
+    status = {i.instance_id: i.status for i in snapshot.instances}
+    applied = {(a.participant, a.key) for a in world.applications}
+    for a in world.applications:
+        if a.key.startswith(COMPENSATION_PREFIX):
+            continue
+        effect = by_key.get(a.key)  # type: ignore[call-overload]
+        if effect is None:
+            yield Violation(
+                "no-lost-completion",
+                None,
+                f"{a.participant} applied {a.key}, which the ledger does not know",
+            )
+        elif effect.state is not EffectState.CONFIRMED and not (
+            effect.state is EffectState.UNKNOWN
+            and status[effect.instance_id] is InstanceStatus.MANUAL_INTERVENTION
+        ):
+            yield Violation(
+                "no-lost-completion",
+                effect.instance_id,
+                f"{a.participant} applied {a.key} but the ledger holds {effect.state.value} "
+                f"in a {status[effect.instance_id].value} instance",
+            )
+    for effect in by_key.values():
+        if (
+            effect.state is EffectState.CONFIRMED
+            and (effect.participant, effect.idempotency_key) not in applied
+            and (effect.participant, effect.idempotency_key) not in world.drifted
+        ):
+            yield Violation(
+                "no-phantom-confirmation",
+                effect.instance_id,
+                f"{effect.idempotency_key} is CONFIRMED but {effect.participant} never applied it",
+            )
+
+
+def single_terminal_outcome(snapshot: Snapshot) -> Iterable[Violation]:
+    """I3 and I6: every instance is terminal (or visibly waiting), and it became terminal
+    exactly once."""
+    for instance in snapshot.instances:
+        if instance.status not in TERMINAL_STATUSES and instance.status is not (
+            InstanceStatus.WAITING
+        ):
+            yield Violation(
+                "no-stuck-instance",
+                instance.instance_id,
+                f"still {instance.status.value} after quiescence",
+            )
+        endings = [
+            e
+            for e in snapshot.events[instance.instance_id]
+            if e.subject == "instance" and InstanceStatus(e.to_state) in TERMINAL_STATUSES
+        ]
+        if instance.status in TERMINAL_STATUSES and len(endings) != 1:
+            yield Violation(
+                "single-terminal-outcome",
+                instance.instance_id,
+                f"{len(endings)} terminal transitions: {[e.to_state for e in endings]}",
+            )
+
+
+def compensations_only_for_applied(world: World) -> Iterable[Violation]:
+    """A compensation runs only for an applied effect, at most once, never under its key."""
+    originals = {(a.participant, a.key) for a in world.applications}
+    counts = Counter(
+        (a.participant, a.key) for a in world.applications if a.key.startswith(COMPENSATION_PREFIX)
+    )
+    for (participant, key), n in counts.items():
+        original = key[len(COMPENSATION_PREFIX) :]
+        if (participant, original) not in originals:
+            yield Violation(
+                "compensation-only-for-applied",
+                None,
+                f"{participant} compensated {original}, which it never applied",
+            )
+        if n > 1:
+            yield Violation("compensation-at-most-once", None, f"{key} applied {n} times")
+
+
+def dependencies_in_order(snapshot: Snapshot, world: World) -> Iterable[Violation]:
+    """I4: an instance's effects reach their participants in step order."""
+    seq_of = {
+        e.idempotency_key: (e.instance_id, e.seq)
+        for effects in snapshot.effects.values()
+        for e in effects
+    }
+    last: dict[InstanceId, int] = {}
+    for a in world.applications:
+        found = seq_of.get(a.key)  # type: ignore[call-overload]
+        if found is None:
+            continue
+        instance_id, seq = found
+        if seq < last.get(instance_id, 0):
+            yield Violation(
+                "dependencies-in-order",
+                instance_id,
+                f"step {seq} applied after step {last[instance_id]}",
+            )
+        last[instance_id] = max(last.get(instance_id, 0), seq)
+
+
+def no_stale_write(snapshot: Snapshot) -> Iterable[Violation]:
+    """I5: after an owner claims a generation, no write of an older generation lands."""
+    for instance_id, events in snapshot.events.items():
+        newest = 0
+        for event in events:
+            if event.subject == "owner" and event.detail == "claimed":
+                newest = max(newest, event.generation)
+            elif event.generation < newest:
+                yield Violation(
+                    "no-stale-write",
+                    instance_id,
+                    f"generation {event.generation} wrote {event.subject} "
+                    f"{event.from_state}->{event.to_state} after generation {newest} claimed",
+                )
+
+
+_MACHINES: Sequence[tuple[str, Machine]] = (  # type: ignore[type-arg]
+    ("instance", INSTANCE_MACHINE),
+    ("step:", STEP_MACHINE),
+    ("effect:", EFFECT_MACHINE),
+)
+
+
+def legal_transitions(snapshot: Snapshot) -> Iterable[Violation]:
+    """I8: every recorded change is an edge of its state machine."""
+    for instance_id, events in snapshot.events.items():
+        for event in events:
+            for prefix, machine in _MACHINES:
+                if not event.subject.startswith(prefix) or event.from_state is None:
+                    continue
+                states = {s.value: s for s in type(next(iter(machine.table))[0])}
+                source, target = states.get(event.from_state), states.get(event.to_state)
+                if source is None or target is None or target not in machine.targets(source):
+                    yield Violation(
+                        "legal-transitions",
+                        instance_id,
+                        f"{event.subject}: {event.from_state} -> {event.to_state}",
+                    )
+
+
+def failed_only_without_effects(snapshot: Snapshot) -> Iterable[Violation]:
+    """FAILED claims nothing happened anywhere: no confirmed effect may exist."""
+    for instance in snapshot.instances:
+        if instance.status is InstanceStatus.FAILED:
+            confirmed = [
+                e
+                for e in snapshot.effects[instance.instance_id]
+                if e.state is EffectState.CONFIRMED
+            ]
+            if confirmed:
+                yield Violation(
+                    "failed-only-without-effects",
+                    instance.instance_id,
+                    f"FAILED with {len(confirmed)} confirmed effect(s)",
+                )
+
+
+def stuck(snapshot: Snapshot) -> list[InstanceRecord]:
+    return [
+        i
+        for i in snapshot.instances
+        if i.status not in TERMINAL_STATUSES and i.status is not InstanceStatus.WAITING
+    ]
+
+
+def by_instance(violations: Iterable[Violation]) -> dict[str | None, list[Violation]]:
+    grouped: dict[str | None, list[Violation]] = defaultdict(list)
+    for v in violations:
+        grouped[v.instance_id].append(v)
+    return grouped

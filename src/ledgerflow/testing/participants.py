@@ -1,0 +1,240 @@
+"""Scripted participants: in-process services with a script of misbehaviours and their own
+record of every application, which is what the oracle believes over the engine's ledger.
+
+A participant applies every delivery it accepts (so without deduplication a repeated key is
+applied twice and the record shows it), fences attempts its lookup answered "not applied" for,
+and can be told to misbehave for chosen deliveries: reject, time out, lose the reply after
+applying, apply late, or drift (lose a fact behind the ledger's back).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledgerflow.errors import EffectRejectedError
+from ledgerflow.model.classification import Classification
+from ledgerflow.model.definition import EffectCall, EffectDeclaration, Participant
+from ledgerflow.model.effect import LookupAnswer
+from ledgerflow.model.ids import IdempotencyKey
+from ledgerflow.model.retry import RetryPolicy
+
+
+class Behavior(enum.Enum):
+    SUCCEED = "succeed"
+    # Proven not applied; a retry may succeed.
+    REJECT = "reject"
+    # Proven not applied, and never will be.
+    REJECT_FINAL = "reject-final"
+    # Not applied, but the caller cannot know: its wait ran out.
+    TIMEOUT = "timeout"
+    # Applied, then the reply was lost.
+    LOSE_REPLY = "lose-reply"
+    # Accepted now, applied later (at the next delivery of late work), reply lost.
+    LATE = "late"
+
+
+class LostReplyError(ConnectionError):
+    """The scripted network lost the participant's answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Application:
+    """One application of one key at a participant, in the world's global order."""
+
+    order: int
+    participant: str
+    operation: str
+    key: str
+    attempt: int
+    payload: Any
+
+
+@dataclass(slots=True)
+class World:
+    """What all scripted participants of one run share: the global order of applications."""
+
+    applications: list[Application] = field(default_factory=list)
+    drifted: set[tuple[str, str]] = field(default_factory=set)
+
+    def record(
+        self, participant: str, operation: str, key: str, attempt: int, payload: Any
+    ) -> None:
+        self.applications.append(
+            Application(len(self.applications), participant, operation, key, attempt, payload)
+        )
+
+
+@dataclass(slots=True)
+class Rule:
+    behavior: Behavior
+    operation: str | None = None
+    key_contains: str | None = None
+    attempt: int | None = None
+    times: int = 1
+
+    def matches(self, operation: str, key: str, attempt: int) -> bool:
+        return (
+            self.times > 0
+            and (self.operation is None or self.operation == operation)
+            and (self.key_contains is None or self.key_contains in key)
+            and (self.attempt is None or self.attempt == attempt)
+        )
+
+
+class ScriptedParticipant:
+    """Example::
+
+    world = World()
+    bank = ScriptedParticipant("bank", world, operations={"charge": "compensatable"},
+                               deduplicates=True)
+    bank.script(Behavior.LOSE_REPLY, operation="charge", attempt=1)
+    registry.add_participant(bank.participant)
+    """
+
+    def __init__(
+        self,
+        name: str,
+        world: World,
+        *,
+        operations: Mapping[str, Classification | str],
+        deduplicates: bool = False,
+        lookup: bool = False,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.name = name
+        self.world = world
+        self.deduplicates = deduplicates
+        self.rules: list[Rule] = []
+        self.chaos: tuple[random.Random, Mapping[Behavior, float]] | None = None
+        self.received: list[tuple[str, int]] = []
+        self.receipts: dict[str, dict[str, Any]] = {}
+        self.fenced: dict[str, int] = {}
+        self.late: list[tuple[str, str, int, Any]] = []
+        self.misbehaved = 0
+        self.participant = Participant(name, deduplicates=deduplicates)
+        for operation, classification in operations.items():
+            self.participant.effect(
+                operation, classification=classification, retry=retry or RetryPolicy()
+            )(self._deliver)
+        if lookup:
+            self.participant.lookup(self.lookup)
+
+    @classmethod
+    def standing_in_for(cls, participant: Participant, world: World) -> ScriptedParticipant:
+        """A scripted twin of a user's participant: same name, operations, classifications,
+        retry policies, deduplication and lookup, so the explorer can run the user's workflow
+        code unchanged against it (see :meth:`take_over`)."""
+        twin = cls(
+            participant.name,
+            world,
+            operations={op: d.classification for op, d in participant.effects.items()},
+            deduplicates=participant.deduplicates,
+            lookup=participant.lookup_function is not None,
+        )
+        return twin
+
+    def take_over(self, participant: Participant) -> None:
+        """Point the user's declarations at this participant for the length of a run."""
+        for declaration in participant.effects.values():
+            object.__setattr__(declaration, "function", self._deliver)
+        if participant.lookup_function is not None:
+            participant.lookup_function = self.lookup
+
+    def effect(self, operation: str) -> EffectDeclaration:
+        return self.participant.effects[operation]
+
+    def script(
+        self,
+        behavior: Behavior,
+        *,
+        operation: str | None = None,
+        key_contains: str | None = None,
+        attempt: int | None = None,
+        times: int = 1,
+    ) -> None:
+        self.rules.append(Rule(behavior, operation, key_contains, attempt, times))
+
+    def misbehave_at_random(self, rng: random.Random, rates: Mapping[Behavior, float]) -> None:
+        """Choose a behaviour per delivery from a seeded generator (random mode)."""
+        self.chaos = (rng, rates)
+
+    # -- the participant's side --------------------------------------------------------------
+
+    def _behavior(self, operation: str, key: str, attempt: int) -> Behavior:
+        for rule in self.rules:
+            if rule.matches(operation, key, attempt):
+                rule.times -= 1
+                return rule.behavior
+        if self.chaos is not None:
+            rng, rates = self.chaos
+            draw = rng.random()
+            for behavior, rate in rates.items():
+                if draw < rate:
+                    return behavior
+                draw -= rate
+        return Behavior.SUCCEED
+
+    async def _deliver(self, call: EffectCall) -> dict[str, Any]:
+        key, attempt = call.idempotency_key, call.attempt
+        self.received.append((key, attempt))
+        behavior = self._behavior(call.operation, key, attempt)
+        if behavior is not Behavior.SUCCEED:
+            self.misbehaved += 1
+        if behavior is Behavior.REJECT:
+            raise EffectRejectedError("scripted rejection", error_code="scripted")
+        if behavior is Behavior.REJECT_FINAL:
+            raise EffectRejectedError("scripted final rejection", retryable=False)
+        if behavior is Behavior.TIMEOUT:
+            raise TimeoutError("scripted timeout")
+        if behavior is Behavior.LATE:
+            self.late.append((call.operation, key, attempt, call.payload))
+            raise TimeoutError("scripted: the request is still on its way")
+        receipt = self._apply(call.operation, key, attempt, call.payload)
+        if behavior is Behavior.LOSE_REPLY:
+            raise LostReplyError("scripted: applied, reply lost")
+        return receipt
+
+    def _apply(self, operation: str, key: str, attempt: int, payload: Any) -> dict[str, Any]:
+        if attempt <= self.fenced.get(key, 0):
+            raise EffectRejectedError(
+                f"attempt {attempt} of {key} was fenced by a lookup",
+                error_code="fenced",
+                retryable=False,
+            )
+        if self.deduplicates and key in self.receipts:
+            return self.receipts[key]
+        self.world.record(self.name, operation, key, attempt, payload)
+        receipt = {"participant": self.name, "key": key, "attempt": attempt}
+        self.receipts.setdefault(key, receipt)
+        return receipt
+
+    async def lookup(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
+        if key in self.receipts and (self.name, key) not in self.world.drifted:
+            return LookupAnswer.applied(self.receipts[key])
+        self.fenced[key] = max(self.fenced.get(key, 0), attempt)
+        return LookupAnswer.not_applied()
+
+    def deliver_late(self) -> int:
+        """Let requests that were still on their way arrive now; fenced ones are refused."""
+        arrived = 0
+        pending, self.late = self.late, []
+        for operation, key, attempt, payload in pending:
+            try:
+                self._apply(operation, key, attempt, payload)
+                arrived += 1
+            except EffectRejectedError:
+                pass
+        return arrived
+
+    def drift(self, key: str) -> None:
+        """The participant loses a fact behind the ledger's back (for reconciliation tests)."""
+        self.world.drifted.add((self.name, key))
+
+    def applied(self, key: str) -> int:
+        return sum(
+            1 for a in self.world.applications if a.participant == self.name and a.key == key
+        )
