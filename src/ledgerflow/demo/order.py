@@ -111,7 +111,9 @@ def sample_order(number: int) -> dict[str, Any]:
     }
 
 
-@registry.workflow(name="order", version=1, schema="order-v1")
+@registry.workflow(
+    name="order", version=1, schema="order-v1", examples=[sample_order(1), sample_order(2)]
+)
 async def order(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
     """Reserve, charge, ship, confirm: the shipment is the pivot, after it only forward."""
     items = request["items"]

@@ -193,6 +193,8 @@ class WorkflowDefinition:
     step_retry: RetryPolicy
     schema: str
     config: dict[str, Any] = field(default_factory=dict)
+    # Sample inputs, for `ledgerflow verify` and documentation; not part of the fingerprint.
+    examples: tuple[Any, ...] = ()
 
 
 class Registry:
@@ -226,12 +228,13 @@ class Registry:
         schema: str = "",
         config: dict[str, Any] | None = None,
         step_retry: RetryPolicy = DEFAULT_STEP_RETRY,
+        examples: tuple[Any, ...] | list[Any] = (),
     ) -> Callable[[WorkflowFunction], WorkflowFunction]:
         """Register an ``async def`` workflow under a name and a version.
 
         ``schema`` names the shape of the workflow's input and state (bump it when that shape
         changes); ``config`` is any settings the workflow's behaviour depends on. Both enter
-        the fingerprint.
+        the fingerprint. ``examples`` are sample inputs that ``ledgerflow verify`` explores.
         """
         check_name("workflow", name)
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
@@ -252,11 +255,14 @@ class Registry:
                 step_retry=step_retry,
                 schema=schema,
                 config=settings,
+                examples=tuple(examples),
             )
             versions = self._workflows.setdefault(name, {})
             if version in versions:
                 raise RegistrationError(f"workflow {name} version {version} is registered twice")
             versions[version] = definition
+            # Lets `ledgerflow verify module:function` find the registry and the definition.
+            function.__dict__.setdefault("__ledgerflow__", []).append((self, name, version))
             return function
 
         return register
