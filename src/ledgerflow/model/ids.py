@@ -38,10 +38,12 @@ def idempotency_key(
 ) -> IdempotencyKey:
     """The key a participant deduplicates on: derived from identity, never from an attempt.
 
-    The participant and operation are part of the key so that a key can never collide across
-    participants sharing one deduplication table.
+    The effect id alone makes the key unique (it names the instance, run and step). The
+    participant and operation are added so a participant sharing one deduplication table
+    across operations can read what a key is for; they are joined by "/", which names may not
+    contain, so no two (participant, operation) pairs read alike.
     """
-    return IdempotencyKey(f"lf:{tenant}:{participant}.{operation}:{effect}")
+    return IdempotencyKey(f"lf:{tenant}:{participant}/{operation}:{effect}")
 
 
 def compensation_key(original: IdempotencyKey) -> IdempotencyKey:

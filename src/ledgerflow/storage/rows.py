@@ -11,7 +11,7 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ledgerflow.errors import StorageCorruptError
+from ledgerflow.errors import IllegalTransitionError, StorageCorruptError
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import (
     BusinessKey,
@@ -129,7 +129,7 @@ def _checked(
     return record
 
 
-def _instance_invariant(i: InstanceRecord) -> str | None:
+def instance_invariant(i: InstanceRecord) -> str | None:
     if i.status in TERMINAL_STATUSES and i.owner is not None:
         return f"{i.status.value} but still owned by {i.owner}"
     if i.status is InstanceStatus.SUCCEEDED and i.result is None:
@@ -139,7 +139,7 @@ def _instance_invariant(i: InstanceRecord) -> str | None:
     return None
 
 
-def _step_invariant(s: StepRecord) -> str | None:
+def step_invariant(s: StepRecord) -> str | None:
     if s.attempt < 1:
         return f"attempt {s.attempt}"
     if s.status is StepStatus.NEW:
@@ -151,7 +151,7 @@ def _step_invariant(s: StepRecord) -> str | None:
     return None
 
 
-def _effect_invariant(e: EffectRecord) -> str | None:
+def effect_invariant(e: EffectRecord) -> str | None:
     if e.attempt < 1:
         return f"attempt {e.attempt}"
     if e.state is EffectState.NEW:
@@ -166,12 +166,19 @@ def _effect_invariant(e: EffectRecord) -> str | None:
 
 
 def instance_from_row(r: Row) -> InstanceRecord:
-    return _checked("lf_instances", r, "instance_id", _build_instance, _instance_invariant)
+    return _checked("lf_instances", r, "instance_id", _build_instance, instance_invariant)
 
 
 def step_from_row(r: Row) -> StepRecord:
-    return _checked("lf_steps", r, "command_id", _build_step, _step_invariant)
+    return _checked("lf_steps", r, "command_id", _build_step, step_invariant)
 
 
 def effect_from_row(r: Row) -> EffectRecord:
-    return _checked("lf_effects", r, "effect_id", _build_effect, _effect_invariant)
+    return _checked("lf_effects", r, "effect_id", _build_effect, effect_invariant)
+
+
+def refuse_broken(broken: str | None, kind: str, ident: str) -> None:
+    """The same invariants, asserted before a write: a row every read would refuse is never
+    written."""
+    if broken is not None:
+        raise IllegalTransitionError(f"refused write to {kind} {ident}: it would be {broken}")

@@ -15,6 +15,7 @@ from typing import Any
 
 from ledgerflow import mutations
 from ledgerflow.errors import (
+    ConcurrencyError,
     FencedOutError,
     IllegalTransitionError,
     LedgerflowError,
@@ -45,9 +46,12 @@ from ledgerflow.storage.records import (
 from ledgerflow.storage.rows import (
     Row,
     effect_from_row,
+    effect_invariant,
     fields,
     instance_from_row,
+    refuse_broken,
     step_from_row,
+    step_invariant,
 )
 
 log = logging.getLogger("ledgerflow.storage")
@@ -98,6 +102,12 @@ class SqlStore(abc.ABC):
                     "business_key": new.business_key,
                 },
             )
+            if not rows:
+                # The insert was skipped on the primary key, not on the business key.
+                raise ConcurrencyError(
+                    f"instance id {new.instance_id} belongs to another business key",
+                    instance_id=new.instance_id,
+                )
         return instance_from_row(rows[0]), inserted == 1
 
     def claim(
@@ -194,6 +204,7 @@ class SqlStore(abc.ABC):
     def _write_step(self, write: StepWrite, generation: Generation, now: float) -> None:
         r = write.record
         STEP_MACHINE.check_edge(write.expected, r.status)
+        refuse_broken(step_invariant(r), "step", r.command_id)
         params = {**fields(r), "generation": generation, "now": now}
         if write.expected is StepStatus.NEW:
             self._run("insert_step", params)
@@ -220,6 +231,7 @@ class SqlStore(abc.ABC):
     def _write_effect(self, write: EffectWrite, generation: Generation, now: float) -> None:
         r = write.record
         EFFECT_MACHINE.check_edge(write.expected, r.state)
+        refuse_broken(effect_invariant(r), "effect", r.effect_id)
         params = {**fields(r), "generation": generation, "now": now}
         if write.expected is EffectState.NEW:
             self._run("insert_effect", params)
@@ -279,6 +291,12 @@ class SqlStore(abc.ABC):
             available = write.available_at if write.available_at is not None else now
             # The status change's own event already records the end of ownership.
             self._release(Release(available_at=available), commit, now, with_event=False)
+        # The row is the old row merged with this write: check what it became before commit.
+        rows, _ = self._run("get_instance", {"instance_id": commit.instance_id})
+        try:
+            instance_from_row(rows[0])
+        except StorageCorruptError as exc:
+            raise IllegalTransitionError(f"refused write: {exc.message}") from None
 
     def _release(
         self, write: Release, commit: Commit, now: float, *, with_event: bool = True

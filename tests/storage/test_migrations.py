@@ -1,0 +1,233 @@
+"""The migrations produce the declared schema, and that schema is what the store's queries use.
+
+The schema is declared below by hand (tables, columns, indexes, unique keys) so that a change to
+a migration is a visible change here too. Every named query of the dialect must then prepare
+(``EXPLAIN``) against a freshly migrated database, and the store must ask only for queries that
+exist.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from ledgerflow.storage import open_store, queries
+
+# table -> columns, in declaration order.
+DECLARED_TABLES: dict[str, list[str]] = {
+    "lf_instances": [
+        "instance_id",
+        "tenant",
+        "workflow_name",
+        "workflow_version",
+        "fingerprint",
+        "business_key",
+        "run",
+        "status",
+        "owner",
+        "generation",
+        "lease_expires_at",
+        "available_at",
+        "input",
+        "result",
+        "reason_code",
+        "reason",
+        "created_at",
+        "updated_at",
+    ],
+    "lf_steps": [
+        "instance_id",
+        "run",
+        "seq",
+        "kind",
+        "name",
+        "command_id",
+        "status",
+        "attempt",
+        "input",
+        "output",
+        "error",
+        "retry_policy",
+        "next_attempt_at",
+        "generation",
+        "updated_at",
+    ],
+    "lf_effects": [
+        "effect_id",
+        "instance_id",
+        "run",
+        "seq",
+        "participant",
+        "operation",
+        "classification",
+        "idempotency_key",
+        "state",
+        "attempt",
+        "doubt",
+        "payload",
+        "evidence",
+        "reason",
+        "generation",
+        "updated_at",
+    ],
+    "lf_events": [
+        "event_id",
+        "instance_id",
+        "at",
+        "generation",
+        "subject",
+        "from_state",
+        "to_state",
+        "detail",
+    ],
+    # Written by the store itself, before any migration, to record which ones were applied.
+    "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
+}
+# Named indexes: name -> (table, columns).
+DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
+    "lf_instances_runnable": ("lf_instances", ["status", "available_at"]),
+    "lf_effects_instance": ("lf_effects", ["instance_id", "run", "seq"]),
+    "lf_events_instance": ("lf_events", ["instance_id", "event_id"]),
+}
+# Uniqueness the protocol depends on: table -> unique column sets (primary keys included).
+DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
+    "lf_instances": {("instance_id",), ("tenant", "workflow_name", "business_key")},
+    "lf_steps": {("instance_id", "run", "seq")},
+    "lf_effects": {("effect_id",), ("idempotency_key",)},
+    "lf_events": {("event_id",)},
+    "lf_schema_migrations": {("version",)},
+}
+
+
+@pytest.fixture
+def migrated(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    """A database the store created and migrated from nothing, opened read-only by sqlite3."""
+    path = tmp_path / "fresh.db"
+    open_store(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    )
+    return {r[0] for r in rows}
+
+
+def test_migrations_create_exactly_the_declared_tables_and_columns(
+    migrated: sqlite3.Connection,
+) -> None:
+    """Goal: the migrated schema is exactly the declared one: no missing, no extra columns.
+
+    Method: compare the table list and each table's PRAGMA table_info column names, in order.
+    """
+    assert _tables(migrated) == set(DECLARED_TABLES)
+    for table, columns in DECLARED_TABLES.items():
+        found = [r[1] for r in migrated.execute(f"PRAGMA table_info({table})")]
+        assert found == columns, table
+
+
+def test_migrations_create_exactly_the_declared_indexes(migrated: sqlite3.Connection) -> None:
+    """Goal: the indexes the claim, journal and timeline queries rely on exist, and no others.
+
+    Method: list named (non-automatic) indexes with their table and columns.
+    """
+    rows = migrated.execute(
+        "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+    ).fetchall()
+    found = {
+        name: (table, [r[2] for r in migrated.execute(f"PRAGMA index_info({name})")])
+        for name, table in rows
+    }
+    assert found == DECLARED_INDEXES
+
+
+def test_migrations_declare_the_uniqueness_the_protocol_needs(
+    migrated: sqlite3.Connection,
+) -> None:
+    """Goal: one instance per business key, one row per journal position, one effect per key.
+
+    Method: collect every unique index (including primary keys and INTEGER PRIMARY KEY rowid
+    aliases) per table and compare with the declared unique column sets.
+    """
+    for table, expected in DECLARED_UNIQUE.items():
+        unique: set[tuple[str, ...]] = set()
+        for _, name, is_unique, *_ in migrated.execute(f"PRAGMA index_list({table})"):
+            if is_unique:
+                unique.add(tuple(r[2] for r in migrated.execute(f"PRAGMA index_info({name})")))
+        key = [r[1] for r in migrated.execute(f"PRAGMA table_info({table})") if r[5] > 0]
+        if len(key) == 1:  # a one-column primary key may be the rowid itself, with no index
+            unique.add((key[0],))
+        assert unique == expected, table
+
+
+def test_every_named_query_prepares_against_the_migrated_schema(
+    migrated: sqlite3.Connection,
+) -> None:
+    """Goal: every query the store can run names only tables and columns that exist.
+
+    Method: ``EXPLAIN`` each named query of ``queries.load("sqlite")`` (which compiles it
+    without running it), binding every ``:name`` parameter to NULL.
+    """
+    named = queries.load("sqlite")
+    assert named
+    for name, sql in named.items():
+        params = dict.fromkeys(re.findall(r"(?<!:):([a-z_]+)", sql))
+        try:
+            migrated.execute(f"EXPLAIN {sql}", params).fetchall()
+        except sqlite3.Error as exc:
+            pytest.fail(f"query {name} does not prepare: {exc}")
+
+
+def test_the_store_runs_only_queries_that_exist_and_every_query_is_used() -> None:
+    """Goal: no typo in a query name reaches run time, and no dead SQL accumulates.
+
+    Method: collect the literal names passed to ``_run(...)`` in the storage package's source
+    and compare with the named queries of the dialect.
+    """
+    package = resources.files("ledgerflow.storage")
+    used: set[str] = set()
+    for entry in package.iterdir():
+        if entry.name.endswith(".py"):
+            used |= set(re.findall(r"_run\(\s*\"([a-z_]+)\"", entry.read_text()))
+    assert used
+    assert used == set(queries.load("sqlite"))
+
+
+def test_migrations_are_numbered_one_to_n_and_well_named() -> None:
+    """Goal: migrations apply in a fixed order with no gaps, and no file is silently skipped.
+
+    Method: every file in the migrations folder matches NNNN_name.sql and the numbers returned
+    by ``queries.migrations`` are 1..n.
+    """
+    folder = resources.files("ledgerflow.storage").joinpath("sql", "sqlite", "migrations")
+    names = sorted(entry.name for entry in folder.iterdir() if entry.is_file())
+    assert names
+    assert all(re.fullmatch(r"\d{4}_[a-z0-9_]+\.sql", n) for n in names), names
+    found = queries.migrations("sqlite")
+    assert [number for number, _, _ in found] == list(range(1, len(names) + 1))
+    assert [f"{number:04d}_{name}.sql" for number, name, _ in found] == names
+
+
+def test_migrations_apply_to_an_empty_database_on_their_own(tmp_path: Path) -> None:
+    """Goal: the migration scripts alone (without the store) build the same tables.
+
+    Method: run every migration with ``executescript`` on an empty database; the tables are the
+    declared ones except the store's own migration record.
+    """
+    conn = sqlite3.connect(tmp_path / "bare.db")
+    try:
+        for _, _, text in queries.migrations("sqlite"):
+            conn.executescript(text)
+        assert _tables(conn) == set(DECLARED_TABLES) - {"lf_schema_migrations"}
+    finally:
+        conn.close()

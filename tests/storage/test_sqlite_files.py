@@ -1,0 +1,239 @@
+"""The SQLite file itself: what is refused before anything is written, and the durable defaults.
+
+A store URL may point at anything: a damaged file, somebody else's database, a journal written by
+a newer Ledgerflow or one whose migration history was edited. Each is refused with its own error
+and the file is left byte for byte (and, where it is not ours, mtime for mtime) as it was.
+Separate ``sqlite3`` connections stand in for the other programs that wrote those files.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledgerflow.errors import (
+    ConfigurationError,
+    ForeignDatabaseError,
+    SchemaVersionError,
+    StorageCorruptError,
+    StorageUnavailableError,
+)
+from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
+from ledgerflow.storage import open_store
+from ledgerflow.storage.records import NewInstance
+from ledgerflow.storage.sqlite import APPLICATION_ID, SqliteStore
+from ledgerflow.storage.store import Store
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "journal.db"
+
+
+def _url(path: Path, query: str = "") -> str:
+    return f"sqlite:///{path}{query}"
+
+
+def _open(path: Path, query: str = "") -> SqliteStore:
+    store = open_store(_url(path, query))
+    assert isinstance(store, SqliteStore)
+    return store
+
+
+def _sql(path: Path, *statements: str) -> list[tuple[object, ...]]:
+    """Run statements through a separate connection, as another program would; return the last
+    statement's rows."""
+    conn = sqlite3.connect(path)
+    try:
+        rows: list[tuple[object, ...]] = []
+        with conn:
+            for statement in statements:
+                rows = conn.execute(statement).fetchall()
+        return rows
+    finally:
+        conn.close()
+
+
+def _fingerprint(path: Path) -> tuple[bytes, int, list[str]]:
+    """The file's bytes, its mtime, and the folder listing (no journal files appeared)."""
+    return path.read_bytes(), os.stat(path).st_mtime_ns, sorted(os.listdir(path.parent))
+
+
+def _instance(key: str) -> NewInstance:
+    return NewInstance(
+        instance_id=InstanceId(f"i-{key}"),
+        tenant=TenantId("t"),
+        workflow_name="w",
+        workflow_version=1,
+        fingerprint="f",
+        business_key=BusinessKey(key),
+        input="{}",
+    )
+
+
+@pytest.fixture
+def closed_journal(path: Path) -> Path:
+    """A Ledgerflow journal holding one instance, closed again."""
+    store = _open(path)
+    store.start_instance(_instance("k"), now=1.0)
+    store.close()
+    return path
+
+
+def test_corrupt_file_is_refused_and_left_untouched(path: Path) -> None:
+    """Goal: a file that is not a database is reported as such and never "repaired".
+
+    Method: write 8 KiB of seeded random bytes, open it as a store: StorageCorruptError
+    (LF202); the bytes, mtime and folder listing are unchanged.
+    """
+    path.write_bytes(random.Random(20240601).randbytes(8192))
+    before = _fingerprint(path)
+    with pytest.raises(StorageCorruptError) as refused:
+        open_store(_url(path))
+    assert refused.value.code == "LF202"
+    assert _fingerprint(path) == before
+
+
+def test_foreign_database_is_refused_and_left_untouched(path: Path) -> None:
+    """Goal: a database that is not Ledgerflow's is never configured or migrated.
+
+    Method: create a ``customers`` table with sqlite3, open it as a store: ForeignDatabaseError
+    (LF203) naming the table; bytes, mtime and folder listing are unchanged (no WAL switch, no
+    application id, no migration table).
+    """
+    _sql(path, "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    _sql(path, "INSERT INTO customers (name) VALUES ('ada')")
+    before = _fingerprint(path)
+    with pytest.raises(ForeignDatabaseError, match="customers") as refused:
+        open_store(_url(path))
+    assert refused.value.code == "LF203"
+    assert _fingerprint(path) == before
+    assert _sql(path, "PRAGMA journal_mode") == [("delete",)]
+
+
+def test_newer_schema_version_is_refused(closed_journal: Path) -> None:
+    """Goal: a journal written by a newer Ledgerflow is not used by an older one.
+
+    Method: add migration 999 to lf_schema_migrations by hand; reopening raises
+    SchemaVersionError (LF204) naming the version, and the row is still there.
+    """
+    _sql(
+        closed_journal,
+        "INSERT INTO lf_schema_migrations VALUES (999, 'future', 'x', 0)",
+    )
+    with pytest.raises(SchemaVersionError, match="999") as refused:
+        open_store(_url(closed_journal))
+    assert refused.value.code == "LF204"
+    assert _sql(closed_journal, "SELECT max(version) FROM lf_schema_migrations") == [(999,)]
+
+
+def test_tampered_migration_checksum_is_refused(closed_journal: Path) -> None:
+    """Goal: a journal whose recorded migration history was altered is not trusted.
+
+    Method: overwrite migration 1's checksum; reopening raises SchemaVersionError naming it.
+    """
+    _sql(closed_journal, "UPDATE lf_schema_migrations SET checksum = 'tampered' WHERE version = 1")
+    with pytest.raises(SchemaVersionError, match="0001"):
+        open_store(_url(closed_journal))
+
+
+def test_reopening_applies_nothing_and_keeps_data(closed_journal: Path) -> None:
+    """Goal: opening an up-to-date journal is read-only as far as the schema goes.
+
+    Method: record lf_schema_migrations (including applied_at), reopen twice; the rows are
+    identical, the schema version is unchanged and the instance is still there.
+    """
+    applied = _sql(closed_journal, "SELECT * FROM lf_schema_migrations ORDER BY version")
+    assert [row[0] for row in applied] == list(range(1, len(applied) + 1))
+    for _ in range(2):
+        store = _open(closed_journal)
+        try:
+            assert store.schema_version() == len(applied)
+            record = store.get_instance(InstanceId("i-k"))
+            assert record is not None
+            assert record.business_key == "k"
+        finally:
+            store.close()
+    assert _sql(closed_journal, "SELECT * FROM lf_schema_migrations ORDER BY version") == applied
+
+
+def test_durable_defaults(path: Path) -> None:
+    """Goal: by default every acknowledged commit survives power loss.
+
+    Method: open a new store; a separate connection sees journal_mode WAL and Ledgerflow's
+    application id; the store's own connection (synchronous is per connection, hence the private
+    ``_conn``) runs synchronous=FULL (2).
+    """
+    store = _open(path)
+    try:
+        assert store.synchronous == "full"
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert _sql(path, "PRAGMA journal_mode") == [("wal",)]
+        assert _sql(path, "PRAGMA application_id") == [(APPLICATION_ID,)]
+    finally:
+        store.close()
+
+
+def test_synchronous_normal_is_accepted(path: Path) -> None:
+    """Goal: the explicit, less durable setting is available when asked for by name.
+
+    Method: open with ``?synchronous=normal``; the connection runs synchronous=NORMAL (1).
+    """
+    store = _open(path, "?synchronous=normal")
+    try:
+        assert store.synchronous == "normal"
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///{path}?synchronous=bogus",
+        "sqlite:///{path}?journal=memory",
+        "mysql://localhost/ledger",
+        "redis:///{path}",
+        "sqlite://",
+    ],
+    ids=["bogus-synchronous", "unknown-option", "mysql", "redis", "no-file"],
+)
+def test_bad_urls_are_configuration_errors(path: Path, url: str) -> None:
+    """Goal: a mistyped store URL fails fast with a configuration error, creating nothing.
+
+    Method: open each bad URL; expect ConfigurationError (LF100) and no database file.
+    """
+    with pytest.raises(ConfigurationError) as refused:
+        open_store(url.format(path=path))
+    assert refused.value.code == "LF100"
+    assert not path.exists()
+
+
+def test_missing_folder_is_reported_as_unavailable(tmp_path: Path) -> None:
+    """Goal: a store in a folder that does not exist is not silently created elsewhere.
+
+    Method: open a store under a missing folder: StorageUnavailableError, nothing created.
+    """
+    missing = tmp_path / "nope" / "journal.db"
+    with pytest.raises(StorageUnavailableError):
+        open_store(_url(missing))
+    assert not missing.parent.exists()
+
+
+def test_plain_path_opens_a_sqlite_store(path: Path) -> None:
+    """Goal: a bare file path is a SQLite store (the zero set-up case).
+
+    Method: open by path, write an instance, reopen by URL and read it.
+    """
+    store: Store = open_store(str(path))
+    store.start_instance(_instance("k"), now=1.0)
+    store.close()
+    again = _open(path)
+    try:
+        assert again.get_instance(InstanceId("i-k")) is not None
+    finally:
+        again.close()

@@ -1,0 +1,208 @@
+"""The public front doors are pinned: changing them is a deliberate edit of the lists below.
+
+``ledgerflow`` and ``ledgerflow.participant`` are pinned by their ``__all__``;
+``ledgerflow.errors`` (which has no ``__all__``) by its set of public error classes. Each error
+also keeps the promises of STYLE.md point 7: a unique stable code ``LFnnn``, a docstring, a place
+in the tree drawn in the module docstring, and a section in ``docs/errors.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import ledgerflow
+import ledgerflow.errors
+import ledgerflow.participant
+from ledgerflow.errors import LedgerflowError
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+LEDGERFLOW_ALL = [
+    "Classification",
+    "Codec",
+    "EffectCall",
+    "EffectRecord",
+    "EffectState",
+    "Engine",
+    "EventRecord",
+    "InstanceDetail",
+    "InstanceRecord",
+    "InstanceStatus",
+    "JsonCodec",
+    "LookupAnswer",
+    "Participant",
+    "Registry",
+    "RetryPolicy",
+    "Started",
+    "StepRecord",
+    "StepStatus",
+    "SyncEngine",
+    "Worker",
+    "WorkflowContext",
+]
+
+PARTICIPANT_ALL = [
+    "Classification",
+    "EffectCall",
+    "EffectDeclaration",
+    "EffectRejectedError",
+    "LookupAnswer",
+    "LookupVerdict",
+    "Participant",
+    "RetryPolicy",
+    "remote_participant",
+]
+
+ERRORS = [
+    "ConcurrencyError",
+    "ConfigurationError",
+    "EffectFailedError",
+    "EffectRejectedError",
+    "FencedOutError",
+    "ForeignDatabaseError",
+    "IllegalTransitionError",
+    "InstanceNotFoundError",
+    "LedgerflowError",
+    "PayloadError",
+    "RegistrationError",
+    "ResultTimeoutError",
+    "SchemaVersionError",
+    "StepError",
+    "StepFailedError",
+    "StorageCorruptError",
+    "StorageError",
+    "StorageUnavailableError",
+    "UnknownVersionError",
+    "UnknownWorkflowError",
+    "WorkflowError",
+]
+
+
+def _error_classes() -> dict[str, type[LedgerflowError]]:
+    return {
+        name: value
+        for name, value in vars(ledgerflow.errors).items()
+        if not name.startswith("_")
+        and inspect.isclass(value)
+        and issubclass(value, LedgerflowError)
+    }
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [(ledgerflow, LEDGERFLOW_ALL), (ledgerflow.participant, PARTICIPANT_ALL)],
+    ids=["ledgerflow", "ledgerflow.participant"],
+)
+def test_all_is_pinned(module: ModuleType, expected: list[str]) -> None:
+    """Goal: the public API changes only by a deliberate edit of this file.
+
+    Method: compare the sorted ``__all__`` with the checked-in list; every name resolves and
+    none is listed twice.
+    """
+    exported: list[str] = module.__all__
+    assert sorted(exported) == expected
+    assert len(set(exported)) == len(exported)
+    for name in exported:
+        assert getattr(module, name) is not None
+
+
+def test_public_names_are_documented() -> None:
+    """Goal: every public class or function says what it is for.
+
+    Method: each name exported by the two front doors has a non-empty docstring of its own.
+    """
+    for module in (ledgerflow, ledgerflow.participant):
+        for name in module.__all__:
+            value = getattr(module, name)
+            assert (inspect.getdoc(value) or "").strip(), f"{module.__name__}.{name}"
+
+
+def test_errors_are_pinned() -> None:
+    """Goal: the catchable error classes change only deliberately.
+
+    Method: the public LedgerflowError subclasses of ``ledgerflow.errors`` (and its ``__all__``
+    if it ever gets one) equal the checked-in list.
+    """
+    assert sorted(_error_classes()) == ERRORS
+    if hasattr(ledgerflow.errors, "__all__"):
+        assert sorted(ledgerflow.errors.__all__) == ERRORS
+
+
+def test_error_codes_are_unique_stable_and_documented_in_code() -> None:
+    """Goal: each error has its own stable code and a docstring saying what it means.
+
+    Method: codes match ``LFnnn`` and are pairwise distinct; each class defines its own code
+    (none inherits its parent's) and its own docstring.
+    """
+    classes = _error_classes()
+    codes = [cls.code for cls in classes.values()]
+    assert all(re.fullmatch(r"LF\d{3}", code) for code in codes), codes
+    assert len(set(codes)) == len(codes)
+    for name, cls in classes.items():
+        assert "code" in vars(cls), f"{name} inherits its code"
+        assert (cls.__doc__ or "").strip(), f"{name} has no docstring"
+
+
+def test_errors_module_draws_every_error_in_its_tree() -> None:
+    """Goal: the tree in the errors module's docstring is the real hierarchy.
+
+    Method: parse the tree lines (the depth is the column of the name, four per level); each
+    drawn class's parent is the nearest class drawn one level up; every class is mentioned in
+    the docstring.
+    """
+    doc = ledgerflow.errors.__doc__ or ""
+    classes = _error_classes()
+    parents: list[str] = []
+    drawn = 0
+    for line in doc.splitlines():
+        match = re.match(r"^(\s*)((?:[│├└─ ]*)?)([A-Z]\w+Error)\b", line)
+        if match is None or match.group(3) not in classes or not line.startswith("    "):
+            continue
+        depth = (len(match.group(1)) + len(match.group(2)) - 4) // 4
+        del parents[depth:]
+        if parents:
+            assert classes[match.group(3)].__bases__ == (classes[parents[-1]],), line
+        parents.append(match.group(3))
+        drawn += 1
+    assert drawn >= len(classes) - 1
+    for name in classes:
+        assert name in doc, f"{name} is missing from the errors module docstring"
+
+
+def _error_headings() -> dict[str, str]:
+    """``## LFnnn`` headings of docs/errors.md -> the text of their section."""
+    text = (DOCS / "errors.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    return {s.splitlines()[0].strip(): s for s in sections}
+
+
+def test_every_error_code_has_a_section_in_docs() -> None:
+    """Goal: docs/errors.md explains every code (anchor = the code) and nothing else.
+
+    Method: the ``## `` headings are exactly the set of codes; each section names its class and
+    says what to do.
+    """
+    headings = _error_headings()
+    classes = _error_classes()
+    assert set(headings) == {cls.code for cls in classes.values()}
+    for name, cls in classes.items():
+        section = headings[cls.code]
+        assert f"`{name}`" in section, f"{cls.code} does not name {name}"
+        assert "What to do" in section, f"{cls.code} does not say what to do"
+
+
+def test_internal_modules_say_they_are_internal() -> None:
+    """Goal: everything outside the front doors says in its docstring that it is internal.
+
+    Method: import the storage and model packages' modules and look for "internal" in their
+    package docstrings (STYLE.md point 2).
+    """
+    for name in ("ledgerflow.model", "ledgerflow.storage"):
+        module = importlib.import_module(name)
+        assert "internal" in (module.__doc__ or "").lower(), name
