@@ -36,15 +36,6 @@ LONG_FUNCTIONS: dict[str, Allowed] = {
     "cli/demo.py::Demo.report": Allowed(
         111, "prints four ledger tables and cross-checks them; split per table when next touched"
     ),
-    "runtime/context.py::WorkflowContext.step": Allowed(
-        102, "the local-step protocol in one loop; the StepWrite calls take most of the lines"
-    ),
-    "runtime/effects.py::EffectDriver._resolve": Allowed(
-        71, "UNKNOWN resolution, one branch per resolution kind; move the lookup call out"
-    ),
-    "testing/simulation.py::simulate": Allowed(
-        73, "the fault explorer's driver, new; split the setup from the run loop"
-    ),
 }
 
 # Modules that may import a database driver although they live outside storage/.

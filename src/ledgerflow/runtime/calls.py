@@ -8,11 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 
-async def call_user(function: Callable[..., Any], *args: Any) -> Any:
-    """Await an ``async def``; run a plain function off the event loop."""
+async def call_user(function: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
+    """Await an ``async def``; run a plain function off the event loop (or, ``inline``, on it,
+    so that a simulation does not depend on when a thread finishes)."""
     if inspect.iscoroutinefunction(function):
         return await function(*args)
-    result = await asyncio.to_thread(function, *args)
+    if inline:
+        result = function(*args)
+    else:
+        result = await asyncio.to_thread(function, *args)
     if inspect.isawaitable(result):
         return await result
     return result

@@ -12,17 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ledgerflow import limits
-from ledgerflow.errors import PayloadError, StepFailedError
+from ledgerflow.errors import StepFailedError
 from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
-from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId, command_id
+from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import RetryPolicy
 from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.runtime import faults
-from ledgerflow.runtime.calls import call_user, describe_error, error_names
 from ledgerflow.runtime.control import Park, Suspend
 from ledgerflow.runtime.effects import EffectDriver
+from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import StepRecord, StepWrite
+from ledgerflow.storage.records import StepRecord
 
 
 class WorkflowContext:
@@ -114,76 +113,15 @@ class WorkflowContext:
                 )
             attempt, expected = recorded.attempt, recorded.status
             await self.wait_until(recorded.next_attempt_at)
-        where = {"instance": session.instance.business_key, "seq": seq}
-        while True:
-            faults.point("step.before_execute", attempt=attempt, **where)
-            try:
-                value = await call_user(function, *args)
-                output = session.codec.encode(value)
-            except Exception as exc:
-                retryable = not isinstance(exc, PayloadError) and policy.retries(error_names(exc))
-                error = session.codec.encode(describe_error(exc))
-                if retryable and attempt < policy.attempts_max:
-                    attempt += 1
-                    due = session.clock.now() + policy.delay_before(attempt).total_seconds()
-                    await session.commit(
-                        StepWrite(
-                            record=self._record(
-                                seq,
-                                name,
-                                StepStatus.RETRY_SCHEDULED,
-                                attempt,
-                                input_text,
-                                None,
-                                error,
-                                policy,
-                                due,
-                            ),
-                            expected=expected,
-                        )
-                    )
-                    expected = StepStatus.RETRY_SCHEDULED
-                    await self.wait_until(due)
-                    continue
-                await session.commit(
-                    StepWrite(
-                        record=self._record(
-                            seq,
-                            name,
-                            StepStatus.FAILED,
-                            attempt,
-                            input_text,
-                            None,
-                            error,
-                            policy,
-                            None,
-                        ),
-                        expected=expected,
-                    )
-                )
-                raise StepFailedError(
-                    f"step {name!r} failed after {attempt} attempt(s): {exc}",
-                    instance_id=session.instance_id,
-                    seq=seq,
-                ) from exc
-            faults.point("step.after_execute", attempt=attempt, **where)
-            await session.commit(
-                StepWrite(
-                    record=self._record(
-                        seq,
-                        name,
-                        StepStatus.COMPLETED,
-                        attempt,
-                        input_text,
-                        output,
-                        None,
-                        policy,
-                        None,
-                    ),
-                    expected=expected,
-                )
-            )
-            return session.codec.decode(output)
+        driver = LocalStepDriver(
+            session=session,
+            seq=seq,
+            name=name,
+            input_text=input_text,
+            policy=policy,
+            wait_until=self.wait_until,
+        )
+        return await driver.run(function, args, attempt=attempt, expected=expected)
 
     async def effect(
         self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None
@@ -221,34 +159,3 @@ class WorkflowContext:
             await self._session.clock.sleep(pause)
             return
         raise Suspend(available_at=due)
-
-    def _record(
-        self,
-        seq: StepSeq,
-        name: str,
-        status: StepStatus,
-        attempt: int,
-        input_text: str,
-        output: str | None,
-        error: str | None,
-        policy: RetryPolicy,
-        next_attempt_at: float | None,
-    ) -> StepRecord:
-        session = self._session
-        return StepRecord(
-            instance_id=session.instance_id,
-            run=session.instance.run,
-            seq=seq,
-            kind=StepKind.LOCAL,
-            name=name,
-            command_id=command_id(session.instance_id, session.instance.run, seq),
-            status=status,
-            attempt=attempt,
-            input=input_text,
-            output=output,
-            error=error,
-            retry_policy=session.codec.encode(policy.to_record()),
-            next_attempt_at=next_attempt_at,
-            generation=session.generation,
-            updated_at=session.clock.now(),
-        )

@@ -148,7 +148,8 @@ class EffectDriver:
         outcome: str | Exception
         try:
             evidence = await asyncio.wait_for(
-                call_user(self.d.function, call), timeout=self.d.timeout_seconds
+                call_user(self.d.function, call, inline=self.s.store.inline),
+                timeout=self.d.timeout_seconds,
             )
             outcome = self.s.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
@@ -249,27 +250,32 @@ class EffectDriver:
         )
         return await self._dispatch(attempt=following)
 
+    async def _ask(self, attempt: int) -> tuple[LookupAnswer | None, str]:
+        """The participant's lookup answer (None without a lookup), and why it failed if so."""
+        lookup = self.d.participant.lookup_function
+        if lookup is None:
+            return None, ""
+        faults.point("effect.before_lookup", **self._where(attempt))
+        try:
+            answer = await asyncio.wait_for(
+                call_user(lookup, self.key, attempt, inline=self.s.store.inline),
+                timeout=self.d.timeout_seconds,
+            )
+        except Exception as exc:  # noqa: BLE001 - a failed lookup proves nothing.
+            return LookupAnswer.unknown(), f"; the lookup failed: {type(exc).__name__}: {exc}"[:300]
+        if not isinstance(answer, LookupAnswer):
+            return LookupAnswer.unknown(), f"; the lookup answered {type(answer).__name__}"
+        return answer, ""
+
     async def _resolve(self) -> Any:
         effect = self.s.effect(self.seq)
         if effect is None or effect.state is not EffectState.UNKNOWN:
             raise AssertionError(f"resolving step {self.seq}, which is not UNKNOWN")
         attempt = effect.attempt
-        participant = self.d.participant
-        answer: LookupAnswer | None = None
-        lookup_error = ""
-        if participant.lookup_function is not None:
-            faults.point("effect.before_lookup", **self._where(attempt))
-            try:
-                answer = await asyncio.wait_for(
-                    call_user(participant.lookup_function, self.key, attempt),
-                    timeout=self.d.timeout_seconds,
-                )
-            except Exception as exc:  # noqa: BLE001 - a failed lookup proves nothing.
-                lookup_error = f"; the lookup failed: {type(exc).__name__}: {exc}"[:300]
-                answer = LookupAnswer.unknown()
+        answer, lookup_error = await self._ask(attempt)
         resolution = resolve_unknown(
             answer=answer,
-            deduplicates=participant.deduplicates,
+            deduplicates=self.d.participant.deduplicates,
             attempts_left=self.policy.attempts_max - attempt,
         )
         if resolution.kind is ResolutionKind.CONFIRM:

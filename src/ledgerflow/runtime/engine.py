@@ -189,13 +189,15 @@ class Engine:
         *,
         codec: Codec = JSON,
         clock: Clock = SYSTEM_CLOCK,
-        inline_store: bool = False,
+        inline: bool = False,
     ) -> None:
         self._core = _Core(store, registry, codec)
         self.registry = registry
         self.codec = codec
         self.clock = clock
-        self._astore = AsyncStore(self._core.store, inline=inline_store)
+        # inline: the store and blocking user code run on the loop's own thread. Slow for a
+        # service; it makes a simulation depend on nothing but its seed.
+        self._astore = AsyncStore(self._core.store, inline=inline)
         self._workers: list[Worker] = []
 
     @property

@@ -37,12 +37,14 @@ class Executor:
         self.codec = codec
         self.clock = clock
         self.owner = owner
+        self.alive = True
 
     async def drive(self, instance: InstanceRecord) -> None:
         journal = await self.store.call(
             self.store.store.journal, instance.instance_id, instance.run
         )
         session = Session(
+            alive=lambda: self.alive,
             instance=instance,
             owner=self.owner,
             journal=journal,

@@ -7,6 +7,7 @@ work on the instance at once (:class:`~ledgerflow.runtime.control.LostOwnership`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ledgerflow.errors import FencedOutError, StorageError
@@ -36,6 +37,8 @@ class Session:
     store: AsyncStore
     codec: Codec
     clock: Clock
+    # False once the worker is (simulated) dead: nothing it still runs may reach the store.
+    alive: Callable[[], bool] = field(default=lambda: True)
     commits: int = field(default=0)
 
     @property
@@ -48,6 +51,8 @@ class Session:
 
     async def commit(self, *writes: Write) -> None:
         """Make the writes durable in one transaction, or stop: nothing is half-written."""
+        if not self.alive():
+            raise Abandon("this worker is dead")
         commit = Commit(
             instance_id=self.instance_id,
             owner=self.owner,

@@ -123,9 +123,14 @@ class Worker:
             if self._crash is None:
                 await self._drain(grace_seconds)
             else:
-                # A simulated death: everything in memory is dropped, nothing is released.
-                for task, _ in list(self._running.values()):
+                # A simulated death: everything in memory is dropped, nothing is released, and
+                # nothing still unwinding may reach the store. Waiting for the unwinding keeps
+                # a simulation's next worker life independent of thread timing.
+                self.executor.alive = False
+                dying = [task for task, _ in self._running.values()]
+                for task in dying:
                     task.cancel()
+                await asyncio.gather(*dying, return_exceptions=True)
         if self._crash is not None:
             raise self._crash
 

@@ -23,11 +23,12 @@ from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
-from ledgerflow.runtime.faults import FaultPlan, SimulatedCrash
+from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.storage.records import Commit, Release
 from ledgerflow.testing import oracle
 from ledgerflow.testing.clock import FakeClock
 from ledgerflow.testing.participants import ScriptedParticipant, World
+from ledgerflow.testing.plans import RandomPlan, ScheduledPlan
 
 # Leases are long so that no lease lapses while a worker lives; a death then moves the clock
 # past them. Worker lives and rounds are bounded so a broken engine cannot loop forever.
@@ -100,77 +101,95 @@ class RunResult:
 
 async def simulate(
     factory: ScenarioFactory,
-    plan: FaultPlan,
+    plan: ScheduledPlan,
     *,
     folder: Path,
     label: str,
     prepare: Callable[[Scenario], None] | None = None,
 ) -> RunResult:
+    """Run one scenario under one fault plan to quiescence and judge it."""
     scenario = factory()
     if prepare is not None:
         prepare(scenario)
-    clock = FakeClock()
-    url = f"sqlite:///{folder / (label + '.db')}?synchronous=off"
-    dead: list[tuple[InstanceId, WorkerId, Generation]] = []
-    touched: set[str] = set()
-    crashes = errors = 0
+    run = _Run(scenario, url=f"sqlite:///{folder / (label + '.db')}?synchronous=off")
     faults.install(plan)
     try:
-        async with Engine(url, scenario.registry, clock=clock, inline_store=True) as engine:
-            for workflow, key, value in scenario.starts:
-                await engine.start(workflow, key=key, input=value)
-        for _ in range(ROUNDS_MAX):
-            engine = Engine(url, scenario.registry, clock=clock, inline_store=True)
-            worker = engine.worker(
-                lease_seconds=SIMULATED_LEASE_SECONDS,
-                poll_seconds=3_600.0,
-                concurrency=max(1, min(len(scenario.starts), 256)),
-            )
-            try:
-                await worker.run(until_nothing_due=True)
-            except SimulatedCrash:
-                crashes += 1
-                held = [
-                    i for i in engine.store.list_instances(limit=100_000) if i.owner == worker.id
-                ]
-                dead.extend((i.instance_id, worker.id, i.generation) for i in held)
-                touched.update(i.instance_id for i in held)
-                await engine.close()
-                clock.advance(SIMULATED_LEASE_SECONDS + 1)
-                continue
-            store = engine.store
-            for participant in scenario.participants:
-                participant.deliver_late()
-            due = store.next_available_at()
-            if due is None:
-                refused, accepted = _stale_owners_write(engine, dead, clock.now())
-                snapshot = oracle.Snapshot.of(store)
-                await engine.close()
-                break
-            await engine.close()
-            clock.advance_to(due)
-        else:
-            raise RuntimeError(f"{label}: no quiescence after {ROUNDS_MAX} worker rounds")
+        await run.start()
+        snapshot, (refused, accepted) = await run.to_quiescence(label)
     finally:
         faults.install(None)
-    errors = len(getattr(plan, "errors", []))
-    misbehaviours = sum(p.misbehaved for p in scenario.participants)
-    touched.update(_instances_with_misbehaviour(snapshot))
+    run.touched.update(_instances_with_misbehaviour(snapshot))
     terminal = {i.instance_id for i in snapshot.instances if i.status in TERMINAL_STATUSES}
     return RunResult(
         label=label,
         violations=oracle.check(snapshot, scenario.world),
         statuses=Counter(i.status.value for i in snapshot.instances),
-        crashes=crashes,
-        errors=errors,
-        misbehaviours=misbehaviours,
+        crashes=run.crashes,
+        errors=len(plan.errors) if isinstance(plan, RandomPlan) else 0,
+        misbehaviours=sum(p.misbehaved for p in scenario.participants),
         stale_writes_refused=refused,
         stale_writes_accepted=accepted,
-        touched=len(touched),
-        touched_terminal=len(touched & terminal),
-        hits=[str(h) for h in getattr(plan, "hits", [])],
-        fired=[str(h) for h in [*getattr(plan, "crashed_at", []), *getattr(plan, "errors", [])]],
+        touched=len(run.touched),
+        touched_terminal=len(run.touched & terminal),
+        hits=[str(h) for h in plan.hits],
+        fired=[
+            str(h)
+            for h in [*plan.crashed_at, *(plan.errors if isinstance(plan, RandomPlan) else [])]
+        ],
     )
+
+
+class _Run:
+    """The worker lives of one simulated run, on one clock and one journal file."""
+
+    def __init__(self, scenario: Scenario, *, url: str) -> None:
+        self.scenario = scenario
+        self.url = url
+        self.clock = FakeClock()
+        self.dead: list[tuple[InstanceId, WorkerId, Generation]] = []
+        self.touched: set[str] = set()
+        self.crashes = 0
+
+    def _engine(self) -> Engine:
+        return Engine(self.url, self.scenario.registry, clock=self.clock, inline=True)
+
+    async def start(self) -> None:
+        async with self._engine() as engine:
+            for workflow, key, value in self.scenario.starts:
+                await engine.start(workflow, key=key, input=value)
+
+    async def to_quiescence(self, label: str) -> tuple[oracle.Snapshot, tuple[int, int]]:
+        """Worker lives until nothing is runnable; then the dead owners try their writes."""
+        for _ in range(ROUNDS_MAX):
+            async with self._engine() as engine:
+                if not await self._life(engine):
+                    continue
+                for participant in self.scenario.participants:
+                    participant.deliver_late()
+                due = engine.store.next_available_at()
+                if due is None:
+                    stale = _stale_owners_write(engine, self.dead, self.clock.now())
+                    return oracle.Snapshot.of(engine.store), stale
+            self.clock.advance_to(due)
+        raise RuntimeError(f"{label}: no quiescence after {ROUNDS_MAX} worker rounds")
+
+    async def _life(self, engine: Engine) -> bool:
+        """One worker life until nothing is due; False when it died."""
+        worker = engine.worker(
+            lease_seconds=SIMULATED_LEASE_SECONDS,
+            poll_seconds=3_600.0,
+            concurrency=max(1, min(len(self.scenario.starts), 256)),
+        )
+        try:
+            await worker.run(until_nothing_due=True)
+        except SimulatedCrash:
+            self.crashes += 1
+            held = [i for i in engine.store.list_instances(limit=100_000) if i.owner == worker.id]
+            self.dead.extend((i.instance_id, worker.id, i.generation) for i in held)
+            self.touched.update(i.instance_id for i in held)
+            self.clock.advance(SIMULATED_LEASE_SECONDS + 1)
+            return False
+        return True
 
 
 def _stale_owners_write(
