@@ -19,6 +19,7 @@ import pytest
 import ledgerflow
 import ledgerflow.errors
 import ledgerflow.participant
+import ledgerflow.testing
 from ledgerflow.errors import LedgerflowError
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -59,6 +60,26 @@ PARTICIPANT_ALL = [
     "remote_participant",
 ]
 
+TESTING_ALL = [
+    "Behavior",
+    "ConsistencyReport",
+    "Explorer",
+    "FakeClock",
+    "FaultPlan",
+    "FaultRule",
+    "Rates",
+    "RunResult",
+    "Scenario",
+    "ScriptedParticipant",
+    "SeedBank",
+    "SimulatedCrash",
+    "Summary",
+    "Violation",
+    "World",
+    "build_report",
+    "scenario_for",
+]
+
 ERRORS = [
     "ConcurrencyError",
     "ConfigurationError",
@@ -96,8 +117,12 @@ def _error_classes() -> dict[str, type[LedgerflowError]]:
 
 @pytest.mark.parametrize(
     ("module", "expected"),
-    [(ledgerflow, LEDGERFLOW_ALL), (ledgerflow.participant, PARTICIPANT_ALL)],
-    ids=["ledgerflow", "ledgerflow.participant"],
+    [
+        (ledgerflow, LEDGERFLOW_ALL),
+        (ledgerflow.participant, PARTICIPANT_ALL),
+        (ledgerflow.testing, TESTING_ALL),
+    ],
+    ids=["ledgerflow", "ledgerflow.participant", "ledgerflow.testing"],
 )
 def test_all_is_pinned(module: ModuleType, expected: list[str]) -> None:
     """Goal: the public API changes only by a deliberate edit of this file.

@@ -44,7 +44,7 @@ legacy = registry.add_participant(
     remote_participant(
         "legacy",
         URL,
-        operations={"apply": "manual-intervention"},
+        operations={"apply": "compensatable"},
         deduplicates=False,
         has_lookup=False,
         retry=FAST,

@@ -11,6 +11,7 @@ import click
 
 from ledgerflow.cli.demo import register as register_demo
 from ledgerflow.cli.instances import register as register_instances
+from ledgerflow.cli.verify import register as register_verify
 from ledgerflow.cli.worker import worker
 from ledgerflow.errors import LedgerflowError
 
@@ -24,6 +25,7 @@ def cli() -> None:
 cli.add_command(worker)
 register_instances(cli)
 register_demo(cli)
+register_verify(cli)
 
 
 def main() -> None:

@@ -101,16 +101,29 @@ class Resolution:
 
 
 def resolve_unknown(
-    *, answer: LookupAnswer | None, deduplicates: bool, attempts_left: int
+    *,
+    answer: LookupAnswer | None,
+    deduplicates: bool,
+    attempts_left: int,
+    doubt_goes_to_operator: bool = False,
 ) -> Resolution:
     """Decide what to do about an UNKNOWN effect. ``answer`` is None when there is no lookup.
 
     The order matters: evidence from the participant beats everything; a deduplicating
-    participant may safely receive the same key again; anything else goes to a person.
+    participant may safely receive the same key again; anything else goes to a person. An
+    effect classified manual-intervention (``doubt_goes_to_operator``) accepts only the
+    participant's evidence: every other doubt goes to a person.
     """
     if answer is not None and answer.verdict is LookupVerdict.APPLIED:
         return Resolution(
             kind=ResolutionKind.CONFIRM, reason="lookup: applied", evidence=answer.evidence
+        )
+    if doubt_goes_to_operator and not (
+        answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
+    ):
+        return Resolution(
+            kind=ResolutionKind.PARK,
+            reason="outcome unknown and the effect is classified manual-intervention",
         )
     if answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED:
         if attempts_left > 0:

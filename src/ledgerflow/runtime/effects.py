@@ -24,6 +24,7 @@ from typing import Any
 
 from ledgerflow import mutations
 from ledgerflow.errors import EffectFailedError, EffectRejectedError
+from ledgerflow.model.classification import Classification
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
 from ledgerflow.model.effect import (
     EffectState,
@@ -276,6 +277,7 @@ class EffectDriver:
         resolution = resolve_unknown(
             answer=answer,
             deduplicates=self.d.participant.deduplicates,
+            doubt_goes_to_operator=self.d.classification is Classification.MANUAL_INTERVENTION,
             attempts_left=self.policy.attempts_max - attempt,
         )
         if resolution.kind is ResolutionKind.CONFIRM:

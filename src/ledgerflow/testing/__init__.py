@@ -31,12 +31,15 @@ from ledgerflow.testing.participants import Behavior as Behavior
 from ledgerflow.testing.participants import ScriptedParticipant as ScriptedParticipant
 from ledgerflow.testing.participants import World as World
 from ledgerflow.testing.plans import Rates as Rates
+from ledgerflow.testing.report import ConsistencyReport as ConsistencyReport
+from ledgerflow.testing.report import build_report as build_report
 from ledgerflow.testing.simulation import RunResult as RunResult
 from ledgerflow.testing.simulation import Scenario as Scenario
 from ledgerflow.testing.simulation import scenario_for as scenario_for
 
 __all__ = [
     "Behavior",
+    "ConsistencyReport",
     "Explorer",
     "FakeClock",
     "FaultPlan",
@@ -50,5 +53,6 @@ __all__ = [
     "Summary",
     "Violation",
     "World",
+    "build_report",
     "scenario_for",
 ]

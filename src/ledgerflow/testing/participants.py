@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,8 +126,8 @@ class ScriptedParticipant:
     @classmethod
     def standing_in_for(cls, participant: Participant, world: World) -> ScriptedParticipant:
         """A scripted twin of a user's participant: same name, operations, classifications,
-        retry policies, deduplication and lookup, so the explorer can run the user's workflow
-        code unchanged against it (see :meth:`take_over`)."""
+        deduplication and lookup, so the explorer can run the user's workflow code unchanged
+        against it (see :meth:`take_over`; the user's retry policies stay in force)."""
         twin = cls(
             participant.name,
             world,
@@ -137,12 +137,21 @@ class ScriptedParticipant:
         )
         return twin
 
-    def take_over(self, participant: Participant) -> None:
-        """Point the user's declarations at this participant for the length of a run."""
+    def take_over(self, participant: Participant) -> Callable[[], None]:
+        """Point the user's declarations at this participant; call the result to undo it."""
+        functions = {op: d.function for op, d in participant.effects.items()}
+        lookup = participant.lookup_function
         for declaration in participant.effects.values():
             object.__setattr__(declaration, "function", self._deliver)
-        if participant.lookup_function is not None:
+        if lookup is not None:
             participant.lookup_function = self.lookup
+
+        def restore() -> None:
+            for op, function in functions.items():
+                object.__setattr__(participant.effects[op], "function", function)
+            participant.lookup_function = lookup
+
+        return restore
 
     def effect(self, operation: str) -> EffectDeclaration:
         return self.participant.effects[operation]

@@ -44,6 +44,8 @@ class Scenario:
     world: World
     participants: list[ScriptedParticipant]
     starts: list[tuple[str, str, Any]]
+    # Undo what setting the scenario up changed outside it (see ScriptedParticipant.take_over).
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
 
 
 ScenarioFactory = Callable[[], Scenario]
@@ -61,16 +63,19 @@ def scenario_for(
     def make() -> Scenario:
         world = World()
         twins = []
+        restores = []
         for participant in registry.participants.values():
             twin = ScriptedParticipant.standing_in_for(participant, world)
-            twin.take_over(participant)
+            restores.append(twin.take_over(participant))
             twins.append(twin)
         starts = [
             (workflow, f"sim-{n}-{copy}", value)
             for n, value in enumerate(inputs)
             for copy in range(copies)
         ]
-        return Scenario(registry=registry, world=world, participants=twins, starts=starts)
+        return Scenario(
+            registry=registry, world=world, participants=twins, starts=starts, cleanup=restores
+        )
 
     return make
 
@@ -118,6 +123,8 @@ async def simulate(
         snapshot, (refused, accepted) = await run.to_quiescence(label)
     finally:
         faults.install(None)
+        for undo in scenario.cleanup:
+            undo()
     run.touched.update(_instances_with_misbehaviour(snapshot))
     terminal = {i.instance_id for i in snapshot.instances if i.status in TERMINAL_STATUSES}
     return RunResult(

@@ -1,0 +1,279 @@
+"""The consistency report of one workflow definition: what ``ledgerflow verify`` states.
+
+This module owns the report as data, built by pure functions from the declarations in a
+registry and, when the fault explorer ran, from its summaries. It prints nothing, so the CLI
+renders it for people and as JSON, and a test can check it without a terminal.
+
+The report answers the questions an operator asks before trusting a workflow: how its
+identities and idempotency keys are derived, how each effect can be undone, how an UNKNOWN
+outcome of each effect gets settled (and whether that needs a person), what the limits are,
+and what the explorer found when it crashed the workflow at every fault point. Everything is
+derived from what the engine really consults (participant capabilities, retry policies,
+``limits``), never from a separate description that could drift from the code.
+
+Example::
+
+    definition = registry.get("order")
+    report = build_report(registry, definition, summaries=[summary])
+    print(report.warnings, report.to_dict()["effects"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.model.classification import Classification
+from ledgerflow.model.definition import (
+    EffectDeclaration,
+    Participant,
+    Registry,
+    WorkflowDefinition,
+)
+from ledgerflow.model.ids import (
+    DEFAULT_TENANT,
+    IdempotencyKey,
+    InstanceId,
+    RunNumber,
+    StepSeq,
+    TenantId,
+    compensation_key,
+    effect_id,
+    idempotency_key,
+)
+from ledgerflow.model.retry import RetryPolicy
+from ledgerflow.testing.explorer import Summary
+from ledgerflow.testing.simulation import RunResult
+
+RESOLVED_BY_LOOKUP = "lookup (then re-dispatch under the same key if not applied)"
+RESOLVED_BY_DEDUPE = "re-dispatch under the same key (participant deduplicates)"
+RESOLVED_BY_OPERATOR = "operator (parked in MANUAL_INTERVENTION)"
+NO_COMPENSATION = "none declared"
+
+# The instance id rule is engine.instance_id_for in words; tests/cli/test_verify.py holds the
+# two together.
+INSTANCE_ID_RULE = (
+    "wf_ + the first 26 hex digits of sha256(tenant NUL workflow NUL business key): "
+    "starting the same business key again names the same instance"
+)
+OWNERS = "a worker holds an instance through a lease with a fencing generation"
+PINNING = (
+    "an instance runs only under the version and fingerprint it started with; on drift it "
+    "parks in MANUAL_INTERVENTION"
+)
+
+# A failing run's trace shows at most this many fault point hits before its last fault.
+TRACE_LINES_MAX = 40
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectReport:
+    """One declared effect: how it can be undone, how its doubt is settled, its limits."""
+
+    effect: str
+    participant: str
+    operation: str
+    classification: str
+    pivot: bool
+    deduplicates: bool
+    has_lookup: bool
+    unknown_resolution: str
+    compensation: str
+    attempts_max: int
+    backoff: str
+    timeout_seconds: float
+    retry: dict[str, Any]
+
+
+@dataclass(slots=True, kw_only=True)
+class ConsistencyReport:
+    """What ``ledgerflow verify`` prints for one workflow definition."""
+
+    workflow: str
+    version: int
+    fingerprint: str
+    newest_version: int
+    identities: dict[str, str]
+    effects: list[EffectReport]
+    step_retry: dict[str, Any]
+    lease_seconds_default: float
+    owners: str
+    pinning: str
+    warnings: list[str]
+    figures: list[dict[str, object]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def idempotency_key_pattern() -> str:
+    """The shape of every effect's idempotency key, read off the functions that build keys.
+
+    Keys are built from sentinel identities and the sentinels are then named, so the report
+    follows any change of ``ids.py`` instead of restating it.
+    """
+    run, seq = 7_777_771, 7_777_772
+    key = idempotency_key(
+        tenant=TenantId("\x01tenant"),
+        effect=effect_id(InstanceId("\x01instance"), RunNumber(run), StepSeq(seq)),
+        participant="\x01participant",
+        operation="\x01operation",
+    )
+    for name in ("tenant", "instance", "participant", "operation"):
+        key = IdempotencyKey(key.replace(f"\x01{name}", "{" + name + "}"))
+    return key.replace(str(run), "{run}").replace(str(seq), "{seq}")
+
+
+def unknown_resolution(
+    participant: Participant, classification: Classification | None = None
+) -> str:
+    """How the engine settles an UNKNOWN outcome of an effect at this participant, in words.
+
+    The order is that of :func:`ledgerflow.model.effect.resolve_unknown`: the participant's
+    evidence first, then the same key again where the participant promises to deduplicate,
+    and only then a person. A manual-intervention effect takes no re-dispatch on doubt.
+    """
+    if participant.lookup_function is not None:
+        return RESOLVED_BY_LOOKUP
+    if participant.deduplicates and classification is not Classification.MANUAL_INTERVENTION:
+        return RESOLVED_BY_DEDUPE
+    return RESOLVED_BY_OPERATOR
+
+
+def describe_backoff(policy: RetryPolicy) -> str:
+    return (
+        f"{_duration(policy.backoff_initial)} x{policy.backoff_multiplier:g}, "
+        f"at most {_duration(policy.backoff_max)}"
+    )
+
+
+def _duration(span: timedelta) -> str:
+    seconds = span.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds:g}s"
+
+
+def effect_report(declaration: EffectDeclaration) -> EffectReport:
+    participant = declaration.participant
+    return EffectReport(
+        effect=f"{participant.name}.{declaration.operation}",
+        participant=participant.name,
+        operation=declaration.operation,
+        classification=declaration.classification.value,
+        pivot=declaration.classification.is_pivot,
+        deduplicates=participant.deduplicates,
+        has_lookup=participant.lookup_function is not None,
+        unknown_resolution=unknown_resolution(participant, declaration.classification),
+        compensation=declaration.compensation or NO_COMPENSATION,
+        attempts_max=declaration.retry.attempts_max,
+        backoff=describe_backoff(declaration.retry),
+        timeout_seconds=declaration.timeout_seconds,
+        retry=declaration.retry.to_record(),
+    )
+
+
+def identities(definition: WorkflowDefinition) -> dict[str, str]:
+    return {
+        "tenant": f"{DEFAULT_TENANT} (unless the caller names another)",
+        "business key": "the caller's handle for one outcome of workflow " + definition.name,
+        "instance id": INSTANCE_ID_RULE,
+        "run": "r1 at start; a new run only after an operator reset",
+        "step": "s{seq}: the position in the instance's journal, the same on every replay",
+        "idempotency key": idempotency_key_pattern(),
+        "attempt": "recorded with each dispatch, never part of the key",
+        "compensation key": f"{compensation_key(IdempotencyKey(''))}<original idempotency key>",
+    }
+
+
+def effect_warnings(effect: EffectReport) -> list[str]:
+    """What an operator should know before trusting this effect under faults."""
+    found: list[str] = []
+    undoable = {Classification.COMPENSATABLE.value, Classification.REVERSIBLE.value}
+    if effect.classification in undoable and effect.compensation == NO_COMPENSATION:
+        found.append(
+            f"{effect.effect} is {effect.classification} but declares no compensation: "
+            "nothing can undo it if the workflow fails after it"
+        )
+    if effect.unknown_resolution == RESOLVED_BY_OPERATOR:
+        found.append(
+            f"{effect.effect}: an UNKNOWN outcome can only be resolved by an operator "
+            f"({effect.participant} has no lookup and does not deduplicate), so every lost "
+            "reply or timeout parks the instance in MANUAL_INTERVENTION"
+        )
+    return found
+
+
+def build_report(
+    registry: Registry,
+    definition: WorkflowDefinition,
+    *,
+    summaries: Iterable[Summary] = (),
+) -> ConsistencyReport:
+    """The report for ``definition``, covering every effect of every participant in
+    ``registry`` (the workflow may call any of them), plus the figures of each summary."""
+    effects = [
+        effect_report(declaration)
+        for participant in registry.participants.values()
+        for declaration in participant.effects.values()
+    ]
+    warnings = [w for effect in effects for w in effect_warnings(effect)]
+    newest = registry.get(definition.name).version
+    if newest != definition.version:
+        # scenario_for starts instances by workflow name, which pins them to the newest version.
+        warnings.append(
+            f"this report describes {definition.name} v{definition.version}, but new instances "
+            f"(and the explorer's) start under the newest version, v{newest}"
+        )
+    policy = definition.step_retry
+    return ConsistencyReport(
+        workflow=definition.name,
+        version=definition.version,
+        fingerprint=definition.fingerprint,
+        newest_version=newest,
+        identities=identities(definition),
+        effects=effects,
+        step_retry={
+            "attempts_max": policy.attempts_max,
+            "backoff": describe_backoff(policy),
+            "retry_on": list(policy.retry_on) or ["every error"],
+        },
+        lease_seconds_default=limits.LEASE_SECONDS_DEFAULT,
+        owners=OWNERS,
+        pinning=PINNING,
+        warnings=warnings,
+        figures=[summary.figures() for summary in summaries],
+    )
+
+
+def faults_in_order(result: RunResult) -> list[str]:
+    """The injected faults of a run in the order they hit (a run lists crashes, then errors)."""
+    position = {hit: n for n, hit in enumerate(result.hits)}
+    return sorted(result.fired, key=lambda fired: position.get(fired, len(position)))
+
+
+def failure_trace(result: RunResult, *, lines_max: int = TRACE_LINES_MAX) -> list[str]:
+    """The fault point hits of a failing run up to its last injected fault, faults marked.
+
+    Long traces keep every injected fault and the hits just before the last one (where the
+    run went wrong); the hits left out are counted in a gap line, so no gap is silent.
+    """
+    fired = set(result.fired)
+    positions = {n for n, hit in enumerate(result.hits) if hit in fired}
+    end = max(positions) + 1 if positions else len(result.hits)
+    kept = positions | set(range(max(0, end - lines_max), end))
+    lines: list[str] = []
+    skipped = 0
+    for n, hit in enumerate(result.hits[:end]):
+        if n not in kept:
+            skipped += 1
+            continue
+        if skipped:
+            lines.append(f"... {skipped} hit(s) not shown")
+            skipped = 0
+        lines.append(f"{hit}  <- fault injected" if n in positions else hit)
+    return lines

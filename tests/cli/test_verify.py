@@ -1,0 +1,460 @@
+"""``ledgerflow verify`` and the consistency report behind it.
+
+The command is registered on a click group built here (as ``cli/main.py`` will do) and run
+in-process through click's ``CliRunner`` on the demo order workflow, whose four participants
+cover every way an UNKNOWN outcome is settled. Broken-engine runs switch one mutation on for the
+length of one invocation. The report itself is also checked as data, on registries built in the
+test, including against the real key derivations and ``resolve_unknown``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from ledgerflow import LookupAnswer, Participant, Registry, mutations
+from ledgerflow.cli.verify import register
+from ledgerflow.model.effect import ResolutionKind, resolve_unknown
+from ledgerflow.model.ids import (
+    DEFAULT_TENANT,
+    BusinessKey,
+    InstanceId,
+    RunNumber,
+    StepSeq,
+    compensation_key,
+    effect_id,
+    idempotency_key,
+)
+from ledgerflow.runtime.engine import instance_id_for
+from ledgerflow.testing.report import (
+    NO_COMPENSATION,
+    RESOLVED_BY_DEDUPE,
+    RESOLVED_BY_LOOKUP,
+    RESOLVED_BY_OPERATOR,
+    build_report,
+    failure_trace,
+    faults_in_order,
+    idempotency_key_pattern,
+    unknown_resolution,
+)
+from ledgerflow.testing.simulation import RunResult
+
+DEMO = "ledgerflow.demo.order:order"
+# Kept small so each invocation takes about a second: one crash per run, a few seeds.
+QUICK = ("--depth", "1", "--seeds", "3", "--instances", "2")
+EXPECTED_RESOLUTIONS = {
+    "inventory.reserve": RESOLVED_BY_LOOKUP,
+    "payment.charge": RESOLVED_BY_DEDUPE,
+    "shipping.ship": RESOLVED_BY_LOOKUP,
+    "email.send_confirmation": RESOLVED_BY_DEDUPE,
+}
+MODULE_NAME = "verify_test_workflows"
+MODULE_SOURCE = '''
+"""A workflow without examples whose only participant can neither be asked nor deduplicate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ledgerflow as lf
+
+registry = lf.Registry()
+ledger = registry.add_participant(lf.Participant("ledger"))
+
+
+@ledger.effect(classification="compensatable")
+async def post(call: lf.EffectCall) -> dict[str, Any]:
+    return {"posted": call.payload}
+
+
+@registry.workflow(name="transfer", version=1)
+async def transfer(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+    receipt = await ctx.effect(post, {"euros": request["euros"]})
+    return {"receipt": receipt}
+'''
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture
+def invoke() -> Invoke:
+    group = click.Group("ledgerflow")
+    register(group)
+    runner = CliRunner()
+
+    def run(*args: str) -> Result:
+        return runner.invoke(group, ["verify", *args])
+
+    return run
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    (tmp_path / f"{MODULE_NAME}.py").write_text(MODULE_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield MODULE_NAME
+    sys.modules.pop(MODULE_NAME, None)
+
+
+def _broken(invoke: Invoke, mutation: str, *args: str) -> Result:
+    mutations.enable(mutation)
+    try:
+        return invoke(*args)
+    finally:
+        mutations.disable()
+
+
+def _line_with(output: str, text: str) -> str:
+    [line] = [line for line in output.splitlines() if text in line and "│" in line]
+    return line
+
+
+# -- the command on the demo order workflow ------------------------------------------------------
+
+
+def test_demo_order_verifies_clean_with_every_resolution_named(invoke: Invoke) -> None:
+    """Goal: verify prints the report of the demo order workflow and finds nothing wrong.
+
+    Method: run verify on ``ledgerflow.demo.order:order`` (exhaustive depth 1, 3 seeds x 2
+    instances per example); the exit code is 0, each of the four effects' table row names its
+    UNKNOWN resolution (lookup for inventory and shipping, same-key re-dispatch for payment and
+    email), the pivot is marked, and the figures and the verdict show 0 violations.
+    """
+    result = invoke(DEMO, *QUICK)
+    assert result.exit_code == 0, result.output
+    for effect, resolution in EXPECTED_RESOLUTIONS.items():
+        assert resolution in _line_with(result.output, effect), effect
+    assert "(pivot)" in _line_with(result.output, "shipping.ship")
+    assert idempotency_key_pattern() in result.output
+    assert "compensate:" in result.output
+    assert "fencing generation" in result.output
+    assert "exhaustive depth 1" in result.output
+    assert "random" in result.output
+    cells = [c.strip() for c in _line_with(result.output, "violations").split("│")]
+    assert cells[1:4] == ["violations", "0", "0"]
+    assert "verdict: 0 violations" in result.output
+
+
+def test_json_output_has_the_report_and_both_modes_figures(invoke: Invoke) -> None:
+    """Goal: ``--json`` prints one parseable document with the report, figures and failures.
+
+    Method: run verify with ``--json``; parse stdout; it names the pinned version and
+    fingerprint, the four effects with their resolutions, and one figures entry per mode, each
+    with 0 violations and some executions; the failures list is empty.
+    """
+    result = invoke(DEMO, *QUICK, "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["workflow"], document["version"]) == ("order", 1)
+    assert len(document["fingerprint"]) == 32
+    resolutions = {e["effect"]: e["unknown_resolution"] for e in document["effects"]}
+    assert resolutions == EXPECTED_RESOLUTIONS
+    figures = {f["mode"]: f for f in document["figures"]}
+    assert set(figures) == {"exhaustive depth 1", "random"}
+    for one in figures.values():
+        assert one["violations"] == 0
+        assert one["executions"] > 0
+    assert document["seeds"]["run"] == [0, 1, 2]
+    assert document["failures"] == []
+    assert document["violations"] == 0
+
+
+def test_a_broken_engine_fails_with_the_shortest_trace(invoke: Invoke) -> None:
+    """Goal: with the write-ahead intent skipped, verify exits 1 and shows how it failed.
+
+    Method: switch on the ``skip-intent`` mutation for one exhaustive depth-1 run; the exit
+    code is 1, and the output names the violated invariant ``no-duplicate-effect``, the failing
+    run's label, the injected fault (marked in the trace) and a non-zero verdict; with
+    ``--json`` the same failure is one entry of ``failures`` with its violations and trace.
+    """
+    result = _broken(invoke, mutations.SKIP_INTENT, DEMO, "--depth", "1")
+    assert result.exit_code == 1, result.output
+    assert "no-duplicate-effect" in result.output
+    assert "shortest failing run: crash-" in result.output
+    assert "shortest failing trace:" in result.output
+    assert "<- fault injected" in result.output
+    assert "verdict: 0 violations" not in result.output
+    as_json = _broken(invoke, mutations.SKIP_INTENT, DEMO, "--depth", "1", "--json")
+    assert as_json.exit_code == 1
+    [failure] = json.loads(as_json.stdout)["failures"]
+    assert failure["mode"] == "exhaustive depth 1"
+    assert any(v.startswith("no-duplicate-effect") for v in failure["shortest"]["violations"])
+    assert failure["shortest"]["fired"]
+    assert failure["shortest"]["trace"][-1].endswith("<- fault injected")
+
+
+def test_missing_inputs_is_a_usage_error(invoke: Invoke, user_module: str) -> None:
+    """Goal: a workflow with no examples and no --input is refused with the way out named.
+
+    Method: verify a workflow function of a module written for the test that declares no
+    examples; click reports a usage error (exit 2) mentioning --input and examples=.
+    """
+    result = invoke(f"{user_module}:transfer")
+    assert result.exit_code == 2, result.output
+    assert "--input" in result.output
+    assert "examples=" in result.output
+
+
+def test_registry_target_with_input_reports_the_operator_path(
+    invoke: Invoke, user_module: str
+) -> None:
+    """Goal: ``MODULE:registry --workflow NAME --input JSON`` explores a user's workflow, and a
+    participant that can neither be asked nor deduplicate is reported as an operator's case.
+
+    Method: verify the test module's registry with an explicit input (exhaustive depth 1); the
+    run passes, the effect's resolution is the operator's, the warnings say so, and some
+    explored instances were indeed parked in MANUAL_INTERVENTION.
+    """
+    result = invoke(f"{user_module}:registry", "--workflow", "transfer", "--input", '{"euros": 3}')
+    assert result.exit_code == 0, result.output
+    assert RESOLVED_BY_OPERATOR in _line_with(result.output, "ledger.post")
+    document = json.loads(
+        invoke(
+            f"{user_module}:registry",
+            "--workflow",
+            "transfer",
+            "--input",
+            '{"euros": 3}',
+            "--depth",
+            "1",
+            "--json",
+        ).stdout
+    )
+    assert any("only be resolved by an operator" in w for w in document["warnings"])
+    [figures] = document["figures"]
+    assert figures["statuses"].get("MANUAL_INTERVENTION", 0) > 0
+
+
+def test_failing_seeds_are_banked_and_run_first(invoke: Invoke, tmp_path: Path) -> None:
+    """Goal: a failing seed is written to the seed bank, and the next run starts with it.
+
+    Method: with the ``skip-intent`` mutation, run random mode only (3 seeds) with a seed
+    bank file; the run fails and the bank holds exactly the seeds whose runs failed, each named
+    in the output. Then run the unbroken engine with 5 seeds: its JSON lists the banked seeds
+    first, then the remaining ones of 0..4, and the bank is unchanged (nothing failed).
+    """
+    bank = tmp_path / "bank.json"
+    broken = _broken(
+        invoke,
+        mutations.SKIP_INTENT,
+        DEMO,
+        "--seed-bank",
+        str(bank),
+        "--no-exhaustive",
+        "--seeds",
+        "3",
+    )
+    assert broken.exit_code == 1, broken.output
+    banked = json.loads(bank.read_text())["seeds"]
+    assert banked
+    assert set(banked) <= {0, 1, 2}
+    for seed in banked:
+        assert f"seed-{seed}" in broken.output
+    again = invoke(DEMO, "--seed-bank", str(bank), "--no-exhaustive", "--seeds", "5", "--json")
+    assert again.exit_code == 0, again.output
+    seeds = json.loads(again.stdout)["seeds"]
+    assert seeds["banked"] == banked
+    assert seeds["run"] == [*banked, *(s for s in range(5) if s not in banked)]
+    assert json.loads(bank.read_text())["seeds"] == banked
+
+
+def test_a_banked_seed_outside_the_range_runs_first(invoke: Invoke, tmp_path: Path) -> None:
+    """Goal: the seed bank's order is visible even when its seeds are not among 0..N-1.
+
+    Method: write a bank holding seed 7 by hand; a run with 2 seeds runs 7, then 0 and 1,
+    and says so in its human output.
+    """
+    bank = tmp_path / "bank.json"
+    bank.write_text(json.dumps({"seeds": [7]}))
+    args = (DEMO, "--seed-bank", str(bank), "--no-exhaustive", "--seeds", "2", "--instances", "1")
+    document = json.loads(invoke(*args, "--json").stdout)
+    assert document["seeds"]["run"] == [7, 0, 1]
+    assert "from the seed bank first (7)" in invoke(*args).output
+
+
+# -- the report as data --------------------------------------------------------------------------
+
+
+def _registry_with(participant: Participant, **effect: Any) -> Registry:
+    registry = Registry()
+    registry.add_participant(participant)
+
+    @participant.effect("post", **effect)
+    async def post(call: Any) -> None:
+        return None
+
+    @registry.workflow(name="flow", version=1)
+    async def flow(ctx: Any, value: Any) -> None:
+        return None
+
+    return registry
+
+
+def test_report_warns_about_missing_compensation_and_operator_only_doubt() -> None:
+    """Goal: the report warns where an effect cannot be undone or its doubt needs a person.
+
+    Method: declare a compensatable effect with no compensation at a participant with neither
+    a lookup nor deduplication; the effect's resolution is the operator's, its compensation
+    reads "none declared", and both warnings are present. Declaring a compensation removes the
+    first warning only.
+    """
+    registry = _registry_with(Participant("ledger"), classification="compensatable")
+    report = build_report(registry, registry.get("flow"))
+    [effect] = report.effects
+    assert effect.unknown_resolution == RESOLVED_BY_OPERATOR
+    assert effect.compensation == NO_COMPENSATION
+    assert not effect.pivot
+    assert any("compensatable but declares no compensation" in w for w in report.warnings)
+    assert any("only be resolved by an operator" in w for w in report.warnings)
+    assert report.figures == []
+
+    declared = _registry_with(
+        Participant("ledger"), classification="compensatable", compensation="reverse"
+    )
+    warnings = build_report(declared, declared.get("flow")).warnings
+    assert not any("declares no compensation" in w for w in warnings)
+    assert any("only be resolved by an operator" in w for w in warnings)
+
+
+def test_manual_intervention_doubt_goes_to_an_operator_even_when_deduplicated() -> None:
+    """Goal: a manual-intervention effect is never re-sent on doubt, and the report says so.
+
+    Method: declare a manual-intervention effect at a deduplicating participant without a
+    lookup; the report names the operator, and resolve_unknown parks where the same
+    participant's other effects would be re-dispatched.
+    """
+    registry = _registry_with(
+        Participant("desk", deduplicates=True), classification="manual-intervention"
+    )
+    report = build_report(registry, registry.get("flow"))
+    assert report.effects[0].unknown_resolution == RESOLVED_BY_OPERATOR
+    decision = resolve_unknown(
+        answer=None, deduplicates=True, attempts_left=3, doubt_goes_to_operator=True
+    )
+    assert decision.kind is ResolutionKind.PARK
+
+
+@pytest.mark.parametrize(("lookup", "deduplicates"), [(a, b) for a in (0, 1) for b in (0, 1)])
+def test_resolution_text_agrees_with_resolve_unknown(lookup: int, deduplicates: int) -> None:
+    """Goal: the report's words for UNKNOWN resolution say what the engine's decision does.
+
+    Method: for each combination of lookup and deduplication, compare the text with
+    ``resolve_unknown``: with a lookup, "applied" confirms and "not applied" re-dispatches;
+    without one, a deduplicating participant gets a re-dispatch and any other is parked.
+    """
+    participant = Participant("p", deduplicates=bool(deduplicates))
+    if lookup:
+
+        @participant.lookup
+        def find(key: Any, attempt: int) -> LookupAnswer:
+            return LookupAnswer.unknown()
+
+    text = unknown_resolution(participant)
+    if lookup:
+        assert text == RESOLVED_BY_LOOKUP
+        applied = resolve_unknown(
+            answer=LookupAnswer.applied({}), deduplicates=bool(deduplicates), attempts_left=1
+        )
+        absent = resolve_unknown(
+            answer=LookupAnswer.not_applied(), deduplicates=bool(deduplicates), attempts_left=1
+        )
+        assert (applied.kind, absent.kind) == (ResolutionKind.CONFIRM, ResolutionKind.REDISPATCH)
+        return
+    decision = resolve_unknown(answer=None, deduplicates=bool(deduplicates), attempts_left=1)
+    if deduplicates:
+        assert (text, decision.kind) == (RESOLVED_BY_DEDUPE, ResolutionKind.REDISPATCH)
+    else:
+        assert (text, decision.kind) == (RESOLVED_BY_OPERATOR, ResolutionKind.PARK)
+
+
+def test_identity_texts_match_the_real_derivations() -> None:
+    """Goal: the identities the report states are the ones the code derives.
+
+    Method: fill the idempotency key pattern with sample values and compare it with
+    ``idempotency_key``; recompute an instance id by the stated rule and compare it with
+    ``instance_id_for``; the compensation namespace is ``compensation_key``'s prefix.
+    """
+    instance = InstanceId("wf_abc")
+    effect = effect_id(instance, RunNumber(1), StepSeq(2))
+    key = idempotency_key(
+        tenant=DEFAULT_TENANT, effect=effect, participant="bank", operation="charge"
+    )
+    filled = idempotency_key_pattern().format(
+        tenant=DEFAULT_TENANT,
+        participant="bank",
+        operation="charge",
+        instance=instance,
+        run=1,
+        seq=2,
+    )
+    assert filled == key
+    digest = hashlib.sha256(f"{DEFAULT_TENANT}\0order\0key-1".encode()).hexdigest()
+    assert instance_id_for(DEFAULT_TENANT, "order", BusinessKey("key-1")) == f"wf_{digest[:26]}"
+    registry = _registry_with(Participant("p"), classification="reversible")
+    stated = build_report(registry, registry.get("flow")).identities["compensation key"]
+    assert compensation_key(key) == stated.replace("<original idempotency key>", key)
+
+
+def test_report_flags_a_definition_that_is_not_the_newest() -> None:
+    """Goal: verifying an older version says that new instances run the newest one.
+
+    Method: register versions 1 and 2 of one workflow; the report of version 1 carries a
+    warning naming v2, and the report of version 2 does not.
+    """
+    registry = _registry_with(Participant("p", deduplicates=True), classification="reversible")
+
+    @registry.workflow(name="flow", version=2)
+    async def flow_v2(ctx: Any, value: Any) -> None:
+        return None
+
+    old = build_report(registry, registry.get("flow", 1))
+    assert old.newest_version == 2
+    assert any("newest version, v2" in w for w in old.warnings)
+    assert not any("newest" in w for w in build_report(registry, registry.get("flow")).warnings)
+
+
+def test_failure_trace_keeps_faults_and_the_hits_before_the_last() -> None:
+    """Goal: a long trace stays short but never hides an injected fault or a gap.
+
+    Method: a run of 100 hits with faults at hits 3 and 90, traced with at most 5 lines
+    before the last fault: the trace shows a gap line for hits 1..2, hit 3, a gap line
+    counting hits 4..85, hits 86..90,
+    both faults marked, and nothing after the last fault; the faults, listed out of order by the
+    run, are put in hit order.
+    """
+    hits = [f"#{n} point.p" for n in range(1, 101)]
+    result = RunResult(
+        label="crash-3-90",
+        violations=[],
+        statuses=Counter(),
+        crashes=2,
+        errors=0,
+        misbehaviours=0,
+        stale_writes_refused=0,
+        stale_writes_accepted=0,
+        touched=0,
+        touched_terminal=0,
+        hits=hits,
+        fired=[hits[89], hits[2]],
+    )
+    assert faults_in_order(result) == [hits[2], hits[89]]
+    trace = failure_trace(result, lines_max=5)
+    assert trace == [
+        "... 2 hit(s) not shown",
+        "#3 point.p  <- fault injected",
+        "... 82 hit(s) not shown",
+        "#86 point.p",
+        "#87 point.p",
+        "#88 point.p",
+        "#89 point.p",
+        "#90 point.p  <- fault injected",
+    ]
