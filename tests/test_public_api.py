@@ -56,6 +56,8 @@ PARTICIPANT_ALL = [
     "LookupAnswer",
     "LookupVerdict",
     "Participant",
+    "Precondition",
+    "PreconditionVerdict",
     "RetryPolicy",
     "remote_participant",
 ]

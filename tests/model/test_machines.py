@@ -99,9 +99,14 @@ EXPECTED_STEP_TERMINAL = {Step.COMPLETED, Step.FAILED}
 # "The effect protocol": the intent is written first (NEW -> INTENDED); its outcome is
 # CONFIRMED, FAILED (proven not applied) or UNKNOWN. UNKNOWN is left only by evidence (confirm,
 # reject-final) or by a re-dispatch under the same key; it never becomes UNKNOWN "again", and
-# nothing leaves CONFIRMED or FAILED (an effect is never applied twice or revived).
+# nothing leaves CONFIRMED or FAILED (an effect is never applied twice or revived). A
+# compensation is PLANNED when the instance starts compensating; from there it is intended, or
+# SATISFIED (its precondition shows the participant's state already reflects it: not applied).
 EXPECTED_EFFECT: dict[tuple[EffectState, EffectEvent], EffectState] = {
     (Eff.NEW, EffEv.INTEND): Eff.INTENDED,
+    (Eff.NEW, EffEv.PLAN): Eff.PLANNED,
+    (Eff.PLANNED, EffEv.INTEND): Eff.INTENDED,
+    (Eff.PLANNED, EffEv.SATISFY): Eff.SATISFIED,
     (Eff.INTENDED, EffEv.CONFIRM): Eff.CONFIRMED,
     (Eff.INTENDED, EffEv.REJECT_FINAL): Eff.FAILED,
     (Eff.INTENDED, EffEv.LOSE_OUTCOME): Eff.UNKNOWN,
@@ -110,7 +115,7 @@ EXPECTED_EFFECT: dict[tuple[EffectState, EffectEvent], EffectState] = {
     (Eff.UNKNOWN, EffEv.REJECT_FINAL): Eff.FAILED,
     (Eff.UNKNOWN, EffEv.REDISPATCH): Eff.INTENDED,
 }
-EXPECTED_EFFECT_TERMINAL = {Eff.CONFIRMED, Eff.FAILED}
+EXPECTED_EFFECT_TERMINAL = {Eff.CONFIRMED, Eff.FAILED, Eff.SATISFIED}
 
 CASES: list[tuple[str, Machine[Any, Any], Mapping[tuple[Any, Any], Any], type[enum.Enum]]] = [
     ("instance", INSTANCE_MACHINE, EXPECTED_INSTANCE, InstanceStatus),

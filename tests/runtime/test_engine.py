@@ -41,7 +41,12 @@ class Shop:
         stock = self.registry.add_participant(lf.Participant("stock", deduplicates=True))
         mail = self.registry.add_participant(lf.Participant("mail", deduplicates=True))
 
-        @stock.effect(classification="reversible", retry=QUICK)
+        @stock.compensation("release", retry=QUICK)
+        async def release(call: lf.EffectCall) -> dict[str, Any]:
+            self.applied[call.idempotency_key] += 1
+            return {"released": call.original_key}
+
+        @stock.effect(classification="reversible", retry=QUICK, compensation="release")
         async def hold(call: lf.EffectCall) -> dict[str, Any]:
             if self.reject_next:
                 self.reject_next -= 1
@@ -156,8 +161,8 @@ def test_sync_start_and_result_from_another_engine(shop: Shop, url: str) -> None
 
 
 def test_failure_verdicts_follow_the_effect_ledger(shop: Shop, url: str) -> None:
-    """FAILED only when no effect was confirmed; after a confirmed reversible effect the
-    instance is parked for a person (compensation is not built yet); after a confirmed
+    """FAILED only when no effect was confirmed; after a confirmed reversible effect its
+    compensation runs under its own key and the instance is COMPENSATED; after a confirmed
     forward-recovery-only effect it is FORWARD_RECOVERY_REQUIRED."""
 
     async def main() -> None:
@@ -172,8 +177,13 @@ def test_failure_verdicts_follow_the_effect_ledger(shop: Shop, url: str) -> None
                 s.instance_id: (await engine.get(s.instance_id)) for s in (clean, held, pivot)
             }
             assert statuses[clean.instance_id].status is lf.InstanceStatus.FAILED
-            assert statuses[held.instance_id].status is lf.InstanceStatus.MANUAL_INTERVENTION
-            assert statuses[held.instance_id].reason_code == "failed_after_effects"
+            assert statuses[held.instance_id].status is lf.InstanceStatus.COMPENSATED
+            effects = (await engine.detail(held.instance_id)).effects
+            [hold] = [e for e in effects if e.compensates is None]
+            [release] = [e for e in effects if e.compensates is not None]
+            assert release.compensates == hold.effect_id
+            assert release.idempotency_key == "compensate:" + hold.idempotency_key
+            assert shop.applied[release.idempotency_key] == 1
             assert statuses[pivot.instance_id].status is lf.InstanceStatus.FORWARD_RECOVERY_REQUIRED
             with pytest.raises(WorkflowError, match="FAILED"):
                 await engine.result(clean.instance_id, timeout=1)

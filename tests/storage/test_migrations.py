@@ -74,6 +74,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "reason",
         "generation",
         "updated_at",
+        "compensates",
     ],
     "lf_events": [
         "event_id",
@@ -92,6 +93,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
 DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_instances_runnable": ("lf_instances", ["status", "available_at"]),
     "lf_effects_instance": ("lf_effects", ["instance_id", "run", "seq"]),
+    "lf_effects_compensates": ("lf_effects", ["compensates"]),
     "lf_events_instance": ("lf_events", ["instance_id", "event_id"]),
 }
 # Uniqueness the protocol depends on: table -> unique column sets (primary keys included).

@@ -20,6 +20,7 @@ from typing import Any
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, UnknownVersionError, UnknownWorkflowError
 from ledgerflow.model.classification import Classification
+from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.ids import EffectId, IdempotencyKey, InstanceId
 from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_STEP_RETRY, RetryPolicy
@@ -47,9 +48,15 @@ class EffectCall:
     instance_id: InstanceId
     attempt: int
     payload: Any
+    # Set for a compensation: the key and the evidence of the effect it undoes.
+    original_key: IdempotencyKey | None = None
+    original_evidence: Any = None
 
 
 EffectFunction = Callable[[EffectCall], Awaitable[Any]] | Callable[[EffectCall], Any]
+PreconditionFunction = (
+    Callable[[EffectCall], Awaitable[Precondition]] | Callable[[EffectCall], Precondition]
+)
 # A lookup receives the key and the highest attempt that may have been dispatched under it.
 LookupFunction = (
     Callable[[IdempotencyKey, int], Awaitable[LookupAnswer]]
@@ -68,6 +75,9 @@ class EffectDeclaration:
     retry: RetryPolicy
     timeout_seconds: float
     compensation: str | None
+    # A compensating operation (declared with Participant.compensation), and its precondition.
+    is_compensation: bool = False
+    precondition: PreconditionFunction | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -154,6 +164,53 @@ class Participant:
             return declaration
 
         return register
+
+    def compensation(
+        self,
+        operation: str,
+        *,
+        retry: RetryPolicy = DEFAULT_EFFECT_RETRY,
+        timeout_seconds: float = limits.EFFECT_TIMEOUT_SECONDS_DEFAULT,
+        precondition: PreconditionFunction | None = None,
+    ) -> Callable[[EffectFunction], EffectDeclaration]:
+        """Declare a compensating operation, named by the effects it undoes.
+
+        It receives the original effect's payload, key and evidence; its own key is
+        ``compensate:`` + the original key. A compensation cannot itself be undone, so it is
+        classified forward-recovery-only. ``precondition`` is asked first, against the
+        participant's current state (see :class:`~ledgerflow.participant.Precondition`).
+        """
+        op = check_name("operation", operation)
+
+        def register(function: EffectFunction) -> EffectDeclaration:
+            if op in self.effects:
+                raise RegistrationError(f"effect {self.name}.{op} is declared twice")
+            declaration = EffectDeclaration(
+                participant=self,
+                operation=op,
+                classification=Classification.FORWARD_RECOVERY_ONLY,
+                function=function,
+                retry=retry,
+                timeout_seconds=timeout_seconds,
+                compensation=None,
+                is_compensation=True,
+                precondition=precondition,
+            )
+            self.effects[op] = declaration
+            return declaration
+
+        return register
+
+    def compensation_of(self, declaration: EffectDeclaration) -> EffectDeclaration:
+        """The compensating declaration an effect names; a clear error if it is missing."""
+        name = declaration.compensation
+        found = self.effects.get(name) if name else None
+        if found is None or not found.is_compensation:
+            raise RegistrationError(
+                f"effect {self.name}.{declaration.operation} names compensation {name!r}, "
+                f"which is not declared with @{self.name}.compensation({name!r})"
+            )
+        return found
 
     def lookup(self, function: LookupFunction) -> LookupFunction:
         """Register the function that answers whether a key was applied."""
@@ -283,6 +340,14 @@ class Registry:
                 version=version,
             )
         return versions[version]
+
+    def validate(self) -> None:
+        """Check what can only be checked once everything is declared: every compensation an
+        effect names exists on its participant."""
+        for participant in self.participants.values():
+            for declaration in participant.effects.values():
+                if declaration.compensation is not None:
+                    participant.compensation_of(declaration)
 
     def definitions(self) -> list[WorkflowDefinition]:
         return [d for versions in self._workflows.values() for d in versions.values()]

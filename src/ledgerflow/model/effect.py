@@ -19,13 +19,20 @@ from ledgerflow.model.machine import Machine
 class EffectState(enum.Enum):
     # No effect row exists before the intent; NEW stands for that absence in the table.
     NEW = "NEW"
+    # A compensation recorded in the plan when the instance began compensating, not yet begun.
+    PLANNED = "PLANNED"
     INTENDED = "INTENDED"
     UNKNOWN = "UNKNOWN"
     CONFIRMED = "CONFIRMED"
     FAILED = "FAILED"
+    # A compensation not applied because the participant's state already reflects it (the
+    # refund was made by someone else): its precondition said so, with evidence.
+    SATISFIED = "SATISFIED"
 
 
 class EffectEvent(enum.Enum):
+    PLAN = "plan"
+    SATISFY = "satisfy"
     INTEND = "intend"
     CONFIRM = "confirm"
     REJECT_FINAL = "reject-final"
@@ -42,6 +49,9 @@ EFFECT_MACHINE: Machine[EffectState, EffectEvent] = Machine(
     name="effect",
     table={
         (_S.NEW, _E.INTEND): _S.INTENDED,
+        (_S.NEW, _E.PLAN): _S.PLANNED,
+        (_S.PLANNED, _E.INTEND): _S.INTENDED,
+        (_S.PLANNED, _E.SATISFY): _S.SATISFIED,
         (_S.INTENDED, _E.CONFIRM): _S.CONFIRMED,
         (_S.INTENDED, _E.REJECT_FINAL): _S.FAILED,
         (_S.INTENDED, _E.LOSE_OUTCOME): _S.UNKNOWN,
@@ -50,7 +60,7 @@ EFFECT_MACHINE: Machine[EffectState, EffectEvent] = Machine(
         (_S.UNKNOWN, _E.REJECT_FINAL): _S.FAILED,
         (_S.UNKNOWN, _E.REDISPATCH): _S.INTENDED,
     },
-    terminal=frozenset({_S.CONFIRMED, _S.FAILED}),
+    terminal=frozenset({_S.CONFIRMED, _S.FAILED, _S.SATISFIED}),
 )
 
 

@@ -14,6 +14,8 @@ from ledgerflow.model.machine import Machine
 class StepKind(enum.Enum):
     LOCAL = "local"
     EFFECT = "effect"
+    # Undoes a confirmed effect; journaled at the negative of the original step's position.
+    COMPENSATION = "compensation"
 
 
 class StepStatus(enum.Enum):

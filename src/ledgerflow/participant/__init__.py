@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ledgerflow.errors import EffectRejectedError as EffectRejectedError
 from ledgerflow.model.classification import Classification as Classification
+from ledgerflow.model.compensation import Precondition as Precondition
+from ledgerflow.model.compensation import PreconditionVerdict as PreconditionVerdict
 from ledgerflow.model.definition import EffectCall as EffectCall
 from ledgerflow.model.definition import EffectDeclaration as EffectDeclaration
 from ledgerflow.model.definition import Participant as Participant
@@ -26,6 +28,8 @@ __all__ = [
     "LookupAnswer",
     "LookupVerdict",
     "Participant",
+    "Precondition",
+    "PreconditionVerdict",
     "RetryPolicy",
     "remote_participant",
 ]

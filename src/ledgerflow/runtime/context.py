@@ -17,7 +17,7 @@ from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import RetryPolicy
 from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.runtime.control import Park, Suspend
+from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
@@ -150,12 +150,4 @@ class WorkflowContext:
 
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""
-        if due is None:
-            return
-        pause = due - self._session.clock.now()
-        if pause <= 0:
-            return
-        if pause <= limits.RETRY_INLINE_WAIT_SECONDS_MAX:
-            await self._session.clock.sleep(pause)
-            return
-        raise Suspend(available_at=due)
+        await self._session.wait_until(due)

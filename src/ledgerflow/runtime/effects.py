@@ -25,6 +25,7 @@ from typing import Any
 from ledgerflow import mutations
 from ledgerflow.errors import EffectFailedError, EffectRejectedError
 from ledgerflow.model.classification import Classification
+from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
 from ledgerflow.model.effect import (
     EffectState,
@@ -37,6 +38,7 @@ from ledgerflow.model.ids import (
     IdempotencyKey,
     StepSeq,
     command_id,
+    compensation_key,
     effect_id,
     idempotency_key,
 )
@@ -58,6 +60,7 @@ class EffectDriver:
         name: str,
         payload_text: str,
         wait_until: Callable[[float | None], Awaitable[None]],
+        undoes: EffectRecord | None = None,
     ) -> None:
         self.s = session
         self.d = declaration
@@ -66,19 +69,27 @@ class EffectDriver:
         self.payload_text = payload_text
         self.wait_until = wait_until
         self.policy = declaration.retry
+        # A compensation: the effect it undoes gives its key namespace and its fault points.
+        self.undoes = undoes
+        self.kind = StepKind.COMPENSATION if undoes else StepKind.EFFECT
+        self.points = "compensation" if undoes else "effect"
         instance = session.instance
         self.effect_id = effect_id(instance.instance_id, instance.run, seq)
-        self.key = idempotency_key(
-            tenant=instance.tenant,
-            effect=self.effect_id,
-            participant=declaration.participant.name,
-            operation=declaration.operation,
+        self.key = (
+            compensation_key(undoes.idempotency_key)
+            if undoes
+            else idempotency_key(
+                tenant=instance.tenant,
+                effect=self.effect_id,
+                participant=declaration.participant.name,
+                operation=declaration.operation,
+            )
         )
 
     def _where(self, attempt: int) -> dict[str, Any]:
         return {
             "instance": self.s.instance.business_key,
-            "seq": self.seq,
+            "seq": abs(self.seq),
             "attempt": attempt,
             "operation": f"{self.d.participant.name}.{self.d.operation}",
         }
@@ -86,12 +97,14 @@ class EffectDriver:
     async def run(self) -> Any:
         effect = self.s.effect(self.seq)
         step = self.s.step(self.seq)
-        if effect is None or step is None:
+        if step is None:
+            # A compensation is already PLANNED; an effect of workflow code has no row yet.
+            planned = effect.state if effect is not None else EffectState.NEW
+            if planned is EffectState.PLANNED and not await self._precondition_holds():
+                return None
             intent = (
                 self._step(StepStatus.STARTED, StepStatus.NEW, attempt=1),
-                self._effect(
-                    EffectState.INTENDED, EffectState.NEW, attempt=1, detail="write-ahead intent"
-                ),
+                self._effect(EffectState.INTENDED, planned, attempt=1, detail="write-ahead intent"),
             )
             if mutations.SKIP_INTENT in mutations.active:
                 # Broken on purpose (mutation tests): the request leaves before its intent.
@@ -100,12 +113,13 @@ class EffectDriver:
                 return await self._settle(sent, attempt=1)
             await self.s.commit(*intent)
             return await self._dispatch(attempt=1)
-        if effect.idempotency_key != self.key:
+        if effect is None or effect.idempotency_key != self.key:
+            journaled = effect.idempotency_key if effect else "no effect"
             raise Park(
                 "replay_divergence",
-                f"step {self.seq}: journaled key {effect.idempotency_key} differs from {self.key}",
+                f"step {self.seq}: the journal holds {journaled}, the code derives {self.key}",
             )
-        if effect.state is EffectState.CONFIRMED:
+        if effect.state in (EffectState.CONFIRMED, EffectState.SATISFIED):
             return self.s.codec.decode(effect.evidence or "null")
         if effect.state is EffectState.FAILED:
             raise self._failed(effect.reason or "proven not applied")
@@ -128,16 +142,8 @@ class EffectDriver:
             )
         return await self._resolve()
 
-    async def _dispatch(self, *, attempt: int) -> Any:
-        return await self._settle(await self._send(attempt=attempt), attempt=attempt)
-
-    async def _send(self, *, attempt: int) -> str | Exception:
-        """Call the participant: its evidence as ledger text, or what it raised."""
-        faults.point("effect.before_dispatch", **self._where(attempt))
-        key = self.key
-        if attempt > 1 and mutations.NEW_KEY_ON_REDISPATCH in mutations.active:
-            key = IdempotencyKey(f"{self.key}~{attempt}")  # Broken on purpose.
-        call = EffectCall(
+    def _call(self, *, attempt: int, key: IdempotencyKey) -> EffectCall:
+        return EffectCall(
             participant=self.d.participant.name,
             operation=self.d.operation,
             idempotency_key=key,
@@ -145,7 +151,49 @@ class EffectDriver:
             instance_id=self.s.instance_id,
             attempt=attempt,
             payload=self.s.codec.decode(self.payload_text),
+            original_key=self.undoes.idempotency_key if self.undoes else None,
+            original_evidence=(
+                self.s.codec.decode(self.undoes.evidence or "null") if self.undoes else None
+            ),
         )
+
+    async def _precondition_holds(self) -> bool:
+        """Ask a compensation's precondition before its intent; False when it is not applied."""
+        check = self.d.precondition
+        if check is None:
+            return True
+        call = self._call(attempt=1, key=self.key)
+        answer = await call_user(check, call, inline=self.s.store.inline)
+        if not isinstance(answer, Precondition) or answer.verdict is PreconditionVerdict.VIOLATED:
+            reason = answer.reason if isinstance(answer, Precondition) else repr(answer)
+            raise Park(
+                "compensation_precondition_violated",
+                f"{self.d.participant.name}.{self.d.operation} for {call.original_key}: {reason}",
+            )
+        if answer.verdict is PreconditionVerdict.HOLDS:
+            return True
+        evidence = self.s.codec.encode(answer.evidence)
+        await self.s.commit(
+            self._effect(
+                EffectState.SATISFIED,
+                EffectState.PLANNED,
+                attempt=1,
+                evidence=evidence,
+                reason="precondition: the participant's state already reflects it",
+            )
+        )
+        return False
+
+    async def _dispatch(self, *, attempt: int) -> Any:
+        return await self._settle(await self._send(attempt=attempt), attempt=attempt)
+
+    async def _send(self, *, attempt: int) -> str | Exception:
+        """Call the participant: its evidence as ledger text, or what it raised."""
+        faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
+        key = self.key
+        if attempt > 1 and mutations.NEW_KEY_ON_REDISPATCH in mutations.active:
+            key = IdempotencyKey(f"{self.key}~{attempt}")  # Broken on purpose.
+        call = self._call(attempt=attempt, key=key)
         outcome: str | Exception
         try:
             evidence = await asyncio.wait_for(
@@ -155,7 +203,7 @@ class EffectDriver:
             outcome = self.s.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
             outcome = exc
-        faults.point("effect.after_dispatch", **self._where(attempt))
+        faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
         return outcome
 
     async def _settle(self, sent: str | Exception, *, attempt: int) -> Any:
@@ -179,7 +227,7 @@ class EffectDriver:
             ),
             self._step(StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=sent),
         )
-        faults.point("effect.after_outcome", **self._where(attempt))
+        faults.point(f"{self.points}.after_outcome", **self._where(attempt))
         return self.s.codec.decode(sent)
 
     async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Any:
@@ -256,7 +304,7 @@ class EffectDriver:
         lookup = self.d.participant.lookup_function
         if lookup is None:
             return None, ""
-        faults.point("effect.before_lookup", **self._where(attempt))
+        faults.point(f"{self.points}.before_lookup", **self._where(attempt))
         try:
             answer = await asyncio.wait_for(
                 call_user(lookup, self.key, attempt, inline=self.s.store.inline),
@@ -351,7 +399,7 @@ class EffectDriver:
             instance_id=instance.instance_id,
             run=instance.run,
             seq=self.seq,
-            kind=StepKind.EFFECT,
+            kind=self.kind,
             name=self.name,
             command_id=command_id(instance.instance_id, instance.run, self.seq),
             status=status,
@@ -397,6 +445,7 @@ class EffectDriver:
             reason=reason,
             generation=self.s.generation,
             updated_at=self.s.clock.now(),
+            compensates=self.undoes.effect_id if self.undoes else None,
         )
         if previous is not None:
             record = replace(record, payload=previous.payload)

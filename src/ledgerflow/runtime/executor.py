@@ -20,6 +20,7 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.calls import describe_error
 from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
 from ledgerflow.runtime.control import Abandon, LostOwnership, Park, Suspend
 from ledgerflow.runtime.session import Session
@@ -86,8 +87,10 @@ class Executor:
         return definition
 
     async def _run(self, session: Session, definition: WorkflowDefinition) -> None:
+        if session.status is InstanceStatus.COMPENSATING:
+            await CompensationRunner(session, self.registry).run()
+            return
         ctx = WorkflowContext(session, definition)
-        status = session.instance.status
         try:
             value = await definition.function(ctx, self.codec.decode(session.instance.input))
             result = self.codec.encode(value)
@@ -96,17 +99,18 @@ class Executor:
         except Exception as exc:  # noqa: BLE001 - the workflow's own failure is recorded.
             await self._fail(session, exc)
             return
-        if ctx.steps_taken < len(session.journal.steps):
+        journaled = sum(1 for seq in session.journal.steps if seq > 0)
+        if ctx.steps_taken < journaled:
             raise Park(
                 "replay_divergence",
                 f"the workflow returned after {ctx.steps_taken} steps but the journal holds "
-                f"{len(session.journal.steps)}",
+                f"{journaled}",
             )
         faults.point("instance.before_finish", instance=session.instance.business_key)
         await session.commit(
             InstanceWrite(
                 status=InstanceStatus.SUCCEEDED,
-                expected=status,
+                expected=session.status,
                 result=result,
                 reason_code="completed",
                 release=True,
@@ -124,12 +128,10 @@ class Executor:
         detail = self.codec.encode(describe_error(exc))
         kind = "result not serialisable" if isinstance(exc, PayloadError) else "workflow error"
         if event is InstanceEvent.FAIL_AFTER_EFFECTS:
-            # Compensation is not built yet: rather than claim a rollback or a clean failure,
-            # an operator decides what happens to the confirmed effects.
-            raise Park(
-                "failed_after_effects",
-                f"{kind} after {len(confirmed)} confirmed effect(s), which stay applied: {detail}",
-            )
+            runner = CompensationRunner(session, self.registry)
+            await runner.begin(f"{kind} after {len(confirmed)} confirmed effect(s): {detail}")
+            await runner.run()
+            return
         target = (
             InstanceStatus.FAILED
             if event is InstanceEvent.FAIL_CLEAN
@@ -138,7 +140,7 @@ class Executor:
         await session.commit(
             InstanceWrite(
                 status=target,
-                expected=session.instance.status,
+                expected=session.status,
                 result=None,
                 reason_code=event.value,
                 reason=f"{kind}: {detail}",
@@ -151,7 +153,7 @@ class Executor:
         await session.commit(
             InstanceWrite(
                 status=InstanceStatus.MANUAL_INTERVENTION,
-                expected=session.instance.status,
+                expected=session.status,
                 reason_code=park.code,
                 reason=park.reason[:4000],
                 release=True,

@@ -10,18 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ledgerflow import limits
 from ledgerflow.errors import FencedOutError, StorageError
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
+from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.control import Abandon, LostOwnership
+from ledgerflow.runtime.control import Abandon, LostOwnership, Suspend
 from ledgerflow.storage.records import (
     Commit,
     EffectRecord,
     EffectWrite,
     InstanceRecord,
+    InstanceWrite,
     Journal,
     StepRecord,
     StepWrite,
@@ -40,6 +43,11 @@ class Session:
     # False once the worker is (simulated) dead: nothing it still runs may reach the store.
     alive: Callable[[], bool] = field(default=lambda: True)
     commits: int = field(default=0)
+    # The instance's status as this session last wrote it (the claim's status until then).
+    status: InstanceStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.status = self.instance.status
 
     @property
     def instance_id(self) -> InstanceId:
@@ -75,6 +83,20 @@ class Session:
                 self.journal.steps[write.record.seq] = write.record
             elif isinstance(write, EffectWrite):
                 self.journal.effects[write.record.seq] = write.record
+            elif isinstance(write, InstanceWrite):
+                self.status = write.status
+
+    async def wait_until(self, due: float | None) -> None:
+        """Pause until ``due``: in the worker when short, else released with a durable wake-up."""
+        if due is None:
+            return
+        pause = due - self.clock.now()
+        if pause <= 0:
+            return
+        if pause <= limits.RETRY_INLINE_WAIT_SECONDS_MAX:
+            await self.clock.sleep(pause)
+            return
+        raise Suspend(available_at=due)
 
     def step(self, seq: StepSeq) -> StepRecord | None:
         return self.journal.steps.get(seq)

@@ -86,6 +86,8 @@ class EffectRecord:
     reason: str | None
     generation: Generation
     updated_at: float
+    # For a compensation: the effect it undoes.
+    compensates: EffectId | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

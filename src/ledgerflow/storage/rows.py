@@ -102,6 +102,7 @@ def _build_effect(r: Row) -> EffectRecord:
         reason=r["reason"],
         generation=Generation(int(r["generation"])),
         updated_at=float(r["updated_at"]),
+        compensates=EffectId(r["compensates"]) if r["compensates"] is not None else None,
     )
 
 

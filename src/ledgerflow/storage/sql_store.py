@@ -257,6 +257,16 @@ class SqlStore(abc.ABC):
 
     def _write_instance(self, write: InstanceWrite, commit: Commit, now: float) -> None:
         INSTANCE_MACHINE.check_edge(write.expected, write.status)
+        if write.status is InstanceStatus.FAILED:
+            rows, _ = self._run("count_confirmed_effects", {"instance_id": commit.instance_id})
+            if rows[0]["n"]:
+                raise IllegalTransitionError(
+                    f"FAILED says nothing happened, but {rows[0]['n']} effect(s) are confirmed",
+                    machine="instance",
+                    state=write.expected.value,
+                    event=write.status.value,
+                    instance_id=commit.instance_id,
+                )
         _, changed = self._run(
             "set_status",
             {

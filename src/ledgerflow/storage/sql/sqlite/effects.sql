@@ -4,10 +4,12 @@
 -- name: insert_effect
 INSERT INTO lf_effects (
     effect_id, instance_id, run, seq, participant, operation, classification,
-    idempotency_key, state, attempt, doubt, payload, evidence, reason, generation, updated_at
+    idempotency_key, state, attempt, doubt, payload, evidence, reason, compensates, generation,
+    updated_at
 ) VALUES (
     :effect_id, :instance_id, :run, :seq, :participant, :operation, :classification,
-    :idempotency_key, :state, :attempt, :doubt, :payload, :evidence, :reason, :generation, :now
+    :idempotency_key, :state, :attempt, :doubt, :payload, :evidence, :reason, :compensates,
+    :generation, :now
 );
 
 -- name: update_effect
@@ -22,3 +24,8 @@ SELECT * FROM lf_effects WHERE instance_id = :instance_id AND run = :run ORDER B
 
 -- name: select_all_effects
 SELECT * FROM lf_effects WHERE instance_id = :instance_id ORDER BY run, seq;
+
+-- name: count_confirmed_effects
+-- Effects of the instance that are applied and stay applied: FAILED may not be claimed then.
+SELECT count(*) AS n FROM lf_effects
+WHERE instance_id = :instance_id AND state = 'CONFIRMED' AND compensates IS NULL;

@@ -1,0 +1,152 @@
+"""Runs a failed instance's compensations to a truthful end (internal).
+
+Entering COMPENSATING records the whole plan in one commit with the status change: one PLANNED
+compensation per CONFIRMED effect that can be undone, at the negative of its step's position.
+Each then runs in reverse step order through the effect protocol, under its own key and retry
+policy. All done (applied, or already reflected by the participant's state): COMPENSATED. A
+compensation that cannot finish, or an effect only a person can undo: MANUAL_INTERVENTION
+with the reason, never COMPENSATED.
+"""
+
+from __future__ import annotations
+
+from ledgerflow import mutations
+from ledgerflow.errors import EffectFailedError, RegistrationError
+from ledgerflow.model.classification import Classification
+from ledgerflow.model.compensation import ConfirmedEffect, Plan, compensation_seq, plan
+from ledgerflow.model.definition import EffectDeclaration, Registry
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import compensation_key, effect_id
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.runtime.control import Park
+from ledgerflow.runtime.effects import EffectDriver
+from ledgerflow.runtime.session import Session
+from ledgerflow.storage.records import EffectRecord, EffectWrite, InstanceWrite
+
+
+class CompensationRunner:
+    def __init__(self, session: Session, registry: Registry) -> None:
+        self.session = session
+        self.registry = registry
+
+    def _originals(self) -> list[EffectRecord]:
+        return [e for seq, e in sorted(self.session.journal.effects.items()) if seq > 0]
+
+    def _declaration(self, effect: EffectRecord) -> EffectDeclaration | None:
+        try:
+            return self.registry.effect(effect.participant, effect.operation)
+        except RegistrationError:
+            return None
+
+    def plan(self) -> Plan:
+        """The plan from the ledger: the same answer on every resume."""
+        described = []
+        for effect in self._originals():
+            declaration = self._declaration(effect)
+            described.append(
+                ConfirmedEffect(
+                    seq=effect.seq,
+                    participant=effect.participant,
+                    operation=effect.operation,
+                    classification=Classification(effect.classification),
+                    state=effect.state,
+                    compensation=declaration.compensation if declaration else None,
+                )
+            )
+        return plan(
+            described,
+            include_unconfirmed=mutations.COMPENSATE_UNCONFIRMED in mutations.active,
+        )
+
+    async def begin(self, why: str) -> None:
+        """RUNNING -> COMPENSATING, with every planned compensation, in one commit."""
+        chosen = self.plan()
+        writes: list[EffectWrite | InstanceWrite] = [
+            InstanceWrite(
+                status=InstanceStatus.COMPENSATING,
+                expected=self.session.status,
+                reason_code="compensating",
+                reason=f"{why}; compensating {len(chosen.compensate)} effect(s)",
+            )
+        ]
+        for item in chosen.compensate:
+            original = self.session.journal.effects[item.seq]
+            writes.append(self._planned(original, item.compensation or ""))
+        await self.session.commit(*writes)
+
+    def _planned(self, original: EffectRecord, operation: str) -> EffectWrite:
+        instance = self.session.instance
+        seq = compensation_seq(original.seq)
+        record = EffectRecord(
+            effect_id=effect_id(instance.instance_id, instance.run, seq),
+            instance_id=instance.instance_id,
+            run=instance.run,
+            seq=seq,
+            participant=original.participant,
+            operation=operation,
+            classification=Classification.FORWARD_RECOVERY_ONLY.value,
+            idempotency_key=compensation_key(original.idempotency_key),
+            state=EffectState.PLANNED,
+            attempt=1,
+            doubt=0,
+            payload=original.payload,
+            evidence=None,
+            reason=f"undoes {original.participant}.{original.operation}",
+            generation=self.session.generation,
+            updated_at=self.session.clock.now(),
+            compensates=original.effect_id,
+        )
+        return EffectWrite(record=record, expected=EffectState.NEW, detail="planned")
+
+    async def run(self) -> None:
+        """Drive every planned compensation, in order, then record the truthful end."""
+        journal = self.session.journal
+        for seq in sorted(s for s in journal.effects if s < 0):
+            original = journal.effects[compensation_seq(seq)]
+            declaration = self._declaration(original)
+            if declaration is None:
+                raise Park(
+                    "compensation_not_declared",
+                    f"this worker does not know {original.participant}.{original.operation}",
+                )
+            undo = declaration.participant.compensation_of(declaration)
+            driver = EffectDriver(
+                session=self.session,
+                declaration=undo,
+                seq=seq,
+                name=f"compensate {original.participant}.{original.operation}",
+                payload_text=original.payload,
+                wait_until=self.session.wait_until,
+                undoes=original,
+            )
+            try:
+                await driver.run()
+            except EffectFailedError as exc:
+                raise Park(
+                    "compensation_failed",
+                    f"{undo.participant.name}.{undo.operation} for {original.idempotency_key} "
+                    f"could not finish: {exc.message}",
+                ) from None
+        await self._finish()
+
+    async def _finish(self) -> None:
+        leftover = self.plan().for_operator
+        if leftover:
+            raise Park(
+                "compensation_needs_operator",
+                "compensations ran; only a person can undo: "
+                + "; ".join(
+                    f"{e.participant}.{e.operation} (step {e.seq}): {why}" for e, why in leftover
+                ),
+            )
+        undone = [e for s, e in self.session.journal.effects.items() if s < 0]
+        await self.session.commit(
+            InstanceWrite(
+                status=InstanceStatus.COMPENSATED,
+                expected=self.session.status,
+                reason_code="compensated",
+                reason=", ".join(f"{e.participant}.{e.operation}: {e.state.value}" for e in undone)
+                or "nothing to undo",
+                release=True,
+            )
+        )
