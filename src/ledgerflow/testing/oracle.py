@@ -55,6 +55,7 @@ class Snapshot:
 
 def check(snapshot: Snapshot, world: World) -> list[Violation]:
     return [
+        *compensated_means_undone(snapshot, world),
         *no_duplicate_effect(world),
         *no_lost_completion(snapshot, world),
         *single_terminal_outcome(snapshot),
@@ -81,8 +82,6 @@ def no_lost_completion(snapshot: Snapshot, world: World) -> Iterable[Violation]:
     status = {i.instance_id: i.status for i in snapshot.instances}
     applied = {(a.participant, a.key) for a in world.applications}
     for a in world.applications:
-        if a.key.startswith(COMPENSATION_PREFIX):
-            continue
         effect = by_key.get(a.key)  # type: ignore[call-overload]
         if effect is None:
             yield Violation(
@@ -157,25 +156,71 @@ def compensations_only_for_applied(world: World) -> Iterable[Violation]:
 
 
 def dependencies_in_order(snapshot: Snapshot, world: World) -> Iterable[Violation]:
-    """I4: an instance's effects reach their participants in step order."""
+    """I4: an instance's effects reach their participants in step order, and its compensations
+    in reverse step order, after the effects they undo."""
     seq_of = {
         e.idempotency_key: (e.instance_id, e.seq)
         for effects in snapshot.effects.values()
         for e in effects
     }
-    last: dict[InstanceId, int] = {}
+    forward: dict[InstanceId, int] = {}
+    backward: dict[InstanceId, int] = {}
     for a in world.applications:
         found = seq_of.get(a.key)  # type: ignore[call-overload]
         if found is None:
             continue
         instance_id, seq = found
-        if seq < last.get(instance_id, 0):
+        if seq > 0 and instance_id in backward:
+            yield Violation(
+                "dependencies-in-order", instance_id, f"step {seq} applied during compensation"
+            )
+        if seq > 0 and seq < forward.get(instance_id, 0):
             yield Violation(
                 "dependencies-in-order",
                 instance_id,
-                f"step {seq} applied after step {last[instance_id]}",
+                f"step {seq} applied after step {forward[instance_id]}",
             )
-        last[instance_id] = max(last.get(instance_id, 0), seq)
+        if seq < 0 and -seq > backward.get(instance_id, -seq):
+            yield Violation(
+                "compensations-in-reverse-order",
+                instance_id,
+                f"step {-seq} compensated after step {backward[instance_id]}",
+            )
+        if seq > 0:
+            forward[instance_id] = max(forward.get(instance_id, 0), seq)
+        else:
+            backward[instance_id] = min(backward.get(instance_id, -seq), -seq)
+
+
+def compensated_means_undone(snapshot: Snapshot, world: World) -> Iterable[Violation]:
+    """COMPENSATED claims every confirmed effect was undone: each has a compensation that the
+    participant applied once, or whose precondition showed it already undone."""
+    applied = Counter((a.participant, a.key) for a in world.applications)
+    for instance in snapshot.instances:
+        if instance.status is not InstanceStatus.COMPENSATED:
+            continue
+        effects = snapshot.effects[instance.instance_id]
+        undoing = {e.compensates: e for e in effects if e.compensates is not None}
+        for effect in effects:
+            if effect.compensates is not None or effect.state is not EffectState.CONFIRMED:
+                continue
+            undo = undoing.get(effect.effect_id)
+            if undo is None or undo.state not in (EffectState.CONFIRMED, EffectState.SATISFIED):
+                yield Violation(
+                    "compensated-means-undone",
+                    instance.instance_id,
+                    f"{effect.participant}.{effect.operation} (step {effect.seq}) is not undone",
+                )
+            elif (
+                undo.state is EffectState.CONFIRMED
+                and applied[(undo.participant, undo.idempotency_key)] != 1
+            ):
+                yield Violation(
+                    "compensated-means-undone",
+                    instance.instance_id,
+                    f"{undo.idempotency_key} applied "
+                    f"{applied[(undo.participant, undo.idempotency_key)]} times",
+                )
 
 
 def no_stale_write(snapshot: Snapshot) -> Iterable[Violation]:

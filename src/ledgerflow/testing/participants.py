@@ -17,6 +17,7 @@ from typing import Any
 
 from ledgerflow.errors import EffectRejectedError
 from ledgerflow.model.classification import Classification
+from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.definition import EffectCall, EffectDeclaration, Participant
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.ids import IdempotencyKey
@@ -59,6 +60,7 @@ class World:
 
     applications: list[Application] = field(default_factory=list)
     drifted: set[tuple[str, str]] = field(default_factory=set)
+    reversed: set[tuple[str, str]] = field(default_factory=set)
 
     def record(
         self, participant: str, operation: str, key: str, attempt: int, payload: Any
@@ -104,6 +106,8 @@ class ScriptedParticipant:
         deduplicates: bool = False,
         lookup: bool = False,
         retry: RetryPolicy | None = None,
+        compensations: Mapping[str, str] | None = None,
+        preconditions: bool = False,
     ) -> None:
         self.name = name
         self.world = world
@@ -116,9 +120,19 @@ class ScriptedParticipant:
         self.late: list[tuple[str, str, int, Any]] = []
         self.misbehaved = 0
         self.participant = Participant(name, deduplicates=deduplicates)
+        undo = dict(compensations or {})
         for operation, classification in operations.items():
             self.participant.effect(
-                operation, classification=classification, retry=retry or RetryPolicy()
+                operation,
+                classification=classification,
+                retry=retry or RetryPolicy(),
+                compensation=undo.get(operation),
+            )(self._deliver)
+        for operation in sorted(set(undo.values())):
+            self.participant.compensation(
+                operation,
+                retry=retry or RetryPolicy(),
+                precondition=self.precondition if preconditions else None,
             )(self._deliver)
         if lookup:
             self.participant.lookup(self.lookup)
@@ -128,27 +142,37 @@ class ScriptedParticipant:
         """A scripted twin of a user's participant: same name, operations, classifications,
         deduplication and lookup, so the explorer can run the user's workflow code unchanged
         against it (see :meth:`take_over`; the user's retry policies stay in force)."""
+        declarations = participant.effects.values()
         twin = cls(
             participant.name,
             world,
-            operations={op: d.classification for op, d in participant.effects.items()},
+            operations={
+                d.operation: d.classification for d in declarations if not d.is_compensation
+            },
             deduplicates=participant.deduplicates,
             lookup=participant.lookup_function is not None,
+            compensations={
+                d.operation: d.compensation for d in declarations if d.compensation is not None
+            },
+            preconditions=any(d.precondition is not None for d in declarations),
         )
         return twin
 
     def take_over(self, participant: Participant) -> Callable[[], None]:
         """Point the user's declarations at this participant; call the result to undo it."""
-        functions = {op: d.function for op, d in participant.effects.items()}
+        saved = {op: (d.function, d.precondition) for op, d in participant.effects.items()}
         lookup = participant.lookup_function
         for declaration in participant.effects.values():
             object.__setattr__(declaration, "function", self._deliver)
+            if declaration.precondition is not None:
+                object.__setattr__(declaration, "precondition", self.precondition)
         if lookup is not None:
             participant.lookup_function = self.lookup
 
         def restore() -> None:
-            for op, function in functions.items():
+            for op, (function, precondition) in saved.items():
                 object.__setattr__(participant.effects[op], "function", function)
+                object.__setattr__(participant.effects[op], "precondition", precondition)
             participant.lookup_function = lookup
 
         return restore
@@ -226,6 +250,20 @@ class ScriptedParticipant:
             return LookupAnswer.applied(self.receipts[key])
         self.fenced[key] = max(self.fenced.get(key, 0), attempt)
         return LookupAnswer.not_applied()
+
+    async def precondition(self, call: EffectCall) -> Precondition:
+        """A compensation may run only for what this participant applied, and need not run for
+        what someone else already undid (see :meth:`reverse_elsewhere`)."""
+        original = call.original_key or ""
+        if original not in self.receipts:
+            return Precondition.violated(f"nothing to undo: {original} was never applied here")
+        if (self.name, original) in self.world.reversed:
+            return Precondition.satisfied({"reversed_by": "someone else", "key": original})
+        return Precondition.holds()
+
+    def reverse_elsewhere(self, key: str) -> None:
+        """Someone else undid this application behind the ledger's back (a manual refund)."""
+        self.world.reversed.add((self.name, key))
 
     def deliver_late(self) -> int:
         """Let requests that were still on their way arrive now; fenced ones are refused."""

@@ -1,0 +1,58 @@
+"""The classic trip-booking saga on scripted participants, for the explorer's saga runs.
+
+Flight, hotel and car are booked in that order, each compensatable with its own cancel
+operation; the car rental may refuse for good (a final rejection), which fails the workflow and
+makes the engine cancel the hotel and then the flight.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import ledgerflow as lf
+from ledgerflow.testing import Behavior, Scenario, ScriptedParticipant, World
+
+RETRY = lf.RetryPolicy(attempts_max=4, backoff_initial=timedelta(milliseconds=10))
+
+
+def trip_scenario(*, trips: int, car_refuses: bool = False, preconditions: bool = True) -> Scenario:
+    world = World()
+    registry = lf.Registry()
+    participants = [
+        ScriptedParticipant(
+            name,
+            world,
+            operations={"book": "compensatable"},
+            compensations={"book": "cancel"},
+            deduplicates=dedupe,
+            lookup=lookup,
+            preconditions=preconditions,
+            retry=RETRY,
+        )
+        for name, dedupe, lookup in (
+            ("flight", True, True),
+            ("hotel", False, True),
+            ("car", True, True),
+        )
+    ]
+    for participant in participants:
+        registry.add_participant(participant.participant)
+    flight, hotel, car = (p.effect("book") for p in participants)
+
+    @registry.workflow(name="trip", version=1)
+    async def trip(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+        booked = {}
+        for name, booking in (("flight", flight), ("hotel", hotel), ("car", car)):
+            booked[name] = await ctx.effect(booking, {"trip": request["trip"], "what": name})
+        return booked
+
+    if car_refuses:
+        # Sold out for good: every delivery of a booking is refused, also after a crash.
+        participants[2].script(Behavior.REJECT_FINAL, operation="book", times=1_000_000)
+    return Scenario(
+        registry=registry,
+        world=world,
+        participants=participants,
+        starts=[("trip", f"trip-{n}", {"trip": n}) for n in range(trips)],
+    )
