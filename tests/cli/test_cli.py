@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from ledgerflow import Engine, Registry
+from ledgerflow import Engine, Registry, SyncEngine, WorkflowContext
 from ledgerflow.cli.main import cli, main
 from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError, UnknownWorkflowError
 
@@ -359,3 +359,33 @@ def test_start_wait_prints_the_result_or_how_it_ended(
     assert "created" in out
     assert err.startswith("error: [LF402]")
     assert "FAILED" in err
+
+
+def test_cancel_from_the_command_line_is_recorded_once(tmp_path: Path) -> None:
+    """Goal: `ledgerflow cancel` records a durable request; repeating it keeps the first.
+
+    Method: start an instance in a store, cancel it twice through the CLI with --json, and
+    compare the recorded request; an unknown id is LF400.
+    """
+    db = f"sqlite:///{tmp_path}/cancel.db"
+    registry = Registry()
+
+    @registry.workflow(name="noop", version=1)
+    async def noop(ctx: WorkflowContext, value: int) -> int:
+        return value
+
+    with SyncEngine(db, registry) as engine:
+        started = engine.start("noop", key="k", input=1)
+    runner = CliRunner()
+    first = runner.invoke(
+        cli, ["cancel", started.instance_id, "--reason", "first", "--db", db, "--json"]
+    )
+    second = runner.invoke(
+        cli, ["cancel", started.instance_id, "--reason", "second", "--db", db, "--json"]
+    )
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output) == json.loads(second.output)
+    assert json.loads(second.output)["cancel_reason"] == "first"
+    missing = runner.invoke(cli, ["cancel", "wf_nope", "--reason", "x", "--db", db])
+    assert missing.exit_code != 0
+    assert isinstance(missing.exception, InstanceNotFoundError)

@@ -39,6 +39,9 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "reason",
         "created_at",
         "updated_at",
+        "cancel_requested_at",
+        "cancel_reason",
+        "cancel_compensate",
     ],
     "lf_steps": [
         "instance_id",

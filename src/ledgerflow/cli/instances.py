@@ -249,6 +249,45 @@ def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
         engine.result(instance_id, timeout=0)
 
 
+# -- cancel ------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("instance_id", metavar="ID")
+@click.option("--reason", required=True, help="Why; recorded with the request.")
+@click.option(
+    "--compensate/--no-compensate",
+    default=True,
+    show_default=True,
+    help="Undo the confirmed effects (unless a forward-recovery-only one forbids it).",
+)
+@db_option
+@json_option
+def cancel(instance_id: str, reason: str, compensate: bool, db: str, as_json: bool) -> None:
+    """Ask for instance ID to be cancelled (durable; repeating it changes nothing).
+
+    The instance stops before its next step, finishes what was started, compensates if asked,
+    and ends CANCELLED listing the effects that stay applied.
+    """
+    with _store_engine(db) as engine:
+        record = engine.cancel(instance_id, reason=reason, compensate=compensate)
+    if as_json:
+        _echo_json(
+            {
+                "instance_id": record.instance_id,
+                "status": record.status.value,
+                "cancel_requested_at": record.cancel_requested_at,
+                "cancel_reason": record.cancel_reason,
+                "compensate": record.cancel_compensate,
+            }
+        )
+        return
+    console().print(
+        f"cancel requested for {record.instance_id} ({record.status.value}): "
+        f"{record.cancel_reason}"
+    )
+
+
 # -- list --------------------------------------------------------------------------------------
 
 
@@ -439,5 +478,5 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
 
 
 def register(group: click.Group) -> None:
-    for command in (start, result, list_, show):
+    for command in (start, result, cancel, list_, show):
         group.add_command(command)

@@ -58,18 +58,21 @@ class CompensationRunner:
             include_unconfirmed=mutations.COMPENSATE_UNCONFIRMED in mutations.active,
         )
 
-    async def begin(self, why: str) -> None:
-        """RUNNING -> COMPENSATING, with every planned compensation, in one commit."""
+    async def begin(self, why: str, *, cancelling: bool = False, undo: bool = True) -> None:
+        """RUNNING -> COMPENSATING (or CANCELLING), with every planned compensation, in one
+        commit. ``undo=False`` (a cancellation that keeps what was done) plans none."""
         chosen = self.plan()
+        target = InstanceStatus.CANCELLING if cancelling else InstanceStatus.COMPENSATING
+        planned = chosen.compensate if undo else ()
         writes: list[EffectWrite | InstanceWrite] = [
             InstanceWrite(
-                status=InstanceStatus.COMPENSATING,
+                status=target,
                 expected=self.session.status,
-                reason_code="compensating",
-                reason=f"{why}; compensating {len(chosen.compensate)} effect(s)",
+                reason_code=target.value.lower(),
+                reason=f"{why}; compensating {len(planned)} effect(s)",
             )
         ]
-        for item in chosen.compensate:
+        for item in planned:
             original = self.session.journal.effects[item.seq]
             writes.append(self._planned(original, item.compensation or ""))
         await self.session.commit(*writes)
@@ -130,8 +133,16 @@ class CompensationRunner:
         await self._finish()
 
     async def _finish(self) -> None:
-        leftover = self.plan().for_operator
-        if leftover:
+        cancelling = self.session.status is InstanceStatus.CANCELLING
+        effects = self.session.journal.effects
+        planned = {e.compensates for s, e in effects.items() if s < 0}
+        leftover = [
+            (e, why)
+            for e, why in self.plan().for_operator
+            # A cancellation lets accepted forward-only effects stand: they are its residue.
+            if not (cancelling and e.classification is Classification.FORWARD_RECOVERY_ONLY)
+        ]
+        if leftover and (not cancelling or self.session.instance.cancel_compensate):
             raise Park(
                 "compensation_needs_operator",
                 "compensations ran; only a person can undo: "
@@ -139,14 +150,26 @@ class CompensationRunner:
                     f"{e.participant}.{e.operation} (step {e.seq}): {why}" for e, why in leftover
                 ),
             )
-        undone = [e for s, e in self.session.journal.effects.items() if s < 0]
+        undone = [e for s, e in effects.items() if s < 0]
+        residual = [
+            e
+            for s, e in effects.items()
+            if s > 0 and e.state is EffectState.CONFIRMED and e.effect_id not in planned
+        ]
+        summary = {
+            "compensated": [f"{e.participant}.{e.operation}: {e.state.value}" for e in undone],
+            "residual": [f"{e.participant}.{e.operation} (step {e.seq})" for e in residual],
+        }
+        target = InstanceStatus.CANCELLED if cancelling else InstanceStatus.COMPENSATED
         await self.session.commit(
             InstanceWrite(
-                status=InstanceStatus.COMPENSATED,
+                status=target,
                 expected=self.session.status,
-                reason_code="compensated",
-                reason=", ".join(f"{e.participant}.{e.operation}: {e.state.value}" for e in undone)
-                or "nothing to undo",
+                result=self.session.codec.encode(summary) if cancelling else None,
+                reason_code=target.value.lower(),
+                reason=(self.session.reason or "")
+                if cancelling
+                else (", ".join(summary["compensated"]) or "nothing to undo"),
                 release=True,
             )
         )

@@ -17,7 +17,7 @@ from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import RetryPolicy
 from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.runtime.control import Park
+from ledgerflow.runtime.control import Cancelled, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
@@ -81,6 +81,11 @@ class WorkflowContext:
             )
         return recorded
 
+    def _stop_if_cancelled(self, seq: StepSeq, name: str, recorded: StepRecord | None) -> None:
+        """Cancellation takes effect before new work only: what was started is finished."""
+        if self._session.cancel_requested and recorded is None:
+            raise Cancelled(f"step {seq} ({name}) was not started")
+
     async def step(
         self,
         name: str,
@@ -100,6 +105,7 @@ class WorkflowContext:
         seq = self._next_seq()
         input_text = session.codec.encode(list(args))
         recorded = self._replayed(seq, kind=StepKind.LOCAL, name=name, input_text=input_text)
+        self._stop_if_cancelled(seq, name, recorded)
         attempt = 1
         expected = StepStatus.NEW
         if recorded is not None:
@@ -137,7 +143,10 @@ class WorkflowContext:
         step_name = name or f"{declaration.participant.name}.{declaration.operation}"
         seq = self._next_seq()
         payload_text = session.codec.encode(payload)
-        self._replayed(seq, kind=StepKind.EFFECT, name=step_name, input_text=payload_text)
+        recorded = self._replayed(
+            seq, kind=StepKind.EFFECT, name=step_name, input_text=payload_text
+        )
+        self._stop_if_cancelled(seq, step_name, recorded)
         driver = EffectDriver(
             session=session,
             declaration=declaration,

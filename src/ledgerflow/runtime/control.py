@@ -34,3 +34,11 @@ class Abandon(BaseException):
 
 class LostOwnership(Abandon):
     """The store refused a write: another owner holds the instance now. Stop touching it."""
+
+
+class Cancelled(BaseException):
+    """Someone asked to cancel: stop before new work; ``stopped`` says what did not start."""
+
+    def __init__(self, stopped: str) -> None:
+        super().__init__(stopped)
+        self.stopped = stopped

@@ -18,6 +18,7 @@ from typing import Any, Self
 from ledgerflow import limits
 from ledgerflow.errors import (
     ConcurrencyError,
+    IllegalTransitionError,
     InstanceNotFoundError,
     PayloadError,
     ResultTimeoutError,
@@ -129,6 +130,27 @@ class _Core:
             )
         return Started(instance=found, created=created)
 
+    def cancel(
+        self, instance_id: str, *, reason: str, compensate: bool, now: float
+    ) -> InstanceRecord:
+        """Record a cancel request (the first one wins; repeating it is a no-op)."""
+        if not reason.strip():
+            raise PayloadError("a cancel request needs a reason")
+        record, _ = self.store.request_cancel(
+            InstanceId(instance_id), reason=reason, compensate=compensate, now=now
+        )
+        if record is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
+        if record.cancel_requested_at is None:
+            raise IllegalTransitionError(
+                f"the instance already ended {record.status.value}: there is nothing to cancel",
+                machine="instance",
+                state=record.status.value,
+                event="cancel",
+                instance_id=instance_id,
+            )
+        return record
+
     def get(self, instance_id: str) -> InstanceRecord:
         record = self.store.get_instance(InstanceId(instance_id))
         if record is None:
@@ -236,6 +258,26 @@ class Engine:
 
     async def get(self, instance_id: str) -> InstanceRecord:
         record: InstanceRecord = await self._call(self._core.get, instance_id)
+        return record
+
+    async def cancel(
+        self, instance_id: str, *, reason: str, compensate: bool = True
+    ) -> InstanceRecord:
+        """Ask for an instance to be cancelled; durable and idempotent.
+
+        The owner stops before any new step, finishes what was started, runs the compensations
+        of the confirmed effects when ``compensate`` (and no pivot forbids it), and ends
+        CANCELLED with the list of residual effects that stay applied.
+        """
+        record: InstanceRecord = await self._call(
+            self._core.cancel,
+            instance_id,
+            reason=reason,
+            compensate=compensate,
+            now=self.clock.now(),
+        )
+        for worker in self._workers:
+            worker.wake()
         return record
 
     async def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
@@ -346,6 +388,9 @@ class SyncEngine:
 
     def get(self, instance_id: str) -> InstanceRecord:
         return self._core.get(instance_id)
+
+    def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:
+        return self._core.cancel(instance_id, reason=reason, compensate=compensate, now=time.time())
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
         deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ from ledgerflow.errors import PayloadError, UnknownVersionError, UnknownWorkflow
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition
-from ledgerflow.model.ids import WorkerId
+from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.astore import AsyncStore
@@ -22,7 +22,7 @@ from ledgerflow.runtime.calls import describe_error
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
-from ledgerflow.runtime.control import Abandon, LostOwnership, Park, Suspend
+from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import InstanceRecord, InstanceWrite, Release
 
@@ -39,6 +39,8 @@ class Executor:
         self.clock = clock
         self.owner = owner
         self.alive = True
+        # Sessions in flight, so the worker can tell one that a cancel request arrived.
+        self.sessions: dict[InstanceId, Session] = {}
 
     async def drive(self, instance: InstanceRecord) -> None:
         journal = await self.store.call(
@@ -53,6 +55,7 @@ class Executor:
             codec=self.codec,
             clock=self.clock,
         )
+        self.sessions[instance.instance_id] = session
         try:
             try:
                 definition = self._pinned_definition(instance)
@@ -66,6 +69,13 @@ class Executor:
             log.warning("lost ownership of %s; another worker holds it", instance.instance_id)
         except Abandon as abandon:
             log.error("stopped driving %s: %s", instance.instance_id, abandon)
+        finally:
+            self.sessions.pop(instance.instance_id, None)
+
+    def cancel_requested(self, instance_id: InstanceId) -> None:
+        session = self.sessions.get(instance_id)
+        if session is not None:
+            session.cancel_requested = True
 
     def _pinned_definition(self, instance: InstanceRecord) -> WorkflowDefinition:
         try:
@@ -87,7 +97,7 @@ class Executor:
         return definition
 
     async def _run(self, session: Session, definition: WorkflowDefinition) -> None:
-        if session.status is InstanceStatus.COMPENSATING:
+        if session.status in (InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING):
             await CompensationRunner(session, self.registry).run()
             return
         ctx = WorkflowContext(session, definition)
@@ -96,6 +106,9 @@ class Executor:
             result = self.codec.encode(value)
         except (Park, Suspend, Abandon):
             raise
+        except Cancelled as cancelled:
+            await self._cancel(session, cancelled.stopped)
+            return
         except Exception as exc:  # noqa: BLE001 - the workflow's own failure is recorded.
             await self._fail(session, exc)
             return
@@ -147,6 +160,22 @@ class Executor:
                 release=True,
             )
         )
+
+    async def _cancel(self, session: Session, stopped: str) -> None:
+        """Stop before new work; undo what the request asks, unless a pivot forbids it; keep
+        the rest as the cancellation's residual effects."""
+        confirmed = session.confirmed_effects()
+        pivot = any(
+            e.classification == Classification.FORWARD_RECOVERY_ONLY.value for e in confirmed
+        )
+        instance = session.instance
+        undo = instance.cancel_compensate and not pivot
+        why = f"cancel requested: {instance.cancel_reason}; {stopped}"
+        if pivot and instance.cancel_compensate:
+            why += "; a forward-recovery-only effect is confirmed, so nothing is undone"
+        runner = CompensationRunner(session, self.registry)
+        await runner.begin(why, cancelling=True, undo=undo)
+        await runner.run()
 
     async def _park(self, session: Session, park: Park) -> None:
         log.warning("parking %s: %s", session.instance_id, park.reason)

@@ -46,8 +46,15 @@ class Session:
     # The instance's status as this session last wrote it (the claim's status until then).
     status: InstanceStatus = field(init=False)
 
+    # Set from the claimed row, or by the worker's heartbeat when a request arrives later.
+    cancel_requested: bool = field(init=False)
+
+    reason: str | None = field(init=False)
+
     def __post_init__(self) -> None:
         self.status = self.instance.status
+        self.reason = self.instance.reason
+        self.cancel_requested = self.instance.cancel_requested_at is not None
 
     @property
     def instance_id(self) -> InstanceId:
@@ -85,6 +92,7 @@ class Session:
                 self.journal.effects[write.record.seq] = write.record
             elif isinstance(write, InstanceWrite):
                 self.status = write.status
+                self.reason = write.reason
 
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""

@@ -199,6 +199,12 @@ class Worker:
                 if entry is not None:
                     log.warning("lease of %s lost; stopping it here", instance_id)
                     entry[0].cancel()
+            try:
+                asked = await self.store.call(self.store.store.cancel_requests, owner=self.id)
+            except StorageUnavailableError:
+                continue
+            for instance_id in asked:
+                self.executor.cancel_requested(instance_id)
 
     async def _drain(self, grace_seconds: float) -> None:
         tasks = [task for task, _ in self._running.values()]

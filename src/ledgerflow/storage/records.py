@@ -46,6 +46,10 @@ class InstanceRecord:
     reason: str | None
     created_at: float
     updated_at: float
+    # A durable cancel request, written by whoever asked; the owner honours it.
+    cancel_requested_at: float | None = None
+    cancel_reason: str | None = None
+    cancel_compensate: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -61,6 +61,9 @@ def _build_instance(r: Row) -> InstanceRecord:
         reason=r["reason"],
         created_at=float(r["created_at"]),
         updated_at=float(r["updated_at"]),
+        cancel_requested_at=r["cancel_requested_at"],
+        cancel_reason=r["cancel_reason"],
+        cancel_compensate=r["cancel_compensate"] != 0,
     )
 
 

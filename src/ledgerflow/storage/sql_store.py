@@ -146,6 +146,30 @@ class SqlStore(abc.ABC):
         self._event(record.instance_id, record.generation, "owner", None, owner, now, "claimed")
         return record
 
+    def request_cancel(
+        self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float
+    ) -> tuple[InstanceRecord | None, bool]:
+        with self._write_transaction():
+            params = {
+                "instance_id": instance_id,
+                "reason": reason,
+                "compensate": int(compensate),
+                "now": now,
+            }
+            _, changed = self._run("request_cancel", params)
+            rows, _ = self._run("get_instance", {"instance_id": instance_id})
+            record = instance_from_row(rows[0]) if rows else None
+            if changed and record is not None:
+                self._event(
+                    instance_id, record.generation, "cancel", None, "requested", now, reason[:500]
+                )
+        return record, changed == 1
+
+    def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
+        with self._read():
+            rows, _ = self._run("select_cancel_requests", {"owner": owner})
+        return [InstanceId(r["instance_id"]) for r in rows]
+
     def renew(
         self,
         *,

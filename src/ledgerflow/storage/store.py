@@ -38,6 +38,17 @@ class Store(Protocol):
         """Take up to ``limit`` due instances that nobody holds, each with a higher generation."""
         ...
 
+    def request_cancel(
+        self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float
+    ) -> tuple[InstanceRecord | None, bool]:
+        """Record a cancel request unless one exists or the instance has ended; return the
+        instance (None if unknown) and whether this call recorded the request."""
+        ...
+
+    def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
+        """Instances this owner drives that someone asked to cancel."""
+        ...
+
     def renew(
         self,
         *,

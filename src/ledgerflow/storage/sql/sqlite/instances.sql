@@ -82,3 +82,22 @@ WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING');
 
 -- name: count_by_status
 SELECT status, count(*) AS n FROM lf_instances GROUP BY status;
+
+-- name: request_cancel
+-- The first request wins: repeating it changes nothing. It also makes a suspended instance
+-- due now, so that a worker takes it and cancels it without waiting for its wake-up time.
+UPDATE lf_instances
+SET cancel_requested_at = coalesce(cancel_requested_at, :now),
+    cancel_reason = coalesce(cancel_reason, :reason),
+    cancel_compensate = coalesce(cancel_compensate, :compensate),
+    available_at = min(available_at, :now)
+WHERE instance_id = :instance_id
+  AND status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED',
+                     'FORWARD_RECOVERY_REQUIRED', 'MANUAL_INTERVENTION')
+  AND cancel_requested_at IS NULL;
+
+-- name: select_cancel_requests
+-- Instances this owner drives that someone asked to cancel.
+SELECT instance_id FROM lf_instances
+WHERE owner = :owner AND cancel_requested_at IS NOT NULL
+  AND status IN ('RUNNING', 'COMPENSATING', 'CANCELLING');
