@@ -406,3 +406,72 @@ def test_stale_owner_writes_are_refused(shop: Shop, url: str) -> None:
         assert record.status is lf.InstanceStatus.RUNNING
         assert record.owner == "b"
         assert record.generation == second.generation
+
+
+def test_workflow_handles_a_failed_effect_itself(shop: Shop, url: str) -> None:
+    """Workflow code that catches EffectFailedError and takes another path succeeds, and the
+    ledger still shows the refused effect as FAILED next to the one that replaced it."""
+    shop.reject_next = 10
+
+    @shop.registry.workflow(name="fallback", version=1)
+    async def fallback(ctx: lf.WorkflowContext, sku: str) -> str:
+        try:
+            await ctx.effect(shop.hold, sku)
+        except EffectFailedError:
+            shop.reject_next = 0
+            await ctx.effect(shop.hold, sku + "-substitute")
+            return "substitute"
+        return "first choice"
+
+    async def main() -> None:
+        async with lf.Engine(url, shop.registry) as engine:
+            started = await engine.start("fallback", key="fb-1", input="X")
+            await _run(engine)
+            assert await engine.result(started.instance_id, timeout=1) == "substitute"
+            states = [e.state for e in (await engine.detail(started.instance_id)).effects]
+            assert states == [lf.EffectState.FAILED, lf.EffectState.CONFIRMED]
+
+    asyncio.run(main())
+
+
+def test_the_store_refuses_failed_once_an_effect_is_confirmed(shop: Shop, url: str) -> None:
+    """FAILED claims nothing happened anywhere: with a confirmed effect on the ledger, the store
+    refuses that write even from the instance's legitimate owner, and changes nothing.
+
+    The worker dies right after the first effect is confirmed; a new owner claims the instance
+    and tries to end it FAILED.
+    """
+    from ledgerflow.errors import IllegalTransitionError
+    from ledgerflow.model.ids import WorkerId
+    from ledgerflow.storage.records import Commit, InstanceWrite
+
+    async def main() -> str:
+        faults.install(
+            FaultPlan([FaultRule(point="effect.after_outcome", action="crash", match={"seq": 1})])
+        )
+        try:
+            async with lf.Engine(url, shop.registry) as engine:
+                started = await engine.start("order", key="nf-1", input={"sku": "X"})
+                with pytest.raises(SimulatedCrash):
+                    await engine.worker(lease_seconds=0.2).run(until_idle=True)
+                return started.instance_id
+        finally:
+            faults.install(None)
+
+    instance_id = asyncio.run(main())
+    with lf.SyncEngine(url, shop.registry) as engine:
+        store = engine.store
+        [mine] = store.claim(owner=WorkerId("w"), now=1e12, lease_seconds=5, limit=1)
+        assert mine.instance_id == instance_id
+        commit = Commit(
+            instance_id=instance_id,
+            owner=WorkerId("w"),
+            generation=mine.generation,
+            writes=(
+                InstanceWrite(status=lf.InstanceStatus.FAILED, expected=lf.InstanceStatus.RUNNING),
+            ),
+        )
+        [error] = store.commit([commit], now=1e12)
+        assert isinstance(error, IllegalTransitionError)
+        assert "1 effect(s) are confirmed" in str(error)
+        assert engine.get(instance_id).status is lf.InstanceStatus.RUNNING
