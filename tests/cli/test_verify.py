@@ -53,6 +53,9 @@ DEMO = "ledgerflow.demo.order:order"
 QUICK = ("--depth", "1", "--seeds", "3", "--instances", "2")
 EXPECTED_RESOLUTIONS = {
     "inventory.reserve": RESOLVED_BY_LOOKUP,
+    # The compensations are effects too, settled the same way at their participants.
+    "inventory.release": RESOLVED_BY_LOOKUP,
+    "payment.refund": RESOLVED_BY_DEDUPE,
     "payment.charge": RESOLVED_BY_DEDUPE,
     "shipping.ship": RESOLVED_BY_LOOKUP,
     "email.send_confirmation": RESOLVED_BY_DEDUPE,
@@ -148,7 +151,8 @@ def test_json_output_has_the_report_and_both_modes_figures(invoke: Invoke) -> No
     """Goal: ``--json`` prints one parseable document with the report, figures and failures.
 
     Method: run verify with ``--json``; parse stdout; it names the pinned version and
-    fingerprint, the four effects with their resolutions, and one figures entry per mode, each
+    fingerprint, every effect (compensations included) with its resolution, and one figures
+    entry per mode, each
     with 0 violations and some executions; the failures list is empty.
     """
     result = invoke(DEMO, *QUICK, "--json")

@@ -79,6 +79,7 @@ def test_ten_thousand_random_executions(tmp_path: Path) -> None:
     assert summary.stale_writes_accepted == 0
     assert set(summary.statuses) <= {
         "SUCCEEDED",
+        "COMPENSATED",
         "MANUAL_INTERVENTION",
         "FAILED",
         "FORWARD_RECOVERY_REQUIRED",

@@ -4,12 +4,15 @@ This module owns the workflow ``ledgerflow demo`` runs (``ledgerflow.demo.order:
 the participants it declares. The four participants are chosen so that every way of settling an
 UNKNOWN effect shows up in one order:
 
-- inventory ``reserve`` (reversible): has a lookup, does not deduplicate, so a doubt is settled
-  by asking it, never by sending the key again;
-- payment ``charge`` (compensatable): deduplicates, has no lookup, so a doubt is settled by
-  sending the same key again and taking the first receipt back;
+- inventory ``reserve`` (reversible, undone by ``release``): has a lookup, does not
+  deduplicate, so a doubt is settled by asking it, never by sending the key again;
+- payment ``charge`` (compensatable, undone by ``refund``): deduplicates, has no lookup, so a
+  doubt is settled by sending the same key again and taking the first receipt back;
 - shipping ``ship`` (forward-recovery-only, the pivot): deduplicates and has a lookup;
 - email ``send_confirmation`` (forward-recovery-only): deduplicates.
+
+A failure before the shipment (the pivot) releases the stock and refunds the payment; after it,
+the instance needs forward recovery and nothing is undone.
 
 The participants live in another process (:mod:`ledgerflow.demo.service`), whose URL is read
 from ``LEDGERFLOW_DEMO_SERVICE_URL`` when this module is imported: the demo sets it for the
@@ -52,6 +55,7 @@ inventory = registry.add_participant(
         "inventory",
         SERVICE_URL,
         operations={"reserve": "reversible"},
+        compensations={"reserve": "release"},
         deduplicates=False,
         has_lookup=True,
         timeout_seconds=DEMO_TIMEOUT_SECONDS,
@@ -63,6 +67,7 @@ payment = registry.add_participant(
         "payment",
         SERVICE_URL,
         operations={"charge": "compensatable"},
+        compensations={"charge": "refund"},
         deduplicates=True,
         has_lookup=False,
         timeout_seconds=DEMO_TIMEOUT_SECONDS,

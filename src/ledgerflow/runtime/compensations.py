@@ -125,10 +125,11 @@ class CompensationRunner:
             try:
                 await driver.run()
             except EffectFailedError as exc:
+                attempts = self.session.journal.effects[seq].attempt
                 raise Park(
                     "compensation_failed",
                     f"{undo.participant.name}.{undo.operation} for {original.idempotency_key} "
-                    f"could not finish: {exc.message}",
+                    f"could not finish after {attempts} attempt(s): {exc.message}",
                 ) from None
         await self._finish()
 

@@ -163,7 +163,17 @@ class EffectDriver:
         if check is None:
             return True
         call = self._call(attempt=1, key=self.key)
-        answer = await call_user(check, call, inline=self.s.store.inline)
+        try:
+            answer = await asyncio.wait_for(
+                call_user(check, call, inline=self.s.store.inline),
+                timeout=self.d.timeout_seconds,
+            )
+        except Exception as exc:  # noqa: BLE001 - no answer is no permission to apply.
+            raise Park(
+                "compensation_precondition_unavailable",
+                f"{self.d.participant.name}.{self.d.operation} for {call.original_key}: the "
+                f"precondition could not be asked: {type(exc).__name__}: {exc}"[:1000],
+            ) from None
         if not isinstance(answer, Precondition) or answer.verdict is PreconditionVerdict.VIOLATED:
             reason = answer.reason if isinstance(answer, Precondition) else repr(answer)
             raise Park(

@@ -22,11 +22,13 @@ from ledgerflow.testing.participants import Behavior
 from ledgerflow.testing.plans import RandomPlan, Rates, ScheduledPlan
 from ledgerflow.testing.simulation import RunResult, Scenario, ScenarioFactory, simulate
 
-# Per delivery: about one in ten deliveries misbehaves.
+# Per delivery: about one in ten deliveries misbehaves; one in a hundred refuses for good, which
+# fails the workflow and sends it down its compensation or forward-recovery path.
 DEFAULT_MISBEHAVIOUR = {
     Behavior.LOSE_REPLY: 0.03,
     Behavior.TIMEOUT: 0.02,
     Behavior.REJECT: 0.03,
+    Behavior.REJECT_FINAL: 0.01,
     Behavior.LATE: 0.02,
 }
 
