@@ -32,9 +32,11 @@ from ledgerflow.errors import EffectRejectedError
 from ledgerflow.model.definition import EffectCall
 from ledgerflow.model.effect import LookupAnswer, LookupVerdict
 from ledgerflow.model.ids import EffectId, IdempotencyKey, InstanceId
+from ledgerflow.participant import Precondition, PreconditionVerdict
 from ledgerflow.participant.remote import (
     RemoteOutcomeUnknown,
     RemoteParticipant,
+    RemotePreconditionError,
     remote_participant,
 )
 
@@ -468,3 +470,170 @@ def test_in_process_service_stops_even_with_a_held_request(tmp_path: Path) -> No
     with contextlib.closing(sqlite3.connect(tmp_path / "solo.participant.db")) as db:
         assert db.execute("SELECT count(*) FROM received").fetchone() == (1,)
         assert db.execute("SELECT count(*) FROM applied").fetchone() == (0,)
+
+
+def _compensating(service: Service, participant: str) -> RemoteParticipant:
+    return remote_participant(
+        participant,
+        service.url,
+        operations={"op": "compensatable"},
+        deduplicates=False,
+        has_lookup=False,
+        compensations={"op": "undo"},
+        preconditions=True,
+    )
+
+
+def _compensation_call(participant: RemoteParticipant, original: str) -> EffectCall:
+    return EffectCall(
+        participant=participant.name,
+        operation="undo",
+        idempotency_key=IdempotencyKey(f"compensate:{original}"),
+        effect_id=EffectId(f"{original}/compensation"),
+        instance_id=InstanceId("instance-1"),
+        attempt=1,
+        payload={"amount": 5},
+        original_key=IdempotencyKey(original),
+        original_evidence={"applied": True},
+    )
+
+
+def _precondition(participant: RemoteParticipant, original: str) -> Precondition:
+    check = participant.effects["undo"].precondition
+    assert check is not None
+    answer = _run(check(_compensation_call(participant, original)))
+    assert isinstance(answer, Precondition)
+    return answer
+
+
+def test_reject_final_rule_is_a_final_rejection(service: Service) -> None:
+    """Goal: `reject_final` lets a participant refuse a step for good (e.g. sold out).
+
+    Method: a reject_final rule on `legacy`; the adapter raises EffectRejectedError with
+    `retryable=False`; the request is received, nothing is applied.
+    """
+    service.rules({"participant": "legacy", "action": "reject_final"})
+    with pytest.raises(EffectRejectedError) as caught:
+        _dispatch(_remote(service, "legacy"), "final-1")
+    assert caught.value.retryable is False
+    ledger = service.ledger("legacy", "final-1")
+    assert (len(ledger["received"]), len(ledger["applied"])) == (1, 0)
+
+
+def test_rule_matching_an_operation_spares_the_others(service: Service) -> None:
+    """Goal: a rule naming an operation fails only that operation, as often as `times` says.
+
+    Method: a 1000-shot reject_final rule on `legacy` operation `undo`: three compensation
+    dispatches are refused, while the original operation `op` of the same participant applies.
+    """
+    service.rules(
+        {"participant": "legacy", "operation": "undo", "action": "reject_final", "times": 1000}
+    )
+    legacy = _compensating(service, "legacy")
+    assert _dispatch(legacy, "spared-1")["operation"] == "op"
+    call = _compensation_call(legacy, "spared-1")
+    for _ in range(3):
+        with pytest.raises(EffectRejectedError):
+            _run(legacy.effects["undo"].function(call))
+    ledger = service.ledger("legacy", call.idempotency_key)
+    assert (len(ledger["received"]), len(ledger["applied"])) == (3, 0)
+
+
+def test_held_request_released_as_a_final_rejection(service: Service) -> None:
+    """Goal: a held request can be answered with a final rejection once the test is ready.
+
+    Method: hold a `legacy` apply, wait (bounded) until held, release with `reject_final`:
+    the caller gets 409 not retryable, and nothing is applied.
+    """
+    service.rules({"participant": "legacy", "key_contains": "held-final-1", "action": "hold"})
+    pending = _apply_in_background(service, "legacy", "held-final-1")
+    assert service.wait_held(1) == 1
+    assert service.release("reject_final") == 1
+    response = pending.result(timeout=REQUEST_SECONDS)
+    assert response.status_code == 409
+    assert response.json()["retryable"] is False
+    assert service.ledger("legacy", "held-final-1")["applied"] == []
+
+
+def test_remote_participant_declares_compensations(service: Service) -> None:
+    """Goal: `compensations` declares each original with its compensating operation.
+
+    Method: build a remote participant with {"op": "undo"}: `op` names `undo`, which is a
+    compensation declaration with the precondition and the participant's retry policy.
+    """
+    legacy = _compensating(service, "legacy")
+    original, undo = legacy.effects["op"], legacy.effects["undo"]
+    assert original.compensation == "undo"
+    assert legacy.compensation_of(original) is undo
+    assert undo.is_compensation
+    assert undo.precondition is not None
+    assert undo.retry == original.retry
+    without = _remote(service, "legacy")
+    assert without.effects["op"].compensation is None
+
+
+def test_compensation_applies_under_its_own_key(service: Service) -> None:
+    """Goal: a compensation goes to the same participant under its own key and operation.
+
+    Method: apply an original through the adapter, then the compensation function with the
+    call the engine would build: the participant's ledger holds one application of `undo` under
+    `compensate:` + the original key, with the original's payload; the original stays applied.
+    """
+    legacy = _compensating(service, "legacy")
+    _dispatch(legacy, "undo-1")
+    call = _compensation_call(legacy, "undo-1")
+    receipt = _run(legacy.effects["undo"].function(call))
+    assert receipt["key"] == "compensate:undo-1"
+    assert receipt["operation"] == "undo"
+    [row] = service.ledger("legacy", "compensate:undo-1")["applied"]
+    assert (row["operation"], row["payload"]) == ("undo", {"amount": 5})
+    assert len(service.ledger("legacy", "undo-1")["applied"]) == 1
+
+
+def test_precondition_verdicts_follow_the_participant_state(service: Service) -> None:
+    """Goal: the precondition reads the participant's current state: never applied, applied,
+    reversed by someone else.
+
+    Method: ask through the adapter about an original never applied (violated, with the
+    reason), apply it (holds), mark it reversed by a clerk via `/_control/reverse` (satisfied,
+    evidence naming the clerk); a second reversal does not rewrite who reversed it first.
+    """
+    legacy = _compensating(service, "legacy")
+    key = "pre 1/r1/s1?x=%2F"
+    before = _precondition(legacy, key)
+    assert before.verdict is PreconditionVerdict.VIOLATED
+    assert before.reason == f"nothing to undo: {key} was never applied"
+    _dispatch(legacy, key)
+    assert _precondition(legacy, key) == Precondition.holds()
+    for by in ("clerk", "someone-later"):
+        response = service.http.post(
+            "/_control/reverse", json={"participant": "legacy", "key": key, "by": by}
+        )
+        assert response.status_code == 200
+    assert _precondition(legacy, key) == Precondition.satisfied({"reversed_by": "clerk"})
+    assert [row["reversed_by"] for row in service.ledger("legacy", key)["reversed"]] == ["clerk"]
+
+
+def test_reverse_control_refuses_malformed_requests(service: Service) -> None:
+    """Goal: the drift control refuses what it cannot record rather than guess.
+
+    Method: post an unknown participant, a missing key and a non-JSON body: each is a 400.
+    """
+    for body in (
+        {"participant": "ghost", "key": "k", "by": "x"},
+        {"participant": "legacy", "by": "x"},
+    ):
+        assert service.http.post("/_control/reverse", json=body).status_code == 400
+    assert service.http.post("/_control/reverse", content=b"{").status_code == 400
+
+
+def test_unreadable_precondition_raises(service: Service) -> None:
+    """Goal: a precondition answer that proves nothing is never read as a verdict.
+
+    Method: a remote participant whose name the service does not host: the precondition
+    endpoint answers 404, and the adapter raises RemotePreconditionError with that status.
+    """
+    ghost = _compensating(service, "ghost")
+    with pytest.raises(RemotePreconditionError) as caught:
+        _precondition(ghost, "ghost-1")
+    assert caught.value.status == 404

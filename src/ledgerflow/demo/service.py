@@ -12,9 +12,12 @@ not-applied fences attempts 1..N of that key (a lookup without an attempt fences
 delayed original is refused while the engine's re-dispatch, numbered N+1, still applies.
 
 Faults are injected deterministically through ``/_control`` endpoints instead of sleeps:
-``reject`` and ``fail`` answer without applying, ``hold`` parks a request after it was recorded
-as received until ``/_control/release`` lets it apply or drops it (the "delayed original" and
-"lost response" cases).
+``reject`` (retryable), ``reject_final`` and ``fail`` answer without applying, ``hold`` parks a
+request after it was recorded as received until ``/_control/release`` lets it apply, drops it
+(the "delayed original" and "lost response" cases) or rejects it for good. A compensation's
+precondition (``GET /{name}/precondition/{key}?original=K``) is violated if ``K`` was never
+applied, satisfied if someone else already reversed it (``POST /_control/reverse``: the drift a
+precondition exists to catch), and holds otherwise.
 
 Run as a process::
 
@@ -51,8 +54,16 @@ from starlette.routing import Route
 
 from ledgerflow.model.definition import check_name
 
-_ACTIONS = frozenset({"hold", "reject", "fail"})
-_RELEASES = frozenset({"apply", "drop"})
+# What an injected action answers instead of applying; "hold" decides later, "apply" applies.
+_LATER = {"status": "rejected", "error_code": "temporarily_unavailable", "retryable": True}
+_ANSWERS: dict[str, tuple[int, dict[str, Any]]] = {
+    "reject": (409, _LATER),
+    "reject_final": (409, {"status": "rejected", "error_code": "refused", "retryable": False}),
+    "fail": (500, {"status": "failed", "error": "injected failure"}),
+    "drop": (503, {"status": "dropped"}),
+}
+_ACTIONS = frozenset({"hold", "reject", "reject_final", "fail"})
+_RELEASES = frozenset({"apply", "drop", "reject_final"})
 _CONTROL_PREFIX = "_control"
 # A long-poll on /_control/held never waits longer than this, whatever the caller asks.
 _HELD_WAIT_SECONDS_MAX = 30.0
@@ -114,6 +125,8 @@ class _Ledger:
                 received_at REAL);
             CREATE TABLE IF NOT EXISTS fenced (
                 key TEXT PRIMARY KEY, up_to_attempt INT, fenced_at REAL);
+            CREATE TABLE IF NOT EXISTS reversed (
+                key TEXT PRIMARY KEY, reversed_by TEXT, reversed_at REAL);
             """
         )
 
@@ -197,6 +210,25 @@ class _Ledger:
             )
             return {"verdict": "not-applied"}
 
+    def mark_reversed(self, key: str, by: str) -> None:
+        """Record that someone outside the engine already undid ``key`` (the first one counts)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO reversed (key, reversed_by, reversed_at) VALUES (?, ?, ?)",
+                (key, by, time.time()),
+            )
+
+    def precondition(self, original: str) -> dict[str, Any]:
+        with self._transaction() as db:
+            if self._first_application(db, original) is None:
+                why = f"nothing to undo: {original} was never applied"
+                return {"verdict": "violated", "reason": why}
+            row = db.execute("SELECT reversed_by FROM reversed WHERE key = ?", (original,))
+            found = row.fetchone()
+        if found is not None:
+            return {"verdict": "satisfied", "evidence": {"reversed_by": found[0]}}
+        return {"verdict": "holds"}
+
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         with self._transaction() as db:
             applied = [
@@ -205,7 +237,8 @@ class _Ledger:
             ]
             received = [dict(row) for row in db.execute("SELECT * FROM received ORDER BY seq")]
             fenced = [dict(row) for row in db.execute("SELECT * FROM fenced ORDER BY key")]
-        return {"applied": applied, "received": received, "fenced": fenced}
+            reverse = [dict(row) for row in db.execute("SELECT * FROM reversed ORDER BY key")]
+        return {"applied": applied, "received": received, "fenced": fenced, "reversed": reverse}
 
     def close(self) -> None:
         with self._lock:
@@ -283,6 +316,14 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"status": "error", "error": message}, status_code=status)
 
 
+async def _json_object(request: Request) -> dict[str, Any] | None:
+    with contextlib.suppress(ValueError):
+        body = await request.json()
+        if isinstance(body, dict):
+            return body
+    return None
+
+
 class ParticipantService:
     """The participants one service process hosts, their ledgers and the injected faults."""
 
@@ -300,8 +341,10 @@ class ParticipantService:
                 Route("/_control/rules", self._set_rules, methods=["POST"]),
                 Route("/_control/release", self._release, methods=["POST"]),
                 Route("/_control/held", self._held, methods=["GET"]),
+                Route("/_control/reverse", self._reverse, methods=["POST"]),
                 Route("/{name}/apply", self._apply, methods=["POST"]),
                 Route("/{name}/lookup/{key:path}", self._lookup, methods=["GET"]),
+                Route("/{name}/precondition/{key:path}", self._precondition, methods=["GET"]),
                 Route("/{name}/ledger", self._ledger, methods=["GET"]),
             ]
         )
@@ -317,11 +360,8 @@ class ParticipantService:
         ledger = self.ledgers.get(request.path_params["name"])
         if ledger is None:
             return _error(404, f"no participant {request.path_params['name']!r}")
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "body is not JSON")
-        if not isinstance(body, dict):
+        body = await _json_object(request)
+        if body is None:
             return _error(400, "body is not a JSON object")
         key, operation, attempt = body.get("key"), body.get("operation"), body.get("attempt", 0)
         if not isinstance(key, str) or not key or not isinstance(operation, str):
@@ -332,20 +372,12 @@ class ParticipantService:
 
         await asyncio.to_thread(ledger.record_received, key, operation, attempt)
         action = self.controls.take(ledger.spec.name, operation, key)
-        if action == "reject":
-            return JSONResponse(
-                {
-                    "status": "rejected",
-                    "error_code": "temporarily_unavailable",
-                    "retryable": True,
-                },
-                status_code=409,
-            )
-        if action == "fail":
-            return JSONResponse({"status": "failed", "error": "injected failure"}, 500)
-        if action == "hold" and await self.controls.hold() == "drop":
-            return JSONResponse({"status": "dropped"}, status_code=503)
-        status, answer = await asyncio.to_thread(ledger.apply, key, operation, payload, attempt)
+        if action == "hold":
+            action = await self.controls.hold()
+        if action in _ANSWERS:
+            status, answer = _ANSWERS[action]
+        else:
+            status, answer = await asyncio.to_thread(ledger.apply, key, operation, payload, attempt)
         return JSONResponse(answer, status_code=status)
 
     async def _lookup(self, request: Request) -> Response:
@@ -361,6 +393,24 @@ class ParticipantService:
         except ValueError:
             return _error(400, "'attempt' must be an integer")
         return JSONResponse(await asyncio.to_thread(ledger.lookup, key, attempt))
+
+    async def _precondition(self, request: Request) -> Response:
+        ledger = self.ledgers.get(request.path_params["name"])
+        if ledger is None:
+            return _error(404, f"no participant {request.path_params['name']!r}")
+        original = request.query_params.get("original")
+        if not request.path_params["key"] or not original:
+            return _error(400, "a compensation key and '?original=' are required")
+        return JSONResponse(await asyncio.to_thread(ledger.precondition, original))
+
+    async def _reverse(self, request: Request) -> Response:
+        body = await _json_object(request) or {}
+        ledger = self.ledgers.get(str(body.get("participant")))
+        key, by = body.get("key"), body.get("by")
+        if ledger is None or not isinstance(key, str) or not key or not isinstance(by, str):
+            return _error(400, "'participant' (known), 'key' and 'by' (strings) are required")
+        await asyncio.to_thread(ledger.mark_reversed, key, by)
+        return JSONResponse({"reversed": key, "by": by})
 
     async def _ledger(self, request: Request) -> Response:
         ledger = self.ledgers.get(request.path_params["name"])
@@ -401,11 +451,7 @@ class ParticipantService:
         )
 
     async def _release(self, request: Request) -> Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "body is not JSON")
-        then = body.get("then") if isinstance(body, dict) else None
+        then = (await _json_object(request) or {}).get("then")
         if then not in _RELEASES:
             return _error(400, f"'then' must be one of {sorted(_RELEASES)}")
         return JSONResponse({"released": self.controls.release(then)})

@@ -15,6 +15,11 @@ Protocol, for a participant ``name`` at ``base_url``:
 - ``GET {base_url}/{name}/lookup/{key}?attempt=N`` (key percent-encoded) answering
   ``{"verdict": "applied", "evidence": ...}``, ``{"verdict": "not-applied"}`` (which fences
   attempts 1..N of the key at the participant) or ``{"verdict": "unknown"}``.
+- A compensation is applied like any effect, under its own key, with ``"original_key"`` added.
+  Its precondition is ``GET {base_url}/{name}/precondition/{key}?original={original key}``
+  answering ``{"verdict": "holds"}``, ``{"verdict": "satisfied", "evidence": ...}`` or
+  ``{"verdict": "violated", "reason": str}``; anything else raises, because a precondition
+  misread as "satisfied" would count an effect as undone that is still applied.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ import json
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
 from ledgerflow.errors import EffectRejectedError
 from ledgerflow.model.classification import Classification
+from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, Participant
 from ledgerflow.model.effect import LookupAnswer, LookupVerdict
 from ledgerflow.model.ids import IdempotencyKey
@@ -62,6 +68,13 @@ class RemoteLookupError(Exception):
         self.participant = participant
         self.key = key
         self.status = status
+
+
+class RemotePreconditionError(RemoteLookupError):
+    """The participant's precondition check did not give a readable verdict."""
+
+
+_AskError = TypeVar("_AskError", bound=RemoteLookupError)
 
 
 @dataclass(slots=True)
@@ -126,17 +139,18 @@ class RemoteParticipant(Participant):
 
     async def apply(self, operation: str, call: EffectCall) -> Any:
         """Send one dispatch; return the receipt, raise a rejection, or raise for UNKNOWN."""
+        request = {
+            "key": call.idempotency_key,
+            "operation": operation,
+            "payload": call.payload,
+            "effect_id": call.effect_id,
+            "instance_id": call.instance_id,
+            "attempt": call.attempt,
+        }
+        if call.original_key is not None:
+            request["original_key"] = call.original_key
         try:
-            body = json.dumps(
-                {
-                    "key": call.idempotency_key,
-                    "operation": operation,
-                    "payload": call.payload,
-                    "effect_id": call.effect_id,
-                    "instance_id": call.instance_id,
-                    "attempt": call.attempt,
-                }
-            )
+            body = json.dumps(request)
         except (TypeError, ValueError) as error:
             # Nothing left this process, so "not applied" is proven, and no retry can fix it.
             raise EffectRejectedError(
@@ -188,17 +202,21 @@ class RemoteParticipant(Participant):
             )
         raise unknown(f"HTTP {response.status_code} proves neither applied nor not applied")
 
-    async def ask(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
-        """Ask about a key; a not-applied answer has fenced its attempts up to ``attempt``."""
+    async def _verdict(
+        self, what: str, path: str, *, key: str, params: Mapping[str, Any], error: type[_AskError]
+    ) -> tuple[Any, dict[str, Any], Callable[[str], _AskError]]:
+        """GET a question about ``key``: the verdict, the whole answer, and how to refuse it.
+
+        Only a ``200`` with a JSON object is read; anything else raises ``error``.
+        """
         client = await self._client()
         response = await client.get(
-            f"{self.base_url}/{self.name}/lookup/{quote(key, safe='')}",
-            params={"attempt": attempt},
+            f"{self.base_url}/{self.name}/{path}/{quote(key, safe='')}", params=params
         )
 
-        def failed(why: str) -> RemoteLookupError:
-            return RemoteLookupError(
-                f"lookup {self.name} key {key!r}: {why}",
+        def failed(why: str) -> _AskError:
+            return error(
+                f"{what} key {key!r}: {why}",
                 participant=self.name,
                 key=key,
                 status=response.status_code,
@@ -212,7 +230,17 @@ class RemoteParticipant(Participant):
             answer = None
         if not isinstance(answer, dict):
             raise failed("body is not a JSON object")
-        verdict = answer.get("verdict")
+        return answer.get("verdict"), answer, failed
+
+    async def ask(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
+        """Ask about a key; a not-applied answer has fenced its attempts up to ``attempt``."""
+        verdict, answer, failed = await self._verdict(
+            f"lookup {self.name}",
+            "lookup",
+            key=key,
+            params={"attempt": attempt},
+            error=RemoteLookupError,
+        )
         if verdict == LookupVerdict.APPLIED.value:
             evidence = answer.get("evidence")
             if evidence is None:
@@ -222,6 +250,31 @@ class RemoteParticipant(Participant):
             return LookupAnswer.not_applied()
         if verdict == LookupVerdict.UNKNOWN.value:
             return LookupAnswer.unknown()
+        raise failed(f"unrecognised verdict {verdict!r}")
+
+    async def precondition(self, call: EffectCall) -> Precondition:
+        """Ask whether the compensation ``call`` may still be applied to the original effect."""
+        if call.original_key is None:
+            raise ValueError(f"{call.operation} at {self.name} is not a compensation call")
+        verdict, answer, failed = await self._verdict(
+            f"precondition {self.name}.{call.operation}",
+            "precondition",
+            key=call.idempotency_key,
+            params={"original": call.original_key},
+            error=RemotePreconditionError,
+        )
+        if verdict == PreconditionVerdict.HOLDS.value:
+            return Precondition.holds()
+        if verdict == PreconditionVerdict.SATISFIED.value:
+            evidence = answer.get("evidence")
+            if evidence is None:
+                raise failed("satisfied without evidence")
+            return Precondition.satisfied(evidence)
+        if verdict == PreconditionVerdict.VIOLATED.value:
+            reason = answer.get("reason")
+            if not isinstance(reason, str) or not reason:
+                raise failed("violated without a reason")
+            return Precondition.violated(reason)
         raise failed(f"unrecognised verdict {verdict!r}")
 
 
@@ -234,6 +287,8 @@ def remote_participant(
     has_lookup: bool,
     timeout_seconds: float = 5.0,
     retry: RetryPolicy | None = None,
+    compensations: Mapping[str, str] | None = None,
+    preconditions: bool = False,
 ) -> RemoteParticipant:
     """Declare a participant served over HTTP at ``base_url``, one effect per operation.
 
@@ -248,18 +303,33 @@ def remote_participant(
 
     ``deduplicates`` and ``has_lookup`` are promises about the service, which the engine relies
     on to resolve UNKNOWN outcomes: declare them only if the service keeps them.
+
+    ``compensations`` maps an operation to the operation that undoes it (``{"book": "cancel"}``);
+    each compensating operation is declared with :meth:`Participant.compensation`, under the
+    same retry policy and timeout. With ``preconditions`` the service is asked, before each
+    compensation, whether it still holds.
     """
     participant = RemoteParticipant(
         name, base_url, deduplicates=deduplicates, timeout_seconds=timeout_seconds
     )
     policy = retry if retry is not None else DEFAULT_EFFECT_RETRY
+    undo = dict(compensations or {})
     for operation, classification in operations.items():
         participant.effect(
             operation,
             classification=classification,
             timeout_seconds=timeout_seconds,
             retry=policy,
+            compensation=undo.get(operation),
         )(_effect_function(participant, operation))
+    # Several operations may share one compensation: it is declared once.
+    for compensation in dict.fromkeys(undo.values()):
+        participant.compensation(
+            compensation,
+            retry=policy,
+            timeout_seconds=timeout_seconds,
+            precondition=participant.precondition if preconditions else None,
+        )(_effect_function(participant, compensation))
     if has_lookup:
         participant.lookup(participant.ask)
     return participant
