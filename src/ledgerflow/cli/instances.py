@@ -283,8 +283,7 @@ def cancel(instance_id: str, reason: str, compensate: bool, db: str, as_json: bo
         )
         return
     console().print(
-        f"cancel requested for {record.instance_id} ({record.status.value}): "
-        f"{record.cancel_reason}"
+        f"cancel requested for {record.instance_id} ({record.status.value}): {record.cancel_reason}"
     )
 
 
