@@ -82,10 +82,10 @@ def test_crash_after_dispatch_before_participant_applies(workers: Any, engine: S
     applied), re-sends under the same key, and the participant applies it once.
     """
     service = workers.service
-    service.rules([{"participant": "inventory", "operation": "reserve", "action": "hold"}])
+    service.rules({"participant": "inventory", "operation": "reserve", "action": "hold"})
     started = engine.start("order", key="b-1", input=ORDER)
     process = workers.spawn()
-    service.wait_for(lambda: service.held() == 1, what="the participant to hold the request")
+    service.wait_held(1)
     process.send_signal(signal.SIGKILL)
     assert process.wait(timeout=30) == -signal.SIGKILL
     service.release("drop")
@@ -163,7 +163,7 @@ def test_crash_while_retrying(workers: Any, engine: SyncEngine) -> None:
     participant, and the charge is applied once.
     """
     service = workers.service
-    service.rules([{"participant": "payment", "operation": "charge", "action": "reject"}])
+    service.rules({"participant": "payment", "operation": "charge", "action": "reject"})
     started = engine.start("order", key="d-1", input=ORDER)
     _killed_at(
         workers,
@@ -190,7 +190,7 @@ def test_crash_after_retry_applied(workers: Any, engine: SyncEngine) -> None:
     before the outcome is durable. The lookup finds attempt 2's application: applied once.
     """
     service = workers.service
-    service.rules([{"participant": "inventory", "operation": "reserve", "action": "reject"}])
+    service.rules({"participant": "inventory", "operation": "reserve", "action": "reject"})
     started = engine.start("order", key="d-2", input=ORDER)
     _killed_at(
         workers,

@@ -1,30 +1,14 @@
-"""Real processes for the saga tests: one participant service and worker processes.
-
-The same approach as ``tests/faults``: participants run in their own process, each with its
-own SQLite ledger, and workers are spawned (and killed) as real processes. What differs is the
-cast (trip and order participants) and the controls the sagas need: marking an effect as
-reversed by someone else, and reading every participant's ledger at once.
-"""
+"""The saga tests' cast: trip participants and order participants, each with its promises."""
 
 from __future__ import annotations
 
-import json
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-HERE = Path(__file__).parent
-WAIT_SECONDS_MAX = 30.0
+from processes import Service, Workers, running_service
+
 # Each participant's promises (see saga_workflows): both ways of settling an UNKNOWN occur.
 PARTICIPANTS = (
     "flight:lookup",
@@ -37,120 +21,18 @@ PARTICIPANTS = (
 )
 
 
-@dataclass
-class Service:
-    url: str
-    folder: Path
-
-    def _post(self, path: str, body: Any) -> Any:
-        response = httpx.post(f"{self.url}{path}", json=body, timeout=WAIT_SECONDS_MAX)
-        response.raise_for_status()
-        return response.json()
-
-    def ledger(self, participant: str) -> dict[str, list[dict[str, Any]]]:
-        response = httpx.get(f"{self.url}/{participant}/ledger", timeout=WAIT_SECONDS_MAX)
-        response.raise_for_status()
-        data: dict[str, list[dict[str, Any]]] = response.json()
-        return data
-
-    def applied(self, participant: str, key: str) -> list[dict[str, Any]]:
-        return [row for row in self.ledger(participant)["applied"] if row["key"] == key]
-
-    def received(self, participant: str, key: str) -> list[dict[str, Any]]:
-        return [row for row in self.ledger(participant)["received"] if row["key"] == key]
-
-    def rules(self, *rules: dict[str, Any]) -> None:
-        self._post("/_control/rules", list(rules))
-
-    def reverse(self, participant: str, key: str, *, by: str) -> None:
-        """Someone outside the workflow undoes an applied effect (participant drift)."""
-        self._post("/_control/reverse", {"participant": participant, "key": key, "by": by})
-
-    def wait_held(self, count: int) -> None:
-        """Long-poll (bounded by the service) until ``count`` requests are held."""
-        response = httpx.get(
-            f"{self.url}/_control/held",
-            params={"at_least": count, "timeout": WAIT_SECONDS_MAX},
-            timeout=WAIT_SECONDS_MAX + 5,
-        )
-        assert response.json()["held"] >= count, "the participant never held the request"
-
-    def release(self, then: str) -> None:
-        assert self._post("/_control/release", {"then": then})["released"] >= 1
-
-
-def _first_line(process: subprocess.Popen[str]) -> str:
-    # readline() blocks; a helper thread turns it into a bounded wait.
-    lines: queue.Queue[str] = queue.Queue()
-    stdout = process.stdout
-    assert stdout is not None
-    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
-    try:
-        return lines.get(timeout=WAIT_SECONDS_MAX)
-    except queue.Empty:
-        return ""
-
-
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
-    folder = tmp_path / "participants"
-    command = [sys.executable, "-m", "ledgerflow.demo.service", "--dir", str(folder)]
-    for spec in PARTICIPANTS:
-        command += ["--participant", spec]
-    process = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        line = _first_line(process)
-        assert line.startswith("LISTENING "), line
-        yield Service(url=line.split()[1], folder=folder)
-    finally:
-        process.kill()
-        process.wait(timeout=WAIT_SECONDS_MAX)
-        if process.stdout is not None:
-            process.stdout.close()
-
-
-@dataclass
-class Workers:
-    db_url: str
-    service: Service
-    log: Path
-
-    def spawn(
-        self, *, faults: list[dict[str, Any]] | None = None, until_idle: bool = True
-    ) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-        env["LEDGERFLOW_TEST_SERVICE_URL"] = self.service.url
-        env.pop("LEDGERFLOW_FAULTS", None)
-        if faults:
-            env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
-        command = [
-            *(sys.executable, "-c", "from ledgerflow.cli.main import main; main()"),
-            *("worker", "saga_workflows:registry", "--db", self.db_url),
-            *("--lease-seconds", "1", "--poll-seconds", "0.05"),
-        ]
-        if until_idle:
-            command.append("--until-idle")
-        with self.log.open("ab") as log:
-            return subprocess.Popen(command, env=env, stdout=log, stderr=log)
-
-    def finish(self, process: subprocess.Popen[bytes]) -> None:
-        """Wait (bounded) for an ``--until-idle`` worker; it must exit cleanly."""
-        code = process.wait(timeout=WAIT_SECONDS_MAX)
-        assert code == 0, self.log.read_text()[-3000:]
-
-    def recover(self) -> None:
-        """A fresh worker, run until nothing is runnable."""
-        self.finish(self.spawn())
-
-    def killed_at(self, faults: list[dict[str, Any]]) -> None:
-        """A worker that must die by SIGKILL at one of the named fault points."""
-        code = self.spawn(faults=faults).wait(timeout=WAIT_SECONDS_MAX)
-        assert code == -signal.SIGKILL, f"worker exited {code}\n{self.log.read_text()[-3000:]}"
+    with running_service(tmp_path / "participants", PARTICIPANTS) as s:
+        yield s
 
 
 @pytest.fixture
 def workers(tmp_path: Path, service: Service) -> Workers:
     return Workers(
-        db_url=f"sqlite:///{tmp_path}/journal.db", service=service, log=tmp_path / "workers.log"
+        db_url=f"sqlite:///{tmp_path}/journal.db",
+        service=service,
+        log=tmp_path / "workers.log",
+        target="saga_workflows:registry",
+        path=Path(__file__).parent,
     )

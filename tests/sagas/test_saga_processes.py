@@ -237,7 +237,7 @@ def _fail_car_after_drift(workers: Any, engine: SyncEngine, key: str, drift: Any
     service = workers.service
     service.rules({"participant": "car", "operation": "book", "action": "hold"})
     started = engine.start("trip", key=key, input=TRIP)
-    process = workers.spawn()
+    process = workers.spawn(until_idle=True)
     service.wait_held(1)
     [booking] = service.ledger("flight")["applied"]
     drift(booking["key"])
