@@ -1,0 +1,196 @@
+"""A fake participant's own ledger: what it received, applied and fenced (demo and tests).
+
+Each participant of :mod:`ledgerflow.demo.service` keeps this record in its own SQLite file
+``<dir>/<name>.participant.db``. Tests compare it with the engine's ledger, so it must not
+flatter the engine: a participant that does not deduplicate applies a repeated key again (a
+second ``applied`` row), and a fenced dispatch is refused however late it arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledgerflow.model.definition import check_name
+
+CONTROL_PREFIX = "_control"
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantSpec:
+    """One participant the service hosts and the promises it keeps."""
+
+    name: str
+    deduplicates: bool = False
+    lookup: bool = False
+
+    def __post_init__(self) -> None:
+        check_name("participant", self.name)
+        if self.name == CONTROL_PREFIX:
+            raise ValueError(f"participant name {self.name!r} is reserved")
+
+    @classmethod
+    def parse(cls, text: str) -> ParticipantSpec:
+        """Read ``name:flags`` where flags are ``dedupe``, ``lookup`` joined by '+', or ``none``."""
+        name, _, flags_text = text.partition(":")
+        flags = {flag.strip() for flag in flags_text.split("+") if flag.strip()} or {"none"}
+        unknown = flags - {"dedupe", "lookup", "none"}
+        if unknown or ("none" in flags and len(flags) > 1):
+            raise ValueError(
+                f"participant {text!r}: flags are 'dedupe', 'lookup' joined by '+', or 'none'"
+            )
+        return cls(name=name, deduplicates="dedupe" in flags, lookup="lookup" in flags)
+
+
+class ParticipantLedger:
+    """One participant's own record, in its own SQLite file.
+
+    Every operation is one transaction under a lock, so a lookup's fence and an apply's
+    check-then-insert cannot interleave: that atomicity is the fencing promise.
+    """
+
+    def __init__(self, directory: Path, spec: ParticipantSpec) -> None:
+        self.spec = spec
+        self.path = directory / f"{spec.name}.participant.db"
+        self._lock = threading.Lock()
+        # Calls arrive on worker threads (asyncio.to_thread); the lock serialises them.
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS applied (
+                seq INTEGER PRIMARY KEY, key TEXT, operation TEXT, payload TEXT,
+                attempt INT, applied_at REAL);
+            CREATE INDEX IF NOT EXISTS applied_by_key ON applied (key, seq);
+            CREATE TABLE IF NOT EXISTS received (
+                seq INTEGER PRIMARY KEY, key TEXT, operation TEXT, attempt INT,
+                received_at REAL);
+            CREATE TABLE IF NOT EXISTS fenced (
+                key TEXT PRIMARY KEY, up_to_attempt INT, fenced_at REAL);
+            CREATE TABLE IF NOT EXISTS reversed (
+                key TEXT PRIMARY KEY, reversed_by TEXT, reversed_at REAL);
+            """
+        )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _receipt(self, row: sqlite3.Row) -> dict[str, Any]:
+        return {
+            "participant": self.spec.name,
+            "operation": row["operation"],
+            "key": row["key"],
+            "applied_seq": row["seq"],
+        }
+
+    def _first_application(self, db: sqlite3.Connection, key: str) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = db.execute(
+            "SELECT seq, key, operation FROM applied WHERE key = ? ORDER BY seq LIMIT 1", (key,)
+        ).fetchone()
+        return row
+
+    def record_received(self, key: str, operation: str, attempt: int) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO received (key, operation, attempt, received_at) VALUES (?, ?, ?, ?)",
+                (key, operation, attempt, time.time()),
+            )
+
+    def apply(
+        self, key: str, operation: str, payload: str, attempt: int
+    ) -> tuple[int, dict[str, Any]]:
+        with self._transaction() as db:
+            # up_to_attempt NULL fences every attempt of the key.
+            fence = db.execute(
+                "SELECT 1 FROM fenced "
+                "WHERE key = ? AND (up_to_attempt IS NULL OR ? <= up_to_attempt)",
+                (key, attempt),
+            ).fetchone()
+            if fence is not None:
+                return 409, {"status": "rejected", "error_code": "fenced", "retryable": False}
+            if self.spec.deduplicates:
+                first = self._first_application(db, key)
+                if first is not None:
+                    return 200, {
+                        "status": "applied",
+                        "receipt": self._receipt(first),
+                        "duplicate": True,
+                    }
+            cursor = db.execute(
+                "INSERT INTO applied (key, operation, payload, attempt, applied_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (key, operation, payload, attempt, time.time()),
+            )
+            receipt = {
+                "participant": self.spec.name,
+                "operation": operation,
+                "key": key,
+                "applied_seq": cursor.lastrowid,
+            }
+            return 200, {"status": "applied", "receipt": receipt}
+
+    def lookup(self, key: str, attempt: int | None) -> dict[str, Any]:
+        with self._transaction() as db:
+            first = self._first_application(db, key)
+            if first is not None:
+                return {"verdict": "applied", "evidence": self._receipt(first)}
+            # A fence only ever widens: a later, lower lookup must not unfence what was promised.
+            db.execute(
+                "INSERT INTO fenced (key, up_to_attempt, fenced_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET up_to_attempt = CASE "
+                "WHEN fenced.up_to_attempt IS NULL OR excluded.up_to_attempt IS NULL THEN NULL "
+                "ELSE max(fenced.up_to_attempt, excluded.up_to_attempt) END",
+                (key, attempt, time.time()),
+            )
+            return {"verdict": "not-applied"}
+
+    def mark_reversed(self, key: str, by: str) -> None:
+        """Record that someone outside the engine already undid ``key`` (the first one counts)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO reversed (key, reversed_by, reversed_at) VALUES (?, ?, ?)",
+                (key, by, time.time()),
+            )
+
+    def precondition(self, original: str) -> dict[str, Any]:
+        with self._transaction() as db:
+            if self._first_application(db, original) is None:
+                why = f"nothing to undo: {original} was never applied"
+                return {"verdict": "violated", "reason": why}
+            row = db.execute("SELECT reversed_by FROM reversed WHERE key = ?", (original,))
+            found = row.fetchone()
+        if found is not None:
+            return {"verdict": "satisfied", "evidence": {"reversed_by": found[0]}}
+        return {"verdict": "holds"}
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        with self._transaction() as db:
+            applied = [
+                {**dict(row), "payload": json.loads(row["payload"])}
+                for row in db.execute("SELECT * FROM applied ORDER BY seq")
+            ]
+            received = [dict(row) for row in db.execute("SELECT * FROM received ORDER BY seq")]
+            fenced = [dict(row) for row in db.execute("SELECT * FROM fenced ORDER BY key")]
+            reverse = [dict(row) for row in db.execute("SELECT * FROM reversed ORDER BY key")]
+        return {"applied": applied, "received": received, "fenced": fenced, "reversed": reverse}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
