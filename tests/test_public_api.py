@@ -27,6 +27,9 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 LEDGERFLOW_ALL = [
     "Classification",
     "Codec",
+    "Delivered",
+    "Delivery",
+    "DeliveryOutcome",
     "EffectCall",
     "EffectRecord",
     "EffectState",
@@ -40,6 +43,7 @@ LEDGERFLOW_ALL = [
     "Participant",
     "Registry",
     "RetryPolicy",
+    "Signal",
     "Started",
     "StepRecord",
     "StepStatus",
@@ -87,6 +91,7 @@ ERRORS = [
     "ConfigurationError",
     "EffectFailedError",
     "EffectRejectedError",
+    "EventArrivedError",
     "FencedOutError",
     "ForeignDatabaseError",
     "IllegalTransitionError",
@@ -103,6 +108,7 @@ ERRORS = [
     "StorageUnavailableError",
     "UnknownVersionError",
     "UnknownWorkflowError",
+    "WaitTimeoutError",
     "WorkflowError",
 ]
 

@@ -40,8 +40,8 @@ LONG_FUNCTIONS: dict[str, Allowed] = {
 
 # Modules that may import a database driver although they live outside storage/.
 DRIVER_IMPORTS_ALLOWED = {
-    "demo/participant_ledger.py": "the demo participant is a fake external service with its own ledger; "
-    "it is not Ledgerflow's journal and must not go through Ledgerflow's store",
+    "demo/participant_ledger.py": "the demo participant is a fake external service with its "
+    "own ledger; it is not Ledgerflow's journal and must not go through Ledgerflow's store",
     "participant/reservations.py": "a participant's reservation book lives in the participant's "
     "own database file, not in Ledgerflow's journal, so it must not go through Ledgerflow's store",
 }

@@ -35,13 +35,17 @@ from ledgerflow.model.effect import EffectState as EffectState
 from ledgerflow.model.effect import LookupAnswer as LookupAnswer
 from ledgerflow.model.instance import InstanceStatus as InstanceStatus
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
+from ledgerflow.model.signal import Signal as Signal
 from ledgerflow.model.step import StepStatus as StepStatus
 from ledgerflow.runtime.context import WorkflowContext as WorkflowContext
+from ledgerflow.runtime.engine import Delivered as Delivered
+from ledgerflow.runtime.engine import DeliveryOutcome as DeliveryOutcome
 from ledgerflow.runtime.engine import Engine as Engine
 from ledgerflow.runtime.engine import InstanceDetail as InstanceDetail
 from ledgerflow.runtime.engine import Started as Started
 from ledgerflow.runtime.engine import SyncEngine as SyncEngine
 from ledgerflow.runtime.worker import Worker as Worker
+from ledgerflow.storage.records import Delivery as Delivery
 from ledgerflow.storage.records import EffectRecord as EffectRecord
 from ledgerflow.storage.records import EventRecord as EventRecord
 from ledgerflow.storage.records import InstanceRecord as InstanceRecord
@@ -63,12 +67,16 @@ __all__ = [
     "SyncEngine",
     "Worker",
     "Started",
+    "Signal",
+    "Delivered",
+    "DeliveryOutcome",
     # Reading the ledgers
     "InstanceDetail",
     "InstanceRecord",
     "StepRecord",
     "EffectRecord",
     "EventRecord",
+    "Delivery",
     "InstanceStatus",
     "StepStatus",
     "EffectState",

@@ -14,14 +14,16 @@
     │   ├── ForeignDatabaseError      a database that is not Ledgerflow's; left untouched
     │   └── SchemaVersionError        written by a newer Ledgerflow, or its history was altered
     ├── ConcurrencyError
-    │   └── FencedOutError            a write from an owner whose generation is stale
+    │   ├── FencedOutError            a write from an owner whose generation is stale
+    │   └── EventArrivedError         a wait's timeout lost the race to an event
     ├── IllegalTransitionError        a state change the state machine does not allow
     ├── InstanceNotFoundError
     ├── ResultTimeoutError            waited for a result that did not come in time
     ├── WorkflowError                 the instance ended without a result
     └── StepError                     raised into workflow code
         ├── StepFailedError           a local step used up its attempts
-        └── EffectFailedError         an effect is proven not applied and no attempt is left
+        ├── EffectFailedError         an effect is proven not applied and no attempt is left
+        └── WaitTimeoutError          a wait's timeout came before its event
 
     EffectRejectedError (also a LedgerflowError) is what participant code raises to prove that
     the effect was *not* applied; any other exception from a dispatch means UNKNOWN.
@@ -126,6 +128,12 @@ class FencedOutError(ConcurrencyError):
     code = "LF301"
 
 
+class EventArrivedError(ConcurrencyError):
+    """An event arrived before the wait's timeout was recorded: the event wins."""
+
+    code = "LF302"
+
+
 class IllegalTransitionError(LedgerflowError):
     """The state machine does not allow this transition."""
 
@@ -166,6 +174,12 @@ class EffectFailedError(StepError):
     """The participant proved the effect was not applied, and no attempt is left."""
 
     code = "LF502"
+
+
+class WaitTimeoutError(StepError):
+    """The wait's timeout came before any event it would accept."""
+
+    code = "LF503"
 
 
 class EffectRejectedError(LedgerflowError):

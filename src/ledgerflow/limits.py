@@ -33,3 +33,8 @@ NAME_LENGTH_MAX = 200
 BUSINESS_KEY_LENGTH_MAX = 500
 # SQLite waits this long for another process's write lock before reporting the store busy.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# A wait with no timeout is due at this instant (seconds since the epoch, far beyond any
+# real timer), so "never" is an ordinary comparable value in every query.
+WAIT_FOREVER_AT = 1e15
+# Event ids, signal names and senders.
+EVENT_ID_LENGTH_MAX = 200

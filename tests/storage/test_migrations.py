@@ -89,6 +89,19 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "to_state",
         "detail",
     ],
+    "lf_inbox": [
+        "instance_id",
+        "event_id",
+        "name",
+        "payload",
+        "sender",
+        "for_seq",
+        "received_at",
+        "state",
+        "reason",
+        "consumed_seq",
+        "consumed_generation",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -97,6 +110,7 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_instances_runnable": ("lf_instances", ["status", "available_at"]),
     "lf_effects_instance": ("lf_effects", ["instance_id", "run", "seq"]),
     "lf_effects_compensates": ("lf_effects", ["compensates"]),
+    "lf_inbox_pending": ("lf_inbox", ["instance_id", "name", "state", "received_at"]),
     "lf_events_instance": ("lf_events", ["instance_id", "event_id"]),
 }
 # Uniqueness the protocol depends on: table -> unique column sets (primary keys included).
@@ -105,6 +119,7 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_steps": {("instance_id", "run", "seq")},
     "lf_effects": {("effect_id",), ("idempotency_key",)},
     "lf_events": {("event_id",)},
+    "lf_inbox": {("instance_id", "event_id")},
     "lf_schema_migrations": {("version",)},
 }
 

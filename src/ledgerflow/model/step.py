@@ -16,6 +16,9 @@ class StepKind(enum.Enum):
     EFFECT = "effect"
     # Undoes a confirmed effect; journaled at the negative of the original step's position.
     COMPENSATION = "compensation"
+    # A durable sleep, and a wait for an event (signal, callback, approval) with a timeout.
+    TIMER = "timer"
+    WAIT = "wait"
 
 
 class StepStatus(enum.Enum):

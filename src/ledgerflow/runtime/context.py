@@ -8,19 +8,21 @@ without running again, and a step that does not match what the journal holds at 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ledgerflow import limits
-from ledgerflow.errors import StepFailedError
+from ledgerflow.errors import RegistrationError, StepFailedError
 from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import RetryPolicy
+from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.control import Cancelled, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
+from ledgerflow.runtime.waits import WaitDriver
 from ledgerflow.storage.records import StepRecord
 
 
@@ -156,6 +158,66 @@ class WorkflowContext:
             wait_until=self.wait_until,
         )
         return await driver.run()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep durably: the instance is released and woken by its timer, on any worker,
+        after any restart."""
+        await self._timer("sleep", {"seconds": seconds}, self._session.clock.now() + seconds)
+
+    async def sleep_until(self, at: float) -> None:
+        """Sleep durably until ``at`` (seconds since the epoch)."""
+        await self._timer("sleep_until", {"until": at}, at)
+
+    async def _timer(self, name: str, spec: dict[str, Any], due: float) -> None:
+        seq = self._next_seq()
+        input_text = self._session.codec.encode(spec)
+        recorded = self._replayed(seq, kind=StepKind.TIMER, name=name, input_text=input_text)
+        self._stop_if_cancelled(seq, name, recorded)
+        driver = WaitDriver(
+            session=self._session,
+            seq=seq,
+            kind=StepKind.TIMER,
+            name=name,
+            input_text=input_text,
+            recorded=recorded,
+        )
+        await driver.sleep(due)
+
+    async def wait_for(self, event: str, *, timeout: float | None = None) -> Signal:
+        """Wait for an event named ``event`` (delivered with ``Engine.signal``, the CLI or the
+        HTTP endpoint), durably: the instance holds nothing meanwhile. An event that arrived
+        before the wait is taken. Raises :class:`~ledgerflow.errors.WaitTimeoutError` when
+        ``timeout`` seconds pass first; exactly one of the two wins."""
+        return await self._wait(event, timeout=timeout, approvers=())
+
+    async def wait_for_approval(
+        self, event: str, *, approvers: Sequence[str], timeout: float | None = None
+    ) -> Signal:
+        """Wait for a decision from one of ``approvers``: an event from anyone else is refused
+        and recorded, never taken. The returned signal names the approver (``sender``)."""
+        if not approvers:
+            raise RegistrationError(f"approval {event!r} names no approver")
+        return await self._wait(event, timeout=timeout, approvers=tuple(sorted(approvers)))
+
+    async def _wait(
+        self, event: str, *, timeout: float | None, approvers: tuple[str, ...]
+    ) -> Signal:
+        seq = self._next_seq()
+        name = f"wait:{event}"
+        spec = {"event": event, "timeout": timeout, "approvers": list(approvers)}
+        input_text = self._session.codec.encode(spec)
+        recorded = self._replayed(seq, kind=StepKind.WAIT, name=name, input_text=input_text)
+        self._stop_if_cancelled(seq, name, recorded)
+        due = self._session.clock.now() + timeout if timeout is not None else limits.WAIT_FOREVER_AT
+        driver = WaitDriver(
+            session=self._session,
+            seq=seq,
+            kind=StepKind.WAIT,
+            name=name,
+            input_text=input_text,
+            recorded=recorded,
+        )
+        return await driver.wait_for(event, due, approvers)
 
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""

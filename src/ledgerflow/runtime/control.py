@@ -42,3 +42,7 @@ class Cancelled(BaseException):
     def __init__(self, stopped: str) -> None:
         super().__init__(stopped)
         self.stopped = stopped
+
+
+class Waiting(BaseException):
+    """The instance is WAITING: that, and its wake-up time, are already committed."""

@@ -8,6 +8,7 @@ code; both open one store from a URL and share the start rules below. Workers ar
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import time
 from collections.abc import Callable
@@ -28,11 +29,13 @@ from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.worker import Worker
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import (
+    Delivery,
     EffectRecord,
     EventRecord,
     InstanceRecord,
@@ -63,6 +66,24 @@ class Started:
         return self.instance.instance_id
 
 
+class DeliveryOutcome(enum.Enum):
+    """What became of a delivered event; the HTTP endpoint answers with the matching status."""
+
+    ACCEPTED = "accepted"  # kept for the wait that takes it (202)
+    DUPLICATE = "duplicate"  # this event id was delivered before; nothing changed (200)
+    LATE = "late"  # its step is closed or it is for an older run; kept, refused (409)
+    ENDED = "ended"  # the instance has ended; kept, refused (410)
+    NOT_APPROVER = "not-approver"  # the sender may not decide this approval; kept, refused (403)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivered:
+    """What :meth:`Engine.signal` returns: the event as the inbox holds it, and its outcome."""
+
+    delivery: Delivery
+    outcome: DeliveryOutcome
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceDetail:
     """An instance with its ledgers, for ``show``."""
@@ -71,6 +92,7 @@ class InstanceDetail:
     steps: list[StepRecord]
     effects: list[EffectRecord]
     events: list[EventRecord]
+    inbox: list[Delivery]
 
 
 def _workflow_name(workflow: str | WorkflowFunction) -> str:
@@ -150,6 +172,68 @@ class _Core:
                 instance_id=instance_id,
             )
         return record
+
+    def signal(
+        self,
+        instance_id: str,
+        *,
+        name: str,
+        event_id: str,
+        payload: Any,
+        sender: str | None,
+        for_step: int | None,
+        run: int | None,
+        now: float,
+    ) -> Delivered:
+        """Deliver an event: kept once per event id, refused (and kept) when too late."""
+        for text, what in ((name, "signal name"), (event_id, "event id")):
+            if not isinstance(text, str) or not text or len(text) > limits.EVENT_ID_LENGTH_MAX:
+                raise PayloadError(
+                    f"the {what} must be a non-empty string of at most "
+                    f"{limits.EVENT_ID_LENGTH_MAX} characters"
+                )
+        record = self.get(instance_id)
+        refuse = self._approval_refusal(record, name=name, sender=sender)
+        stored = self.store.deliver(
+            instance_id=record.instance_id,
+            event_id=event_id,
+            name=name,
+            payload=self.codec.encode(payload),
+            sender=sender,
+            for_seq=for_step,
+            run=run,
+            refuse=refuse,
+            now=now,
+        )
+        if stored is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
+        delivery, new = stored
+        if not new:
+            outcome = DeliveryOutcome.DUPLICATE
+        elif delivery.state == "PENDING":
+            outcome = DeliveryOutcome.ACCEPTED
+        elif refuse is not None:
+            outcome = DeliveryOutcome.NOT_APPROVER
+        elif self.get(instance_id).status in TERMINAL_STATUSES:
+            outcome = DeliveryOutcome.ENDED
+        else:
+            outcome = DeliveryOutcome.LATE
+        return Delivered(delivery=delivery, outcome=outcome)
+
+    def _approval_refusal(
+        self, record: InstanceRecord, *, name: str, sender: str | None
+    ) -> str | None:
+        """Refuse at delivery a sender an open approval does not allow (the wait refuses it
+        again when it takes events, for an approval that opens later)."""
+        journal = self.store.journal(record.instance_id, record.run)
+        for step in journal.steps.values():
+            if step.kind is not StepKind.WAIT or step.status is not StepStatus.STARTED:
+                continue
+            spec = self.codec.decode(step.input or "{}")
+            allowed = spec.get("approvers") or []
+            if spec.get("event") == name and allowed and sender not in allowed:
+                return f"{sender!r} may not approve {name!r}"
+        return None
 
     def get(self, instance_id: str) -> InstanceRecord:
         record = self.store.get_instance(InstanceId(instance_id))
@@ -260,6 +344,40 @@ class Engine:
         record: InstanceRecord = await self._call(self._core.get, instance_id)
         return record
 
+    async def signal(
+        self,
+        instance_id: str,
+        name: str,
+        *,
+        event_id: str,
+        payload: Any = None,
+        sender: str | None = None,
+        for_step: int | None = None,
+        run: int | None = None,
+    ) -> Delivered:
+        """Deliver a signal, callback or approval to an instance; safe to repeat.
+
+        The event is kept in the instance's inbox, deduplicated by ``event_id``. A waiting
+        instance is woken; an event that arrives before its wait is taken by it later. An event
+        for a closed step (``for_step``), an older ``run`` or an ended instance is kept as
+        refused and changes nothing; so is a decision from someone an open approval does not
+        allow. The outcome says which.
+        """
+        delivered: Delivered = await self._call(
+            self._core.signal,
+            instance_id,
+            name=name,
+            event_id=event_id,
+            payload=payload,
+            sender=sender,
+            for_step=for_step,
+            run=run,
+            now=self.clock.now(),
+        )
+        for worker in self._workers:
+            worker.wake()
+        return delivered
+
     async def cancel(
         self, instance_id: str, *, reason: str, compensate: bool = True
     ) -> InstanceRecord:
@@ -345,6 +463,7 @@ def _detail(store: Store, instance_id: str) -> InstanceDetail:
         steps=[journal.steps[s] for s in sorted(journal.steps)],
         effects=[journal.effects[s] for s in sorted(journal.effects)],
         events=store.events(record.instance_id),
+        inbox=store.inbox(record.instance_id),
     )
 
 
@@ -388,6 +507,28 @@ class SyncEngine:
 
     def get(self, instance_id: str) -> InstanceRecord:
         return self._core.get(instance_id)
+
+    def signal(
+        self,
+        instance_id: str,
+        name: str,
+        *,
+        event_id: str,
+        payload: Any = None,
+        sender: str | None = None,
+        for_step: int | None = None,
+        run: int | None = None,
+    ) -> Delivered:
+        return self._core.signal(
+            instance_id,
+            name=name,
+            event_id=event_id,
+            payload=payload,
+            sender=sender,
+            for_step=for_step,
+            run=run,
+            now=time.time(),
+        )
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:
         return self._core.cancel(instance_id, reason=reason, compensate=compensate, now=time.time())

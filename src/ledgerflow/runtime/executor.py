@@ -22,7 +22,7 @@ from ledgerflow.runtime.calls import describe_error
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
-from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend
+from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend, Waiting
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import InstanceRecord, InstanceWrite, Release
 
@@ -65,6 +65,8 @@ class Executor:
                 await self._park(session, park)
             except Suspend as suspend:
                 await session.commit(Release(available_at=suspend.available_at))
+            except Waiting:
+                pass  # WAITING and its wake-up time are already committed.
         except LostOwnership:
             log.warning("lost ownership of %s; another worker holds it", instance.instance_id)
         except Abandon as abandon:
@@ -97,6 +99,16 @@ class Executor:
         return definition
 
     async def _run(self, session: Session, definition: WorkflowDefinition) -> None:
+        if session.status is InstanceStatus.WAITING:
+            # Woken by its timer, an event or a cancel request: replay decides which.
+            await session.commit(
+                InstanceWrite(
+                    status=InstanceStatus.RUNNING,
+                    expected=InstanceStatus.WAITING,
+                    reason_code="woken",
+                    reason=None,
+                )
+            )
         if session.status in (InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING):
             await CompensationRunner(session, self.registry).run()
             return

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ledgerflow import limits
-from ledgerflow.errors import FencedOutError, StorageError
+from ledgerflow.errors import EventArrivedError, FencedOutError, StorageError
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
@@ -80,6 +80,8 @@ class Session:
             raise Abandon(f"commit failed: {exc}") from exc
         if isinstance(error, FencedOutError):
             raise LostOwnership(str(error))
+        if isinstance(error, EventArrivedError):
+            raise error  # The waiting code decides: the event wins, nothing was written.
         if error is not None:
             # The store holds something other than what this session believed: never build
             # on that. Recovery re-reads the journal.

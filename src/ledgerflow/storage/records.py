@@ -150,7 +150,55 @@ class Release:
     available_at: float
 
 
-Write = StepWrite | EffectWrite | InstanceWrite | Release
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumeDelivery:
+    """A wait takes a pending event: it answers that wait (step ``seq``) and no other."""
+
+    event_id: str
+    seq: StepSeq
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectDelivery:
+    """A pending event the wait may not accept (its sender may not approve): kept, refused."""
+
+    event_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoPendingDelivery:
+    """Holds the commit to there being no pending event of this name: a timeout wins only
+    if no event arrived first."""
+
+    name: str
+
+
+Write = (
+    StepWrite
+    | EffectWrite
+    | InstanceWrite
+    | Release
+    | ConsumeDelivery
+    | RejectDelivery
+    | NoPendingDelivery
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """An event delivered to an instance: a signal, a callback or an approval."""
+
+    instance_id: InstanceId
+    event_id: str
+    name: str
+    payload: str
+    sender: str | None
+    for_seq: int | None
+    received_at: float
+    state: str
+    reason: str | None
+    consumed_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

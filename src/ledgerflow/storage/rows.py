@@ -27,7 +27,7 @@ from ledgerflow.model.ids import (
 )
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.storage.records import EffectRecord, InstanceRecord, StepRecord
+from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, StepRecord
 
 Row = Mapping[str, Any]
 
@@ -186,3 +186,21 @@ def refuse_broken(broken: str | None, kind: str, ident: str) -> None:
     written."""
     if broken is not None:
         raise IllegalTransitionError(f"refused write to {kind} {ident}: it would be {broken}")
+
+
+def delivery_from_row(r: Row) -> Delivery:
+    try:
+        return Delivery(
+            instance_id=InstanceId(r["instance_id"]),
+            event_id=r["event_id"],
+            name=r["name"],
+            payload=r["payload"],
+            sender=r["sender"],
+            for_seq=r["for_seq"],
+            received_at=float(r["received_at"]),
+            state=r["state"],
+            reason=r["reason"],
+            consumed_seq=r["consumed_seq"],
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise StorageCorruptError(f"corrupt lf_inbox row: {exc}") from None

@@ -15,6 +15,7 @@ from ledgerflow.model.ids import Generation, InstanceId, RunNumber, TenantId, Wo
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.storage.records import (
     Commit,
+    Delivery,
     EffectRecord,
     EventRecord,
     InstanceRecord,
@@ -44,6 +45,28 @@ class Store(Protocol):
         """Record a cancel request unless one exists or the instance has ended; return the
         instance (None if unknown) and whether this call recorded the request."""
         ...
+
+    def deliver(
+        self,
+        *,
+        instance_id: InstanceId,
+        event_id: str,
+        name: str,
+        payload: str,
+        sender: str | None,
+        for_seq: int | None,
+        run: int | None,
+        refuse: str | None,
+        now: float,
+    ) -> tuple[Delivery, bool] | None:
+        """Keep an event (deduplicated by id), rejected with the reason when it comes too late
+        (ended instance, closed step, older run) or ``refuse`` says why; wake a waiting
+        instance. None when the instance does not exist."""
+        ...
+
+    def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...
+
+    def inbox(self, instance_id: InstanceId) -> list[Delivery]: ...
 
     def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
         """Instances this owner drives that someone asked to cancel."""

@@ -31,7 +31,7 @@ LIMIT :limit;
 -- name: select_claimable
 -- Runnable, due, and either unowned or with a lapsed lease.
 SELECT instance_id FROM lf_instances
-WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
+WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
   AND (owner IS NULL OR lease_expires_at <= :now)
 ORDER BY available_at, instance_id
@@ -44,7 +44,7 @@ UPDATE lf_instances
 SET owner = :owner, generation = generation + 1, lease_expires_at = :lease_expires_at,
     updated_at = :now
 WHERE instance_id = :instance_id
-  AND status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
+  AND status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
   AND (owner IS NULL OR lease_expires_at <= :now)
 RETURNING *;
@@ -73,12 +73,14 @@ WHERE instance_id = :instance_id AND generation = :generation;
 
 -- name: next_available_at
 -- When the earliest runnable instance becomes claimable: its due time, or for one still held,
--- the later of that and its lease expiry. NULL when nothing is runnable at all.
+-- the later of that and its lease expiry. A waiting instance counts when its timer is set (a
+-- wait with no timeout is due at :never). NULL when nothing is runnable at all.
 SELECT min(
     CASE WHEN owner IS NULL THEN available_at ELSE max(available_at, lease_expires_at) END
 ) AS at
 FROM lf_instances
-WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING');
+WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
+   OR (status = 'WAITING' AND available_at < :never);
 
 -- name: count_by_status
 SELECT status, count(*) AS n FROM lf_instances GROUP BY status;

@@ -18,3 +18,6 @@ WHERE instance_id = :instance_id AND run = :run AND seq = :seq AND status = :exp
 
 -- name: select_steps
 SELECT * FROM lf_steps WHERE instance_id = :instance_id AND run = :run ORDER BY seq;
+
+-- name: select_step
+SELECT * FROM lf_steps WHERE instance_id = :instance_id AND run = :run AND seq = :seq;

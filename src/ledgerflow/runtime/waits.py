@@ -1,0 +1,173 @@
+"""Durable sleeps and waits for events, driven for one instance (internal).
+
+A wait is a journaled step whose due time (its timer) is recorded when it starts. While it is
+not satisfied the instance is WAITING: released, no lease, no coroutine in memory, due again at
+its timer; a delivered event makes it due at once. On each resumption the wait is replayed: an
+event that arrived (before or after the wait began) is consumed in the same commit that closes
+the step, so one event answers one wait; a timeout is recorded only in a commit that proves no
+event is pending, so exactly one of the two wins, whichever process each came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.errors import EventArrivedError, WaitTimeoutError
+from ledgerflow.model.ids import StepSeq, command_id
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.retry import DEFAULT_STEP_RETRY
+from ledgerflow.model.signal import Signal
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime.control import Cancelled, Waiting
+from ledgerflow.runtime.session import Session
+from ledgerflow.storage.records import (
+    ConsumeDelivery,
+    InstanceWrite,
+    NoPendingDelivery,
+    RejectDelivery,
+    StepRecord,
+    StepWrite,
+    Write,
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class WaitDriver:
+    session: Session
+    seq: StepSeq
+    kind: StepKind
+    name: str
+    input_text: str
+    recorded: StepRecord | None
+
+    def _step(
+        self,
+        status: StepStatus,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        due: float | None = None,
+    ) -> StepRecord:
+        s = self.session
+        return StepRecord(
+            instance_id=s.instance_id,
+            run=s.instance.run,
+            seq=self.seq,
+            kind=self.kind,
+            name=self.name,
+            command_id=command_id(s.instance_id, s.instance.run, self.seq),
+            status=status,
+            attempt=1,
+            input=self.input_text,
+            output=output,
+            error=error,
+            retry_policy=s.codec.encode(DEFAULT_STEP_RETRY.to_record()),
+            next_attempt_at=due,
+            generation=s.generation,
+            updated_at=s.clock.now(),
+        )
+
+    def _start(self, due: float) -> tuple[list[Write], float]:
+        """The writes that register the wait (none when replaying one), and its due time."""
+        if self.recorded is not None:
+            return [], self.recorded.next_attempt_at or limits.WAIT_FOREVER_AT
+        return [
+            StepWrite(record=self._step(StepStatus.STARTED, due=due), expected=StepStatus.NEW)
+        ], due
+
+    def _close(self, status: StepStatus, **fields: Any) -> StepWrite:
+        return StepWrite(record=self._step(status, **fields), expected=StepStatus.STARTED)
+
+    async def _suspend(self, pending: list[Write], due: float) -> None:
+        await self.session.commit(
+            *pending,
+            InstanceWrite(
+                status=InstanceStatus.WAITING,
+                expected=self.session.status,
+                reason_code="waiting",
+                reason=f"step {self.seq} ({self.name})",
+                release=True,
+                available_at=due,
+            ),
+        )
+        raise Waiting
+
+    async def _stop_if_cancelled(self, pending: list[Write]) -> None:
+        if self.session.cancel_requested:
+            error = self.session.codec.encode({"message": "cancelled while waiting"})
+            await self.session.commit(*pending, self._close(StepStatus.FAILED, error=error))
+            raise Cancelled(f"step {self.seq} ({self.name}) stopped while waiting")
+
+    async def sleep(self, due: float) -> None:
+        if self.recorded is not None and self.recorded.status is StepStatus.COMPLETED:
+            return
+        pending, due = self._start(due)
+        while True:
+            await self._stop_if_cancelled(pending)
+            remaining = due - self.session.clock.now()
+            if remaining <= 0:
+                await self.session.commit(
+                    *pending, self._close(StepStatus.COMPLETED, output="null")
+                )
+                return
+            if remaining > limits.RETRY_INLINE_WAIT_SECONDS_MAX:
+                await self._suspend(pending, due)
+            if pending:
+                await self.session.commit(*pending)
+                pending = []
+            await self.session.clock.sleep(remaining)
+
+    async def wait_for(self, event: str, due: float, approvers: Sequence[str]) -> Signal:
+        s = self.session
+        if self.recorded is not None and self.recorded.status is StepStatus.COMPLETED:
+            return Signal.from_record(s.codec.decode(self.recorded.output or "{}"))
+        if self.recorded is not None and self.recorded.status is StepStatus.FAILED:
+            raise self._timed_out(event)
+        pending, due = self._start(due)
+        while True:
+            refused: list[Write] = []
+            for delivery in await s.store.call(
+                s.store.store.pending_deliveries, s.instance_id, event
+            ):
+                if approvers and delivery.sender not in approvers:
+                    reason = f"{delivery.sender!r} may not approve {event!r}"
+                    refused.append(RejectDelivery(event_id=delivery.event_id, reason=reason))
+                    continue
+                signal = Signal(
+                    name=event,
+                    payload=s.codec.decode(delivery.payload),
+                    event_id=delivery.event_id,
+                    sender=delivery.sender,
+                    received_at=delivery.received_at,
+                )
+                await s.commit(
+                    *pending,
+                    *refused,
+                    ConsumeDelivery(event_id=delivery.event_id, seq=self.seq),
+                    self._close(StepStatus.COMPLETED, output=s.codec.encode(signal.to_record())),
+                )
+                return signal
+            await self._stop_if_cancelled([*pending, *refused])
+            if s.clock.now() < due:
+                await self._suspend([*pending, *refused], due)
+            error = s.codec.encode({"message": f"no {event!r} before the timeout"})
+            try:
+                await s.commit(
+                    *pending,
+                    *refused,
+                    NoPendingDelivery(name=event),
+                    self._close(StepStatus.FAILED, error=error),
+                )
+            except EventArrivedError:
+                continue  # The event won the race: take it on the next turn.
+            raise self._timed_out(event)
+
+    def _timed_out(self, event: str) -> WaitTimeoutError:
+        return WaitTimeoutError(
+            f"no {event!r} arrived before the wait's timeout",
+            instance_id=self.session.instance_id,
+            seq=self.seq,
+        )
