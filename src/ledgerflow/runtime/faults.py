@@ -16,6 +16,8 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``effect.after_outcome``: the outcome is durable
 - ``effect.before_lookup``: about to ask the participant about an UNKNOWN effect
 - ``instance.before_finish``: the workflow returned, its terminal state is not yet durable
+- ``wait.before_timeout``: a wait found no event and its timeout is due, not yet recorded
+- ``compensation.*``: as ``effect.*``, for a compensation (``seq`` is the original step's)
 """
 
 from __future__ import annotations

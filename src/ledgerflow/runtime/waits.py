@@ -21,6 +21,7 @@ from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Cancelled, Waiting
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
@@ -153,6 +154,7 @@ class WaitDriver:
             await self._stop_if_cancelled([*pending, *refused])
             if s.clock.now() < due:
                 await self._suspend([*pending, *refused], due)
+            faults.point("wait.before_timeout", instance=s.instance.business_key, seq=self.seq)
             error = s.codec.encode({"message": f"no {event!r} before the timeout"})
             try:
                 await s.commit(
