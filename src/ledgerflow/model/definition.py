@@ -78,6 +78,8 @@ class EffectDeclaration:
     # A compensating operation (declared with Participant.compensation), and its precondition.
     is_compensation: bool = False
     precondition: PreconditionFunction | None = None
+    # An asynchronous effect: seconds to wait for the participant's completion callback.
+    completes_by_callback: float | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -131,8 +133,15 @@ class Participant:
         retry: RetryPolicy = DEFAULT_EFFECT_RETRY,
         timeout_seconds: float = limits.EFFECT_TIMEOUT_SECONDS_DEFAULT,
         compensation: str | None = None,
+        completes_by_callback: float | None = None,
     ) -> Callable[[EffectFunction], EffectDeclaration]:
-        """Declare an effect. ``classification`` is required: there is no safe default."""
+        """Declare an effect. ``classification`` is required: there is no safe default.
+
+        ``completes_by_callback=seconds`` declares an asynchronous effect: the participant's
+        answer to the dispatch only says it accepted the request; the effect completes when
+        the participant calls back (``Engine.complete_effect``), and with no callback within
+        that many seconds its outcome is UNKNOWN and settled like any other.
+        """
 
         def register(function: EffectFunction) -> EffectDeclaration:
             op = check_name("operation", operation or function.__name__)
@@ -159,6 +168,7 @@ class Participant:
                 retry=retry,
                 timeout_seconds=timeout_seconds,
                 compensation=compensation,
+                completes_by_callback=completes_by_callback,
             )
             self.effects[op] = declaration
             return declaration

@@ -22,6 +22,8 @@ class EffectState(enum.Enum):
     # A compensation recorded in the plan when the instance began compensating, not yet begun.
     PLANNED = "PLANNED"
     INTENDED = "INTENDED"
+    # An asynchronous effect the participant accepted; it completes by callback.
+    ACCEPTED = "ACCEPTED"
     UNKNOWN = "UNKNOWN"
     CONFIRMED = "CONFIRMED"
     FAILED = "FAILED"
@@ -34,6 +36,7 @@ class EffectEvent(enum.Enum):
     PLAN = "plan"
     SATISFY = "satisfy"
     INTEND = "intend"
+    ACCEPT = "accept"
     CONFIRM = "confirm"
     REJECT_FINAL = "reject-final"
     LOSE_OUTCOME = "lose-outcome"
@@ -56,6 +59,10 @@ EFFECT_MACHINE: Machine[EffectState, EffectEvent] = Machine(
         (_S.INTENDED, _E.REJECT_FINAL): _S.FAILED,
         (_S.INTENDED, _E.LOSE_OUTCOME): _S.UNKNOWN,
         (_S.INTENDED, _E.REDISPATCH): _S.INTENDED,
+        (_S.INTENDED, _E.ACCEPT): _S.ACCEPTED,
+        (_S.ACCEPTED, _E.CONFIRM): _S.CONFIRMED,
+        (_S.ACCEPTED, _E.REJECT_FINAL): _S.FAILED,
+        (_S.ACCEPTED, _E.LOSE_OUTCOME): _S.UNKNOWN,
         (_S.UNKNOWN, _E.CONFIRM): _S.CONFIRMED,
         (_S.UNKNOWN, _E.REJECT_FINAL): _S.FAILED,
         (_S.UNKNOWN, _E.REDISPATCH): _S.INTENDED,

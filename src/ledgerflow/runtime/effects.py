@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from ledgerflow import mutations
-from ledgerflow.errors import EffectFailedError, EffectRejectedError
+from ledgerflow.errors import EffectFailedError, EffectRejectedError, EventArrivedError
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
@@ -35,6 +35,7 @@ from ledgerflow.model.effect import (
     resolve_unknown,
 )
 from ledgerflow.model.ids import (
+    EffectId,
     IdempotencyKey,
     StepSeq,
     command_id,
@@ -42,12 +43,27 @@ from ledgerflow.model.ids import (
     effect_id,
     idempotency_key,
 )
+from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_user, describe_error, error_names
-from ledgerflow.runtime.control import Park
+from ledgerflow.runtime.control import Park, Waiting
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import EffectRecord, EffectWrite, StepRecord, StepWrite
+from ledgerflow.storage.records import (
+    ConsumeDelivery,
+    Delivery,
+    EffectRecord,
+    EffectWrite,
+    InstanceWrite,
+    NoPendingDelivery,
+    StepRecord,
+    StepWrite,
+)
+
+
+def completion_event(effect: EffectId) -> str:
+    """The inbox name under which a participant's callback completes an asynchronous effect."""
+    return f"complete:{effect}"
 
 
 class EffectDriver:
@@ -123,6 +139,8 @@ class EffectDriver:
             return self.s.codec.decode(effect.evidence or "null")
         if effect.state is EffectState.FAILED:
             raise self._failed(effect.reason or "proven not applied")
+        if effect.state is EffectState.ACCEPTED:
+            return await self._await_completion(attempt=effect.attempt)
         if effect.state is EffectState.INTENDED and step.status is StepStatus.RETRY_SCHEDULED:
             await self.wait_until(step.next_attempt_at)
             await self.s.commit(
@@ -231,6 +249,25 @@ class EffectDriver:
                 )
             )
             return await self._resolve()
+        if self.d.completes_by_callback is not None:
+            # Accepted is not done: the participant completes it by calling back.
+            deadline = self.s.clock.now() + self.d.completes_by_callback
+            await self.s.commit(
+                self._effect(
+                    EffectState.ACCEPTED,
+                    EffectState.INTENDED,
+                    attempt=attempt,
+                    evidence=sent,
+                    reason="accepted; completes by callback",
+                ),
+                self._step(
+                    StepStatus.STARTED,
+                    StepStatus.STARTED,
+                    attempt=attempt,
+                    next_attempt_at=deadline,
+                ),
+            )
+            return await self._await_completion(attempt=attempt)
         await self.s.commit(
             self._effect(
                 EffectState.CONFIRMED, EffectState.INTENDED, attempt=attempt, evidence=sent
@@ -239,6 +276,89 @@ class EffectDriver:
         )
         faults.point(f"{self.points}.after_outcome", **self._where(attempt))
         return self.s.codec.decode(sent)
+
+    async def _await_completion(self, *, attempt: int) -> Any:
+        """Wait (durably, WAITING) for the participant's callback; no callback by the
+        deadline makes the outcome UNKNOWN, settled like any other."""
+        s = self.s
+        name = completion_event(self.effect_id)
+        step = s.step(self.seq)
+        due = step.next_attempt_at if step and step.next_attempt_at else s.clock.now()
+        while True:
+            found = await s.store.call(s.store.store.pending_deliveries, s.instance_id, name)
+            if found:
+                return await self._completed(found[0], attempt=attempt)
+            if s.clock.now() < due:
+                await s.commit(
+                    InstanceWrite(
+                        status=InstanceStatus.WAITING,
+                        expected=s.status,
+                        reason_code="awaiting_callback",
+                        reason=f"step {self.seq} ({self.name})",
+                        release=True,
+                        available_at=due,
+                    )
+                )
+                raise Waiting
+            try:
+                await s.commit(
+                    NoPendingDelivery(name=name),
+                    self._effect(
+                        EffectState.UNKNOWN,
+                        EffectState.ACCEPTED,
+                        attempt=attempt,
+                        doubt=attempt,
+                        reason="no completion callback before the deadline",
+                    ),
+                )
+            except EventArrivedError:
+                continue  # The callback won the race.
+            return await self._resolve()
+
+    async def _completed(self, delivery: Delivery, *, attempt: int) -> Any:
+        s = self.s
+        body = s.codec.decode(delivery.payload)
+        consume = ConsumeDelivery(event_id=delivery.event_id, seq=self.seq)
+        if body.get("applied"):
+            evidence = s.codec.encode(body.get("evidence"))
+            await s.commit(
+                consume,
+                self._effect(
+                    EffectState.CONFIRMED,
+                    EffectState.ACCEPTED,
+                    attempt=attempt,
+                    evidence=evidence,
+                    detail=f"callback {delivery.event_id}",
+                ),
+                self._step(
+                    StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=evidence
+                ),
+            )
+            return s.codec.decode(evidence)
+        reason = f"the participant called back: not applied ({body.get('reason')})"[:500]
+        effect = s.effect(self.seq)
+        if effect is not None and effect.doubt:
+            await s.commit(
+                consume,
+                self._effect(
+                    EffectState.UNKNOWN,
+                    EffectState.ACCEPTED,
+                    attempt=attempt,
+                    reason=f"{reason}, but attempt {effect.doubt} is in doubt",
+                ),
+            )
+            return await self._resolve()
+        await s.commit(
+            consume,
+            self._effect(EffectState.FAILED, EffectState.ACCEPTED, attempt=attempt, reason=reason),
+            self._step(
+                StepStatus.FAILED,
+                StepStatus.STARTED,
+                attempt=attempt,
+                error=s.codec.encode({"message": reason}),
+            ),
+        )
+        raise self._failed(reason)
 
     async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Any:
         error = self.s.codec.encode(describe_error(rejection))

@@ -561,6 +561,11 @@ class SqlStore(abc.ABC):
             rows, _ = self._run("select_all_effects", {"instance_id": instance_id})
         return [effect_from_row(r) for r in rows]
 
+    def find_effect(self, idempotency_key: str) -> EffectRecord | None:
+        with self._read():
+            rows, _ = self._run("find_effect_by_key", {"idempotency_key": idempotency_key})
+        return effect_from_row(rows[0]) if rows else None
+
     def events(self, instance_id: InstanceId) -> list[EventRecord]:
         with self._read():
             rows, _ = self._run("select_events", {"instance_id": instance_id})

@@ -29,3 +29,7 @@ SELECT * FROM lf_effects WHERE instance_id = :instance_id ORDER BY run, seq;
 -- Effects of the instance that are applied and stay applied: FAILED may not be claimed then.
 SELECT count(*) AS n FROM lf_effects
 WHERE instance_id = :instance_id AND state = 'CONFIRMED' AND compensates IS NULL;
+
+-- name: find_effect_by_key
+-- The effect a participant's callback names by its idempotency key.
+SELECT * FROM lf_effects WHERE idempotency_key = :idempotency_key;

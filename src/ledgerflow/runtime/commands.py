@@ -1,0 +1,311 @@
+"""What both engines do, as plain synchronous calls on the store (internal).
+
+Starting by business key, delivering events, completing asynchronous effects, cancelling and
+reading an instance: the rules live here once, and :class:`~ledgerflow.runtime.engine.Engine`
+(asyncio) and :class:`~ledgerflow.runtime.engine.SyncEngine` (blocking) only call them.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.errors import (
+    ConcurrencyError,
+    IllegalTransitionError,
+    InstanceNotFoundError,
+    PayloadError,
+    ResultTimeoutError,
+    WorkflowError,
+)
+from ledgerflow.model.codec import Codec
+from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
+from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, InstanceId, TenantId
+from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime.effects import completion_event
+from ledgerflow.storage import open_store
+from ledgerflow.storage.records import (
+    Delivery,
+    EffectRecord,
+    EventRecord,
+    InstanceRecord,
+    NewInstance,
+    StepRecord,
+)
+from ledgerflow.storage.store import Store
+
+
+def instance_id_for(tenant: TenantId, workflow: str, key: BusinessKey) -> InstanceId:
+    """Derived from the business key, so two processes starting one key name one instance."""
+    digest = hashlib.sha256(f"{tenant}\0{workflow}\0{key}".encode()).hexdigest()
+    return InstanceId(f"wf_{digest[:26]}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Started:
+    """What :meth:`Engine.start` returns: the instance and whether this call created it."""
+
+    instance: InstanceRecord
+    created: bool
+
+    @property
+    def instance_id(self) -> InstanceId:
+        return self.instance.instance_id
+
+
+class DeliveryOutcome(enum.Enum):
+    """What became of a delivered event; the HTTP endpoint answers with the matching status."""
+
+    ACCEPTED = "accepted"  # kept for the wait that takes it (202)
+    DUPLICATE = "duplicate"  # this event id was delivered before; nothing changed (200)
+    LATE = "late"  # its step is closed or it is for an older run; kept, refused (409)
+    ENDED = "ended"  # the instance has ended; kept, refused (410)
+    NOT_APPROVER = "not-approver"  # the sender may not decide this approval; kept, refused (403)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivered:
+    """What :meth:`Engine.signal` returns: the event as the inbox holds it, and its outcome."""
+
+    delivery: Delivery
+    outcome: DeliveryOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceDetail:
+    """An instance with its ledgers, for ``show``."""
+
+    instance: InstanceRecord
+    steps: list[StepRecord]
+    effects: list[EffectRecord]
+    events: list[EventRecord]
+    inbox: list[Delivery]
+
+
+def _workflow_name(workflow: str | WorkflowFunction) -> str:
+    return workflow if isinstance(workflow, str) else getattr(workflow, "__name__", "")
+
+
+class Commands:
+    """What both engines share: the start rules and the result rules."""
+
+    def __init__(self, store: Store | str, registry: Registry, codec: Codec) -> None:
+        self.store = open_store(store) if isinstance(store, str) else store
+        self.registry = registry
+        self.codec = codec
+
+    def prepare(
+        self,
+        workflow: str | WorkflowFunction,
+        *,
+        key: str,
+        input: Any,
+        version: int | None,
+        tenant: str | None,
+    ) -> tuple[WorkflowDefinition, NewInstance]:
+        name = _workflow_name(workflow)
+        definition = self.registry.get(name, version)
+        if not isinstance(key, str) or not key or len(key) > limits.BUSINESS_KEY_LENGTH_MAX:
+            raise PayloadError(
+                f"business key must be a non-empty string of at most "
+                f"{limits.BUSINESS_KEY_LENGTH_MAX} characters"
+            )
+        tenant_id = TenantId(tenant or DEFAULT_TENANT)
+        business_key = BusinessKey(key)
+        new = NewInstance(
+            instance_id=instance_id_for(tenant_id, definition.name, business_key),
+            tenant=tenant_id,
+            workflow_name=definition.name,
+            workflow_version=definition.version,
+            fingerprint=definition.fingerprint,
+            business_key=business_key,
+            input=self.codec.encode(input),
+        )
+        return definition, new
+
+    def start(self, new: NewInstance, *, now: float) -> Started:
+        """Insert the instance, or return the one this business key already started.
+
+        A repeated start must ask for the same thing; otherwise it is a caller's bug.
+        """
+        found, created = self.store.start_instance(new, now=now)
+        if not created and (
+            found.input != new.input or found.workflow_version != new.workflow_version
+        ):
+            raise ConcurrencyError(
+                f"business key {new.business_key!r} already started {found.workflow_name} "
+                f"v{found.workflow_version} with another input or version",
+                instance_id=found.instance_id,
+            )
+        return Started(instance=found, created=created)
+
+    def cancel(
+        self, instance_id: str, *, reason: str, compensate: bool, now: float
+    ) -> InstanceRecord:
+        """Record a cancel request (the first one wins; repeating it is a no-op)."""
+        if not reason.strip():
+            raise PayloadError("a cancel request needs a reason")
+        record, _ = self.store.request_cancel(
+            InstanceId(instance_id), reason=reason, compensate=compensate, now=now
+        )
+        if record is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
+        if record.cancel_requested_at is None:
+            raise IllegalTransitionError(
+                f"the instance already ended {record.status.value}: there is nothing to cancel",
+                machine="instance",
+                state=record.status.value,
+                event="cancel",
+                instance_id=instance_id,
+            )
+        return record
+
+    def signal(
+        self,
+        instance_id: str,
+        *,
+        name: str,
+        event_id: str,
+        payload: Any,
+        sender: str | None,
+        for_step: int | None,
+        run: int | None,
+        now: float,
+    ) -> Delivered:
+        """Deliver an event: kept once per event id, refused (and kept) when too late."""
+        for text, what in ((name, "signal name"), (event_id, "event id")):
+            if not isinstance(text, str) or not text or len(text) > limits.EVENT_ID_LENGTH_MAX:
+                raise PayloadError(
+                    f"the {what} must be a non-empty string of at most "
+                    f"{limits.EVENT_ID_LENGTH_MAX} characters"
+                )
+        record = self.get(instance_id)
+        refuse = self._approval_refusal(record, name=name, sender=sender)
+        stored = self.store.deliver(
+            instance_id=record.instance_id,
+            event_id=event_id,
+            name=name,
+            payload=self.codec.encode(payload),
+            sender=sender,
+            for_seq=for_step,
+            run=run,
+            refuse=refuse,
+            now=now,
+        )
+        if stored is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
+        delivery, new = stored
+        if not new:
+            outcome = DeliveryOutcome.DUPLICATE
+        elif delivery.state == "PENDING":
+            outcome = DeliveryOutcome.ACCEPTED
+        elif refuse is not None:
+            outcome = DeliveryOutcome.NOT_APPROVER
+        elif self.get(instance_id).status in TERMINAL_STATUSES:
+            outcome = DeliveryOutcome.ENDED
+        else:
+            outcome = DeliveryOutcome.LATE
+        return Delivered(delivery=delivery, outcome=outcome)
+
+    def complete_effect(
+        self,
+        idempotency_key: str,
+        *,
+        applied: bool,
+        evidence: Any,
+        reason: str | None,
+        event_id: str | None,
+        now: float,
+    ) -> Delivered:
+        """A participant's callback for an asynchronous effect, delivered to its step."""
+        effect = self.store.find_effect(idempotency_key)
+        if effect is None:
+            raise InstanceNotFoundError(
+                f"no effect has the idempotency key {idempotency_key!r}", key=idempotency_key
+            )
+        return self.signal(
+            effect.instance_id,
+            name=completion_event(effect.effect_id),
+            event_id=event_id or f"completion:{idempotency_key}",
+            payload={"applied": applied, "evidence": evidence, "reason": reason},
+            sender=effect.participant,
+            for_step=effect.seq,
+            run=effect.run,
+            now=now,
+        )
+
+    def _approval_refusal(
+        self, record: InstanceRecord, *, name: str, sender: str | None
+    ) -> str | None:
+        """Refuse at delivery a sender an open approval does not allow (the wait refuses it
+        again when it takes events, for an approval that opens later)."""
+        journal = self.store.journal(record.instance_id, record.run)
+        for step in journal.steps.values():
+            if step.kind is not StepKind.WAIT or step.status is not StepStatus.STARTED:
+                continue
+            spec = self.codec.decode(step.input or "{}")
+            allowed = spec.get("approvers") or []
+            if spec.get("event") == name and allowed and sender not in allowed:
+                return f"{sender!r} may not approve {name!r}"
+        return None
+
+    def get(self, instance_id: str) -> InstanceRecord:
+        record = self.store.get_instance(InstanceId(instance_id))
+        if record is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
+        return record
+
+    def settled(self, record: InstanceRecord, *, deadline: float, timeout: float) -> bool:
+        """Whether a waiter may stop: the instance is terminal, or time is up (an error)."""
+        if record.status in TERMINAL_STATUSES:
+            return True
+        if time.monotonic() >= deadline:
+            raise ResultTimeoutError(
+                f"instance is still {record.status.value} after {timeout}s",
+                instance_id=record.instance_id,
+            )
+        return False
+
+    def list(
+        self,
+        *,
+        status: InstanceStatus | None,
+        workflow: str | None,
+        tenant: str | None,
+        limit: int,
+    ) -> list[InstanceRecord]:
+        return self.store.list_instances(
+            status=status,
+            workflow_name=workflow,
+            tenant=TenantId(tenant) if tenant else None,
+            limit=limit,
+        )
+
+    def outcome(self, record: InstanceRecord) -> Any:
+        if record.status is InstanceStatus.SUCCEEDED:
+            return self.codec.decode(record.result or "null")
+        raise WorkflowError(
+            f"instance ended {record.status.value}: {record.reason}",
+            instance_id=record.instance_id,
+            status=record.status.value,
+            reason_code=record.reason_code,
+        )
+
+
+def detail_of(store: Store, instance_id: str) -> InstanceDetail:
+    record = store.get_instance(InstanceId(instance_id))
+    if record is None:
+        raise InstanceNotFoundError(instance_id=instance_id)
+    journal = store.journal(record.instance_id, record.run)
+    return InstanceDetail(
+        instance=record,
+        steps=[journal.steps[s] for s in sorted(journal.steps)],
+        effects=[journal.effects[s] for s in sorted(journal.effects)],
+        events=store.events(record.instance_id),
+        inbox=store.inbox(record.instance_id),
+    )
