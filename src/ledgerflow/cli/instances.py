@@ -29,7 +29,13 @@ from ledgerflow.cli.loading import db_option, load_registry
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.engine import InstanceDetail, SyncEngine
-from ledgerflow.storage.records import EffectRecord, EventRecord, InstanceRecord, StepRecord
+from ledgerflow.storage.records import (
+    Delivery,
+    EffectRecord,
+    EventRecord,
+    InstanceRecord,
+    StepRecord,
+)
 
 # Ledger fields that hold JSON text; --json output embeds them as values, not as strings.
 _JSON_TEXT_FIELDS = frozenset(
@@ -448,12 +454,33 @@ def events_table(events: Iterable[EventRecord], *, title: str = "timeline") -> T
     return table
 
 
+def inbox_table(deliveries: Iterable[Delivery]) -> Table:
+    table = Table(title="inbox", title_justify="left")
+    table.add_column("received")
+    table.add_column("event id", overflow="fold")
+    table.add_column("name", overflow="fold")
+    table.add_column("sender")
+    table.add_column("state")
+    table.add_column("reason", overflow="fold")
+    for delivery in deliveries:
+        table.add_row(
+            cell(when(delivery.received_at, precise=True)),
+            cell(delivery.event_id),
+            cell(delivery.name),
+            cell(delivery.sender),
+            cell(delivery.state),
+            cell(short(delivery.reason, 80)),
+        )
+    return table
+
+
 def detail_json(detail: InstanceDetail) -> dict[str, Any]:
     return {
         "instance": record_json(detail.instance),
         "steps": [record_json(s) for s in detail.steps],
         "effects": [record_json(e) for e in detail.effects],
         "events": [record_json(e) for e in detail.events],
+        "inbox": [record_json(d) for d in detail.inbox],
     }
 
 
@@ -462,7 +489,7 @@ def detail_json(detail: InstanceDetail) -> dict[str, Any]:
 @db_option
 @json_option
 def show(instance_id: str, db: str, as_json: bool) -> None:
-    """Show instance ID: its header, step ledger, effect ledger and timeline."""
+    """Show instance ID: its header, step and effect ledgers, inbox and timeline."""
     with _store_engine(db) as engine:
         detail = engine.detail(instance_id)
     if as_json:
@@ -473,6 +500,8 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
     out.print()
     out.print(steps_table(detail.steps) if detail.steps else Text("steps: none yet"))
     out.print(effects_table(detail.effects) if detail.effects else Text("effects: none"))
+    if detail.inbox:
+        out.print(inbox_table(detail.inbox))
     out.print(events_table(detail.events))
 
 
