@@ -98,6 +98,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "for_seq",
         "received_at",
         "state",
+        "refusal",
         "reason",
         "consumed_seq",
         "consumed_generation",

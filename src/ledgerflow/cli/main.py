@@ -11,6 +11,8 @@ import click
 
 from ledgerflow.cli.demo import register as register_demo
 from ledgerflow.cli.instances import register as register_instances
+from ledgerflow.cli.serve import register as register_serve
+from ledgerflow.cli.signals import register as register_signals
 from ledgerflow.cli.verify import register as register_verify
 from ledgerflow.cli.worker import worker
 from ledgerflow.errors import LedgerflowError
@@ -26,6 +28,8 @@ cli.add_command(worker)
 register_instances(cli)
 register_demo(cli)
 register_verify(cli)
+register_serve(cli)
+register_signals(cli)
 
 
 def main() -> None:

@@ -68,6 +68,13 @@ class DeliveryOutcome(enum.Enum):
     NOT_APPROVER = "not-approver"  # the sender may not decide this approval; kept, refused (403)
 
 
+_REFUSALS = {
+    "ended": DeliveryOutcome.ENDED,
+    "late": DeliveryOutcome.LATE,
+    "not-approver": DeliveryOutcome.NOT_APPROVER,
+}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delivered:
     """What :meth:`Engine.signal` returns: the event as the inbox holds it, and its outcome."""
@@ -200,16 +207,29 @@ class Commands:
         if stored is None:
             raise InstanceNotFoundError(instance_id=instance_id)
         delivery, new = stored
+        differs = [
+            what
+            for what, same in (
+                ("name", delivery.name == name),
+                ("payload", self.codec.decode(delivery.payload) == payload),
+                ("sender", delivery.sender == sender),
+            )
+            if not same
+        ]
+        if not new and differs:
+            # The inbox deduplicates by event id: another event under a used id would be lost.
+            raise ConcurrencyError(
+                f"event id {event_id!r} was already used for an event with another "
+                f"{' and '.join(differs)}; nothing was delivered",
+                instance_id=instance_id,
+                event_id=event_id,
+            )
         if not new:
             outcome = DeliveryOutcome.DUPLICATE
         elif delivery.state == "PENDING":
             outcome = DeliveryOutcome.ACCEPTED
-        elif refuse is not None:
-            outcome = DeliveryOutcome.NOT_APPROVER
-        elif self.get(instance_id).status in TERMINAL_STATUSES:
-            outcome = DeliveryOutcome.ENDED
         else:
-            outcome = DeliveryOutcome.LATE
+            outcome = _REFUSALS[delivery.refusal or "late"]
         return Delivered(delivery=delivery, outcome=outcome)
 
     def complete_effect(

@@ -199,6 +199,8 @@ class Delivery:
     state: str
     reason: str | None
     consumed_seq: int | None = None
+    # Why a REJECTED event was refused: "ended", "late" or "not-approver".
+    refusal: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

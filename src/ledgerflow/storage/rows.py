@@ -201,6 +201,7 @@ def delivery_from_row(r: Row) -> Delivery:
             state=r["state"],
             reason=r["reason"],
             consumed_seq=r["consumed_seq"],
+            refusal=r["refusal"],
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise StorageCorruptError(f"corrupt lf_inbox row: {exc}") from None

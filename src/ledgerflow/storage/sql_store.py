@@ -16,7 +16,6 @@ from typing import Any
 from ledgerflow import limits, mutations
 from ledgerflow.errors import (
     ConcurrencyError,
-    EventArrivedError,
     FencedOutError,
     IllegalTransitionError,
     LedgerflowError,
@@ -30,12 +29,10 @@ from ledgerflow.model.ids import (
     TenantId,
     WorkerId,
 )
-from ledgerflow.model.instance import INSTANCE_MACHINE, TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceStatus
 from ledgerflow.model.step import STEP_MACHINE, StepStatus
 from ledgerflow.storage.records import (
     Commit,
-    ConsumeDelivery,
-    Delivery,
     EffectRecord,
     EffectWrite,
     EventRecord,
@@ -43,14 +40,11 @@ from ledgerflow.storage.records import (
     InstanceWrite,
     Journal,
     NewInstance,
-    NoPendingDelivery,
-    RejectDelivery,
     Release,
     StepWrite,
 )
 from ledgerflow.storage.rows import (
     Row,
-    delivery_from_row,
     effect_from_row,
     effect_invariant,
     fields,
@@ -59,11 +53,12 @@ from ledgerflow.storage.rows import (
     step_from_row,
     step_invariant,
 )
+from ledgerflow.storage.sql_inbox import InboxStore
 
 log = logging.getLogger("ledgerflow.storage")
 
 
-class SqlStore(abc.ABC):
+class SqlStore(InboxStore, abc.ABC):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
     url: str
@@ -170,86 +165,6 @@ class SqlStore(abc.ABC):
                     instance_id, record.generation, "cancel", None, "requested", now, reason[:500]
                 )
         return record, changed == 1
-
-    def deliver(
-        self,
-        *,
-        instance_id: InstanceId,
-        event_id: str,
-        name: str,
-        payload: str,
-        sender: str | None,
-        for_seq: int | None,
-        run: int | None,
-        refuse: str | None,
-        now: float,
-    ) -> tuple[Delivery, bool] | None:
-        """Keep an event for an instance (None if there is no such instance). Returns the
-        delivery as stored and whether this call stored it (False: a duplicate event id)."""
-        ids = {"instance_id": instance_id, "event_id": event_id}
-        with self._write_transaction():
-            rows, _ = self._run("get_delivery", ids)
-            if rows:
-                return delivery_from_row(rows[0]), False
-            found, _ = self._run("get_instance", {"instance_id": instance_id})
-            if not found:
-                return None
-            instance = instance_from_row(found[0])
-            reason = refuse or self._late(instance, for_seq=for_seq, run=run)
-            state = "REJECTED" if reason else "PENDING"
-            self._run(
-                "insert_event_delivery",
-                {
-                    **ids,
-                    "name": name,
-                    "payload": payload,
-                    "sender": sender,
-                    "for_seq": for_seq,
-                    "state": state,
-                    "reason": reason,
-                    "now": now,
-                },
-            )
-            if state == "PENDING":
-                self._run("wake_instance", {"instance_id": instance_id, "now": now})
-            self._event(
-                instance_id,
-                instance.generation,
-                "inbox",
-                None,
-                state,
-                now,
-                f"{name} {event_id}" + (f": {reason}" if reason else ""),
-            )
-            rows, _ = self._run("get_delivery", ids)
-        return delivery_from_row(rows[0]), True
-
-    def _late(self, instance: InstanceRecord, *, for_seq: int | None, run: int | None) -> str:
-        """Why an event comes too late to change anything ("" when it does not)."""
-        if instance.status in TERMINAL_STATUSES:
-            return f"the instance has ended ({instance.status.value})"
-        if run is not None and run != instance.run:
-            return f"the event is for run {run}; the instance is on run {instance.run}"
-        if for_seq is not None:
-            rows, _ = self._run(
-                "select_step",
-                {"instance_id": instance.instance_id, "run": instance.run, "seq": for_seq},
-            )
-            if rows and rows[0]["status"] in ("COMPLETED", "FAILED"):
-                return f"step {for_seq} is closed ({rows[0]['status']})"
-        return ""
-
-    def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]:
-        with self._read():
-            rows, _ = self._run(
-                "select_pending_deliveries", {"instance_id": instance_id, "name": name}
-            )
-        return [delivery_from_row(r) for r in rows]
-
-    def inbox(self, instance_id: InstanceId) -> list[Delivery]:
-        with self._read():
-            rows, _ = self._run("select_inbox", {"instance_id": instance_id})
-        return [delivery_from_row(r) for r in rows]
 
     def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
         with self._read():
@@ -419,46 +334,6 @@ class SqlStore(abc.ABC):
             instance_from_row(rows[0])
         except StorageCorruptError as exc:
             raise IllegalTransitionError(f"refused write: {exc.message}") from None
-
-    def _write_inbox(
-        self,
-        write: ConsumeDelivery | RejectDelivery | NoPendingDelivery,
-        commit: Commit,
-        now: float,
-    ) -> None:
-        ids = {"instance_id": commit.instance_id}
-        if isinstance(write, NoPendingDelivery):
-            rows, _ = self._run("count_pending_deliveries", {**ids, "name": write.name})
-            if rows[0]["n"]:
-                raise EventArrivedError(
-                    f"an event {write.name!r} arrived before the timeout was recorded",
-                    instance_id=commit.instance_id,
-                )
-            return
-        if isinstance(write, ConsumeDelivery):
-            params = {
-                **ids,
-                "event_id": write.event_id,
-                "seq": write.seq,
-                "generation": commit.generation,
-            }
-            _, changed = self._run("consume_delivery", params)
-            outcome = "CONSUMED"
-        else:
-            params = {**ids, "event_id": write.event_id, "reason": write.reason}
-            _, changed = self._run("reject_delivery", params)
-            outcome = "REJECTED"
-        if changed != 1:
-            raise IllegalTransitionError(
-                f"event {write.event_id} is no longer pending",
-                machine="inbox",
-                state="PENDING",
-                event=outcome,
-                instance_id=commit.instance_id,
-            )
-        self._event(
-            commit.instance_id, commit.generation, "inbox", "PENDING", outcome, now, write.event_id
-        )
 
     def _release(
         self, write: Release, commit: Commit, now: float, *, with_event: bool = True

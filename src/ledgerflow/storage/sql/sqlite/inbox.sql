@@ -3,9 +3,10 @@
 -- name: insert_event_delivery
 -- A new delivery; a repeated event id for the same instance changes nothing.
 INSERT INTO lf_inbox (
-    instance_id, event_id, name, payload, sender, for_seq, received_at, state, reason
+    instance_id, event_id, name, payload, sender, for_seq, received_at, state, refusal, reason
 ) VALUES (
-    :instance_id, :event_id, :name, :payload, :sender, :for_seq, :now, :state, :reason
+    :instance_id, :event_id, :name, :payload, :sender, :for_seq, :now, :state, :refusal,
+    :reason
 )
 ON CONFLICT DO NOTHING;
 
@@ -28,7 +29,7 @@ SET state = 'CONSUMED', consumed_seq = :seq, consumed_generation = :generation
 WHERE instance_id = :instance_id AND event_id = :event_id AND state = 'PENDING';
 
 -- name: reject_delivery
-UPDATE lf_inbox SET state = 'REJECTED', reason = :reason
+UPDATE lf_inbox SET state = 'REJECTED', refusal = 'not-approver', reason = :reason
 WHERE instance_id = :instance_id AND event_id = :event_id AND state = 'PENDING';
 
 -- name: count_pending_deliveries

@@ -13,6 +13,8 @@ CREATE TABLE lf_inbox (
     for_seq             INTEGER,
     received_at         REAL NOT NULL,
     state               TEXT NOT NULL,
+    -- Why a REJECTED event was refused: ended, late or not-approver.
+    refusal             TEXT,
     reason              TEXT,
     consumed_seq        INTEGER,
     consumed_generation INTEGER,

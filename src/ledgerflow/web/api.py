@@ -1,0 +1,300 @@
+"""The HTTP callback endpoint: deliver events to instances and read instances back.
+
+This module owns the mapping between HTTP and :meth:`SyncEngine.signal`. External services and
+people answer a waiting workflow here (by instance id or by business key), and every answer a
+caller can get is one of a small, stable set: accepted (202), a repeat of an accepted event
+(200), refused as too late (409), refused because the instance ended (410), refused because the
+sender may not approve (403), no such instance (404), or unreadable input (422). A caller that
+retries therefore always learns the same fate for the same event id, and bad input is never a
+500.
+
+Delivering and reading need only the store, never the workflow code, so the app is built from a
+store URL alone; the engine's synchronous calls run in Starlette's thread pool because the store
+blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ledgerflow.errors import (
+    ConcurrencyError,
+    InstanceNotFoundError,
+    LedgerflowError,
+    PayloadError,
+    StorageError,
+)
+from ledgerflow.model.definition import Registry
+from ledgerflow.model.ids import DEFAULT_TENANT, TenantId
+from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, InstanceDetail, SyncEngine
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_BODY_FIELDS = frozenset({"event_id", "payload", "sender", "step", "run"})
+# Ledger fields holding JSON text: the API returns them as JSON values, not as strings.
+_JSON_TEXT_FIELDS = frozenset(
+    {"input", "result", "output", "error", "evidence", "payload", "retry_policy"}
+)
+
+STATUS_FOR_OUTCOME = {
+    DeliveryOutcome.ACCEPTED: 202,
+    DeliveryOutcome.DUPLICATE: 200,
+    DeliveryOutcome.LATE: 409,
+    DeliveryOutcome.ENDED: 410,
+    DeliveryOutcome.NOT_APPROVER: 403,
+}
+# A repeat of an event that was refused is still refused: a retrying caller must not read a
+# 200 as "it worked now".
+REFUSED_DUPLICATE_STATUS = 409
+
+
+class BadRequestError(Exception):
+    """Input the endpoint cannot read; answered 422 with the message."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalRequest:
+    """A delivery as the caller asked for it, checked for types before the engine sees it."""
+
+    event_id: str
+    payload: Any
+    sender: str | None
+    step: int | None
+    run: int | None
+
+
+def refused(delivered: Delivered) -> bool:
+    """Whether the event changed nothing and never will (also for a repeat of a refused one)."""
+    return delivered.delivery.state == "REJECTED"
+
+
+def status_for(delivered: Delivered) -> int:
+    if delivered.outcome is DeliveryOutcome.DUPLICATE and refused(delivered):
+        return REFUSED_DUPLICATE_STATUS
+    return STATUS_FOR_OUTCOME[delivered.outcome]
+
+
+def delivery_body(delivered: Delivered) -> dict[str, Any]:
+    """What the endpoint and ``ledgerflow signal --json`` answer for a delivery."""
+    delivery = delivered.delivery
+    return {
+        "outcome": delivered.outcome.value,
+        "event_id": delivery.event_id,
+        "instance_id": delivery.instance_id,
+        "name": delivery.name,
+        "state": delivery.state,
+        # The store keeps "" for an accepted event; callers get one way to say "no reason".
+        "reason": delivery.reason or None,
+    }
+
+
+def _optional_int(body: dict[str, Any], field: str) -> int | None:
+    value = body.get(field)
+    # bool is an int to Python, never a step number to a caller.
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise BadRequestError(f"{field!r} must be an integer or null")
+
+
+def parse_signal(body: Any, header_event_id: str | None) -> SignalRequest:
+    """Check a delivery's body (already decoded JSON) and the idempotency header."""
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise BadRequestError("the body must be a JSON object")
+    unknown = sorted(set(body) - _BODY_FIELDS)
+    if unknown:
+        raise BadRequestError(
+            f"unknown field(s) {', '.join(unknown)}; expected {', '.join(sorted(_BODY_FIELDS))}"
+        )
+    event_id = body.get("event_id")
+    if event_id is not None and not isinstance(event_id, str):
+        raise BadRequestError("'event_id' must be a string")
+    if header_event_id is not None and event_id is not None and header_event_id != event_id:
+        raise BadRequestError(
+            f"the {IDEMPOTENCY_HEADER} header and 'event_id' name different events"
+        )
+    event_id = event_id if event_id is not None else header_event_id
+    if not event_id:
+        raise BadRequestError(
+            f"an event id is required: 'event_id' in the body or the {IDEMPOTENCY_HEADER} header"
+        )
+    sender = body.get("sender")
+    if sender is not None and not isinstance(sender, str):
+        raise BadRequestError("'sender' must be a string or null")
+    return SignalRequest(
+        event_id=event_id,
+        payload=body.get("payload"),
+        sender=sender,
+        step=_optional_int(body, "step"),
+        run=_optional_int(body, "run"),
+    )
+
+
+def record_json(record: Any) -> dict[str, Any]:
+    """A ledger record as a JSON object: enums by value, JSON text fields decoded."""
+    out: dict[str, Any] = {}
+    for item in dataclasses.fields(record):
+        value = getattr(record, item.name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        elif item.name in _JSON_TEXT_FIELDS and isinstance(value, str):
+            # Text that is not JSON is shown as stored, not hidden: the ledger is the evidence.
+            with contextlib.suppress(ValueError):
+                value = json.loads(value)
+        out[item.name] = value
+    return out
+
+
+def detail_json(detail: InstanceDetail) -> dict[str, Any]:
+    return {
+        **record_json(detail.instance),
+        "steps": [record_json(step) for step in detail.steps],
+        "inbox": [record_json(delivery) for delivery in detail.inbox],
+    }
+
+
+def _error(status: int, error: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message, **extra}, status_code=status)
+
+
+async def _read_json(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:  # Also bad UTF-8: UnicodeDecodeError is a ValueError.
+        raise BadRequestError(f"the body is not valid JSON: {exc}") from None
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _answers_errors(handler: Handler) -> Handler:
+    """Turn the known failures into their statuses; anything else is a real server error."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except BadRequestError as exc:
+            return _error(422, "bad_request", str(exc))
+        except PayloadError as exc:
+            return _error(422, "bad_request", str(exc), code=exc.code)
+        except InstanceNotFoundError as exc:
+            # The engine's message is generic; the caller needs to see which id was unknown.
+            missing = exc.ids.get("instance_id")
+            return _error(404, "not_found", str(exc), code=exc.code, instance_id=missing)
+        except StorageError as exc:
+            # The journal is unreachable or busy: the caller should retry, nothing was decided.
+            return _error(503, "unavailable", str(exc), code=exc.code)
+        except ConcurrencyError as exc:
+            # An event id reused for another event: the new event was not delivered.
+            return _error(409, "event_id_reused", str(exc), code=exc.code)
+        except LedgerflowError as exc:
+            return _error(409, "refused", str(exc), code=exc.code)
+
+    return guarded
+
+
+class _Routes:
+    """The endpoints, over one engine for the app's life."""
+
+    def __init__(self, store_url: str) -> None:
+        # An empty registry: delivering and reading touch only the store, never workflow code.
+        self.engine = SyncEngine(store_url, Registry())
+
+    async def deliver(self, instance_id: str, name: str, parsed: SignalRequest) -> Response:
+        delivered = await run_in_threadpool(
+            self.engine.signal,
+            instance_id,
+            name,
+            event_id=parsed.event_id,
+            payload=parsed.payload,
+            sender=parsed.sender,
+            for_step=parsed.step,
+            run=parsed.run,
+        )
+        return JSONResponse(delivery_body(delivered), status_code=status_for(delivered))
+
+    @staticmethod
+    async def parsed(request: Request) -> SignalRequest:
+        return parse_signal(await _read_json(request), request.headers.get(IDEMPOTENCY_HEADER))
+
+    async def signal_by_id(self, request: Request) -> Response:
+        parsed = await self.parsed(request)
+        params = request.path_params
+        return await self.deliver(params["instance_id"], params["name"], parsed)
+
+    async def signal_by_key(self, request: Request) -> Response:
+        parsed = await self.parsed(request)
+        params = request.path_params
+        tenant = request.query_params.get("tenant", DEFAULT_TENANT)
+        if not tenant:
+            raise BadRequestError("'tenant' must not be empty")
+        found = await run_in_threadpool(
+            lambda: self.engine.store.find_instance(
+                tenant=TenantId(tenant),
+                workflow_name=params["workflow"],
+                business_key=params["key"],
+            )
+        )
+        if found is None:
+            return _error(
+                404,
+                "not_found",
+                f"no {params['workflow']!r} instance has business key {params['key']!r} "
+                f"in tenant {tenant!r}",
+            )
+        return await self.deliver(found.instance_id, params["name"], parsed)
+
+    async def show(self, request: Request) -> Response:
+        detail = await run_in_threadpool(self.engine.detail, request.path_params["instance_id"])
+        return JSONResponse(detail_json(detail))
+
+    @staticmethod
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+
+def create_app(store_url: str) -> Starlette:
+    """The HTTP app for the store at ``store_url`` (one engine, closed when the app stops)."""
+    routes = _Routes(store_url)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await run_in_threadpool(routes.engine.close)
+
+    return Starlette(
+        routes=[
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/instances/{instance_id}", _answers_errors(routes.show), methods=["GET"]),
+            Route(
+                "/instances/{instance_id}/signals/{name}",
+                _answers_errors(routes.signal_by_id),
+                methods=["POST"],
+            ),
+            # {key:path}: business keys may contain '/', the route still ends in /signals/NAME.
+            Route(
+                "/workflows/{workflow}/keys/{key:path}/signals/{name}",
+                _answers_errors(routes.signal_by_key),
+                methods=["POST"],
+            ),
+        ],
+        lifespan=lifespan,
+    )

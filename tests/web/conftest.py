@@ -1,0 +1,150 @@
+"""Real processes for the web and waiting tests: ``ledgerflow serve`` and worker processes.
+
+These tests need no participant service (unlike ``tests/processes.py``): the workflows only
+wait. Every process a test starts is stopped at teardown even when the test failed, and every
+wait is bounded and polls a condition, never sleeps blindly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+HERE = Path(__file__).parent
+WAIT_SECONDS_MAX = 30.0
+POLL_SECONDS = 0.01
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T | None], *, what: str, timeout: float = WAIT_SECONDS_MAX
+) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(POLL_SECONDS)
+
+
+def _first_line(process: subprocess.Popen[str]) -> str:
+    # readline() blocks; a helper thread makes it a bounded wait.
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = process.stdout
+    assert stdout is not None
+    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=WAIT_SECONDS_MAX)
+    except queue.Empty:
+        return ""
+
+
+@dataclass
+class Processes:
+    """Worker and server processes over one SQLite journal, all stopped at teardown."""
+
+    folder: Path
+    db_url: str
+    markers: Path
+    started: list[subprocess.Popen[Any]] = field(default_factory=list)
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "processes.log"
+
+    def _env(self, faults: list[dict[str, Any]] | None) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+        env["LEDGERFLOW_TEST_MARKERS"] = str(self.markers)
+        env.pop("LEDGERFLOW_FAULTS", None)
+        if faults:
+            env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
+        return env
+
+    def worker(
+        self,
+        *,
+        faults: list[dict[str, Any]] | None = None,
+        until_idle: bool = False,
+        lease_seconds: float = 10.0,
+    ) -> subprocess.Popen[bytes]:
+        command = [
+            *(sys.executable, "-c", "from ledgerflow.cli.main import main; main()"),
+            *("worker", "wait_workflows:registry", "--db", self.db_url),
+            *("--lease-seconds", str(lease_seconds), "--poll-seconds", "0.05"),
+        ]
+        if until_idle:
+            command.append("--until-idle")
+        with self.log.open("ab") as log:
+            process = subprocess.Popen(command, env=self._env(faults), stdout=log, stderr=log)
+        self.started.append(process)
+        return process
+
+    def server(self) -> tuple[str, subprocess.Popen[str]]:
+        """Start ``ledgerflow serve --port 0``; return its URL (once it accepts connections)
+        and the process."""
+        # The serve command object directly: it works whether or not the entry point's group
+        # has registered it yet.
+        command = [
+            *(sys.executable, "-c", "from ledgerflow.cli.serve import serve; serve()"),
+            *("--db", self.db_url, "--port", "0"),
+        ]
+        with self.log.open("ab") as log:
+            process = subprocess.Popen(
+                command, env=self._env(None), stdout=subprocess.PIPE, stderr=log, text=True
+            )
+        self.started.append(process)
+        line = _first_line(process)
+        assert line.startswith("LISTENING http://"), f"{line!r}\n{self.tail()}"
+        return line.split()[1], process
+
+    def stop(self, process: subprocess.Popen[Any]) -> int:
+        """SIGTERM, then a bounded wait for a graceful exit."""
+        process.send_signal(signal.SIGTERM)
+        return process.wait(timeout=WAIT_SECONDS_MAX)
+
+    def kill(self, process: subprocess.Popen[Any]) -> int:
+        process.kill()
+        return process.wait(timeout=WAIT_SECONDS_MAX)
+
+    wait_until = staticmethod(wait_until)
+
+    def marked(self, point: str, key: str) -> bool:
+        return (self.markers / f"{point}-{key}").exists()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+    def close(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=WAIT_SECONDS_MAX)
+            if process.stdout is not None:
+                process.stdout.close()
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    procs = Processes(folder=tmp_path, db_url=f"sqlite:///{tmp_path}/journal.db", markers=markers)
+    try:
+        yield procs
+    finally:
+        procs.close()

@@ -1,0 +1,325 @@
+"""The HTTP callback endpoint and ``ledgerflow signal``: every answer a caller can get.
+
+The status matrix runs the app in-process through Starlette's TestClient against a real SQLite
+file, with the worker driven in-process until nothing is due, so no test waits on time. One
+test goes over real HTTP: ``ledgerflow serve`` and a worker, each in its own process, and the
+signal sent with httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+import pytest
+from click.testing import CliRunner
+from starlette.exceptions import StarletteDeprecationWarning
+from wait_workflows import registry
+
+from ledgerflow import Engine, InstanceStatus, SyncEngine
+from ledgerflow.cli.serve import register as register_serve
+from ledgerflow.cli.signals import register as register_signal
+from ledgerflow.web.api import create_app
+
+with warnings.catch_warnings():
+    # Starlette now prefers the httpx2 fork for its test client; plain httpx (a declared
+    # dependency) works the same, and the suite turns warnings into errors.
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from starlette.testclient import TestClient
+
+
+class World:
+    """One SQLite journal, an engine for starting, the app over HTTP, and an in-process worker."""
+
+    def __init__(self, path: Path) -> None:
+        self.url = f"sqlite:///{path}"
+        self.engine = SyncEngine(self.url, registry)
+        self.client = TestClient(create_app(self.url))
+
+    def start(self, workflow: str, key: str, input: Any = None) -> str:
+        return str(self.engine.start(workflow, key=key, input=input).instance_id)
+
+    def work(self) -> None:
+        async def main() -> None:
+            async with Engine(self.url, registry) as engine:
+                await engine.worker(lease_seconds=30, poll_seconds=0.01).run(until_nothing_due=True)
+
+        asyncio.run(main())
+
+    def post(self, instance_id: str, name: str, body: Any, **kwargs: Any) -> httpx.Response:
+        return self.client.post(f"/instances/{instance_id}/signals/{name}", json=body, **kwargs)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path / "journal.db")
+    with w.client:
+        yield w
+    w.engine.close()
+
+
+def test_accepted_then_taken_by_the_wait(world: World) -> None:
+    """Goal: an event for a waiting instance is accepted (202) and resumes it.
+    Method: start a wait, run the worker, POST the event, run the worker; read it back with
+    GET /instances/ID."""
+    instance_id = world.start("forever", "ok-1")
+    world.work()
+    response = world.post(instance_id, "go", {"event_id": "e1", "payload": {"n": 1}})
+    assert response.status_code == 202, response.text
+    assert response.json() == {
+        "outcome": "accepted",
+        "event_id": "e1",
+        "instance_id": instance_id,
+        "name": "go",
+        "state": "PENDING",
+        "reason": None,
+    }
+    world.work()
+    shown = world.client.get(f"/instances/{instance_id}").json()
+    assert shown["status"] == "SUCCEEDED"
+    assert shown["result"] == {"n": 1}
+    assert [(d["event_id"], d["state"], d["payload"]) for d in shown["inbox"]] == [
+        ("e1", "CONSUMED", {"n": 1})
+    ]
+
+
+@pytest.mark.parametrize("copies", [1, 2, 3, 4, 5])
+def test_duplicates_answer_200_and_keep_one_row(world: World, copies: int) -> None:
+    """Goal: the same event delivered 1..5 times changes state once.
+    Method: POST it ``copies`` times (the first 202, the rest 200 duplicate), the event id
+    alternately in the body and in the Idempotency-Key header; one inbox row, consumed once."""
+    instance_id = world.start("forever", f"dup-{copies}")
+    world.work()
+    codes = []
+    for copy in range(copies):
+        if copy % 2:
+            response = world.post(
+                instance_id, "go", {"payload": 7}, headers={"Idempotency-Key": "ev"}
+            )
+        else:
+            response = world.post(instance_id, "go", {"event_id": "ev", "payload": 7})
+        codes.append((response.status_code, response.json()["outcome"]))
+    assert codes == [(202, "accepted")] + [(200, "duplicate")] * (copies - 1)
+    world.work()
+    assert world.engine.result(instance_id, timeout=1) == 7
+    inbox = world.engine.detail(instance_id).inbox
+    assert [(d.event_id, d.state) for d in inbox] == [("ev", "CONSUMED")]
+    again = world.post(instance_id, "go", {"event_id": "ev", "payload": 7})
+    assert (again.status_code, again.json()["state"]) == (200, "CONSUMED")
+
+
+def test_event_id_reused_for_another_event_is_a_conflict(world: World) -> None:
+    """Goal: an event id reused with another payload is not silently taken as a duplicate.
+    Method: deliver e1, then e1 with a different payload: 409 event_id_reused; the inbox keeps
+    the first."""
+    instance_id = world.start("forever", "reuse-1")
+    assert world.post(instance_id, "go", {"event_id": "e1", "payload": 1}).status_code == 202
+    response = world.post(instance_id, "go", {"event_id": "e1", "payload": 2})
+    assert response.status_code == 409
+    assert response.json()["error"] == "event_id_reused"
+    assert "payload" in response.json()["message"]
+    assert [d.payload for d in world.engine.detail(instance_id).inbox] == ["1"]
+
+
+def test_closed_step_409_and_ended_instance_410(world: World) -> None:
+    """Goal: late events are refused with the reason and change nothing.
+    Method: 'two' waits for a then b; after a is taken, an event naming step 1 is 409 LATE;
+    an event for an older run is 409; after the instance ends, any event is 410 ENDED; a
+    repeat of a refused event stays refused (409), never 200."""
+    instance_id = world.start("two", "late-1")
+    assert world.post(instance_id, "a", {"event_id": "a1", "payload": "x"}).status_code == 202
+    world.work()
+    late = world.post(instance_id, "a", {"event_id": "a2", "step": 1})
+    assert late.status_code == 409
+    assert late.json()["outcome"] == "late"
+    assert late.json()["state"] == "REJECTED"
+    assert "step 1 is closed" in late.json()["reason"]
+    old_run = world.post(instance_id, "b", {"event_id": "b0", "run": 7})
+    assert old_run.status_code == 409
+    assert "run 7" in old_run.json()["reason"]
+    repeat = world.post(instance_id, "a", {"event_id": "a2", "step": 1})
+    assert (repeat.status_code, repeat.json()["outcome"]) == (409, "duplicate")
+    assert world.engine.get(instance_id).status is InstanceStatus.WAITING
+
+    assert world.post(instance_id, "b", {"event_id": "b1", "payload": "y"}).status_code == 202
+    world.work()
+    assert world.engine.result(instance_id, timeout=1) == ["x", "y"]
+    ended = world.post(instance_id, "b", {"event_id": "b2", "payload": "z"})
+    assert ended.status_code == 410
+    assert ended.json()["outcome"] == "ended"
+    assert "has ended" in ended.json()["reason"]
+    states = {d.event_id: d.state for d in world.engine.detail(instance_id).inbox}
+    assert states == {
+        "a1": "CONSUMED",
+        "a2": "REJECTED",
+        "b0": "REJECTED",
+        "b1": "CONSUMED",
+        "b2": "REJECTED",
+    }
+
+
+def test_unauthorised_approver_403(world: World) -> None:
+    """Goal: an approval from someone not named is refused (403) and recorded; a named
+    approver's decision is taken.
+    Method: mallory then bob answer an open approval; the result names bob."""
+    instance_id = world.start("approve", "appr-1")
+    world.work()
+    mallory = world.post(
+        instance_id, "refund", {"event_id": "m", "payload": "yes", "sender": "mallory"}
+    )
+    assert mallory.status_code == 403
+    assert mallory.json()["outcome"] == "not-approver"
+    assert "may not approve" in mallory.json()["reason"]
+    bob = world.post(instance_id, "refund", {"event_id": "b", "payload": "yes", "sender": "bob"})
+    assert bob.status_code == 202
+    world.work()
+    assert world.engine.result(instance_id, timeout=1) == {"by": "bob", "decision": "yes"}
+
+
+def test_by_business_key(world: World) -> None:
+    """Goal: the business-key route finds the instance in its tenant, keys with '/' included.
+    Method: deliver by key (202), by the same key in another tenant (404), by an unknown key
+    (404)."""
+    instance_id = world.start("forever", "order/42")
+    response = world.client.post(
+        "/workflows/forever/keys/order/42/signals/go", json={"event_id": "k1", "payload": 3}
+    )
+    assert response.status_code == 202, response.text
+    assert response.json()["instance_id"] == instance_id
+    other_tenant = world.client.post(
+        "/workflows/forever/keys/order/42/signals/go?tenant=acme", json={"event_id": "k2"}
+    )
+    assert other_tenant.status_code == 404
+    unknown = world.client.post("/workflows/forever/keys/nope/signals/go", json={"event_id": "k3"})
+    assert unknown.status_code == 404
+    assert "nope" in unknown.json()["message"]
+    world.work()
+    assert world.engine.result(instance_id, timeout=1) == 3
+
+
+def test_unknown_instance_404(world: World) -> None:
+    """Goal: an unknown instance id is 404 for delivery and for reading.
+    Method: POST and GET an id that was never started."""
+    response = world.post("wf_missing", "go", {"event_id": "e"})
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+    assert response.json()["instance_id"] == "wf_missing"
+    assert world.client.get("/instances/wf_missing").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "needle"),
+    [
+        (b"{not json", {}, "not valid JSON"),
+        (b"\xff\xfe", {}, "not valid JSON"),
+        (b"[1, 2]", {}, "JSON object"),
+        (b"", {}, "event id is required"),
+        (b'{"payload": 1}', {}, "event id is required"),
+        (b'{"event_id": ""}', {}, "event id is required"),
+        (b'{"event_id": 5}', {}, "'event_id' must be a string"),
+        (b'{"event_id": "e", "step": "1"}', {}, "'step' must be an integer"),
+        (b'{"event_id": "e", "step": true}', {}, "'step' must be an integer"),
+        (b'{"event_id": "e", "run": 1.5}', {}, "'run' must be an integer"),
+        (b'{"event_id": "e", "sender": 5}', {}, "'sender' must be a string"),
+        (b'{"event_id": "e", "for_step": 1}', {}, "unknown field(s) for_step"),
+        (b'{"event_id": "e"}', {"Idempotency-Key": "f"}, "name different events"),
+        (json.dumps({"event_id": "e" * 201}).encode(), {}, "event id must be"),
+        (b'{"event_id": "e", "payload": NaN}', {}, "not JSON-serialisable"),
+    ],
+)
+def test_bad_input_422(world: World, content: bytes, headers: dict[str, str], needle: str) -> None:
+    """Goal: unreadable input is 422 with a message that says what is wrong, never a 500, and
+    nothing is stored.
+    Method: POST each malformed request to a waiting instance; the inbox stays empty."""
+    instance_id = world.start("forever", "bad-1")
+    response = world.client.post(
+        f"/instances/{instance_id}/signals/go",
+        content=content,
+        headers={"Content-Type": "application/json", **headers},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "bad_request"
+    assert needle in response.json()["message"]
+    assert world.engine.detail(instance_id).inbox == []
+
+
+def test_health(world: World) -> None:
+    """Goal: the health route answers. Method: GET /health."""
+    assert world.client.get("/health").json() == {"status": "ok"}
+
+
+def test_signal_command_exit_codes(world: World) -> None:
+    """Goal: ``ledgerflow signal`` exits 0 for accepted and duplicate, 1 for refused with the
+    reason, 2 for a payload that is not JSON.
+    Method: the command registered into a fresh click group, run with CliRunner."""
+
+    @click.group()
+    def group() -> None:
+        """Test group."""
+
+    register_signal(group)
+    register_serve(group)
+    instance_id = world.start("approve", "cli-1")
+    world.work()
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        return runner.invoke(group, ["signal", instance_id, "refund", "--db", world.url, *args])
+
+    first = run("--event-id", "e1", "--payload", '"yes"', "--sender", "alice", "--json")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output)["outcome"] == "accepted"
+    again = run("--event-id", "e1", "--payload", '"yes"', "--sender", "alice")
+    assert again.exit_code == 0
+    assert "duplicate" in again.output
+    refused = run("--event-id", "e2", "--sender", "mallory")
+    assert refused.exit_code == 1
+    assert "may not approve" in refused.output
+    bad = run("--event-id", "e3", "--payload", "{nope")
+    assert bad.exit_code == 2
+    assert "not valid JSON" in bad.output
+    world.work()
+    assert world.engine.result(instance_id, timeout=1) == {"by": "alice", "decision": "yes"}
+    ended = run("--event-id", "e4", "--sender", "bob")
+    assert ended.exit_code == 1
+    assert "has ended" in ended.output
+
+
+@pytest.mark.slow
+def test_over_real_http(processes: Any) -> None:
+    """Goal: a signal sent over real HTTP to ``ledgerflow serve`` resumes an instance that a
+    worker in another process is waiting on.
+    Method: start an instance, a worker process (not --until-idle) and the server process;
+    once the instance is WAITING, POST the event with httpx; bounded wait for SUCCEEDED; then
+    SIGTERM both processes, which must exit cleanly."""
+    with SyncEngine(processes.db_url, registry) as engine:
+        instance_id = engine.start("forever", key="http-1").instance_id
+        worker = processes.worker()
+        processes.wait_until(
+            lambda: engine.get(instance_id).status is InstanceStatus.WAITING,
+            what="the instance to wait",
+        )
+        url, server = processes.server()
+        assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}
+        response = httpx.post(
+            f"{url}/instances/{instance_id}/signals/go",
+            json={"event_id": "http-e1", "payload": {"paid": 12}},
+            timeout=10,
+        )
+        assert response.status_code == 202, response.text
+        assert engine.result(instance_id, timeout=30) == {"paid": 12}
+        shown = httpx.get(f"{url}/instances/{instance_id}", timeout=10).json()
+        assert shown["status"] == "SUCCEEDED"
+        assert [(d["event_id"], d["state"]) for d in shown["inbox"]] == [("http-e1", "CONSUMED")]
+        late = httpx.post(
+            f"{url}/instances/{instance_id}/signals/go", json={"event_id": "http-e2"}, timeout=10
+        )
+        assert late.status_code == 410
+    assert processes.stop(worker) == 0, processes.tail()
+    assert processes.stop(server) == 0, processes.tail()
