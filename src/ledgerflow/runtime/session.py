@@ -26,6 +26,7 @@ from ledgerflow.storage.records import (
     InstanceRecord,
     InstanceWrite,
     Journal,
+    Release,
     StepRecord,
     StepWrite,
     Write,
@@ -50,6 +51,8 @@ class Session:
     cancel_requested: bool = field(init=False)
 
     reason: str | None = field(init=False)
+    # True once this session gave the instance up (released, waiting or ended).
+    released: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.status = self.instance.status
@@ -95,6 +98,9 @@ class Session:
             elif isinstance(write, InstanceWrite):
                 self.status = write.status
                 self.reason = write.reason
+                self.released = self.released or write.release
+            elif isinstance(write, Release):
+                self.released = True
 
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""

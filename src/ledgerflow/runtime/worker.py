@@ -196,6 +196,9 @@ class Worker:
                 continue
             for instance_id in lost:
                 entry = self._running.get(instance_id)
+                session = self.executor.sessions.get(instance_id)
+                if session is not None and session.released:
+                    continue  # It gave the lease up itself while the renewal was queued.
                 if entry is not None:
                     log.warning("lease of %s lost; stopping it here", instance_id)
                     entry[0].cancel()
