@@ -256,15 +256,16 @@ def test_dialects_define_the_same_queries_and_migrations() -> None:
 def test_sql_lives_in_sql_files() -> None:
     """Goal: SQL in one place per backend: Python modules do not build DML statements.
 
-    Method: outside storage/sqlite.py (which creates its migration table), no string literal in
-    storage/ is an INSERT, UPDATE, DELETE or SELECT statement.
+    Method: outside the two dialect modules (storage/sqlite.py and storage/postgres.py keep the
+    migration runner's own bookkeeping statements, which run before any named query can), no
+    string literal in storage/ is an INSERT, UPDATE, DELETE or SELECT statement.
     """
     statement = re.compile(
         r"^\s*(INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|SELECT\s.*\bFROM)\b"
     )
     found: list[str] = []
     for path in sorted((PACKAGE / "storage").glob("*.py")):
-        if path.name == "sqlite.py":
+        if path.name in ("sqlite.py", "postgres.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Constant) or not isinstance(node.value, str):

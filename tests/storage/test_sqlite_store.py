@@ -50,18 +50,20 @@ from ledgerflow.storage.records import (
     Write,
 )
 from ledgerflow.storage.store import Store
+from postgres_schema import postgres_url
 
 LEASE = 10.0
 W1 = WorkerId("worker-1")
 W2 = WorkerId("worker-2")
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A fresh, empty store of each backend (PostgreSQL will be added as a second param)."""
-    backend = request.param
-    assert backend == "sqlite"
-    store = open_store(f"sqlite:///{tmp_path}/s.db")
+    """A fresh, empty store of each backend: one suite is the contract for both."""
+    if request.param == "sqlite":
+        store = open_store(f"sqlite:///{tmp_path}/s.db")
+    else:
+        store = open_store(postgres_url(request.node.name))
     try:
         yield store
     finally:

@@ -142,7 +142,7 @@ class Worker:
             records = await self.store.call(
                 self.store.store.claim,
                 owner=self.id,
-                now=self.clock.now(),
+                now=self._lease_now(),
                 lease_seconds=self.lease_seconds,
                 limit=min(free, limits.CLAIM_BATCH_MAX),
             )
@@ -152,6 +152,11 @@ class Worker:
         for record in records:
             self._start(record)
         return len(records)
+
+    def _lease_now(self) -> float | None:
+        """The worker's time for lease decisions, or None where the database's clock decides
+        (many machines share it; a worker's own clock never decides ownership there)."""
+        return None if self.store.store.database_clock else self.clock.now()
 
     def _start(self, record: InstanceRecord) -> None:
         task = asyncio.create_task(self.executor.drive(record), name=record.instance_id)
@@ -188,7 +193,7 @@ class Worker:
                     self.store.store.renew,
                     owner=self.id,
                     leases=leases,
-                    now=self.clock.now(),
+                    now=self._lease_now(),
                     lease_seconds=self.lease_seconds,
                 )
             except StorageUnavailableError as exc:

@@ -28,6 +28,14 @@ def parse_blocks(text: str) -> dict[str, str]:
     return queries
 
 
+# ":name" placeholders, as both dialects' files write them; psycopg wants "%(name)s".
+_PLACEHOLDER = re.compile(r"(?<![:\w]):([a-z_]+)")
+
+
+def to_pyformat(sql: str) -> str:
+    return _PLACEHOLDER.sub(r"%(\1)s", sql)
+
+
 @cache
 def load(dialect: str) -> dict[str, str]:
     folder = resources.files("ledgerflow.storage").joinpath("sql", dialect)
@@ -37,7 +45,7 @@ def load(dialect: str) -> dict[str, str]:
             for name, sql in parse_blocks(entry.read_text()).items():
                 if name in queries:
                     raise ValueError(f"query {name} is defined in two files of {dialect}")
-                queries[name] = sql
+                queries[name] = to_pyformat(sql) if dialect == "postgres" else sql
     return queries
 
 

@@ -109,7 +109,7 @@ class InboxStore(abc.ABC):
             rows, _ = self._run("get_delivery", ids)
             if rows:
                 return delivery_from_row(rows[0]), False
-            found, _ = self._run("get_instance", {"instance_id": instance_id})
+            found, _ = self._run("lock_instance", {"instance_id": instance_id})
             if not found:
                 return None
             instance = instance_from_row(found[0])

@@ -62,6 +62,8 @@ class SqlStore(InboxStore, abc.ABC):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
     url: str
+    # True when leases are measured by the database's clock (claim and renew then take now=None).
+    database_clock: bool = False
 
     def __init__(self, queries: Mapping[str, str]) -> None:
         self._q = queries
@@ -112,7 +114,7 @@ class SqlStore(InboxStore, abc.ABC):
         return instance_from_row(rows[0]), inserted == 1
 
     def claim(
-        self, *, owner: WorkerId, now: float, lease_seconds: float, limit: int
+        self, *, owner: WorkerId, now: float | None, lease_seconds: float, limit: int
     ) -> list[InstanceRecord]:
         claimed: list[InstanceRecord] = []
         with self._write_transaction():
@@ -130,21 +132,24 @@ class SqlStore(InboxStore, abc.ABC):
         return claimed
 
     def _claim_one(
-        self, instance_id: str, owner: WorkerId, now: float, lease_seconds: float
+        self, instance_id: str, owner: WorkerId, now: float | None, lease_seconds: float
     ) -> InstanceRecord | None:
         got, _ = self._run(
             "claim_instance",
             {
                 "instance_id": instance_id,
                 "owner": owner,
-                "lease_expires_at": now + lease_seconds,
+                "lease_seconds": lease_seconds,
+                "lease_expires_at": now + lease_seconds if now is not None else None,
                 "now": now,
             },
         )
         if not got:
             return None
         record = instance_from_row(got[0])
-        self._event(record.instance_id, record.generation, "owner", None, owner, now, "claimed")
+        # The claim's own time (the database's, where it decides leases).
+        at = record.updated_at
+        self._event(record.instance_id, record.generation, "owner", None, owner, at, "claimed")
         return record
 
     def request_cancel(
@@ -157,6 +162,7 @@ class SqlStore(InboxStore, abc.ABC):
                 "compensate": int(compensate),
                 "now": now,
             }
+            self._run("lock_instance", {"instance_id": instance_id})
             _, changed = self._run("request_cancel", params)
             rows, _ = self._run("get_instance", {"instance_id": instance_id})
             record = instance_from_row(rows[0]) if rows else None
@@ -176,7 +182,7 @@ class SqlStore(InboxStore, abc.ABC):
         *,
         owner: WorkerId,
         leases: Sequence[tuple[InstanceId, Generation]],
-        now: float,
+        now: float | None,
         lease_seconds: float,
     ) -> list[InstanceId]:
         lost: list[InstanceId] = []
@@ -188,7 +194,9 @@ class SqlStore(InboxStore, abc.ABC):
                         "instance_id": instance_id,
                         "owner": owner,
                         "generation": generation,
-                        "lease_expires_at": now + lease_seconds,
+                        "lease_seconds": lease_seconds,
+                        "lease_expires_at": now + lease_seconds if now is not None else None,
+                        "now": now,
                     },
                 )
                 if changed != 1:

@@ -26,6 +26,9 @@ from ledgerflow.storage.records import (
 
 class Store(Protocol):
     url: str
+    # True when leases are measured by the database's clock: the runtime then passes now=None
+    # to claim and renew, and the database decides (a test may still pass an explicit now).
+    database_clock: bool
 
     def close(self) -> None: ...
 
@@ -34,7 +37,7 @@ class Store(Protocol):
         ...
 
     def claim(
-        self, *, owner: WorkerId, now: float, lease_seconds: float, limit: int
+        self, *, owner: WorkerId, now: float | None, lease_seconds: float, limit: int
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` due instances that nobody holds, each with a higher generation."""
         ...
@@ -77,7 +80,7 @@ class Store(Protocol):
         *,
         owner: WorkerId,
         leases: Sequence[tuple[InstanceId, Generation]],
-        now: float,
+        now: float | None,
         lease_seconds: float,
     ) -> list[InstanceId]:
         """Extend leases; return the instances this owner no longer holds."""

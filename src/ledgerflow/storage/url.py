@@ -29,5 +29,10 @@ def open_store(url: str) -> Store:
             raise ConfigurationError(f"unknown SQLite option(s): {', '.join(sorted(unknown))}")
         return SqliteStore(path, synchronous=options.get("synchronous", "full"))
     if parts.scheme in ("postgresql", "postgres"):
-        raise ConfigurationError("the PostgreSQL store is not built yet (see the README)")
+        from ledgerflow.storage.postgres import PostgresStore
+
+        unknown = set(options) - {"schema"}
+        if unknown:
+            raise ConfigurationError(f"unknown PostgreSQL option(s): {', '.join(sorted(unknown))}")
+        return PostgresStore(url, schema=options.get("schema", "ledgerflow"))
     raise ConfigurationError(f"unsupported store URL scheme {parts.scheme!r} in {url!r}")

@@ -103,3 +103,8 @@ WHERE instance_id = :instance_id
 SELECT instance_id FROM lf_instances
 WHERE owner = :owner AND cancel_requested_at IS NOT NULL
   AND status IN ('RUNNING', 'COMPENSATING', 'CANCELLING');
+
+-- name: lock_instance
+-- Read an instance inside a write transaction (SQLite's BEGIN IMMEDIATE already holds the one
+-- write lock, so this is a plain read here; PostgreSQL locks the row).
+SELECT * FROM lf_instances WHERE instance_id = :instance_id;

@@ -1,0 +1,42 @@
+-- The inbox: events delivered to instances, kept forever with what became of them.
+
+-- name: insert_event_delivery
+-- A new delivery; a repeated event id for the same instance changes nothing.
+INSERT INTO lf_inbox (
+    instance_id, event_id, name, payload, sender, for_seq, received_at, state, refusal, reason
+) VALUES (
+    :instance_id, :event_id, :name, :payload, :sender, :for_seq, :now, :state, :refusal,
+    :reason
+)
+ON CONFLICT DO NOTHING;
+
+-- name: get_delivery
+SELECT * FROM lf_inbox WHERE instance_id = :instance_id AND event_id = :event_id;
+
+-- name: select_pending_deliveries
+-- What a wait may consume: pending events of one name, oldest first.
+SELECT * FROM lf_inbox
+WHERE instance_id = :instance_id AND name = :name AND state = 'PENDING'
+ORDER BY received_at, event_id;
+
+-- name: select_inbox
+SELECT * FROM lf_inbox WHERE instance_id = :instance_id ORDER BY received_at, event_id;
+
+-- name: consume_delivery
+-- Conditional on the event still being pending: one event answers one wait, once.
+UPDATE lf_inbox
+SET state = 'CONSUMED', consumed_seq = :seq, consumed_generation = :generation
+WHERE instance_id = :instance_id AND event_id = :event_id AND state = 'PENDING';
+
+-- name: reject_delivery
+UPDATE lf_inbox SET state = 'REJECTED', refusal = 'not-approver', reason = :reason
+WHERE instance_id = :instance_id AND event_id = :event_id AND state = 'PENDING';
+
+-- name: count_pending_deliveries
+SELECT count(*) AS n FROM lf_inbox
+WHERE instance_id = :instance_id AND name = :name AND state = 'PENDING';
+
+-- name: wake_instance
+-- A delivery makes a waiting instance due now; an instance that is running sees it at its wait.
+UPDATE lf_instances SET available_at = LEAST(available_at, :now)
+WHERE instance_id = :instance_id AND status = 'WAITING';

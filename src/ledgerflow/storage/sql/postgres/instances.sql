@@ -1,0 +1,116 @@
+-- Instances: start by business key, claim with a lease, fence every write on the generation.
+--
+-- PostgreSQL dialect: leases are measured by the database's clock, shared by every worker on
+-- every machine; :now is only a test override (NULL in service).
+
+-- name: insert_instance
+-- A new instance, unowned and runnable now. Conflicts on the business key are left to the
+-- caller, which reads the existing instance back.
+INSERT INTO lf_instances (
+    instance_id, tenant, workflow_name, workflow_version, fingerprint, business_key, run,
+    status, owner, generation, lease_expires_at, available_at, input, created_at, updated_at
+) VALUES (
+    :instance_id, :tenant, :workflow_name, :workflow_version, :fingerprint, :business_key, 1,
+    'RUNNING', NULL, 0, NULL, :now, :input, :now, :now
+)
+ON CONFLICT DO NOTHING;
+
+-- name: get_instance
+SELECT * FROM lf_instances WHERE instance_id = :instance_id;
+
+-- name: find_instance
+SELECT * FROM lf_instances
+WHERE tenant = :tenant AND workflow_name = :workflow_name AND business_key = :business_key;
+
+-- name: list_instances
+-- Newest first; every filter is optional.
+SELECT * FROM lf_instances
+WHERE (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:workflow_name AS text) IS NULL OR workflow_name = :workflow_name)
+  AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+ORDER BY created_at DESC, instance_id
+LIMIT :limit;
+
+-- name: select_claimable
+-- Runnable, due, and either unowned or with a lapsed lease. SKIP LOCKED: a row another worker
+-- is claiming right now is passed over instead of waited for.
+SELECT instance_id FROM lf_instances
+WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+  AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
+ORDER BY available_at, instance_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: claim_instance
+-- Take ownership with a new, higher generation. Repeats the claimability test so that two
+-- claimers racing for one instance cannot both win.
+UPDATE lf_instances
+SET owner = :owner, generation = generation + 1,
+    lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)) + :lease_seconds,
+    updated_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+WHERE instance_id = :instance_id
+  AND status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+  AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
+RETURNING *;
+
+-- name: renew_lease
+UPDATE lf_instances
+SET lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)) + :lease_seconds
+WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
+
+-- name: fence_instance
+-- The first statement of every commit: proves the writer still owns this generation.
+UPDATE lf_instances
+SET updated_at = :now
+WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
+
+-- name: set_status
+UPDATE lf_instances
+SET status = :status, result = :result, reason_code = :reason_code, reason = :reason,
+    updated_at = :now
+WHERE instance_id = :instance_id AND generation = :generation AND status = :expected;
+
+-- name: release_instance
+UPDATE lf_instances
+SET owner = NULL, lease_expires_at = NULL, available_at = :available_at, updated_at = :now
+WHERE instance_id = :instance_id AND generation = :generation;
+
+-- name: next_available_at
+-- When the earliest runnable instance becomes claimable: its due time, or for one still held,
+-- the later of that and its lease expiry. A waiting instance counts when its timer is set (a
+-- wait with no timeout is due at :never). NULL when nothing is runnable at all.
+SELECT min(
+    CASE WHEN owner IS NULL THEN available_at ELSE GREATEST(available_at, lease_expires_at) END
+) AS at
+FROM lf_instances
+WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
+   OR (status = 'WAITING' AND available_at < :never);
+
+-- name: count_by_status
+SELECT status, count(*) AS n FROM lf_instances GROUP BY status;
+
+-- name: request_cancel
+-- The first request wins: repeating it changes nothing. It also makes a suspended instance
+-- due now, so that a worker takes it and cancels it without waiting for its wake-up time.
+UPDATE lf_instances
+SET cancel_requested_at = coalesce(cancel_requested_at, :now),
+    cancel_reason = coalesce(cancel_reason, :reason),
+    cancel_compensate = coalesce(cancel_compensate, :compensate),
+    available_at = LEAST(available_at, :now)
+WHERE instance_id = :instance_id
+  AND status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED',
+                     'FORWARD_RECOVERY_REQUIRED', 'MANUAL_INTERVENTION')
+  AND cancel_requested_at IS NULL;
+
+-- name: select_cancel_requests
+-- Instances this owner drives that someone asked to cancel.
+SELECT instance_id FROM lf_instances
+WHERE owner = :owner AND cancel_requested_at IS NOT NULL
+  AND status IN ('RUNNING', 'COMPENSATING', 'CANCELLING');
+
+-- name: lock_instance
+-- Read an instance and hold its row until the transaction ends: a delivery or a cancel request
+-- then serialises with the owner's commits, which lock the same row.
+SELECT * FROM lf_instances WHERE instance_id = :instance_id FOR UPDATE;
