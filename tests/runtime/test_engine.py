@@ -475,3 +475,40 @@ def test_the_store_refuses_failed_once_an_effect_is_confirmed(shop: Shop, url: s
         assert isinstance(error, IllegalTransitionError)
         assert "1 effect(s) are confirmed" in str(error)
         assert engine.get(instance_id).status is lf.InstanceStatus.RUNNING
+
+
+def test_stopping_a_worker_gives_unfinished_leases_back(shop: Shop, url: str) -> None:
+    """A worker stopped while an instance is stuck in a slow local step (past the grace period)
+    cancels it and releases its lease at once: the instance is unowned and claimable now, not
+    when the lease would have lapsed, and a second worker finishes it."""
+    gate = asyncio.Event()
+
+    async def slow() -> str:
+        await gate.wait()
+        return "done"
+
+    @shop.registry.workflow(name="slow", version=1)
+    async def slow_flow(ctx: lf.WorkflowContext, _: None) -> str:
+        value: str = await ctx.step("slow", slow)
+        return value
+
+    async def main() -> None:
+        async with lf.Engine(url, shop.registry) as engine:
+            started = await engine.start("slow", key="s-stop", input=None)
+            worker = engine.worker(lease_seconds=60, poll_seconds=0.01)
+            running = asyncio.create_task(worker.run(grace_seconds=0.05))
+            for _ in range(1000):  # Bounded: at most ~10 s for the claim.
+                if worker.in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            assert worker.in_flight == 1
+            worker.stop()
+            await running
+            record = await engine.get(started.instance_id)
+            assert record.owner is None
+            assert record.status is lf.InstanceStatus.RUNNING
+            gate.set()
+            await _run(engine)
+            assert await engine.result(started.instance_id, timeout=5) == "done"
+
+    asyncio.run(main())

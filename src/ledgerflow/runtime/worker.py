@@ -18,7 +18,7 @@ import socket
 import uuid
 
 from ledgerflow import limits
-from ledgerflow.errors import ConfigurationError, StorageUnavailableError
+from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
@@ -26,7 +26,7 @@ from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
-from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.records import Commit, InstanceRecord, Release
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -215,11 +215,30 @@ class Worker:
                 self.executor.cancel_requested(instance_id)
 
     async def _drain(self, grace_seconds: float) -> None:
-        tasks = [task for task, _ in self._running.values()]
-        if not tasks:
+        """Stopping: let in-flight instances finish within the grace period, then stop the
+        rest and give their leases back at once, so another worker resumes them now rather
+        than when the leases lapse. A stopped dispatch is resumed as UNKNOWN and resolved."""
+        running = dict(self._running)
+        if not running:
             return
-        _, pending = await asyncio.wait(tasks, timeout=grace_seconds)
+        _, pending = await asyncio.wait([t for t, _ in running.values()], timeout=grace_seconds)
+        if not pending:
+            return
         for task in pending:
             task.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        await asyncio.wait(pending)
+        stopped = [
+            Commit(
+                instance_id=instance_id,
+                owner=self.id,
+                generation=generation,
+                writes=(Release(available_at=self.clock.now()),),
+            )
+            for instance_id, (task, generation) in running.items()
+            if task in pending
+        ]
+        if stopped:
+            with contextlib.suppress(StorageError):
+                # A refused release (fenced: it already let go, or another worker took over) is
+                # fine as it is; the results are not errors to raise.
+                await self.store.call(self.store.store.commit, stopped, now=self.clock.now())
