@@ -103,6 +103,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "consumed_seq",
         "consumed_generation",
     ],
+    "lf_limits": ["scope", "in_flight_max"],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -121,6 +122,7 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_effects": {("effect_id",), ("idempotency_key",)},
     "lf_events": {("event_id",)},
     "lf_inbox": {("instance_id", "event_id")},
+    "lf_limits": {("scope",)},
     "lf_schema_migrations": {("version",)},
 }
 

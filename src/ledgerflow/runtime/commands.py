@@ -16,6 +16,7 @@ from typing import Any
 from ledgerflow import limits
 from ledgerflow.errors import (
     ConcurrencyError,
+    ConfigurationError,
     IllegalTransitionError,
     InstanceNotFoundError,
     PayloadError,
@@ -273,6 +274,19 @@ class Commands:
             if spec.get("event") == name and allowed and sender not in allowed:
                 return f"{sender!r} may not approve {name!r}"
         return None
+
+    def set_concurrency_limit(
+        self, *, workflow: str | None, tenant: str | None, in_flight_max: int | None
+    ) -> None:
+        if (workflow is None) == (tenant is None):
+            raise ConfigurationError("a concurrency limit names a workflow or a tenant, not both")
+        if (
+            in_flight_max is not None
+            and not 0 <= in_flight_max <= limits.WORKER_CONCURRENCY_MAX * 1000
+        ):
+            raise ConfigurationError(f"in_flight_max must be >= 0, got {in_flight_max}")
+        scope = f"workflow:{workflow}" if workflow is not None else f"tenant:{tenant}"
+        self.store.set_limit(scope, in_flight_max)
 
     def get(self, instance_id: str) -> InstanceRecord:
         record = self.store.get_instance(InstanceId(instance_id))

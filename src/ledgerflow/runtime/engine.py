@@ -174,6 +174,23 @@ class Engine:
             worker.wake()
         return delivered
 
+    async def set_concurrency_limit(
+        self,
+        *,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        in_flight_max: int | None,
+    ) -> None:
+        """Allow at most ``in_flight_max`` instances of a workflow (or of a tenant) to be driven
+        at once, across every worker on this store; ``None`` removes the limit. The limit is
+        data in the store, enforced by the claim itself."""
+        await self._call(
+            self._core.set_concurrency_limit,
+            workflow=workflow,
+            tenant=tenant,
+            in_flight_max=in_flight_max,
+        )
+
     async def cancel(
         self, instance_id: str, *, reason: str, compensate: bool = True
     ) -> InstanceRecord:
@@ -324,6 +341,17 @@ class SyncEngine:
             reason=reason,
             event_id=event_id,
             now=time.time(),
+        )
+
+    def set_concurrency_limit(
+        self,
+        *,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        in_flight_max: int | None,
+    ) -> None:
+        self._core.set_concurrency_limit(
+            workflow=workflow, tenant=tenant, in_flight_max=in_flight_max
         )
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:

@@ -118,6 +118,8 @@ class SqlStore(InboxStore, abc.ABC):
     ) -> list[InstanceRecord]:
         claimed: list[InstanceRecord] = []
         with self._write_transaction():
+            # Concurrency limits count owned instances: claims must not count the same slot.
+            self._run("lock_limits", {})
             rows, _ = self._run("select_claimable", {"now": now, "limit": limit})
             for row in rows:
                 try:
@@ -171,6 +173,18 @@ class SqlStore(InboxStore, abc.ABC):
                     instance_id, record.generation, "cancel", None, "requested", now, reason[:500]
                 )
         return record, changed == 1
+
+    def set_limit(self, scope: str, in_flight_max: int | None) -> None:
+        with self._write_transaction():
+            if in_flight_max is None:
+                self._run("delete_limit", {"scope": scope})
+            else:
+                self._run("set_limit", {"scope": scope, "in_flight_max": in_flight_max})
+
+    def limits(self) -> dict[str, int]:
+        with self._read():
+            rows, _ = self._run("select_limits", {})
+        return {r["scope"]: int(r["in_flight_max"]) for r in rows}
 
     def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
         with self._read():

@@ -71,6 +71,13 @@ class Store(Protocol):
 
     def inbox(self, instance_id: InstanceId) -> list[Delivery]: ...
 
+    def set_limit(self, scope: str, in_flight_max: int | None) -> None:
+        """At most ``in_flight_max`` owned instances of ``scope`` ('workflow:NAME' or
+        'tenant:ID') at once across all workers; None removes the limit."""
+        ...
+
+    def limits(self) -> dict[str, int]: ...
+
     def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
         """Instances this owner drives that someone asked to cancel."""
         ...

@@ -38,6 +38,13 @@ SELECT instance_id FROM lf_instances
 WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
   AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
+  AND NOT EXISTS (
+      SELECT 1 FROM lf_limits l
+      WHERE l.scope IN ('workflow:' || lf_instances.workflow_name, 'tenant:' || lf_instances.tenant)
+        AND l.in_flight_max <= (
+            SELECT count(*) FROM lf_instances o
+            WHERE o.owner IS NOT NULL AND o.lease_expires_at > coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+              AND (l.scope = 'workflow:' || o.workflow_name OR l.scope = 'tenant:' || o.tenant)))
 ORDER BY available_at, instance_id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -53,6 +60,13 @@ WHERE instance_id = :instance_id
   AND status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
   AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
+  AND NOT EXISTS (
+      SELECT 1 FROM lf_limits l
+      WHERE l.scope IN ('workflow:' || lf_instances.workflow_name, 'tenant:' || lf_instances.tenant)
+        AND l.in_flight_max <= (
+            SELECT count(*) FROM lf_instances o
+            WHERE o.owner IS NOT NULL AND o.lease_expires_at > coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+              AND (l.scope = 'workflow:' || o.workflow_name OR l.scope = 'tenant:' || o.tenant)))
 RETURNING *;
 
 -- name: renew_lease
