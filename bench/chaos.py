@@ -1,7 +1,7 @@
 """Chaos benchmark: worker processes on PostgreSQL killed and paused while orders run.
 
 The long version of ``tests/chaos/test_chaos.py``, with the same machinery (loaded from
-``tests/chaos/conftest.py``): a participant service process (inventory with a lookup, payment
+``tests/chaos/chaos_harness.py``): a participant service process (inventory with a lookup, payment
 deduplicating, shipping both), ``--workers`` ``ledgerflow worker`` processes (lease 2 s,
 concurrency 16) on a fresh schema, ``--orders`` orders started from this process spread over
 ``--start-seconds``, while a driver with a seeded RNG SIGKILLs a random worker every
@@ -21,7 +21,6 @@ duplicates, lost completions, seconds.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -36,15 +35,9 @@ sys.path.insert(0, str(ROOT / "tests" / "chaos"))
 
 
 def _machinery():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "chaos_machinery", ROOT / "tests" / "chaos" / "conftest.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+    import chaos_harness
+
+    return chaos_harness
 
 
 def main(argv: list[str] | None = None) -> int:
