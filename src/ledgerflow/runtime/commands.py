@@ -28,7 +28,7 @@ from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFu
 from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.runtime.effects import completion_event
+from ledgerflow.runtime.completion import completion_event
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import (
     Delivery,

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from ledgerflow import mutations
-from ledgerflow.errors import EffectFailedError, EffectRejectedError, EventArrivedError
+from ledgerflow.errors import EffectFailedError, EffectRejectedError
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
@@ -35,7 +35,6 @@ from ledgerflow.model.effect import (
     resolve_unknown,
 )
 from ledgerflow.model.ids import (
-    EffectId,
     IdempotencyKey,
     StepSeq,
     command_id,
@@ -43,30 +42,21 @@ from ledgerflow.model.ids import (
     effect_id,
     idempotency_key,
 )
-from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_user, describe_error, error_names
-from ledgerflow.runtime.control import Park, Waiting
+from ledgerflow.runtime.completion import CallbackCompletion
+from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
-    ConsumeDelivery,
-    Delivery,
     EffectRecord,
     EffectWrite,
-    InstanceWrite,
-    NoPendingDelivery,
     StepRecord,
     StepWrite,
 )
 
 
-def completion_event(effect: EffectId) -> str:
-    """The inbox name under which a participant's callback completes an asynchronous effect."""
-    return f"complete:{effect}"
-
-
-class EffectDriver:
+class EffectDriver(CallbackCompletion):
     def __init__(
         self,
         *,
@@ -276,89 +266,6 @@ class EffectDriver:
         )
         faults.point(f"{self.points}.after_outcome", **self._where(attempt))
         return self.s.codec.decode(sent)
-
-    async def _await_completion(self, *, attempt: int) -> Any:
-        """Wait (durably, WAITING) for the participant's callback; no callback by the
-        deadline makes the outcome UNKNOWN, settled like any other."""
-        s = self.s
-        name = completion_event(self.effect_id)
-        step = s.step(self.seq)
-        due = step.next_attempt_at if step and step.next_attempt_at else s.clock.now()
-        while True:
-            found = await s.store.call(s.store.store.pending_deliveries, s.instance_id, name)
-            if found:
-                return await self._completed(found[0], attempt=attempt)
-            if s.clock.now() < due:
-                await s.commit(
-                    InstanceWrite(
-                        status=InstanceStatus.WAITING,
-                        expected=s.status,
-                        reason_code="awaiting_callback",
-                        reason=f"step {self.seq} ({self.name})",
-                        release=True,
-                        available_at=due,
-                    )
-                )
-                raise Waiting
-            try:
-                await s.commit(
-                    NoPendingDelivery(name=name),
-                    self._effect(
-                        EffectState.UNKNOWN,
-                        EffectState.ACCEPTED,
-                        attempt=attempt,
-                        doubt=attempt,
-                        reason="no completion callback before the deadline",
-                    ),
-                )
-            except EventArrivedError:
-                continue  # The callback won the race.
-            return await self._resolve()
-
-    async def _completed(self, delivery: Delivery, *, attempt: int) -> Any:
-        s = self.s
-        body = s.codec.decode(delivery.payload)
-        consume = ConsumeDelivery(event_id=delivery.event_id, seq=self.seq)
-        if body.get("applied"):
-            evidence = s.codec.encode(body.get("evidence"))
-            await s.commit(
-                consume,
-                self._effect(
-                    EffectState.CONFIRMED,
-                    EffectState.ACCEPTED,
-                    attempt=attempt,
-                    evidence=evidence,
-                    detail=f"callback {delivery.event_id}",
-                ),
-                self._step(
-                    StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=evidence
-                ),
-            )
-            return s.codec.decode(evidence)
-        reason = f"the participant called back: not applied ({body.get('reason')})"[:500]
-        effect = s.effect(self.seq)
-        if effect is not None and effect.doubt:
-            await s.commit(
-                consume,
-                self._effect(
-                    EffectState.UNKNOWN,
-                    EffectState.ACCEPTED,
-                    attempt=attempt,
-                    reason=f"{reason}, but attempt {effect.doubt} is in doubt",
-                ),
-            )
-            return await self._resolve()
-        await s.commit(
-            consume,
-            self._effect(EffectState.FAILED, EffectState.ACCEPTED, attempt=attempt, reason=reason),
-            self._step(
-                StepStatus.FAILED,
-                StepStatus.STARTED,
-                attempt=attempt,
-                error=s.codec.encode({"message": reason}),
-            ),
-        )
-        raise self._failed(reason)
 
     async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Any:
         error = self.s.codec.encode(describe_error(rejection))
