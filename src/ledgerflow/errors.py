@@ -25,6 +25,11 @@
         ├── EffectFailedError         an effect is proven not applied and no attempt is left
         └── WaitTimeoutError          a wait's timeout came before its event
 
+    OperatorError                 an operator command could not be carried out; nothing changed
+    ├── NotAuthorizedError        the actor holds no role that allows this command
+    └── RepairRefusedError        the state machine or the ledger forbids this repair here
+        └── StalePreconditionError  the state the repair expected is gone (someone acted first)
+
     EffectRejectedError (also a LedgerflowError) is what participant code raises to prove that
     the effect was *not* applied; any other exception from a dispatch means UNKNOWN.
 
@@ -197,3 +202,27 @@ class EffectRejectedError(LedgerflowError):
         super().__init__(message, error_code=error_code)
         self.error_code = error_code
         self.retryable = retryable
+
+
+class OperatorError(LedgerflowError):
+    """An operator command could not be carried out; nothing was changed."""
+
+    code = "LF700"
+
+
+class NotAuthorizedError(OperatorError):
+    """The actor holds no role that allows this command."""
+
+    code = "LF701"
+
+
+class RepairRefusedError(OperatorError):
+    """The state machine or the ledger forbids this repair from the instance's current state."""
+
+    code = "LF702"
+
+
+class StalePreconditionError(RepairRefusedError):
+    """The state the repair was planned against is gone: someone else acted first."""
+
+    code = "LF703"

@@ -42,6 +42,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "cancel_requested_at",
         "cancel_reason",
         "cancel_compensate",
+        "lease_expiries",
     ],
     "lf_steps": [
         "instance_id",
@@ -78,6 +79,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "generation",
         "updated_at",
         "compensates",
+        "reconciled_at",
     ],
     "lf_events": [
         "event_id",
@@ -104,6 +106,46 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "consumed_generation",
     ],
     "lf_limits": ["scope", "in_flight_max"],
+    "lf_audit": [
+        "audit_id",
+        "at",
+        "actor",
+        "role",
+        "kind",
+        "instance_id",
+        "target",
+        "fingerprint",
+        "outcome",
+        "reason",
+        "evidence",
+        "plan",
+        "refusal",
+        "generation_before",
+        "generation_after",
+    ],
+    "lf_attention": [
+        "flag_id",
+        "instance_id",
+        "reason_code",
+        "evidence",
+        "detected_at",
+        "detected_by",
+        "cleared_at",
+        "cleared_by",
+        "cleared_reason",
+    ],
+    "lf_reconciliations": [
+        "run_id",
+        "actor",
+        "started_at",
+        "finished_at",
+        "compared",
+        "matched",
+        "corrected",
+        "escalated",
+        "unreachable",
+        "details",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -114,6 +156,11 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_effects_compensates": ("lf_effects", ["compensates"]),
     "lf_inbox_pending": ("lf_inbox", ["instance_id", "name", "state", "received_at"]),
     "lf_events_instance": ("lf_events", ["instance_id", "event_id"]),
+    "lf_audit_instance": ("lf_audit", ["instance_id", "audit_id"]),
+    "lf_audit_fingerprint": ("lf_audit", ["fingerprint", "audit_id"]),
+    "lf_audit_at": ("lf_audit", ["at"]),
+    "lf_attention_open": ("lf_attention", ["instance_id", "reason_code"]),
+    "lf_attention_detected": ("lf_attention", ["detected_at"]),
 }
 # Uniqueness the protocol depends on: table -> unique column sets (primary keys included).
 DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
@@ -123,6 +170,10 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_events": {("event_id",)},
     "lf_inbox": {("instance_id", "event_id")},
     "lf_limits": {("scope",)},
+    "lf_audit": {("audit_id",)},
+    # At most one open flag per instance and reason (a partial index: cleared flags are kept).
+    "lf_attention": {("flag_id",), ("instance_id", "reason_code")},
+    "lf_reconciliations": {("run_id",)},
     "lf_schema_migrations": {("version",)},
 }
 
