@@ -1,0 +1,194 @@
+"""The Ledgerflow side of ``bench/compare.py``: the workloads, run in a role subprocess.
+
+Only the public API: ``lf.Registry``, ``lf.Participant``, ``lf.Engine``, ``engine.worker``.
+An instance's end is seen through ``Worker.driven`` (counted when the worker's task for the
+instance is done, i.e. after its terminal commit), polled every millisecond: the public API has
+no awaitable "this instance ended" in the process that drives it, and ``Engine.result`` polls
+the store with a backoff from 10 ms, which would measure the poll rather than the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sqlite3
+import time
+from typing import Any
+
+from compare_common import (
+    DONE_POLL_SECONDS,
+    RUN_SECONDS_MAX,
+    Desk,
+    Marks,
+    block_step2,
+    ready_then_wait_go,
+    report,
+    say,
+    tell,
+    wait_exit,
+)
+
+import ledgerflow as lf
+from ledgerflow import InstanceStatus
+
+CONCURRENCY_MAX = 1_000  # the worker's own ceiling (ledgerflow.limits.WORKER_CONCURRENCY_MAX)
+
+registry = lf.Registry()
+desk = registry.add_participant(lf.Participant("desk", deduplicates=True))
+DESK = Desk()
+MARKS = Marks()
+
+
+@desk.effect(classification="forward-recovery-only")
+async def record(call: lf.EffectCall) -> dict[str, Any]:
+    MARKS.step_ran(call.payload["n"])
+    return DESK.apply(call.idempotency_key, call.payload)
+
+
+# The steps are ``async def``: trivial code belongs on the loop, and a plain function would
+# add a thread hop per step that the workload is not about.
+async def one(n: int) -> int:
+    MARKS.step_ran(n)
+    return n + 1
+
+
+async def two(n: int) -> int:
+    MARKS.step_ran(n)
+    if block_step2():
+        MARKS.step2_reached()
+        await asyncio.Event().wait()  # until SIGKILL
+    return n + 2
+
+
+async def three(n: int) -> int:
+    MARKS.step_ran(n)
+    return n + 3
+
+
+@registry.workflow(name="steps3", version=1)
+async def steps3(ctx: lf.WorkflowContext, n: int) -> int:
+    a = await ctx.step("one", one, n)
+    b = await ctx.step("two", two, n)
+    c = await ctx.step("three", three, n)
+    return int(a + b + c)
+
+
+@registry.workflow(name="effects3", version=1)
+async def effects3(ctx: lf.WorkflowContext, n: int) -> int:
+    entries = 0
+    for i in range(3):
+        evidence = await ctx.effect(record, {"n": n, "i": i}, name=f"record{i}")
+        entries += evidence["entry"]
+    return entries
+
+
+async def wait_driven(worker: lf.Worker, count: int, deadline: float) -> None:
+    while worker.driven < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {worker.driven} of {count} instances ended in time")
+        await asyncio.sleep(DONE_POLL_SECONDS)
+
+
+async def succeeded(engine: lf.Engine) -> int:
+    counts = await asyncio.to_thread(engine.store.count_by_status)
+    return int(counts.get(InstanceStatus.SUCCEEDED, 0))
+
+
+def durability_seen(engine: lf.Engine, args: argparse.Namespace) -> dict[str, str]:
+    """What the store runs with, read back: the journal mode from the file itself (a property
+    of the file) and the store's ``synchronous`` setting (per connection, so not visible from
+    another one). PostgreSQL's synchronous_commit is the server's: Ledgerflow never sets it."""
+    if args.backend != "sqlite":
+        return {}
+    with contextlib.closing(sqlite3.connect(args.path)) as conn:
+        mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+    return {"journal_mode": mode, "synchronous": str(getattr(engine.store, "synchronous", "?"))}
+
+
+async def run_timed(engine: lf.Engine, args: argparse.Namespace) -> dict[str, Any]:
+    n = args.n
+    sequential = args.mode == "sequential"
+    worker = engine.worker(concurrency=1 if sequential else min(n, CONCURRENCY_MAX))
+    running = asyncio.create_task(worker.run())
+    deadline = time.monotonic() + RUN_SECONDS_MAX
+    t0 = time.perf_counter()
+    for i in range(n):
+        MARKS.start_called(i)
+        await engine.start(args.workload, key=f"{args.workload}-{i}", input=i)
+        if sequential:
+            await wait_driven(worker, i + 1, deadline)
+    await wait_driven(worker, n, deadline)
+    seconds = time.perf_counter() - t0
+    worker.stop()
+    await running
+    return {
+        "n": n,
+        "seconds": round(seconds, 4),
+        "wps": round(n / seconds, 2),
+        "start_latency_ms": MARKS.start_latency_ms(),
+        "succeeded": await succeeded(engine),
+        "effect_calls": DESK.calls,
+        "durability_seen": durability_seen(engine, args),
+    }
+
+
+async def run_recovery_load(engine: lf.Engine, args: argparse.Namespace) -> None:
+    """Start n instances and let every one block in step 2; the orchestrator then SIGKILLs us."""
+    MARKS.expected = args.n
+    worker = engine.worker(
+        concurrency=min(args.n, CONCURRENCY_MAX), lease_seconds=args.lease_seconds
+    )
+    running = asyncio.create_task(worker.run())
+    for i in range(args.n):
+        await engine.start(args.workload, key=f"recovery-{i}", input=i)
+    deadline = time.monotonic() + RUN_SECONDS_MAX
+    while not MARKS.all_reached.is_set():
+        if time.monotonic() > deadline or running.done():
+            raise RuntimeError(f"only {MARKS.reached_step2} instances reached step 2")
+        await asyncio.sleep(DONE_POLL_SECONDS)
+    tell("started")
+    await asyncio.Event().wait()
+
+
+async def run_recovery_finish(args: argparse.Namespace) -> None:
+    """A fresh process: open the store, run a worker until every interrupted instance ended."""
+    ready_then_wait_go()
+    t0 = time.perf_counter()
+    async with lf.Engine(args.db, registry) as engine:
+        worker = engine.worker(concurrency=min(args.n, CONCURRENCY_MAX))
+        running = asyncio.create_task(worker.run())
+        await wait_driven(worker, args.n, time.monotonic() + RUN_SECONDS_MAX)
+        seconds = time.perf_counter() - t0
+        worker.stop()
+        await running
+        report(
+            {
+                "n": args.n,
+                "seconds": round(seconds, 4),
+                "wps": round(args.n / seconds, 2),
+                "start_latency_ms": MARKS.start_latency_ms(since=t0),
+                "succeeded": await succeeded(engine),
+            }
+        )
+        await asyncio.to_thread(wait_exit)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    if args.mode == "recovery-finish":
+        await run_recovery_finish(args)
+        return
+    async with lf.Engine(args.db, registry) as engine:
+        await asyncio.to_thread(ready_then_wait_go)
+        if args.mode == "recovery-load":
+            await run_recovery_load(engine, args)
+            return
+        figures = await run_timed(engine, args)
+        say(f"ledgerflow {args.workload} {args.mode}: {figures['wps']} wf/s")
+        report(figures)
+        await asyncio.to_thread(wait_exit)
+
+
+def run_role(args: argparse.Namespace) -> int:
+    asyncio.run(main_async(args))
+    return 0
