@@ -38,3 +38,11 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 WAIT_FOREVER_AT = 1e15
 # Event ids, signal names and senders.
 EVENT_ID_LENGTH_MAX = 200
+# Reconciliation (issue 7, Part C): effects one run compares with their participants' facts,
+# corrections one run may apply, and runs one listing shows. A run is bounded so that a large
+# ledger is covered over several runs (least recently compared first), never in one burst of
+# lookups against the participants.
+RECONCILE_LIMIT_DEFAULT = 100
+RECONCILE_LIMIT_MAX = 10_000
+RECONCILE_CORRECTIONS_DEFAULT = 20
+RECONCILE_RUNS_LISTED_MAX = 1_000

@@ -62,6 +62,12 @@ EXPECTED_INSTANCE: dict[tuple[InstanceStatus, InstanceEvent], InstanceStatus] = 
     (Inst.CANCELLING, InstEv.PARK): Inst.MANUAL_INTERVENTION,
     (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_RESUME): Inst.RUNNING,
     (Inst.FORWARD_RECOVERY_REQUIRED, InstEv.OPERATOR_RESUME): Inst.RUNNING,
+    # Audited repairs (docs/operators.md): resume where it was parked from; end it only where
+    # the ledger backs the ending (checked by the repair planner and, for FAILED, the store).
+    (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_RESUME_COMPENSATION): Inst.COMPENSATING,
+    (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_RESUME_CANCELLATION): Inst.CANCELLING,
+    (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_FAIL): Inst.FAILED,
+    (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_COMPENSATED): Inst.COMPENSATED,
 }
 EXPECTED_INSTANCE_TERMINAL = {
     Inst.SUCCEEDED,
@@ -75,11 +81,20 @@ EXPECTED_INSTANCE_TERMINAL = {
 OPERATOR_EDGES = {
     (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_RESUME),
     (Inst.FORWARD_RECOVERY_REQUIRED, InstEv.OPERATOR_RESUME),
+    (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_RESUME_COMPENSATION),
+    (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_RESUME_CANCELLATION),
+    (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_FAIL),
+    (Inst.MANUAL_INTERVENTION, InstEv.OPERATOR_COMPENSATED),
 }
+# The operator edges out of FAILED steps and effects: a retry under the original identity, a
+# recorded substitute (steps) or a person's evidence that a compensation is settled (effects).
+STEP_OPERATOR_EDGES = {(Step.FAILED, StepEv.OPERATOR_RETRY), (Step.FAILED, StepEv.OPERATOR_SKIP)}
+EFFECT_OPERATOR_EDGES = {(Eff.FAILED, EffEv.OPERATOR_RETRY), (Eff.FAILED, EffEv.OPERATOR_SATISFY)}
 
 # A step (NEW = no row yet) is started, completed, scheduled for a retry or failed; a local step
 # that succeeds or fails at its first try is journaled once, directly in its outcome. STARTED
-# again is a re-dispatch of the same command. COMPLETED and FAILED are final.
+# again is a re-dispatch of the same command. COMPLETED is final; FAILED is left only by an
+# audited operator repair (one more attempt, or a recorded substitute result).
 EXPECTED_STEP: dict[tuple[StepStatus, StepEvent], StepStatus] = {
     (Step.NEW, StepEv.START): Step.STARTED,
     (Step.NEW, StepEv.COMPLETE): Step.COMPLETED,
@@ -93,13 +108,17 @@ EXPECTED_STEP: dict[tuple[StepStatus, StepEvent], StepStatus] = {
     (Step.RETRY_SCHEDULED, StepEv.COMPLETE): Step.COMPLETED,
     (Step.RETRY_SCHEDULED, StepEv.SCHEDULE_RETRY): Step.RETRY_SCHEDULED,
     (Step.RETRY_SCHEDULED, StepEv.FAIL): Step.FAILED,
+    (Step.FAILED, StepEv.OPERATOR_RETRY): Step.RETRY_SCHEDULED,
+    (Step.FAILED, StepEv.OPERATOR_SKIP): Step.COMPLETED,
 }
 EXPECTED_STEP_TERMINAL = {Step.COMPLETED, Step.FAILED}
 
 # "The effect protocol": the intent is written first (NEW -> INTENDED); its outcome is
 # CONFIRMED, FAILED (proven not applied) or UNKNOWN. UNKNOWN is left only by evidence (confirm,
 # reject-final) or by a re-dispatch under the same key; it never becomes UNKNOWN "again", and
-# nothing leaves CONFIRMED or FAILED (an effect is never applied twice or revived). A
+# nothing leaves CONFIRMED (an effect is never applied twice). FAILED (proven not applied) is
+# left only by an audited operator repair: one more attempt under the same key, or a person's
+# evidence that a failed compensation is settled (SATISFIED). A
 # compensation is PLANNED when the instance starts compensating; from there it is intended, or
 # SATISFIED (its precondition shows the participant's state already reflects it: not applied).
 EXPECTED_EFFECT: dict[tuple[EffectState, EffectEvent], EffectState] = {
@@ -118,6 +137,8 @@ EXPECTED_EFFECT: dict[tuple[EffectState, EffectEvent], EffectState] = {
     (Eff.UNKNOWN, EffEv.CONFIRM): Eff.CONFIRMED,
     (Eff.UNKNOWN, EffEv.REJECT_FINAL): Eff.FAILED,
     (Eff.UNKNOWN, EffEv.REDISPATCH): Eff.INTENDED,
+    (Eff.FAILED, EffEv.OPERATOR_RETRY): Eff.INTENDED,
+    (Eff.FAILED, EffEv.OPERATOR_SATISFY): Eff.SATISFIED,
 }
 EXPECTED_EFFECT_TERMINAL = {Eff.CONFIRMED, Eff.FAILED, Eff.SATISFIED}
 
@@ -221,10 +242,15 @@ def test_terminal_states_have_no_edges_but_the_operator_ones(
     """Goal: nothing moves a terminal state except the documented operator edges.
 
     Method: collect every allowed edge whose source is terminal; for the instance machine it
-    must be exactly the two OPERATOR_RESUME edges, for steps and effects there must be none.
+    must be exactly the documented operator edges (for steps and effects: the FAILED ones).
     """
     out_of_terminal = {(s, e) for s, e, _ in machine.edges() if machine.is_terminal(s)}
-    assert out_of_terminal == (OPERATOR_EDGES if name == "instance" else set())
+    documented = {
+        "instance": OPERATOR_EDGES,
+        "step": STEP_OPERATOR_EDGES,
+        "effect": EFFECT_OPERATOR_EDGES,
+    }
+    assert out_of_terminal == documented[name]
 
 
 @pytest.mark.parametrize(("name", "machine", "expected", "states"), CASES)
@@ -274,8 +300,9 @@ def test_nothing_returns_to_new() -> None:
 def test_targets_and_check_edge_follow_the_table() -> None:
     """Goal: the edge-level helpers the store uses agree with the event-level table.
 
-    Method: for every (state, target) pair of every machine, ``check_edge`` passes exactly when
-    some expected event leads there, otherwise it raises IllegalTransitionError carrying the
+    Method: for every (state, target) pair of every machine, ``check_edge`` (for an operator,
+    who may take every edge) passes exactly when some expected event leads there, otherwise it
+    raises IllegalTransitionError carrying the
     machine, the state and the refused target (in ``event``).
     """
     for _, machine, expected, states in CASES:
@@ -283,7 +310,7 @@ def test_targets_and_check_edge_follow_the_table() -> None:
             designed = any(s is state and t is target for (s, _), t in expected.items())
             assert (target in machine.targets(state)) is designed
             if designed:
-                machine.check_edge(state, target)
+                machine.check_edge(state, target, by_operator=True)
                 continue
             with pytest.raises(IllegalTransitionError) as refused:
                 machine.check_edge(state, target)
@@ -333,3 +360,28 @@ def test_failed_only_when_no_effect_was_confirmed(effects_confirmed: int, pivot:
     )
     assert (status is Inst.FAILED) is (effects_confirmed == 0 and not pivot)
     assert (status is Inst.FORWARD_RECOVERY_REQUIRED) is pivot
+
+
+@pytest.mark.parametrize(("name", "machine", "expected", "states"), CASES)
+def test_operator_edges_are_refused_to_a_workers_write(
+    name: str,
+    machine: Machine[Any, Any],
+    expected: Mapping[tuple[Any, Any], Any],
+    states: type[enum.Enum],
+) -> None:
+    """Goal: the edges added for audited repairs cannot be taken by a worker's commit.
+
+    Method: for every operator-only edge, ``check_edge`` refuses it unless ``by_operator``.
+    """
+    for state, event, target in machine.edges():
+        if event not in machine.operator_only:
+            continue
+        if any(
+            t == target and e not in machine.operator_only
+            for (s, e), t in machine.table.items()
+            if s == state
+        ):
+            continue  # the same move is also a worker's edge under another event
+        machine.check_edge(state, target, by_operator=True)
+        with pytest.raises(IllegalTransitionError):
+            machine.check_edge(state, target)

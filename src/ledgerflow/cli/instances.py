@@ -489,11 +489,23 @@ def detail_json(detail: InstanceDetail) -> dict[str, Any]:
 @db_option
 @json_option
 def show(instance_id: str, db: str, as_json: bool) -> None:
-    """Show instance ID: its header, step and effect ledgers, inbox and timeline."""
+    """Show instance ID: its header, step and effect ledgers, inbox, timeline, open attention
+    flags and the audit records of its repairs."""
+    # Imported here: the repairs module builds on this one's tables and formatting.
+    from ledgerflow.cli.repairs import audit_json, audit_table, flags_of
+
     with _store_engine(db) as engine:
         detail = engine.detail(instance_id)
+        audit = engine.store.audit_records(instance_id=detail.instance.instance_id, limit=1000)
+        flags = flags_of(engine.store, detail.instance.instance_id)
     if as_json:
-        _echo_json(detail_json(detail))
+        _echo_json(
+            {
+                **detail_json(detail),
+                "audit": [audit_json(a) for a in audit],
+                "flags": [record_json(f) for f in flags],
+            }
+        )
         return
     out = console()
     out.print(header_table(detail.instance))
@@ -503,6 +515,10 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
     if detail.inbox:
         out.print(inbox_table(detail.inbox))
     out.print(events_table(detail.events))
+    if flags:
+        out.print(Text("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))
+    if audit:
+        out.print(audit_table(audit, title="audit (repairs of this instance)"))
 
 
 def register(group: click.Group) -> None:

@@ -9,8 +9,11 @@ import sys
 
 import click
 
+from ledgerflow.cli.attention import register as register_attention
 from ledgerflow.cli.demo import register as register_demo
 from ledgerflow.cli.instances import register as register_instances
+from ledgerflow.cli.reconcile import register as register_reconcile
+from ledgerflow.cli.repairs import register as register_repairs
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signals
 from ledgerflow.cli.verify import register as register_verify
@@ -30,6 +33,9 @@ register_demo(cli)
 register_verify(cli)
 register_serve(cli)
 register_signals(cli)
+register_repairs(cli)
+register_attention(cli)
+register_reconcile(cli)
 
 
 def main() -> None:

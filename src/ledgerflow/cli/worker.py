@@ -10,6 +10,7 @@ import click
 
 from ledgerflow import limits
 from ledgerflow.cli.loading import db_option, load_registry
+from ledgerflow.operators.reconcile import reconcile_task
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
 
@@ -21,6 +22,14 @@ from ledgerflow.runtime.engine import Engine
 @click.option("--lease-seconds", default=limits.LEASE_SECONDS_DEFAULT, show_default=True)
 @click.option("--poll-seconds", default=limits.POLL_SECONDS_DEFAULT, show_default=True)
 @click.option("--until-idle", is_flag=True, help="Exit once nothing is runnable or in flight.")
+@click.option(
+    "--reconcile-seconds",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="Reconcile with the participants every this many seconds (0: off). Every worker "
+    "with it on asks the same lookups, so turn it on in one or a few workers.",
+)
 def worker(
     target: str,
     db: str,
@@ -28,6 +37,7 @@ def worker(
     lease_seconds: float,
     poll_seconds: float,
     until_idle: bool,
+    reconcile_seconds: float,
 ) -> None:
     """Run the workflows of MODULE:OBJECT (a ledgerflow.Registry) from the store.
 
@@ -46,6 +56,15 @@ def worker(
             runner = engine.worker(
                 concurrency=concurrency, lease_seconds=lease_seconds, poll_seconds=poll_seconds
             )
+            if reconcile_seconds > 0:
+                runner.periodic.add(
+                    reconcile_task(
+                        runner.store,
+                        registry,
+                        clock=runner.clock,
+                        interval_seconds=reconcile_seconds,
+                    )
+                )
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, runner.stop)

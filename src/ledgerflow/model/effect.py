@@ -43,6 +43,11 @@ class EffectEvent(enum.Enum):
     # Dispatch again under the same key: after a proven failure with attempts left, or after a
     # lookup proved "not applied", or to a deduplicating participant after an UNKNOWN.
     REDISPATCH = "redispatch"
+    # Operator repairs only. A FAILED effect was proven not applied, so one more attempt under
+    # the same key cannot apply it twice; a FAILED compensation a person settled by other means
+    # is SATISFIED with their evidence.
+    OPERATOR_RETRY = "operator-retry"
+    OPERATOR_SATISFY = "operator-satisfy"
 
 
 _S = EffectState
@@ -66,8 +71,11 @@ EFFECT_MACHINE: Machine[EffectState, EffectEvent] = Machine(
         (_S.UNKNOWN, _E.CONFIRM): _S.CONFIRMED,
         (_S.UNKNOWN, _E.REJECT_FINAL): _S.FAILED,
         (_S.UNKNOWN, _E.REDISPATCH): _S.INTENDED,
+        (_S.FAILED, _E.OPERATOR_RETRY): _S.INTENDED,
+        (_S.FAILED, _E.OPERATOR_SATISFY): _S.SATISFIED,
     },
     terminal=frozenset({_S.CONFIRMED, _S.FAILED, _S.SATISFIED}),
+    operator_only=frozenset({_E.OPERATOR_RETRY, _E.OPERATOR_SATISFY}),
 )
 
 

@@ -54,6 +54,12 @@ class InstanceEvent(enum.Enum):
     CANCELLATION_DONE = "cancellation-done"
     PARK = "park"
     OPERATOR_RESUME = "operator-resume"
+    # Operator repairs (audited, see docs/operators.md): resume a parked instance where it was
+    # parked from, and the two endings a person may state once the ledger proves them.
+    OPERATOR_RESUME_COMPENSATION = "operator-resume-compensation"
+    OPERATOR_RESUME_CANCELLATION = "operator-resume-cancellation"
+    OPERATOR_FAIL = "operator-fail"
+    OPERATOR_COMPENSATED = "operator-compensated"
 
 
 _S = InstanceStatus
@@ -79,8 +85,24 @@ INSTANCE_MACHINE: Machine[InstanceStatus, InstanceEvent] = Machine(
         # Only an operator brings a parked or forward-only instance back to life.
         (_S.MANUAL_INTERVENTION, _E.OPERATOR_RESUME): _S.RUNNING,
         (_S.FORWARD_RECOVERY_REQUIRED, _E.OPERATOR_RESUME): _S.RUNNING,
+        # Parked while compensating or cancelling: resuming continues that, never the workflow.
+        (_S.MANUAL_INTERVENTION, _E.OPERATOR_RESUME_COMPENSATION): _S.COMPENSATING,
+        (_S.MANUAL_INTERVENTION, _E.OPERATOR_RESUME_CANCELLATION): _S.CANCELLING,
+        # A person may end a parked instance only where the ledger backs it: FAILED when no
+        # effect is confirmed or in doubt (the store refuses it otherwise too), COMPENSATED
+        # when every planned compensation is done (model/repair.py checks both).
+        (_S.MANUAL_INTERVENTION, _E.OPERATOR_FAIL): _S.FAILED,
+        (_S.MANUAL_INTERVENTION, _E.OPERATOR_COMPENSATED): _S.COMPENSATED,
     },
     terminal=TERMINAL_STATUSES,
+    operator_only=frozenset(
+        {
+            _E.OPERATOR_RESUME_COMPENSATION,
+            _E.OPERATOR_RESUME_CANCELLATION,
+            _E.OPERATOR_FAIL,
+            _E.OPERATOR_COMPENSATED,
+        }
+    ),
 )
 
 

@@ -25,6 +25,9 @@ class Machine(Generic[S, E]):
     name: str
     table: Mapping[tuple[S, E], S]
     terminal: frozenset[S]
+    # Events only an audited operator repair may cause: a worker's write along one of these
+    # edges is refused by the store (see check_edge).
+    operator_only: frozenset[E] = frozenset()
 
     def allows(self, state: S, event: E) -> bool:
         return (state, event) in self.table
@@ -42,9 +45,15 @@ class Machine(Generic[S, E]):
         """Every state reachable from ``state`` in one allowed transition."""
         return frozenset(t for (s, _), t in self.table.items() if s == state)
 
-    def check_edge(self, state: S, target: S) -> None:
-        """Refuse a write that moves ``state`` to ``target`` by no allowed transition."""
-        if target not in self.targets(state):
+    def check_edge(self, state: S, target: S, *, by_operator: bool = False) -> None:
+        """Refuse a write that moves ``state`` to ``target`` by no allowed transition (for a
+        worker's write, by no transition other than an operator-only one)."""
+        allowed = {
+            t
+            for (s, e), t in self.table.items()
+            if s == state and (by_operator or e not in self.operator_only)
+        }
+        if target not in allowed:
             raise IllegalTransitionError(
                 f"{self.name}: no transition from {state.value} to {target.value}",
                 machine=self.name,

@@ -35,6 +35,10 @@ class StepEvent(enum.Enum):
     COMPLETE = "complete"
     SCHEDULE_RETRY = "schedule-retry"
     FAIL = "fail"
+    # Operator repairs only: one more attempt of a failed step under its original command id,
+    # or a failed step completed with a substitute result a person recorded.
+    OPERATOR_RETRY = "operator-retry"
+    OPERATOR_SKIP = "operator-skip"
 
 
 _S = StepStatus
@@ -57,6 +61,9 @@ STEP_MACHINE: Machine[StepStatus, StepEvent] = Machine(
         (_S.RETRY_SCHEDULED, _E.COMPLETE): _S.COMPLETED,
         (_S.RETRY_SCHEDULED, _E.SCHEDULE_RETRY): _S.RETRY_SCHEDULED,
         (_S.RETRY_SCHEDULED, _E.FAIL): _S.FAILED,
+        (_S.FAILED, _E.OPERATOR_RETRY): _S.RETRY_SCHEDULED,
+        (_S.FAILED, _E.OPERATOR_SKIP): _S.COMPLETED,
     },
     terminal=frozenset({_S.COMPLETED, _S.FAILED}),
+    operator_only=frozenset({_E.OPERATOR_RETRY, _E.OPERATOR_SKIP}),
 )

@@ -125,6 +125,10 @@ class EffectDriver(CallbackCompletion):
                 "replay_divergence",
                 f"step {self.seq}: the journal holds {journaled}, the code derives {self.key}",
             )
+        if step.status is StepStatus.COMPLETED and effect.state is EffectState.FAILED:
+            # An operator skipped the step (repair skip-step): the effect stays FAILED, proven
+            # not applied, and the workflow receives the substitute result they recorded.
+            return self.s.codec.decode(step.output or "null")
         if effect.state in (EffectState.CONFIRMED, EffectState.SATISFIED):
             return self.s.codec.decode(effect.evidence or "null")
         if effect.state is EffectState.FAILED:

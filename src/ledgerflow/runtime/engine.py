@@ -16,6 +16,7 @@ from typing import Any, Self
 from ledgerflow import limits
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
+from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
@@ -248,7 +249,10 @@ class Engine:
         concurrency: int = limits.WORKER_CONCURRENCY_DEFAULT,
         lease_seconds: float = limits.LEASE_SECONDS_DEFAULT,
         poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
+        detection: DetectionBounds | None = None,
     ) -> Worker:
+        """A worker on this engine's store; ``detection`` bounds stuck and poison work (default:
+        ``LEDGERFLOW_DETECTION``, else :class:`~ledgerflow.model.detection.DetectionBounds`)."""
         worker = Worker(
             registry=self.registry,
             store=self._astore,
@@ -257,6 +261,7 @@ class Engine:
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
+            detection=detection,
         )
         self._workers.append(worker)
         return worker

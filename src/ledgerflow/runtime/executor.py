@@ -14,6 +14,7 @@ from ledgerflow.errors import PayloadError, UnknownVersionError, UnknownWorkflow
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition
+from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
 from ledgerflow.runtime import faults
@@ -31,8 +32,16 @@ log = logging.getLogger("ledgerflow.executor")
 
 class Executor:
     def __init__(
-        self, *, registry: Registry, store: AsyncStore, codec: Codec, clock: Clock, owner: WorkerId
+        self,
+        *,
+        registry: Registry,
+        store: AsyncStore,
+        codec: Codec,
+        clock: Clock,
+        owner: WorkerId,
+        detection: DetectionBounds = DEFAULT_BOUNDS,
     ) -> None:
+        self.detection = detection
         self.registry = registry
         self.store = store
         self.codec = codec
@@ -54,6 +63,7 @@ class Executor:
             store=self.store,
             codec=self.codec,
             clock=self.clock,
+            detection=self.detection,
         )
         self.sessions[instance.instance_id] = session
         try:

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgerflow.errors import PayloadError, StepFailedError
+from ledgerflow.model import detection
 from ledgerflow.model.ids import StepSeq, command_id
 from ledgerflow.model.retry import RetryPolicy
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_user, describe_error, error_names
+from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import StepRecord, StepWrite
 
@@ -56,13 +58,24 @@ class LocalStepDriver:
     async def _failed(self, exc: Exception, *, attempt: int, expected: StepStatus) -> int:
         """Journal a failed attempt; return the next attempt, or raise when none is left."""
         retryable = not isinstance(exc, PayloadError) and self.policy.retries(error_names(exc))
-        error = self.session.codec.encode(describe_error(exc))
+        described = self._described(exc, expected)
+        error = self.session.codec.encode(described)
         if retryable and attempt < self.policy.attempts_max:
             following = attempt + 1
             due = self.session.clock.now() + self.policy.delay_before(following).total_seconds()
             await self._write(
                 StepStatus.RETRY_SCHEDULED, expected, attempt=following, error=error, due=due
             )
+            if detection.is_poison_step(described["repeated"], self.session.detection):
+                # The retry stays scheduled (a resume runs it), but not by itself: the same
+                # failure again and again is a cause for a person, not for more attempts. The
+                # streak is durable, so a crash before the park parks at the next failure.
+                raise Park(
+                    detection.POISON_STEP,
+                    detection.poison_step_reason(
+                        step=self.name, seq=self.seq, attempt=attempt, error=described
+                    ),
+                )
             await self.wait_until(due)
             return following
         await self._write(StepStatus.FAILED, expected, attempt=attempt, error=error)
@@ -71,6 +84,17 @@ class LocalStepDriver:
             instance_id=self.session.instance_id,
             seq=self.seq,
         ) from exc
+
+    def _described(self, exc: Exception, expected: StepStatus) -> dict[str, Any]:
+        """The error as journaled, with how many attempts in a row ended with it."""
+        described = describe_error(exc)
+        recorded = self.session.step(self.seq)
+        previous = None
+        if expected is StepStatus.RETRY_SCHEDULED and recorded is not None and recorded.error:
+            decoded = self.session.codec.decode(recorded.error)
+            previous = decoded if isinstance(decoded, dict) else None
+        described["repeated"] = detection.failure_streak(previous, described)
+        return described
 
     async def _write(
         self,

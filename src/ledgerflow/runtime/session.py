@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ledgerflow import limits
 from ledgerflow.errors import EventArrivedError, FencedOutError, StorageError
 from ledgerflow.model.codec import Codec
+from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
@@ -41,6 +42,8 @@ class Session:
     store: AsyncStore
     codec: Codec
     clock: Clock
+    # The worker's detection bounds (the poison-step bound applies while driving a step).
+    detection: DetectionBounds = DEFAULT_BOUNDS
     # False once the worker is (simulated) dead: nothing it still runs may reach the store.
     alive: Callable[[], bool] = field(default=lambda: True)
     commits: int = field(default=0)

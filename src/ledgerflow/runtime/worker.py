@@ -21,11 +21,14 @@ from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry
+from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.operators.detection import bounds_from_environment, scan
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
+from ledgerflow.runtime.periodic import Periodic, PeriodicTask
 from ledgerflow.storage.records import Commit, InstanceRecord, Release
 
 log = logging.getLogger("ledgerflow.worker")
@@ -55,6 +58,7 @@ class Worker:
         lease_seconds: float = limits.LEASE_SECONDS_DEFAULT,
         poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
         worker_id: WorkerId | None = None,
+        detection: DetectionBounds | None = None,
     ) -> None:
         if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
             raise ConfigurationError(
@@ -68,10 +72,28 @@ class Worker:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
+        # Bounds for poison (applied while claiming and driving) and stuck work (the scan).
+        self.detection = detection or bounds_from_environment()
         self.executor = Executor(
-            registry=registry, store=store, codec=codec, clock=clock, owner=self.id
+            registry=registry,
+            store=store,
+            codec=codec,
+            clock=clock,
+            owner=self.id,
+            detection=self.detection,
+        )
+        # Housekeeping beside the instances; other parts add their tasks (reconciliation).
+        self.periodic = Periodic()
+        self.periodic.add(
+            PeriodicTask(
+                name="detection",
+                interval_seconds=self.detection.scan_interval_seconds,
+                run=self._scan,
+            )
         )
         self._running: dict[InstanceId, tuple[asyncio.Task[None], Generation]] = {}
+        # Running instances one lapse away from the crash-loop bound (see _isolating).
+        self._last_chance: set[InstanceId] = set()
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._crash: SimulatedCrash | None = None
@@ -106,6 +128,7 @@ class Worker:
         in flight (a simulation then moves its clock and calls again).
         """
         heartbeat = asyncio.create_task(self._heartbeat(), name="ledgerflow-heartbeat")
+        housekeeping = asyncio.create_task(self.periodic.run_forever(), name="ledgerflow-periodic")
         try:
             while not self._stop.is_set():
                 claimed = await self._claim()
@@ -120,6 +143,7 @@ class Worker:
                 await self._idle()
         finally:
             heartbeat.cancel()
+            housekeeping.cancel()
             if self._crash is None:
                 await self._drain(grace_seconds)
             else:
@@ -136,7 +160,7 @@ class Worker:
 
     async def _claim(self) -> int:
         free = self.concurrency - len(self._running)
-        if free <= 0:
+        if free <= 0 or self._isolating():
             return 0
         try:
             records = await self.store.call(
@@ -145,6 +169,8 @@ class Worker:
                 now=self._lease_now(),
                 lease_seconds=self.lease_seconds,
                 limit=min(free, limits.CLAIM_BATCH_MAX),
+                lease_expiries_max=self.detection.crash_loop_lease_expiries,
+                alone=not self._running,
             )
         except StorageUnavailableError as exc:
             log.warning("claim failed, will retry: %s", exc)
@@ -152,6 +178,16 @@ class Worker:
         for record in records:
             self._start(record)
         return len(records)
+
+    def _isolating(self) -> bool:
+        """True while an instance on its last chance before the crash-loop bound runs here and
+        has not committed yet: until it shows progress, nothing else may die beside it."""
+        for instance_id in self._last_chance:
+            session = self.executor.sessions.get(instance_id)
+            # No session yet: it has not even started, let alone committed.
+            if session is None or session.commits == 0:
+                return True
+        return False
 
     def _lease_now(self) -> float | None:
         """The worker's time for lease decisions, or None where the database's clock decides
@@ -161,10 +197,13 @@ class Worker:
     def _start(self, record: InstanceRecord) -> None:
         task = asyncio.create_task(self.executor.drive(record), name=record.instance_id)
         self._running[record.instance_id] = (task, record.generation)
+        if is_last_chance(record.lease_expiries, self.detection.crash_loop_lease_expiries):
+            self._last_chance.add(record.instance_id)
         task.add_done_callback(functools.partial(self._finished, record.instance_id))
 
     def _finished(self, instance_id: InstanceId, _task: asyncio.Task[None]) -> None:
         entry = self._running.pop(instance_id, None)
+        self._last_chance.discard(instance_id)
         self.driven += 1
         if entry is not None and not entry[0].cancelled():
             error = entry[0].exception()
@@ -213,6 +252,19 @@ class Worker:
                 continue
             for instance_id in asked:
                 self.executor.cancel_requested(instance_id)
+
+    async def _scan(self) -> None:
+        report = await self.store.call(
+            scan,
+            self.store.store,
+            self.detection,
+            now=self.clock.now(),
+            detected_by=f"scan:{self.id}",
+        )
+        for finding in report.raised:
+            log.warning(
+                "attention: %s %s: %s", finding.instance_id, finding.reason_code, finding.evidence
+            )
 
     async def _drain(self, grace_seconds: float) -> None:
         """Stopping: let in-flight instances finish within the grace period, then stop the

@@ -50,6 +50,8 @@ class InstanceRecord:
     cancel_requested_at: float | None = None
     cancel_reason: str | None = None
     cancel_compensate: bool = True
+    # Leases that ran out in a row since its last commit (the crash-loop detector's count).
+    lease_expiries: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +143,9 @@ class InstanceWrite:
     reason: str | None = None
     release: bool = False
     available_at: float | None = None
+    # The timeline's detail for this change (default: the reason code); a repair names its
+    # audit record here.
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,3 +227,19 @@ class NewInstance:
     fingerprint: str
     business_key: BusinessKey
     input: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionFlag:
+    """Detection (or reconciliation) found that an instance needs a person, while the instance
+    stays where it is; ``cleared_at`` is set when the condition went away or someone settled it."""
+
+    flag_id: int
+    instance_id: InstanceId
+    reason_code: str
+    evidence: str
+    detected_at: float
+    detected_by: str
+    cleared_at: float | None = None
+    cleared_by: str | None = None
+    cleared_reason: str | None = None

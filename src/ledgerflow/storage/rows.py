@@ -64,6 +64,7 @@ def _build_instance(r: Row) -> InstanceRecord:
         cancel_requested_at=r["cancel_requested_at"],
         cancel_reason=r["cancel_reason"],
         cancel_compensate=r["cancel_compensate"] != 0,
+        lease_expiries=int(r["lease_expiries"]),
     )
 
 

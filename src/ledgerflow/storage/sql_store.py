@@ -21,6 +21,8 @@ from ledgerflow.errors import (
     LedgerflowError,
     StorageCorruptError,
 )
+from ledgerflow.model import detection
+from ledgerflow.model.detection import DEFAULT_BOUNDS
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
     Generation,
@@ -53,12 +55,19 @@ from ledgerflow.storage.rows import (
     step_from_row,
     step_invariant,
 )
+from ledgerflow.storage.sql_attention import AttentionStore
+from ledgerflow.storage.sql_audit import AuditStore
 from ledgerflow.storage.sql_inbox import InboxStore
+from ledgerflow.storage.sql_reconcile import ReconcileStore
 
 log = logging.getLogger("ledgerflow.storage")
 
 
-class SqlStore(InboxStore, abc.ABC):
+class _NotNow(Exception):  # noqa: N818 - a signal inside the claim loop, not an error
+    """Rolls back the claim of one instance that this claim may not take now."""
+
+
+class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
     url: str
@@ -114,7 +123,14 @@ class SqlStore(InboxStore, abc.ABC):
         return instance_from_row(rows[0]), inserted == 1
 
     def claim(
-        self, *, owner: WorkerId, now: float | None, lease_seconds: float, limit: int
+        self,
+        *,
+        owner: WorkerId,
+        now: float | None,
+        lease_seconds: float,
+        limit: int,
+        lease_expiries_max: int = DEFAULT_BOUNDS.crash_loop_lease_expiries,
+        alone: bool = True,
     ) -> list[InstanceRecord]:
         claimed: list[InstanceRecord] = []
         with self._write_transaction():
@@ -124,17 +140,33 @@ class SqlStore(InboxStore, abc.ABC):
             for row in rows:
                 try:
                     with self._savepoint("claim"):
-                        record = self._claim_one(row["instance_id"], owner, now, lease_seconds)
+                        record = self._claim_one(
+                            row["instance_id"], owner, now, lease_seconds, lease_expiries_max
+                        )
+                        if record is not None and self._last_chance_refused(
+                            record, lease_expiries_max, alone=alone and not claimed
+                        ):
+                            raise _NotNow
+                except _NotNow:
+                    continue
                 except StorageCorruptError as exc:
                     # A damaged row must not stop healthy instances from being claimed.
                     log.error("not claiming %s: %s", row["instance_id"], exc)
+                    self._set_aside_damaged(row["instance_id"], exc, owner=owner, now=now)
                     continue
                 if record is not None:
                     claimed.append(record)
+                    if detection.is_last_chance(record.lease_expiries, lease_expiries_max):
+                        break  # It runs alone: nothing else joins it in this worker.
         return claimed
 
     def _claim_one(
-        self, instance_id: str, owner: WorkerId, now: float | None, lease_seconds: float
+        self,
+        instance_id: str,
+        owner: WorkerId,
+        now: float | None,
+        lease_seconds: float,
+        lease_expiries_max: int,
     ) -> InstanceRecord | None:
         got, _ = self._run(
             "claim_instance",
@@ -149,6 +181,8 @@ class SqlStore(InboxStore, abc.ABC):
         if not got:
             return None
         record = instance_from_row(got[0])
+        if self._park_crash_loop(got[0], record, lease_expiries_max):
+            return None
         # The claim's own time (the database's, where it decides leases).
         at = record.updated_at
         self._event(record.instance_id, record.generation, "owner", None, owner, at, "claimed")
@@ -250,9 +284,11 @@ class SqlStore(InboxStore, abc.ABC):
             else:
                 self._write_inbox(write, commit, now)
 
-    def _write_step(self, write: StepWrite, generation: Generation, now: float) -> None:
+    def _write_step(
+        self, write: StepWrite, generation: Generation, now: float, *, by_operator: bool = False
+    ) -> None:
         r = write.record
-        STEP_MACHINE.check_edge(write.expected, r.status)
+        STEP_MACHINE.check_edge(write.expected, r.status, by_operator=by_operator)
         refuse_broken(step_invariant(r), "step", r.command_id)
         params = {**fields(r), "generation": generation, "now": now}
         if write.expected is StepStatus.NEW:
@@ -277,9 +313,11 @@ class SqlStore(InboxStore, abc.ABC):
             write.detail,
         )
 
-    def _write_effect(self, write: EffectWrite, generation: Generation, now: float) -> None:
+    def _write_effect(
+        self, write: EffectWrite, generation: Generation, now: float, *, by_operator: bool = False
+    ) -> None:
         r = write.record
-        EFFECT_MACHINE.check_edge(write.expected, r.state)
+        EFFECT_MACHINE.check_edge(write.expected, r.state, by_operator=by_operator)
         refuse_broken(effect_invariant(r), "effect", r.effect_id)
         params = {**fields(r), "generation": generation, "now": now}
         if write.expected is EffectState.NEW:
@@ -304,8 +342,10 @@ class SqlStore(InboxStore, abc.ABC):
             write.detail,
         )
 
-    def _write_instance(self, write: InstanceWrite, commit: Commit, now: float) -> None:
-        INSTANCE_MACHINE.check_edge(write.expected, write.status)
+    def _write_instance(
+        self, write: InstanceWrite, commit: Commit, now: float, *, by_operator: bool = False
+    ) -> None:
+        INSTANCE_MACHINE.check_edge(write.expected, write.status, by_operator=by_operator)
         if write.status is InstanceStatus.FAILED:
             rows, _ = self._run("count_confirmed_effects", {"instance_id": commit.instance_id})
             if rows[0]["n"]:
@@ -344,7 +384,7 @@ class SqlStore(InboxStore, abc.ABC):
             write.expected.value,
             write.status.value,
             now,
-            write.reason_code,
+            write.detail or write.reason_code,
         )
         if write.release:
             available = write.available_at if write.available_at is not None else now

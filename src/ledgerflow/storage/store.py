@@ -9,11 +9,14 @@ the commits of many instances into one durable write.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from ledgerflow.model.ids import Generation, InstanceId, RunNumber, TenantId, WorkerId
+from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.storage.audit import AuditEntry, AuditRecord, RepairWrite
+from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import (
+    AttentionFlag,
     Commit,
     Delivery,
     EffectRecord,
@@ -37,9 +40,23 @@ class Store(Protocol):
         ...
 
     def claim(
-        self, *, owner: WorkerId, now: float | None, lease_seconds: float, limit: int
+        self,
+        *,
+        owner: WorkerId,
+        now: float | None,
+        lease_seconds: float,
+        limit: int,
+        lease_expiries_max: int = ...,
+        alone: bool = ...,
     ) -> list[InstanceRecord]:
-        """Take up to ``limit`` due instances that nobody holds, each with a higher generation."""
+        """Take up to ``limit`` due instances that nobody holds, each with a higher generation.
+
+        An instance whose lease ran out ``lease_expiries_max`` times in a row without a commit
+        is parked (``poison_crash_loop``) instead of handed out; one that is a single lapse
+        away is taken only ``alone`` (the claimer drives nothing else) and then as the only
+        instance of the claim. A row that fails its invariants is skipped, flagged
+        (``poison_corrupt_row``) and set aside.
+        """
         ...
 
     def request_cancel(
@@ -127,3 +144,109 @@ class Store(Protocol):
     def next_available_at(self) -> float | None: ...
 
     def count_by_status(self) -> dict[InstanceStatus, int]: ...
+
+    # -- Part D: detection and the attention queue (flags, the scan's and the queue's reads) --
+
+    def raise_flag(
+        self,
+        *,
+        instance_id: InstanceId,
+        reason_code: str,
+        evidence: str,
+        detected_by: str,
+        now: float,
+    ) -> bool:
+        """Open a flag; False when an open flag of that reason exists for the instance."""
+        ...
+
+    def clear_flag(
+        self,
+        *,
+        instance_id: InstanceId,
+        reason_code: str,
+        cleared_by: str,
+        reason: str,
+        now: float,
+    ) -> bool:
+        """Close the open flag of that reason; False when there was none."""
+        ...
+
+    def open_flags(self, instance_id: InstanceId | None = None) -> list[AttentionFlag]: ...
+
+    def flags(self, instance_id: InstanceId) -> list[AttentionFlag]:
+        """Every flag of one instance, open and cleared, oldest first."""
+        ...
+
+    def detection_rows(
+        self, reason_code: str, *, now: float, cutoff: float, limit: int
+    ) -> list[dict[str, Any]]:
+        """Candidate rows of one scanned reason (stuck_step, stuck_unclaimed,
+        participant_unresponsive) whose time is at or before ``cutoff``."""
+        ...
+
+    def attention_rows(
+        self,
+        *,
+        tenant: str | None,
+        workflow_name: str | None,
+        reason_code: str | None,
+        limit: int,
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Parked instances and open flags, each oldest first, at most ``limit`` of each."""
+        ...
+
+    def attention_effects(self, instance_id: InstanceId) -> list[dict[str, Any]]:
+        """Effects in doubt (UNKNOWN) and failed compensations of one instance."""
+        ...
+
+    def requeue_repaired(self, instance_id: InstanceId, *, cleared_by: str, now: float) -> bool:
+        """A row set aside as damaged that reads cleanly again becomes due; its flag clears."""
+        ...
+
+    # -- Part R (issue 7): audited repairs (storage/sql_audit.py) ------------------------------
+
+    def apply_repair(self, repair: RepairWrite, *, now: float, lease_now: float | None) -> int:
+        """Apply one repair with its audit record in one transaction, if the state it was
+        planned against still holds and no live lease is held; return the audit id."""
+        ...
+
+    def append_audit(self, entry: AuditEntry, *, now: float) -> int:
+        """Append an audit record on its own (a refused or repeated repair)."""
+        ...
+
+    def audit_records(
+        self,
+        *,
+        instance_id: InstanceId | None = None,
+        actor: str | None = None,
+        kind: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
+    ) -> list[AuditRecord]:
+        """The newest ``limit`` audit records matching every filter given, oldest first."""
+        ...
+
+    def last_applied_repair(self, fingerprint: str) -> AuditRecord | None: ...
+
+    # -- Part C (issue 7): reconciliation (storage/sql_reconcile.py) ---------------------------
+
+    def reconcile_candidates(
+        self, *, participants: Sequence[str], limit: int
+    ) -> list[EffectRecord]:
+        """Up to ``limit`` effects of these participants to compare with their facts, least
+        recently compared first: CONFIRMED, FAILED, and UNKNOWN ones of parked instances."""
+        ...
+
+    def begin_reconciliation(self, *, actor: str, now: float) -> int:
+        """Record that a run started; return its id."""
+        ...
+
+    def finish_reconciliation(
+        self, run: ReconciliationRun, *, compared_ids: Sequence[EffectId], now: float
+    ) -> None:
+        """Record a run's outcome and stamp the effects it compared, in one transaction."""
+        ...
+
+    def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:
+        """The newest ``limit`` runs, newest first."""
+        ...

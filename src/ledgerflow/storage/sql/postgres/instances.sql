@@ -51,9 +51,11 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: claim_instance
 -- Take ownership with a new, higher generation. Repeats the claimability test so that two
--- claimers racing for one instance cannot both win.
+-- claimers racing for one instance cannot both win. Taking it from an owner whose lease ran
+-- out counts one more lease expiry in a row (the crash-loop detector's count).
 UPDATE lf_instances
 SET owner = :owner, generation = generation + 1,
+    lease_expiries = lease_expiries + CASE WHEN owner IS NULL THEN 0 ELSE 1 END,
     lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)) + :lease_seconds,
     updated_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
 WHERE instance_id = :instance_id
@@ -75,9 +77,10 @@ SET lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epo
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 
 -- name: fence_instance
--- The first statement of every commit: proves the writer still owns this generation.
+-- The first statement of every commit: proves the writer still owns this generation. A commit
+-- is progress, so the run of lease expiries without progress starts over.
 UPDATE lf_instances
-SET updated_at = :now
+SET updated_at = :now, lease_expiries = 0
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 
 -- name: set_status
@@ -94,13 +97,14 @@ WHERE instance_id = :instance_id AND generation = :generation;
 -- name: next_available_at
 -- When the earliest runnable instance becomes claimable: its due time, or for one still held,
 -- the later of that and its lease expiry. A waiting instance counts when its timer is set (a
--- wait with no timeout is due at :never). NULL when nothing is runnable at all.
+-- wait with no timeout is due at :never, and so is a damaged row set aside by a claim). NULL
+-- when nothing is runnable at all.
 SELECT min(
     CASE WHEN owner IS NULL THEN available_at ELSE GREATEST(available_at, lease_expires_at) END
 ) AS at
 FROM lf_instances
-WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
-   OR (status = 'WAITING' AND available_at < :never);
+WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND available_at < :never;
 
 -- name: count_by_status
 SELECT status, count(*) AS n FROM lf_instances GROUP BY status;

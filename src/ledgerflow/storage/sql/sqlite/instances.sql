@@ -46,9 +46,12 @@ LIMIT :limit;
 
 -- name: claim_instance
 -- Take ownership with a new, higher generation. Repeats the claimability test so that two
--- claimers racing for one instance cannot both win.
+-- claimers racing for one instance cannot both win. Taking it from an owner whose lease ran
+-- out counts one more lease expiry in a row (the crash-loop detector's count).
 UPDATE lf_instances
-SET owner = :owner, generation = generation + 1, lease_expires_at = :lease_expires_at,
+SET owner = :owner, generation = generation + 1,
+    lease_expiries = lease_expiries + CASE WHEN owner IS NULL THEN 0 ELSE 1 END,
+    lease_expires_at = :lease_expires_at,
     updated_at = :now
 WHERE instance_id = :instance_id
   AND status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
@@ -69,9 +72,10 @@ SET lease_expires_at = :lease_expires_at
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 
 -- name: fence_instance
--- The first statement of every commit: proves the writer still owns this generation.
+-- The first statement of every commit: proves the writer still owns this generation. A commit
+-- is progress, so the run of lease expiries without progress starts over.
 UPDATE lf_instances
-SET updated_at = :now
+SET updated_at = :now, lease_expiries = 0
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 
 -- name: set_status
@@ -88,13 +92,14 @@ WHERE instance_id = :instance_id AND generation = :generation;
 -- name: next_available_at
 -- When the earliest runnable instance becomes claimable: its due time, or for one still held,
 -- the later of that and its lease expiry. A waiting instance counts when its timer is set (a
--- wait with no timeout is due at :never). NULL when nothing is runnable at all.
+-- wait with no timeout is due at :never, and so is a damaged row set aside by a claim). NULL
+-- when nothing is runnable at all.
 SELECT min(
     CASE WHEN owner IS NULL THEN available_at ELSE max(available_at, lease_expires_at) END
 ) AS at
 FROM lf_instances
-WHERE status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
-   OR (status = 'WAITING' AND available_at < :never);
+WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND available_at < :never;
 
 -- name: count_by_status
 SELECT status, count(*) AS n FROM lf_instances GROUP BY status;

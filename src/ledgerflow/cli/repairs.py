@@ -1,0 +1,318 @@
+"""``ledgerflow repair ...`` and ``ledgerflow audit``: audited repairs from the command line
+(internal).
+
+Each repair command builds a :class:`~ledgerflow.operators.repairs.RepairRequest` and hands it
+to :class:`~ledgerflow.operators.repairs.Operations`, which checks authority and state and
+writes the audit record: the CLI decides nothing itself. ``--dry-run`` prints the exact plan
+and changes nothing. The operator's identity comes from ``--actor`` or ``LEDGERFLOW_OPERATOR``;
+without one the command is a usage error (exit 2). Refusals are Ledgerflow errors (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+from rich.table import Table
+
+from ledgerflow.cli.instances import cell, console, json_option, record_json, short, when
+from ledgerflow.cli.loading import db_option
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.repair import RepairKind
+from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.repairs import Operations, RepairRequest, RepairResult
+from ledgerflow.storage import open_store
+from ledgerflow.storage.audit import AuditRecord
+from ledgerflow.storage.store import Store
+
+OPERATOR_ENVIRONMENT_VARIABLE = "LEDGERFLOW_OPERATOR"
+AUTHORITY_ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
+AUDIT_LIMIT_DEFAULT = 100
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _repair_options(command: F) -> F:
+    """The options every repair command takes (applied bottom-up, so listed in reverse)."""
+    for option in reversed(
+        [
+            click.option("--reason", required=True, help="Why; recorded in the audit log."),
+            click.option(
+                "--actor",
+                envvar=OPERATOR_ENVIRONMENT_VARIABLE,
+                help=f"Who is repairing (or set {OPERATOR_ENVIRONMENT_VARIABLE}).",
+            ),
+            click.option(
+                "--authority",
+                "authority_file",
+                envvar=AUTHORITY_ENVIRONMENT_VARIABLE,
+                type=click.Path(dir_okay=False),
+                help="Roles file (TOML); default: the built-in policy, where no person holds "
+                f"a role (or set {AUTHORITY_ENVIRONMENT_VARIABLE}).",
+            ),
+            click.option("--dry-run", is_flag=True, help="Print the exact plan; change nothing."),
+            db_option,
+            json_option,
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _json_value(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=f"'{option}'") from None
+
+
+def _run(request_fields: dict[str, Any], options: dict[str, Any]) -> None:
+    actor = (options["actor"] or "").strip()
+    if not actor:
+        raise click.UsageError(
+            f"who is repairing? pass --actor NAME or set {OPERATOR_ENVIRONMENT_VARIABLE}"
+        )
+    authority = (
+        Authority.from_file(options["authority_file"])
+        if options["authority_file"]
+        else Authority.default()
+    )
+    request = RepairRequest(actor=actor, reason=options["reason"], **request_fields)
+    store = open_store(options["db"])
+    try:
+        operations = Operations(store, authority)
+        result = operations.plan(request) if options["dry_run"] else operations.apply(request)
+    finally:
+        store.close()
+    _print_result(result, as_json=options["as_json"])
+
+
+def _print_result(result: RepairResult, *, as_json: bool) -> None:
+    if as_json:
+        body = {
+            "outcome": result.outcome,
+            "audit_id": result.audit_id,
+            "message": result.message,
+            "plan": result.plan.describe(),
+            "changes": result.plan.to_json(),
+        }
+        click.echo(json.dumps(body, indent=2, sort_keys=True))
+        return
+    out = console()
+    for line in result.plan.describe():
+        out.print(cell(f"  {line}"))
+    out.print(cell(result.message))
+
+
+@click.group()
+def repair() -> None:
+    """Audited repairs of stuck instances (each needs a role; see docs/operators.md)."""
+
+
+@repair.command("resolve-effect")
+@click.argument("instance_id", metavar="ID")
+@click.argument("seq", type=int)
+@click.option("--applied/--not-applied", default=None, help="What the evidence proves.")
+@click.option("--evidence", required=True, help="The participant's own record, as JSON.")
+@click.option("--resume", is_flag=True, help="Also resume the instance if it is parked.")
+@_repair_options
+def resolve_effect(
+    instance_id: str, seq: int, applied: bool | None, evidence: str, resume: bool, **options: Any
+) -> None:
+    """Settle the effect at step SEQ (UNKNOWN, or in flight with no live owner) with evidence."""
+    if applied is None:
+        raise click.UsageError("say what the evidence proves: --applied or --not-applied")
+    fields = {"applied": applied, "evidence": _json_value(evidence, "--evidence")}
+    _run(_target(RepairKind.RESOLVE_EFFECT, instance_id, seq, resume=resume, **fields), options)
+
+
+@repair.command("retry-step")
+@click.argument("instance_id", metavar="ID")
+@click.argument("seq", type=int)
+@_repair_options
+def retry_step(instance_id: str, seq: int, **options: Any) -> None:
+    """Give the FAILED step SEQ one more attempt under its original identity, due now."""
+    _run(_target(RepairKind.RETRY_STEP, instance_id, seq), options)
+
+
+@repair.command("skip-step")
+@click.argument("instance_id", metavar="ID")
+@click.argument("seq", type=int)
+@click.option("--result", "result_text", required=True, help="The substitute result, as JSON.")
+@_repair_options
+def skip_step(instance_id: str, seq: int, result_text: str, **options: Any) -> None:
+    """Complete step SEQ with a substitute result; the workflow receives it on replay."""
+    result = _json_value(result_text, "--result")
+    _run(_target(RepairKind.SKIP_STEP, instance_id, seq, result=result), options)
+
+
+@repair.command("run-compensation")
+@click.argument("instance_id", metavar="ID")
+@click.argument("seq", type=int)
+@_repair_options
+def run_compensation(instance_id: str, seq: int, **options: Any) -> None:
+    """Make the compensation at SEQ (negative) due again under its own key."""
+    _run(_target(RepairKind.RUN_COMPENSATION, instance_id, seq), options)
+
+
+@repair.command("skip-compensation")
+@click.argument("instance_id", metavar="ID")
+@click.argument("seq", type=int)
+@click.option("--evidence", required=True, help="How it was settled, as JSON.")
+@_repair_options
+def skip_compensation(instance_id: str, seq: int, evidence: str, **options: Any) -> None:
+    """Mark the PLANNED or FAILED compensation at SEQ as settled (SATISFIED) with evidence."""
+    value = _json_value(evidence, "--evidence")
+    _run(_target(RepairKind.SKIP_COMPENSATION, instance_id, seq, evidence=value), options)
+
+
+@repair.command("resume")
+@click.argument("instance_id", metavar="ID")
+@_repair_options
+def resume(instance_id: str, **options: Any) -> None:
+    """Bring a parked instance back to the state it was parked from."""
+    _run(_target(RepairKind.RESUME, instance_id, None), options)
+
+
+@repair.command("force")
+@click.argument("instance_id", metavar="ID")
+@click.argument(
+    "status", type=click.Choice(sorted(s.value for s in TERMINAL_STATUSES), case_sensitive=False)
+)
+@click.option("--result", "result_text", help="The result (SUCCEEDED, CANCELLED), as JSON.")
+@_repair_options
+def force(instance_id: str, status: str, result_text: str | None, **options: Any) -> None:
+    """End the instance in STATUS, if the state machine and the ledger allow it from here."""
+    result = _json_value(result_text, "--result") if result_text is not None else None
+    target = InstanceStatus(status.upper())
+    fields = _target(RepairKind.FORCE_TERMINAL, instance_id, None, status=target, result=result)
+    _run(fields, options)
+
+
+@repair.command("cancel")
+@click.argument("instance_id", metavar="ID")
+@click.option(
+    "--compensate/--no-compensate", default=True, show_default=True, help="Undo what was done."
+)
+@_repair_options
+def cancel(instance_id: str, compensate: bool, **options: Any) -> None:
+    """Request cancellation (a parked instance is resumed to honour it), audited."""
+    _run(_target(RepairKind.CANCEL, instance_id, None, compensate=compensate), options)
+
+
+def _target(kind: RepairKind, instance_id: str, seq: int | None, **extra: Any) -> dict[str, Any]:
+    return {"kind": kind, "instance_id": InstanceId(instance_id), "seq": seq, **extra}
+
+
+# -- audit -------------------------------------------------------------------------------------
+
+
+def audit_json(record: AuditRecord) -> dict[str, Any]:
+    out = record_json(record)
+    out["plan"] = json.loads(record.plan) if record.plan else None
+    return out
+
+
+def audit_table(records: Iterable[AuditRecord], *, title: str = "audit") -> Table:
+    table = Table(title=title, title_justify="left")
+    for name in ("#", "time", "actor", "role", "kind", "instance", "target", "outcome"):
+        table.add_column(name, overflow="fold")
+    table.add_column("gen", justify="right")
+    table.add_column("reason / refusal", overflow="fold")
+    for r in records:
+        generations = (
+            f"{r.generation_before}->{r.generation_after}"
+            if r.generation_before is not None
+            else ""
+        )
+        table.add_row(
+            cell(r.audit_id),
+            cell(when(r.at)),
+            cell(r.actor),
+            cell(r.role),
+            cell(r.kind),
+            cell(r.instance_id),
+            cell(r.target),
+            cell(r.outcome),
+            cell(generations),
+            cell(short(r.reason + (f" | {r.refusal}" if r.refusal else ""), 100)),
+        )
+    return table
+
+
+def _since(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise click.BadParameter(
+            "expected seconds since the epoch or an ISO time", param_hint="'--since'"
+        ) from None
+
+
+@click.command()
+@click.option("--instance", "instance_id", help="Only records of this instance.")
+@click.option("--actor", help="Only records of this actor.")
+@click.option("--kind", type=click.Choice([k.value for k in RepairKind]), help="Only this kind.")
+@click.option("--since", help="Only records at or after this time (epoch seconds or ISO).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=AUDIT_LIMIT_DEFAULT,
+    show_default=True,
+    help="At most this many (the newest), shown oldest first.",
+)
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Export as JSON lines (one per record).")
+def audit(
+    instance_id: str | None,
+    actor: str | None,
+    kind: str | None,
+    since: str | None,
+    limit: int,
+    db: str,
+    as_json: bool,
+) -> None:
+    """The audit log of repairs: applied, repeated (no-op) and refused, oldest first."""
+    store = open_store(db)
+    try:
+        records = store.audit_records(
+            instance_id=InstanceId(instance_id) if instance_id else None,
+            actor=actor,
+            kind=kind,
+            since=_since(since),
+            limit=limit,
+        )
+    finally:
+        store.close()
+    if as_json:
+        for record in records:
+            click.echo(json.dumps(audit_json(record), sort_keys=True))
+        return
+    if not records:
+        console().print("no audit records")
+        return
+    console().print(audit_table(records))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(repair)
+    group.add_command(audit)
+
+
+def flags_of(store: Store, instance_id: InstanceId) -> list[Any]:
+    """The instance's open attention flags, where the store keeps them (Part D's queue)."""
+    open_flags = getattr(store, "open_flags", None)
+    if open_flags is None:
+        return []
+    flags: list[Any] = open_flags(instance_id)
+    return flags

@@ -1,0 +1,118 @@
+"""Who may repair what: roles grant repair kinds, actors hold roles (pure).
+
+Authority is configuration checked by the engine (``operators.repairs.Operations``), never by
+the CLI, so every front door (CLI, HTTP, the reconciler) is held to the same policy.
+Without a policy file only the reconciler, :data:`RECONCILER`, holds a role: a person must be
+granted one explicitly before any repair of theirs is carried out. Loading the file is
+:mod:`ledgerflow.operators.authority`'s job; this module only parses and decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ledgerflow.errors import ConfigurationError, NotAuthorizedError
+from ledgerflow.model.repair import RepairKind
+
+# The reconciler's identity: it settles UNKNOWN effects with a participant's lookup evidence
+# and resumes what it settled, and nothing else.
+RECONCILER = "ledgerflow:reconciler"
+RECONCILER_ROLE = "reconciler"
+RECONCILER_KINDS = frozenset({RepairKind.RESOLVE_EFFECT, RepairKind.RESUME})
+ACTOR_LENGTH_MAX = 200
+ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
+
+
+def checked_actor(actor: str | None) -> str:
+    """An operator identity: required, non-blank, bounded."""
+    name = (actor or "").strip()
+    if not name:
+        raise NotAuthorizedError(
+            "an operator identity is required (--actor or LEDGERFLOW_OPERATOR)"
+        )
+    if len(name) > ACTOR_LENGTH_MAX:
+        raise NotAuthorizedError(f"an operator identity is at most {ACTOR_LENGTH_MAX} characters")
+    return name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """Roles (name -> the repair kinds they allow) and actors (name -> the roles they hold)."""
+
+    roles: Mapping[str, frozenset[RepairKind]]
+    actors: Mapping[str, frozenset[str]]
+    # Where the policy came from, for messages: a file path or "built-in policy".
+    source: str
+
+    @classmethod
+    def builtin(cls) -> Policy:
+        return cls(
+            roles={RECONCILER_ROLE: RECONCILER_KINDS},
+            actors={RECONCILER: frozenset({RECONCILER_ROLE})},
+            source="built-in policy",
+        )
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any], *, source: str) -> Policy:
+        """A policy from its document: ``roles`` (name -> kinds) and ``actors`` (name -> roles).
+
+        The reconciler keeps its built-in role unless the document names it under ``actors``;
+        a role or kind that does not exist is a configuration error, not a silent no-op.
+        """
+        unknown = set(data) - {"roles", "actors"}
+        if unknown:
+            raise ConfigurationError(f"{source}: unknown section(s) {sorted(unknown)}")
+        kinds = {k.value: k for k in RepairKind}
+        roles: dict[str, frozenset[RepairKind]] = {RECONCILER_ROLE: RECONCILER_KINDS}
+        for role, granted in _table(data, "roles", source).items():
+            names = _names(granted, f"{source}: roles.{role}")
+            bad = [n for n in names if n not in kinds]
+            if bad:
+                raise ConfigurationError(
+                    f"{source}: roles.{role} names unknown repair kind(s) {bad}; known: "
+                    f"{sorted(kinds)}"
+                )
+            roles[role] = frozenset(kinds[n] for n in names)
+        actors: dict[str, frozenset[str]] = {RECONCILER: frozenset({RECONCILER_ROLE})}
+        for actor, held in _table(data, "actors", source).items():
+            names = _names(held, f"{source}: actors.{actor}")
+            bad = [n for n in names if n not in roles]
+            if bad:
+                raise ConfigurationError(f"{source}: actors.{actor} holds undefined role(s) {bad}")
+            actors[checked_actor(actor)] = frozenset(names)
+        return cls(roles=roles, actors=actors, source=source)
+
+    def role_for(self, actor: str, kind: RepairKind) -> str:
+        """The role that allows ``actor`` to run ``kind``, else :class:`NotAuthorizedError`."""
+        name = checked_actor(actor)
+        for role in sorted(self.actors.get(name, frozenset())):
+            if kind in self.roles.get(role, frozenset()):
+                return role
+        held = sorted(self.actors.get(name, frozenset()))
+        hint = (
+            f"; set {ENVIRONMENT_VARIABLE} to a policy file that grants a role (see "
+            "docs/operators.md)"
+            if self.source == "built-in policy"
+            else ""
+        )
+        raise NotAuthorizedError(
+            f"{name} holds no role that allows {kind.value} (roles held: "
+            f"{', '.join(held) or 'none'}; authority: {self.source}){hint}",
+            actor=name,
+            kind=kind.value,
+        )
+
+
+def _table(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:
+    table = data.get(key, {})
+    if not isinstance(table, Mapping):
+        raise ConfigurationError(f"{source}: [{key}] must be a table")
+    return table
+
+
+def _names(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigurationError(f"{where} must be a list of strings")
+    return list(value)

@@ -1,0 +1,239 @@
+"""Stuck and poison work: the named bounds and the pure rules that apply them.
+
+Detection answers one question from values already in the ledger: does this instance need a
+person? Poison work (the same failure past a bound) is *parked*: the instance goes to
+MANUAL_INTERVENTION, so it stops consuming workers. Stuck work (no progress past a bound) is
+*flagged*: the instance stays where it is, because it may still move on by itself (a slow
+participant answers, a worker comes back), and the flag is cleared when a later scan finds the
+condition gone. Nothing here reads a clock or a database: callers pass ``now`` and row values,
+so every rule is a plain function a test can call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ledgerflow.errors import ConfigurationError
+
+# -- reason codes -------------------------------------------------------------------------------
+
+# Parked by detection (the instance is in MANUAL_INTERVENTION with this reason code).
+POISON_CRASH_LOOP = "poison_crash_loop"
+POISON_STEP = "poison_step"
+# Flags (the instance stays where it is; an open row in lf_attention).
+POISON_CORRUPT_ROW = "poison_corrupt_row"
+STUCK_STEP = "stuck_step"
+STUCK_UNCLAIMED = "stuck_unclaimed"
+PARTICIPANT_UNRESPONSIVE = "participant_unresponsive"
+
+# The flags a scan raises and, when the condition is gone, clears by itself.
+SCANNED_FLAGS = (STUCK_STEP, STUCK_UNCLAIMED, PARTICIPANT_UNRESPONSIVE)
+# Who clears a scanned flag whose condition no longer holds.
+DETECTOR = "detector"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DetectionBounds:
+    """How long or how often before work counts as stuck or poison.
+
+    Example::
+
+        DetectionBounds(step_deadline_seconds=60, participant_silent_seconds=30)
+    """
+
+    # Leases that ran out in a row with no commit in between: the instance kills its workers.
+    crash_loop_lease_expiries: int = 3
+    # The same error (type and message) this many attempts in a row parks the instance even
+    # when its retry policy would go on: retrying a deterministic failure only burns attempts.
+    poison_step_attempts: int = 5
+    # An owned instance with no commit for this long, although its lease is being renewed.
+    step_deadline_seconds: float = 300.0
+    # A runnable, due instance that no worker has taken for this long.
+    unclaimed_after_seconds: float = 300.0
+    # An effect sent (INTENDED) or accepted (ACCEPTED) and not answered for this long.
+    participant_silent_seconds: float = 120.0
+    # How often every worker scans for stuck work.
+    scan_interval_seconds: float = 30.0
+    # At most this many findings per reason and scan (a scan is bounded like everything else).
+    scan_rows_max: int = 500
+
+    def __post_init__(self) -> None:
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if value <= 0:
+                raise ConfigurationError(f"detection bound {item.name} must be positive: {value}")
+        if self.crash_loop_lease_expiries < 1 or self.poison_step_attempts < 2:
+            raise ConfigurationError(
+                "crash_loop_lease_expiries must be at least 1 and poison_step_attempts at least 2"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> DetectionBounds:
+        """Bounds from ``name=value`` pairs separated by commas (the rest keep their defaults),
+        as the ``LEDGERFLOW_DETECTION`` environment variable gives them to a worker."""
+        types = {item.name: item.type for item in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for pair in filter(None, (p.strip() for p in text.split(","))):
+            name, _, raw = pair.partition("=")
+            name = name.strip()
+            if name not in types:
+                known = ", ".join(sorted(types))
+                raise ConfigurationError(f"unknown detection bound {name!r}; known: {known}")
+            try:
+                values[name] = int(raw) if types[name] in (int, "int") else float(raw)
+            except ValueError:
+                raise ConfigurationError(
+                    f"detection bound {name} is not a number: {raw!r}"
+                ) from None
+        return cls(**values)
+
+
+DEFAULT_BOUNDS = DetectionBounds()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """One instance that needs a person, why, and the evidence a person reads first."""
+
+    instance_id: str
+    reason_code: str
+    evidence: str
+
+
+# -- poison: crash loop ---------------------------------------------------------------------------
+
+
+def is_crash_loop(lease_expiries: int, *, lease_expiries_max: int) -> bool:
+    """Whether a claim that just counted ``lease_expiries`` must park instead of hand out
+    (``lease_expiries_max`` is :attr:`DetectionBounds.crash_loop_lease_expiries`)."""
+    return lease_expiries >= lease_expiries_max
+
+
+def is_last_chance(lease_expiries: int, lease_expiries_max: int) -> bool:
+    """One more lapse would park it: its next run must be alone in its worker, so that a
+    worker killed by *another* instance cannot push it over the bound."""
+    return lease_expiries == lease_expiries_max - 1 and lease_expiries > 0
+
+
+def crash_loop_reason(lease_expiries: int, last_owners: Sequence[str]) -> str:
+    owners = ", ".join(last_owners) if last_owners else "unknown"
+    return (
+        f"the lease ran out {lease_expiries} times in a row with no commit in between (each "
+        f"owner died or stalled while driving it); last owners: {owners}"
+    )
+
+
+# -- poison: the same step failure ----------------------------------------------------------------
+
+
+def failure_streak(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> int:
+    """How many attempts in a row ended with ``current``'s error, counting this one.
+
+    ``previous`` is the error journaled with the step's last failed attempt (with its own
+    ``repeated`` count), or None when there was none.
+    """
+    if previous is None:
+        return 1
+    same = (previous.get("type"), previous.get("message")) == (
+        current.get("type"),
+        current.get("message"),
+    )
+    if not same:
+        return 1
+    earlier = previous.get("repeated", 1)
+    return (earlier if isinstance(earlier, int) and earlier > 0 else 1) + 1
+
+
+def is_poison_step(streak: int, bounds: DetectionBounds) -> bool:
+    return streak >= bounds.poison_step_attempts
+
+
+def poison_step_reason(*, step: str, seq: int, attempt: int, error: Mapping[str, Any]) -> str:
+    return (
+        f"step {seq} ({step}) failed the same way {error.get('repeated', 1)} attempts in a row "
+        f"(last attempt {attempt}): {error.get('type')}: {error.get('message')}; retrying is "
+        "stopped until a person fixes the cause"
+    )
+
+
+# -- stuck: rules over rows a scan selected -------------------------------------------------------
+
+
+def _age(now: float, since: float) -> str:
+    return f"{max(0.0, now - since):.1f}s"
+
+
+def stuck_step(row: Mapping[str, Any], *, now: float, bounds: DetectionBounds) -> Finding | None:
+    """An owned instance whose lease is renewed but which commits nothing past the deadline.
+
+    ``row`` has instance_id, status, owner, lease_expires_at, updated_at (its last claim or
+    commit) and, when a step is journaled, step_seq, step_name, step_status, step_attempt.
+    """
+    if row["owner"] is None or row["lease_expires_at"] is None:
+        return None
+    if row["lease_expires_at"] <= now or now - row["updated_at"] < bounds.step_deadline_seconds:
+        return None
+    latest = (
+        f"latest journaled step {row['step_seq']} ({row['step_name']}) is "
+        f"{row['step_status']} at attempt {row['step_attempt']}"
+        if row.get("step_seq") is not None
+        else "no step journaled yet"
+    )
+    return Finding(
+        instance_id=row["instance_id"],
+        reason_code=STUCK_STEP,
+        evidence=(
+            f"{row['status']} and owned by {row['owner']} (lease renewed), but no commit for "
+            f"{_age(now, row['updated_at'])} (bound {bounds.step_deadline_seconds:g}s); {latest}"
+        ),
+    )
+
+
+def stuck_unclaimed(
+    row: Mapping[str, Any], *, now: float, bounds: DetectionBounds
+) -> Finding | None:
+    """A runnable instance, due for longer than the bound, that no live lease holds.
+
+    ``row`` has instance_id, status, owner, lease_expires_at, available_at.
+    """
+    live = row["owner"] is not None and (row["lease_expires_at"] or 0.0) > now
+    if live or now - row["available_at"] < bounds.unclaimed_after_seconds:
+        return None
+    last = f"; last owner {row['owner']}" if row["owner"] is not None else ""
+    return Finding(
+        instance_id=row["instance_id"],
+        reason_code=STUCK_UNCLAIMED,
+        evidence=(
+            f"{row['status']} and due for {_age(now, row['available_at'])} (bound "
+            f"{bounds.unclaimed_after_seconds:g}s) with no live lease: no worker is running it "
+            f"(none started, all busy, or none has its definition){last}"
+        ),
+    )
+
+
+def participant_unresponsive(
+    rows: Sequence[Mapping[str, Any]], *, now: float, bounds: DetectionBounds
+) -> Finding | None:
+    """Effects of one instance sent or accepted and unanswered past the bound.
+
+    Each row has instance_id, participant, operation, idempotency_key, attempt, state and
+    updated_at (when it was sent or accepted).
+    """
+    silent = [r for r in rows if now - r["updated_at"] >= bounds.participant_silent_seconds]
+    if not silent:
+        return None
+    parts = [
+        f"{r['participant']}.{r['operation']} key {r['idempotency_key']} attempt {r['attempt']} "
+        f"{r['state']} since {_age(now, r['updated_at'])} ago"
+        for r in silent
+    ]
+    return Finding(
+        instance_id=silent[0]["instance_id"],
+        reason_code=PARTICIPANT_UNRESPONSIVE,
+        evidence=(f"no answer past {bounds.participant_silent_seconds:g}s: " + "; ".join(parts))[
+            :4000
+        ],
+    )

@@ -1,0 +1,5 @@
+"""Operators' tools (internal): authority, audited repairs, detection and reconciliation.
+
+Everything here changes the ledger only through the store's audited or fenced write paths; a
+person never edits rows.
+"""

@@ -1,0 +1,110 @@
+"""The operator's queue: everything that needs a person, oldest first.
+
+Two kinds of item: a *parked* instance (MANUAL_INTERVENTION or FORWARD_RECOVERY_REQUIRED: the
+engine stopped and an operator must decide) and an open *flag* (the instance stays where it
+is, but detection or reconciliation found something a person should look at). Each item
+carries its reason code, the reason or evidence in words, since when, and, for its instance,
+the effects in doubt (UNKNOWN) and the compensations that failed, which are what a repair
+settles. The queue only reads; repairs are ``operators/repairs.py``.
+
+Example::
+
+    for item in attention(store, reason="poison_step", limit=20):
+        print(item.since, item.instance_id, item.reason_code, item.reason)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.storage.store import Store
+
+ATTENTION_LIMIT_DEFAULT = 100
+ATTENTION_LIMIT_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionItem:
+    kind: str  # "parked" or "flag"
+    instance_id: str
+    tenant: str | None
+    workflow_name: str | None
+    business_key: str | None
+    # The instance's status as stored (None when the flag names an instance that is gone).
+    status: str | None
+    reason_code: str | None
+    # Why it was parked, or the flag's evidence.
+    reason: str | None
+    # When it was parked (its last change) or the flag was raised.
+    since: float
+    # Who raised the flag ("scan:<worker>", "claim:<worker>", ...); None for a parked instance.
+    detected_by: str | None = None
+    # "participant.operation key K (step N, attempt A)" for each effect in doubt.
+    effects_in_doubt: tuple[str, ...] = ()
+    failed_compensations: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "instance_id": self.instance_id,
+            "tenant": self.tenant,
+            "workflow": self.workflow_name,
+            "business_key": self.business_key,
+            "status": self.status,
+            "reason_code": self.reason_code,
+            "reason": self.reason,
+            "since": self.since,
+            "detected_by": self.detected_by,
+            "effects_in_doubt": list(self.effects_in_doubt),
+            "failed_compensations": list(self.failed_compensations),
+        }
+
+
+def _effect_line(row: dict[str, Any]) -> str:
+    return (
+        f"{row['participant']}.{row['operation']} key {row['idempotency_key']} "
+        f"(step {row['seq']}, attempt {row['attempt']}, {row['state']})"
+    )
+
+
+def _item(kind: str, row: dict[str, Any], store: Store) -> AttentionItem:
+    effects = store.attention_effects(InstanceId(row["instance_id"]))
+    return AttentionItem(
+        kind=kind,
+        instance_id=row["instance_id"],
+        tenant=row["tenant"],
+        workflow_name=row["workflow_name"],
+        business_key=row["business_key"],
+        status=row["status"],
+        reason_code=row["reason_code"],
+        reason=row["reason"] if kind == "parked" else row["evidence"],
+        since=float(row["since"]),
+        detected_by=row.get("detected_by"),
+        effects_in_doubt=tuple(_effect_line(e) for e in effects if e["state"] == "UNKNOWN"),
+        failed_compensations=tuple(
+            _effect_line(e)
+            for e in effects
+            if e["compensates"] is not None and e["state"] == "FAILED"
+        ),
+    )
+
+
+def attention(
+    store: Store,
+    *,
+    tenant: str | None = None,
+    workflow: str | None = None,
+    reason: str | None = None,
+    limit: int = ATTENTION_LIMIT_DEFAULT,
+) -> list[AttentionItem]:
+    """Parked instances and open flags, oldest first, at most ``limit``; each filter is
+    optional (``reason`` is a reason code such as ``poison_step``)."""
+    limit = max(1, min(limit, ATTENTION_LIMIT_MAX))
+    parked, flagged = store.attention_rows(
+        tenant=tenant, workflow_name=workflow, reason_code=reason, limit=limit
+    )
+    rows = [("parked", r) for r in parked] + [("flag", r) for r in flagged]
+    rows.sort(key=lambda pair: (float(pair[1]["since"]), pair[1]["instance_id"]))
+    return [_item(kind, row, store) for kind, row in rows[:limit]]

@@ -1,0 +1,135 @@
+"""The stuck-work scan: raise a flag for what needs a person, clear what no longer does.
+
+Every worker runs :func:`scan` periodically (``runtime/periodic.py``) and an operator can run
+it on demand (``ledgerflow attention --scan``). The SQL only narrows the candidates (rows past
+a cutoff); the rules in :mod:`ledgerflow.model.detection` decide and word the evidence. A scan
+never changes an instance: stuck work may still move on by itself, so it is flagged, not
+parked, and a flag whose condition a later scan no longer finds is cleared by ``detector``.
+
+Example::
+
+    report = scan(store, DetectionBounds(step_deadline_seconds=60), now=time.time())
+    for finding in report.raised:
+        print(finding.instance_id, finding.reason_code, finding.evidence)
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from ledgerflow.model import detection
+from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds, Finding
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.storage.store import Store
+
+# Bounds for workers, e.g. "step_deadline_seconds=60,participant_silent_seconds=30".
+ENVIRONMENT_VARIABLE = "LEDGERFLOW_DETECTION"
+
+
+def bounds_from_environment() -> DetectionBounds:
+    """The bounds ``LEDGERFLOW_DETECTION`` sets, the defaults for the rest."""
+    text = os.environ.get(ENVIRONMENT_VARIABLE, "")
+    return DetectionBounds.parse(text) if text.strip() else DEFAULT_BOUNDS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScanReport:
+    at: float
+    # Flags this scan opened (an open flag found again is counted in still_open).
+    raised: tuple[Finding, ...]
+    still_open: int
+    # (instance id, reason code) of flags cleared because their condition is gone.
+    cleared: tuple[tuple[str, str], ...]
+    # Damaged rows set aside by a claim that read cleanly again and are due now.
+    requeued: tuple[str, ...]
+    # Reasons whose candidates filled the scan's row bound: their flags are not cleared this
+    # time (an instance past the bound is not evidence that its condition is gone).
+    truncated: tuple[str, ...]
+
+
+def _findings(
+    store: Store, bounds: DetectionBounds, now: float
+) -> tuple[dict[str, list[Finding]], list[str]]:
+    cutoffs = {
+        detection.STUCK_STEP: now - bounds.step_deadline_seconds,
+        detection.STUCK_UNCLAIMED: now - bounds.unclaimed_after_seconds,
+        detection.PARTICIPANT_UNRESPONSIVE: now - bounds.participant_silent_seconds,
+    }
+    found: dict[str, list[Finding]] = {}
+    truncated: list[str] = []
+    for reason, cutoff in cutoffs.items():
+        rows = store.detection_rows(reason, now=now, cutoff=cutoff, limit=bounds.scan_rows_max)
+        if len(rows) >= bounds.scan_rows_max:
+            truncated.append(reason)
+        if reason == detection.PARTICIPANT_UNRESPONSIVE:
+            by_instance: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for row in rows:
+                by_instance[row["instance_id"]].append(row)
+            results = [
+                detection.participant_unresponsive(group, now=now, bounds=bounds)
+                for group in by_instance.values()
+            ]
+        elif reason == detection.STUCK_STEP:
+            results = [detection.stuck_step(row, now=now, bounds=bounds) for row in rows]
+        else:
+            results = [detection.stuck_unclaimed(row, now=now, bounds=bounds) for row in rows]
+        found[reason] = [f for f in results if f is not None]
+    return found, truncated
+
+
+def scan(
+    store: Store,
+    bounds: DetectionBounds = DEFAULT_BOUNDS,
+    *,
+    now: float,
+    detected_by: str = detection.DETECTOR,
+) -> ScanReport:
+    """Flag stuck work, clear flags whose condition is gone, requeue repaired damaged rows."""
+    # Open flags are read first: a flag another scan raises meanwhile is not cleared here.
+    open_flags = store.open_flags()
+    found, truncated = _findings(store, bounds, now)
+    raised: list[Finding] = []
+    still_open = 0
+    current: set[tuple[str, str]] = set()
+    for findings in found.values():
+        for finding in findings:
+            current.add((finding.instance_id, finding.reason_code))
+            if store.raise_flag(
+                instance_id=InstanceId(finding.instance_id),
+                reason_code=finding.reason_code,
+                evidence=finding.evidence,
+                detected_by=detected_by,
+                now=now,
+            ):
+                raised.append(finding)
+            else:
+                still_open += 1
+    cleared: list[tuple[str, str]] = []
+    requeued: list[str] = []
+    for flag in open_flags:
+        key = (flag.instance_id, flag.reason_code)
+        if flag.reason_code == detection.POISON_CORRUPT_ROW:
+            if store.requeue_repaired(flag.instance_id, cleared_by=detection.DETECTOR, now=now):
+                requeued.append(flag.instance_id)
+            continue
+        if flag.reason_code not in detection.SCANNED_FLAGS or flag.reason_code in truncated:
+            continue
+        if key not in current and store.clear_flag(
+            instance_id=flag.instance_id,
+            reason_code=flag.reason_code,
+            cleared_by=detection.DETECTOR,
+            reason=f"the condition no longer holds (scan by {detected_by})",
+            now=now,
+        ):
+            cleared.append(key)
+    return ScanReport(
+        at=now,
+        raised=tuple(raised),
+        still_open=still_open,
+        cleared=tuple(cleared),
+        requeued=tuple(requeued),
+        truncated=tuple(truncated),
+    )

@@ -1,0 +1,186 @@
+"""Between the store's records and the repair planner's views, both ways (internal).
+
+:func:`read_snapshot` reads what planning needs (the instance, its current run's journal and
+where its timeline says it was parked from) and turns it into the model's small views;
+:func:`repair_writes` turns a plan back into the store's checked writes, each built from the
+current record so that identities (command id, idempotency key, payload) are never rewritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ledgerflow.errors import RepairRefusedError
+from ledgerflow.model.ids import InstanceId, StepSeq, command_id
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.repair import (
+    EffectChange,
+    EffectView,
+    InstanceView,
+    Ledger,
+    RepairPlan,
+    StepChange,
+    StepView,
+)
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.storage.records import (
+    EffectRecord,
+    EffectWrite,
+    InstanceRecord,
+    InstanceWrite,
+    Journal,
+    StepRecord,
+    StepWrite,
+)
+from ledgerflow.storage.store import Store
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    instance: InstanceRecord
+    journal: Journal
+    ledger: Ledger
+
+
+def _parked_from(store: Store, instance: InstanceRecord) -> InstanceStatus | None:
+    if instance.status is not InstanceStatus.MANUAL_INTERVENTION:
+        return None
+    for event in reversed(store.events(instance.instance_id)):
+        if (
+            event.subject == "instance"
+            and event.to_state == InstanceStatus.MANUAL_INTERVENTION.value
+        ):
+            return InstanceStatus(event.from_state) if event.from_state else None
+    return None
+
+
+def read_snapshot(store: Store, instance_id: InstanceId, *, now: float) -> Snapshot:
+    """The instance and its current run as planning sees them (``now`` judges leases)."""
+    instance = store.get_instance(instance_id)
+    if instance is None:
+        raise RepairRefusedError("no such instance", instance_id=instance_id)
+    journal = store.journal(instance.instance_id, instance.run)
+    live = (
+        instance.owner is not None
+        and instance.lease_expires_at is not None
+        and instance.lease_expires_at > now
+    )
+    view = InstanceView(
+        instance_id=instance.instance_id,
+        status=instance.status,
+        generation=instance.generation,
+        held_by=instance.owner if live else None,
+        parked_from=_parked_from(store, instance),
+        cancel_requested=instance.cancel_requested_at is not None,
+        cancel_compensate=instance.cancel_compensate,
+    )
+    steps = {
+        int(s.seq): StepView(
+            seq=s.seq, kind=s.kind, name=s.name, status=s.status, attempt=s.attempt
+        )
+        for s in journal.steps.values()
+    }
+    effects = {
+        int(e.seq): EffectView(
+            seq=e.seq,
+            participant=e.participant,
+            operation=e.operation,
+            classification=e.classification,
+            idempotency_key=e.idempotency_key,
+            state=e.state,
+            attempt=e.attempt,
+            doubt=e.doubt,
+            compensates=e.compensates,
+        )
+        for e in journal.effects.values()
+    }
+    return Snapshot(
+        instance=instance,
+        journal=journal,
+        ledger=Ledger(instance=view, steps=steps, effects=effects),
+    )
+
+
+def _new_compensation_step(snapshot: Snapshot, change: StepChange) -> StepRecord:
+    """The journal row of a compensation the operator starts before its driver ever did: the
+    same name, command id and input the driver would have written."""
+    instance = snapshot.instance
+    seq = StepSeq(change.seq)
+    effect = snapshot.journal.effects[seq]
+    original = snapshot.journal.effects[StepSeq(-seq)]
+    original_step = snapshot.journal.steps.get(StepSeq(-seq))
+    return StepRecord(
+        instance_id=instance.instance_id,
+        run=instance.run,
+        seq=seq,
+        kind=StepKind.COMPENSATION,
+        name=f"compensate {original.participant}.{original.operation}",
+        command_id=command_id(instance.instance_id, instance.run, seq),
+        status=change.status,
+        attempt=change.attempt,
+        input=effect.payload,
+        output=None,
+        error=None,
+        retry_policy=original_step.retry_policy if original_step else "{}",
+        next_attempt_at=None,
+        generation=instance.generation,
+        updated_at=instance.updated_at,
+    )
+
+
+def _step_write(snapshot: Snapshot, change: StepChange, now: float) -> StepWrite:
+    seq = StepSeq(change.seq)
+    current = (
+        _new_compensation_step(snapshot, change)
+        if change.expected is StepStatus.NEW
+        else snapshot.journal.steps[seq]
+    )
+    completed = change.status is StepStatus.COMPLETED
+    record = dataclasses.replace(
+        current,
+        status=change.status,
+        attempt=change.attempt,
+        output=change.output if completed else None,
+        error=None if completed else (change.error or current.error),
+        next_attempt_at=now if change.due_now else None,
+        updated_at=now,
+    )
+    return StepWrite(record=record, expected=change.expected)
+
+
+def _effect_write(snapshot: Snapshot, change: EffectChange, now: float) -> EffectWrite:
+    current: EffectRecord = snapshot.journal.effects[StepSeq(change.seq)]
+    record = dataclasses.replace(
+        current,
+        state=change.state,
+        attempt=change.attempt,
+        doubt=change.doubt,
+        evidence=change.evidence,
+        reason=change.reason,
+        updated_at=now,
+    )
+    return EffectWrite(record=record, expected=change.expected, detail=change.reason)
+
+
+def repair_writes(
+    snapshot: Snapshot, plan: RepairPlan, *, now: float
+) -> tuple[StepWrite | EffectWrite | InstanceWrite, ...]:
+    """The plan as the store's writes: effects first (a step's completion follows its effect's
+    outcome, as in a worker's commit), then steps, then the instance."""
+    writes: list[StepWrite | EffectWrite | InstanceWrite] = [
+        _effect_write(snapshot, e, now) for e in plan.effects
+    ]
+    writes.extend(_step_write(snapshot, s, now) for s in plan.steps)
+    if plan.instance is not None:
+        i = plan.instance
+        writes.append(
+            InstanceWrite(
+                status=i.status,
+                expected=i.expected,
+                result=i.result,
+                reason_code=i.reason_code,
+                reason=i.reason,
+            )
+        )
+    return tuple(writes)

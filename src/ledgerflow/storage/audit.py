@@ -1,0 +1,78 @@
+"""The audit log's records and the one write an operator's repair is made of (internal).
+
+An :class:`AuditEntry` is what is appended (never updated); an :class:`AuditRecord` is what is
+read back. A :class:`RepairWrite` is a repair's whole change: the state it was planned against
+(the precondition), the fenced writes, an optional cancel request and its audit entry, applied
+by the store in one transaction or not at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledgerflow.model.ids import Generation, InstanceId
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.storage.records import EffectWrite, InstanceWrite, StepWrite
+
+AUDIT_OUTCOMES = ("applied", "no-op", "refused")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEntry:
+    actor: str
+    role: str | None
+    kind: str
+    instance_id: InstanceId | None
+    target: str | None
+    fingerprint: str
+    outcome: str
+    reason: str
+    evidence: str | None
+    # The plan as JSON text ("{}" when the request was refused before a plan existed).
+    plan: str
+    refusal: str | None = None
+    generation_before: Generation | None = None
+    generation_after: Generation | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRecord:
+    audit_id: int
+    at: float
+    actor: str
+    role: str | None
+    kind: str
+    instance_id: InstanceId | None
+    target: str | None
+    fingerprint: str
+    outcome: str
+    reason: str
+    evidence: str | None
+    plan: str
+    refusal: str | None
+    generation_before: Generation | None
+    generation_after: Generation | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequest:
+    reason: str
+    compensate: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepairWrite:
+    """One repair, applied all or nothing with its audit entry.
+
+    ``fence`` takes the instance from any owner whose lease has lapsed and bumps its
+    generation, so a stale worker's next write is refused; a live lease refuses the repair.
+    A pure cancel request does not fence: the owner honours it at its next step.
+    """
+
+    instance_id: InstanceId
+    expected_generation: Generation
+    expected_status: InstanceStatus
+    fence: bool
+    writes: tuple[StepWrite | EffectWrite | InstanceWrite, ...]
+    cancel: CancelRequest | None
+    audit: AuditEntry

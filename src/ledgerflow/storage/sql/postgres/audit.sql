@@ -1,0 +1,43 @@
+-- Audit: the append-only log of operator repairs, and the fence a repair takes before it
+-- writes. Nothing here updates or deletes an audit row.
+--
+-- PostgreSQL dialect: a lease is measured by the database's clock, as the claim measures it
+-- (:lease_now is only a test override, NULL in service).
+
+-- name: repair_fence
+-- Take the instance for a repair: a new generation (a worker of an older one is refused at its
+-- next write), no owner, claimable at once. Only if the planned generation still holds and no
+-- worker holds a lease that has not lapsed. A repair is progress: the crash-loop count restarts.
+UPDATE lf_instances
+SET generation = generation + 1, owner = NULL, lease_expires_at = NULL, available_at = :now,
+    lease_expiries = 0, updated_at = :now
+WHERE instance_id = :instance_id AND generation = :generation
+  AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:lease_now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
+RETURNING generation;
+
+-- name: insert_audit
+INSERT INTO lf_audit (
+    at, actor, role, kind, instance_id, target, fingerprint, outcome, reason, evidence, plan,
+    refusal, generation_before, generation_after
+) VALUES (
+    :now, :actor, :role, :kind, :instance_id, :target, :fingerprint, :outcome, :reason,
+    :evidence, :plan, :refusal, :generation_before, :generation_after
+)
+RETURNING audit_id;
+
+-- name: select_audit
+-- Newest first (the caller shows them oldest first); every filter is optional.
+SELECT * FROM lf_audit
+WHERE (CAST(:instance_id AS text) IS NULL OR instance_id = :instance_id)
+  AND (CAST(:actor AS text) IS NULL OR actor = :actor)
+  AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+  AND (CAST(:since AS double precision) IS NULL OR at >= :since)
+ORDER BY audit_id DESC
+LIMIT :limit;
+
+-- name: last_applied_audit
+-- The latest applied repair with this fingerprint: a repeat of it may be a no-op.
+SELECT * FROM lf_audit
+WHERE fingerprint = :fingerprint AND outcome = 'applied'
+ORDER BY audit_id DESC
+LIMIT 1;

@@ -1,0 +1,140 @@
+-- Attention: what detection found (flags), the parking of poison work, and the reads behind the
+-- operator's queue. A flag leaves the instance where it is; parking moves it to
+-- MANUAL_INTERVENTION. Flags are never deleted: clearing one records who cleared it and why.
+
+-- name: raise_flag
+-- At most one open flag per instance and reason (a partial unique index): raising it again
+-- while it is open changes nothing, so every worker's scan may raise the same flag.
+INSERT INTO lf_attention (instance_id, reason_code, evidence, detected_at, detected_by)
+VALUES (:instance_id, :reason_code, :evidence, :now, :detected_by)
+ON CONFLICT DO NOTHING;
+
+-- name: clear_flag
+UPDATE lf_attention
+SET cleared_at = :now, cleared_by = :cleared_by, cleared_reason = :reason
+WHERE instance_id = :instance_id AND reason_code = :reason_code AND cleared_at IS NULL;
+
+-- name: select_open_flags
+-- Oldest first; every open flag, or those of one instance.
+SELECT * FROM lf_attention
+WHERE cleared_at IS NULL AND (:instance_id IS NULL OR instance_id = :instance_id)
+ORDER BY detected_at, flag_id
+LIMIT :limit;
+
+-- name: select_flags
+-- Every flag of one instance, open and cleared, in the order they were raised.
+SELECT * FROM lf_attention WHERE instance_id = :instance_id ORDER BY flag_id;
+
+-- name: select_recent_claimers
+-- Who claimed the instance most recently (the owners a crash loop went through), newest first.
+SELECT to_state AS owner FROM lf_events
+WHERE instance_id = :instance_id AND subject = 'owner' AND detail = 'claimed'
+ORDER BY event_id DESC
+LIMIT :limit;
+
+-- name: park_crash_loop
+-- Inside the claim that found the bound reached: the claim's own generation parks the instance
+-- and gives the lease straight back, so it is never handed out again. The count starts over
+-- (the reason keeps it), so an instance an operator resumes gets the whole bound again.
+UPDATE lf_instances
+SET status = 'MANUAL_INTERVENTION', reason_code = :reason_code, reason = :reason,
+    owner = NULL, lease_expires_at = NULL, lease_expiries = 0, updated_at = :now
+WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
+
+-- name: select_inflight_effects
+-- Effects a crash-looping instance had sent (or was about to send) when its owners died.
+SELECT effect_id, seq, attempt FROM lf_effects
+WHERE instance_id = :instance_id AND run = :run AND state = 'INTENDED'
+ORDER BY seq;
+
+-- name: doubt_inflight_effect
+-- Parked with a dispatch in flight: the participant may have applied it, so the ledger says
+-- UNKNOWN (in doubt from this attempt), as recovery after any crash would, and a person sees it.
+UPDATE lf_effects
+SET state = 'UNKNOWN', doubt = attempt, reason = :reason, updated_at = :now
+WHERE effect_id = :effect_id AND state = 'INTENDED';
+
+-- name: defer_damaged_instance
+-- A row that fails its invariants is not claimable; moving only its due time to "never" stops
+-- every poll from reading it again. Nothing else of the row is touched: it is evidence.
+UPDATE lf_instances SET available_at = :never WHERE instance_id = :instance_id;
+
+-- name: redue_repaired_instance
+-- A deferred row that reads cleanly again (someone repaired it) becomes due now.
+UPDATE lf_instances SET available_at = :now
+WHERE instance_id = :instance_id AND available_at >= :never;
+
+-- name: scan_stuck_steps
+-- Owned with a live (so renewed) lease, but no claim or commit since :cutoff, and no effect in
+-- flight (a silent participant is its own reason). With the latest journaled step as evidence.
+SELECT i.instance_id, i.status, i.owner, i.lease_expires_at, i.updated_at,
+       s.seq AS step_seq, s.name AS step_name, s.status AS step_status, s.attempt AS step_attempt
+FROM lf_instances i
+LEFT JOIN lf_steps s
+  ON s.instance_id = i.instance_id AND s.run = i.run
+ AND s.seq = (SELECT max(m.seq) FROM lf_steps m WHERE m.instance_id = i.instance_id AND m.run = i.run)
+WHERE i.status IN ('RUNNING', 'COMPENSATING', 'CANCELLING')
+  AND i.owner IS NOT NULL AND i.lease_expires_at > :now
+  AND i.updated_at <= :cutoff
+  AND NOT EXISTS (
+      SELECT 1 FROM lf_effects e
+      WHERE e.instance_id = i.instance_id AND e.run = i.run AND e.state IN ('INTENDED', 'ACCEPTED'))
+ORDER BY i.updated_at, i.instance_id
+LIMIT :limit;
+
+-- name: scan_stuck_unclaimed
+-- Runnable and due since :cutoff, with no live lease.
+SELECT instance_id, status, owner, lease_expires_at, available_at FROM lf_instances
+WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND available_at <= :cutoff
+  AND (owner IS NULL OR lease_expires_at <= :now)
+ORDER BY available_at, instance_id
+LIMIT :limit;
+
+-- name: scan_silent_effects
+-- Effects of live instances waiting for their participant since :cutoff: a dispatch in flight
+-- (INTENDED, its owner alive) or an accepted asynchronous effect (ACCEPTED, awaiting callback).
+SELECT e.instance_id, e.participant, e.operation, e.idempotency_key, e.attempt, e.state,
+       e.updated_at
+FROM lf_instances i
+JOIN lf_effects e ON e.instance_id = i.instance_id AND e.run = i.run
+WHERE i.status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND (e.state = 'ACCEPTED'
+       OR (e.state = 'INTENDED' AND i.owner IS NOT NULL AND i.lease_expires_at > :now))
+  AND e.updated_at <= :cutoff
+ORDER BY e.updated_at, e.effect_id
+LIMIT :limit;
+
+-- name: attention_parked
+-- Parked instances (an operator must decide), oldest parking first; filters are optional.
+SELECT instance_id, tenant, workflow_name, business_key, status, reason_code, reason,
+       updated_at AS since
+FROM lf_instances
+WHERE status IN ('MANUAL_INTERVENTION', 'FORWARD_RECOVERY_REQUIRED')
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:workflow_name IS NULL OR workflow_name = :workflow_name)
+  AND (:reason_code IS NULL OR reason_code = :reason_code)
+ORDER BY updated_at, instance_id
+LIMIT :limit;
+
+-- name: attention_flagged
+-- Open flags with what is known of their instance (a damaged row may not read as a record, so
+-- only plain columns are taken), oldest first; filters are optional.
+SELECT f.flag_id, f.instance_id, f.reason_code, f.evidence, f.detected_at AS since,
+       f.detected_by, i.tenant, i.workflow_name, i.business_key, i.status
+FROM lf_attention f
+LEFT JOIN lf_instances i ON i.instance_id = f.instance_id
+WHERE f.cleared_at IS NULL
+  AND (:tenant IS NULL OR i.tenant = :tenant)
+  AND (:workflow_name IS NULL OR i.workflow_name = :workflow_name)
+  AND (:reason_code IS NULL OR f.reason_code = :reason_code)
+ORDER BY f.detected_at, f.flag_id
+LIMIT :limit;
+
+-- name: attention_effects
+-- What a person must settle for one instance: effects in doubt and compensations that failed.
+SELECT seq, participant, operation, idempotency_key, state, attempt, compensates, reason
+FROM lf_effects
+WHERE instance_id = :instance_id
+  AND (state = 'UNKNOWN' OR (compensates IS NOT NULL AND state = 'FAILED'))
+ORDER BY run, seq;

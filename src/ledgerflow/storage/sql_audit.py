@@ -1,0 +1,254 @@
+"""The audit half of the SQL store: repairs applied in one transaction with their audit record
+(internal).
+
+A repair is not a worker's commit: it has no lease to prove. It proves instead that the state
+it was planned against is still there (generation and status, then each step and effect write
+names the state it replaces) and that no worker holds a live lease, takes a new generation so
+a stale worker is fenced out, and writes through the same checked step, effect and instance
+writes a worker's commit uses (:class:`~ledgerflow.storage.sql_store.SqlStore`), each timeline
+entry naming the audit record. Refusals and repeats are appended on their own.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from ledgerflow.errors import IllegalTransitionError, RepairRefusedError, StalePreconditionError
+from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.storage.audit import AuditEntry, AuditRecord, CancelRequest, RepairWrite
+from ledgerflow.storage.records import (
+    Commit,
+    EffectWrite,
+    InstanceRecord,
+    InstanceWrite,
+    StepWrite,
+)
+from ledgerflow.storage.rows import Row, fields, instance_from_row
+
+AUDIT_LIST_LIMIT_MAX = 10_000
+
+
+def _audit_from_row(r: Row) -> AuditRecord:
+    def generation(value: Any) -> Generation | None:
+        return Generation(int(value)) if value is not None else None
+
+    return AuditRecord(
+        audit_id=int(r["audit_id"]),
+        at=float(r["at"]),
+        actor=r["actor"],
+        role=r["role"],
+        kind=r["kind"],
+        instance_id=InstanceId(r["instance_id"]) if r["instance_id"] is not None else None,
+        target=r["target"],
+        fingerprint=r["fingerprint"],
+        outcome=r["outcome"],
+        reason=r["reason"],
+        evidence=r["evidence"],
+        plan=r["plan"],
+        refusal=r["refusal"],
+        generation_before=generation(r["generation_before"]),
+        generation_after=generation(r["generation_after"]),
+    )
+
+
+class AuditStore(abc.ABC):
+    @abc.abstractmethod
+    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]: ...
+
+    @abc.abstractmethod
+    def _write_transaction(self) -> contextlib.AbstractContextManager[None]: ...
+
+    @abc.abstractmethod
+    def _read(self) -> contextlib.AbstractContextManager[None]: ...
+
+    @abc.abstractmethod
+    def _event(
+        self,
+        instance_id: InstanceId,
+        generation: Generation,
+        subject: str,
+        from_state: str | None,
+        to_state: str,
+        now: float,
+        detail: str | None,
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def _write_step(
+        self, write: StepWrite, generation: Generation, now: float, *, by_operator: bool = False
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def _write_effect(
+        self, write: EffectWrite, generation: Generation, now: float, *, by_operator: bool = False
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def _write_instance(
+        self, write: InstanceWrite, commit: Commit, now: float, *, by_operator: bool = False
+    ) -> None: ...
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append_audit(self, entry: AuditEntry, *, now: float) -> int:
+        """Append one audit record on its own (a refusal or a repeat); return its id."""
+        with self._write_transaction():
+            return self._insert_audit(entry, now)
+
+    def _insert_audit(self, entry: AuditEntry, now: float) -> int:
+        rows, _ = self._run("insert_audit", {**fields(entry), "now": now})
+        return int(rows[0]["audit_id"])
+
+    def apply_repair(self, repair: RepairWrite, *, now: float, lease_now: float | None) -> int:
+        """Check the precondition, fence, write and audit in one transaction; return the audit
+        id. Raises :class:`StalePreconditionError` when the planned state is gone and
+        :class:`RepairRefusedError` when a live worker holds the instance; nothing is written
+        then."""
+        with self._write_transaction():
+            current = self._locked(repair)
+            generation = current.generation
+            if repair.fence:
+                generation = self._fence(repair, current, now=now, lease_now=lease_now)
+            entry = dataclasses.replace(
+                repair.audit, generation_before=current.generation, generation_after=generation
+            )
+            audit_id = self._insert_audit(entry, now)
+            tag = f"repair #{audit_id} by {entry.actor}"
+            try:
+                self._repair_writes(repair, generation, tag, now)
+            except IllegalTransitionError as exc:
+                raise StalePreconditionError(
+                    f"the ledger changed since the repair was planned: {exc.message}",
+                    instance_id=repair.instance_id,
+                ) from None
+            self._event(
+                repair.instance_id,
+                generation,
+                "repair",
+                None,
+                entry.kind,
+                now,
+                f"{tag} (role {entry.role}): {entry.reason}"[:1000],
+            )
+        return audit_id
+
+    def _locked(self, repair: RepairWrite) -> InstanceRecord:
+        rows, _ = self._run("lock_instance", {"instance_id": repair.instance_id})
+        if not rows:
+            raise RepairRefusedError("no such instance", instance_id=repair.instance_id)
+        current = instance_from_row(rows[0])
+        if (
+            current.generation != repair.expected_generation
+            or current.status is not repair.expected_status
+        ):
+            raise StalePreconditionError(
+                f"the repair was planned against {repair.expected_status.value} at generation "
+                f"{repair.expected_generation}; the instance is now {current.status.value} at "
+                f"generation {current.generation}",
+                instance_id=repair.instance_id,
+            )
+        return current
+
+    def _fence(
+        self, repair: RepairWrite, current: InstanceRecord, *, now: float, lease_now: float | None
+    ) -> Generation:
+        got, _ = self._run(
+            "repair_fence",
+            {
+                "instance_id": repair.instance_id,
+                "generation": current.generation,
+                "now": now,
+                "lease_now": lease_now,
+            },
+        )
+        if not got:
+            raise RepairRefusedError(
+                f"worker {current.owner} holds a live lease on the instance (until "
+                f"{current.lease_expires_at}); a repair never overtakes a running worker",
+                instance_id=repair.instance_id,
+            )
+        return Generation(int(got[0]["generation"]))
+
+    def _repair_writes(
+        self, repair: RepairWrite, generation: Generation, tag: str, now: float
+    ) -> None:
+        # The same checked writes a worker's commit makes, under the repair's generation.
+        commit = Commit(
+            instance_id=repair.instance_id,
+            owner=WorkerId(f"operator:{repair.audit.actor}"),
+            generation=generation,
+        )
+        for write in repair.writes:
+            detail = f"{tag}: {write.detail}" if write.detail else tag
+            if isinstance(write, StepWrite):
+                step = dataclasses.replace(write, detail=detail)
+                self._write_step(step, generation, now, by_operator=True)
+            elif isinstance(write, EffectWrite):
+                effect = dataclasses.replace(write, detail=detail)
+                self._write_effect(effect, generation, now, by_operator=True)
+            else:
+                change = dataclasses.replace(write, detail=detail)
+                self._write_instance(change, commit, now, by_operator=True)
+        if repair.cancel is not None:
+            self._repair_cancel(repair.instance_id, repair.cancel, generation, tag, now)
+
+    def _repair_cancel(
+        self,
+        instance_id: InstanceId,
+        cancel: CancelRequest,
+        generation: Generation,
+        tag: str,
+        now: float,
+    ) -> None:
+        _, changed = self._run(
+            "request_cancel",
+            {
+                "instance_id": instance_id,
+                "reason": cancel.reason,
+                "compensate": int(cancel.compensate),
+                "now": now,
+            },
+        )
+        if changed != 1:
+            raise IllegalTransitionError(
+                "a cancel request exists already or the instance has ended",
+                instance_id=instance_id,
+            )
+        self._event(
+            instance_id, generation, "cancel", None, "requested", now, f"{tag}: {cancel.reason}"
+        )
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def audit_records(
+        self,
+        *,
+        instance_id: InstanceId | None = None,
+        actor: str | None = None,
+        kind: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
+    ) -> list[AuditRecord]:
+        """Audit records, oldest first: the newest ``limit`` that match every filter given."""
+        with self._read():
+            rows, _ = self._run(
+                "select_audit",
+                {
+                    "instance_id": instance_id,
+                    "actor": actor,
+                    "kind": kind,
+                    "since": since,
+                    "limit": max(1, min(limit, AUDIT_LIST_LIMIT_MAX)),
+                },
+            )
+        return [_audit_from_row(r) for r in reversed(rows)]
+
+    def last_applied_repair(self, fingerprint: str) -> AuditRecord | None:
+        """The latest applied repair with this fingerprint, to recognise a repeat."""
+        with self._read():
+            rows, _ = self._run("last_applied_audit", {"fingerprint": fingerprint})
+        return _audit_from_row(rows[0]) if rows else None

@@ -1,0 +1,157 @@
+"""``ledgerflow repair ...``, ``ledgerflow audit`` and the audit part of ``ledgerflow show``,
+through the real entry point (its exit codes and error lines included), on a SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operators"))
+
+import repair_workflows as wf
+
+from ledgerflow import Engine, SyncEngine
+from ledgerflow.cli.main import main
+
+Entry = Callable[..., tuple[int, str, str]]
+POLICY = """
+[roles]
+operator = ["resolve-effect", "resume", "retry-step"]
+[actors]
+alice = ["operator"]
+"""
+
+
+@pytest.fixture
+def entry(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Entry:
+    monkeypatch.delenv("LEDGERFLOW_OPERATOR", raising=False)
+    monkeypatch.delenv("LEDGERFLOW_AUTHORITY", raising=False)
+    monkeypatch.delenv("LEDGERFLOW_DB", raising=False)
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["ledgerflow", *args])
+        code = 0
+        try:
+            main()
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+@pytest.fixture
+def parked(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A database with one instance parked on an UNKNOWN charge, and its id."""
+    db = f"sqlite:///{tmp_path}/journal.db"
+    wf.reset()
+    wf.FAULTS.add("lose-charge")
+    with SyncEngine(db, wf.registry) as engine:
+        instance_id = engine.start("pay", key="cli-1", input={"amount": 7}).instance_id
+
+    async def drain() -> None:
+        async with Engine(db, wf.registry) as engine:
+            await engine.worker(lease_seconds=1, poll_seconds=0.01).run(until_idle=True)
+
+    asyncio.run(drain())
+    wf.reset()
+    yield db, instance_id
+    wf.reset()
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> str:
+    path = tmp_path / "authority.toml"
+    path.write_text(POLICY)
+    return str(path)
+
+
+def _resolve(db: str, instance_id: str, *extra: str) -> list[str]:
+    return [
+        *("repair", "resolve-effect", instance_id, "1", "--applied"),
+        *("--evidence", '{"row": 17}', "--reason", "bank says applied", "--db", db, *extra),
+    ]
+
+
+def test_identity_and_authority_are_required(
+    entry: Entry, parked: tuple[str, str], policy: str
+) -> None:
+    """Goal: no identity is a usage error (2); no role is an engine refusal (1, LF701).
+
+    Method: run resolve-effect without --actor, then as alice under the built-in policy.
+    """
+    db, instance_id = parked
+    code, _, err = entry(*_resolve(db, instance_id))
+    assert code == 2
+    assert "who is repairing" in err
+    code, _, err = entry(*_resolve(db, instance_id, "--actor", "alice"))
+    assert code == 1
+    assert "[LF701]" in err
+    assert "LEDGERFLOW_AUTHORITY" in err
+
+
+def test_dry_run_apply_repeat_audit_and_show(
+    entry: Entry, parked: tuple[str, str], policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: --dry-run prints the plan and changes nothing; apply changes once; the repeat is a
+    no-op; ``audit --json`` exports JSON lines; ``show`` lists the audit records.
+
+    Method: the same resolve-effect four ways, the identity from LEDGERFLOW_OPERATOR and the
+    policy from LEDGERFLOW_AUTHORITY; read the audit log and the instance after each.
+    """
+    db, instance_id = parked
+    monkeypatch.setenv("LEDGERFLOW_OPERATOR", "alice")
+    monkeypatch.setenv("LEDGERFLOW_AUTHORITY", policy)
+    code, out, err = entry(*_resolve(db, instance_id, "--dry-run"))
+    assert code == 0, err
+    assert "effect 1: UNKNOWN -> CONFIRMED" in out
+    assert "dry run: nothing was changed" in out
+    assert entry("audit", "--db", db, "--json")[1] == ""
+    code, out, err = entry(*_resolve(db, instance_id, "--json"))
+    assert code == 0, err
+    applied = json.loads(out)
+    assert applied["outcome"] == "applied"
+    assert applied["changes"]["effects"][0]["state"] == "CONFIRMED"
+    code, out, _ = entry(*_resolve(db, instance_id, "--json"))
+    assert json.loads(out)["outcome"] == "no-op"
+    code, out, _ = entry("audit", "--db", db, "--json", "--instance", instance_id)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(r["actor"], r["outcome"], r["kind"]) for r in lines] == [
+        ("alice", "applied", "resolve-effect"),
+        ("alice", "no-op", "resolve-effect"),
+    ]
+    assert lines[0]["plan"]["effects"][0]["evidence"] == '{"row":17}'
+    code, out, _ = entry("show", instance_id, "--db", db)
+    assert code == 0
+    assert "audit (repairs of this instance)" in out
+    assert "no-op" in out
+    detail = json.loads(entry("show", instance_id, "--db", db, "--json")[1])
+    assert [a["outcome"] for a in detail["audit"]] == ["applied", "no-op"]
+    assert any("repair #1 by alice" in (e["detail"] or "") for e in detail["events"])
+
+
+def test_a_forbidden_repair_exits_1_with_the_reason(
+    entry: Entry, parked: tuple[str, str], policy: str
+) -> None:
+    """Goal: the engine's refusal reaches the operator as LF702 with its reason, audited.
+
+    Method: retry-step on the step whose effect is UNKNOWN.
+    """
+    db, instance_id = parked
+    code, _, err = entry(
+        *("repair", "retry-step", instance_id, "1", "--reason", "try again"),
+        *("--actor", "alice", "--authority", policy, "--db", db),
+    )
+    assert code == 1
+    assert "[LF702]" in err
+    assert "resolve it with evidence first" in err
+    code, out, _ = entry("audit", "--db", db, "--actor", "alice")
+    assert code == 0
+    assert "refused" in out

@@ -1,0 +1,56 @@
+"""The reconciliation tests' cast: two participants served over HTTP, both with a lookup.
+
+``inventory`` (reserve) and ``shipping`` (ship) live in a participant service process, each with
+its own SQLite ledger; neither deduplicates, so a lost reply is settled only by asking the
+lookup. Worker processes import ``reconcile_workflows:registry`` with the service's URL in
+``LEDGERFLOW_TEST_SERVICE_URL``; a test builds its own copy with :func:`build_registry` once
+it knows the URL.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from ledgerflow import Registry, RetryPolicy, WorkflowContext
+from ledgerflow.participant import remote_participant
+
+FAST = RetryPolicy(attempts_max=3, backoff_initial=timedelta(milliseconds=20))
+
+
+def build_registry(url: str) -> Registry:
+    registry = Registry()
+    inventory = registry.add_participant(
+        remote_participant(
+            "inventory",
+            url,
+            operations={"reserve": "reversible"},
+            deduplicates=False,
+            has_lookup=True,
+            retry=FAST,
+            timeout_seconds=5.0,
+        )
+    )
+    shipping = registry.add_participant(
+        remote_participant(
+            "shipping",
+            url,
+            operations={"ship": "forward-recovery-only"},
+            deduplicates=False,
+            has_lookup=True,
+            retry=FAST,
+            timeout_seconds=5.0,
+        )
+    )
+
+    @registry.workflow(name="order", version=1)
+    async def order(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+        reservation = await ctx.effect(inventory.effects["reserve"], {"sku": request["sku"]})
+        shipment = await ctx.effect(shipping.effects["ship"], {"sku": request["sku"]})
+        return {"reservation": reservation, "shipment": shipment}
+
+    return registry
+
+
+registry = build_registry(os.environ.get("LEDGERFLOW_TEST_SERVICE_URL", "http://127.0.0.1:9"))

@@ -1,0 +1,397 @@
+"""The attention part of the storage contract, on SQLite and PostgreSQL alike.
+
+Flags (raise once, clear once, kept after clearing), the crash-loop count a claim keeps and the
+parking at its bound, a damaged row set aside by a claim, and the reads behind the scan and the
+queue. Times are passed in explicitly, so leases expire by arithmetic, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledgerflow.model import detection
+from ledgerflow.model.detection import DetectionBounds
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import (
+    BusinessKey,
+    CommandId,
+    EffectId,
+    IdempotencyKey,
+    InstanceId,
+    RunNumber,
+    StepSeq,
+    TenantId,
+    WorkerId,
+)
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.operators.attention import attention
+from ledgerflow.operators.detection import scan
+from ledgerflow.storage import open_store
+from ledgerflow.storage.records import (
+    Commit,
+    EffectRecord,
+    EffectWrite,
+    InstanceRecord,
+    NewInstance,
+    StepRecord,
+    StepWrite,
+)
+from ledgerflow.storage.store import Store
+from postgres_schema import postgres_url
+
+LEASE = 10.0
+W1, W2, W3, W4 = (WorkerId(f"worker-{n}") for n in range(1, 5))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        store = open_store(f"sqlite:///{tmp_path}/s.db")
+    else:
+        store = open_store(postgres_url(request.node.name))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def start(store: Store, key: str, *, tenant: str = "acme", workflow: str = "order") -> InstanceId:
+    record, _ = store.start_instance(
+        NewInstance(
+            instance_id=InstanceId(f"wf-{tenant}-{workflow}-{key}"),
+            tenant=TenantId(tenant),
+            workflow_name=workflow,
+            workflow_version=1,
+            fingerprint="fp-1",
+            business_key=BusinessKey(key),
+            input="{}",
+        ),
+        now=0.0,
+    )
+    return record.instance_id
+
+
+def claim(store: Store, owner: WorkerId, now: float, **kwargs: Any) -> list[InstanceRecord]:
+    return store.claim(owner=owner, now=now, lease_seconds=LEASE, limit=10, **kwargs)
+
+
+def commit(
+    store: Store, record: InstanceRecord, *writes: StepWrite | EffectWrite, now: float
+) -> None:
+    [error] = store.commit(
+        [
+            Commit(
+                instance_id=record.instance_id,
+                owner=record.owner or W1,
+                generation=record.generation,
+                writes=writes,
+            )
+        ],
+        now=now,
+    )
+    assert error is None
+
+
+def step_write(record: InstanceRecord, *, now: float) -> StepWrite:
+    return StepWrite(
+        record=StepRecord(
+            instance_id=record.instance_id,
+            run=RunNumber(1),
+            seq=StepSeq(1),
+            kind=StepKind.LOCAL,
+            name="price",
+            command_id=CommandId(f"{record.instance_id}/r1/s1"),
+            status=StepStatus.COMPLETED,
+            attempt=1,
+            input="[]",
+            output="1",
+            error=None,
+            retry_policy="{}",
+            next_attempt_at=None,
+            generation=record.generation,
+            updated_at=now,
+        ),
+        expected=StepStatus.NEW,
+    )
+
+
+def effect_write(record: InstanceRecord, *, now: float) -> EffectWrite:
+    return EffectWrite(
+        record=EffectRecord(
+            effect_id=EffectId(f"{record.instance_id}/r1/s2/effect"),
+            instance_id=record.instance_id,
+            run=RunNumber(1),
+            seq=StepSeq(2),
+            participant="bank",
+            operation="charge",
+            classification="compensatable",
+            idempotency_key=IdempotencyKey(f"{record.instance_id}:charge"),
+            state=EffectState.INTENDED,
+            attempt=1,
+            doubt=0,
+            payload="{}",
+            evidence=None,
+            reason=None,
+            generation=record.generation,
+            updated_at=now,
+        ),
+        expected=EffectState.NEW,
+    )
+
+
+def test_a_flag_is_raised_once_cleared_once_and_kept(store: Store) -> None:
+    """Goal: at most one open flag per instance and reason; clearing is recorded, not deleted.
+
+    Method: raise the same flag twice (the second is refused), clear it twice (the second
+    finds nothing), then raise it again: a new open flag beside the cleared one.
+    """
+    i = start(store, "a")
+    args: dict[str, Any] = {"instance_id": i, "reason_code": "stuck_step", "detected_by": "test"}
+    assert store.raise_flag(**args, evidence="first", now=1.0)
+    assert not store.raise_flag(**args, evidence="second", now=2.0)
+    [flag] = store.open_flags(i)
+    assert (flag.evidence, flag.detected_at, flag.cleared_at) == ("first", 1.0, None)
+    assert store.raise_flag(
+        instance_id=i, reason_code="stuck_unclaimed", evidence="x", detected_by="test", now=3.0
+    )
+    assert [f.reason_code for f in store.open_flags()] == ["stuck_step", "stuck_unclaimed"]
+    clear: dict[str, Any] = {"instance_id": i, "reason_code": "stuck_step", "cleared_by": "alice"}
+    assert store.clear_flag(**clear, reason="looked at it", now=4.0)
+    assert not store.clear_flag(**clear, reason="again", now=5.0)
+    assert [f.reason_code for f in store.open_flags(i)] == ["stuck_unclaimed"]
+    assert store.raise_flag(**args, evidence="third", now=6.0)
+    history = [(f.evidence, f.cleared_by, f.cleared_reason) for f in store.flags(i)]
+    assert history == [
+        ("first", "alice", "looked at it"),
+        ("x", None, None),
+        ("third", None, None),
+    ]
+
+
+def test_a_claim_counts_lease_expiries_and_parks_at_the_bound(store: Store) -> None:
+    """Goal: an instance whose owners keep dying is parked by the claim that reaches the bound.
+
+    Method: bound 3. Claim, let the lease lapse, claim again (1 expiry), again (2), and the
+    fourth claim (3) parks it: MANUAL_INTERVENTION poison_crash_loop naming the dead owners,
+    unowned, never handed out; only three 'claimed' events exist.
+    """
+    i = start(store, "loop")
+    now = 1.0
+    for owner in (W1, W2, W3):
+        assert [r.instance_id for r in claim(store, owner, now, lease_expiries_max=3)] == [i]
+        now += LEASE + 1
+    assert claim(store, W4, now, lease_expiries_max=3) == []
+    parked = store.get_instance(i)
+    assert parked is not None
+    assert parked.status is InstanceStatus.MANUAL_INTERVENTION
+    assert parked.reason_code == detection.POISON_CRASH_LOOP
+    assert parked.owner is None
+    assert parked.reason is not None
+    assert "3 times" in parked.reason
+    assert all(w in parked.reason for w in (W1, W2, W3))
+    claims = [e for e in store.events(i) if e.subject == "owner" and e.detail == "claimed"]
+    assert [e.to_state for e in claims] == [W1, W2, W3]
+    assert any(e.detail == detection.POISON_CRASH_LOOP for e in store.events(i))
+    assert claim(store, W4, now + 100, lease_expiries_max=3) == []
+
+
+def test_a_commit_resets_the_count(store: Store) -> None:
+    """Goal: only expiries *in a row without progress* count.
+
+    Method: two lapsed leases, then an owner commits a step; two more lapses stay below the
+    bound of 3 and the instance is still handed out.
+    """
+    i = start(store, "progress")
+    now = 1.0
+    for owner in (W1, W2):
+        claim(store, owner, now, lease_expiries_max=3)
+        now += LEASE + 1
+    [third] = claim(store, W3, now, lease_expiries_max=3)
+    commit(store, third, step_write(third, now=now), now=now)
+    now += LEASE + 1
+    for owner in (W4, W1):
+        assert [r.instance_id for r in claim(store, owner, now, lease_expiries_max=3)] == [i]
+        now += LEASE + 1
+
+
+def test_scan_flags_stuck_work_and_clears_it_when_gone(store: Store) -> None:
+    """Goal: the three scanned conditions are flagged with evidence and cleared by 'detector'.
+
+    Method: one instance owned and silent (stuck_step), one due and never claimed
+    (stuck_unclaimed), one with an effect INTENDED and unanswered (participant_unresponsive);
+    scan past the bounds; then make each condition go away and scan again.
+    """
+    bounds = DetectionBounds(
+        step_deadline_seconds=50, unclaimed_after_seconds=50, participant_silent_seconds=20
+    )
+    quiet, silent = start(store, "quiet"), start(store, "silent")
+    claimed = {r.instance_id: r for r in claim(store, W1, 1.0)}
+    unclaimed = start(store, "unclaimed")
+    commit(store, claimed[silent], effect_write(claimed[silent], now=2.0), now=2.0)
+    # The owner is alive: its lease is renewed, but it commits nothing.
+    leases = [(quiet, claimed[quiet].generation), (silent, claimed[silent].generation)]
+    assert store.renew(owner=W1, leases=leases, now=60.0, lease_seconds=LEASE) == []
+    report = scan(store, bounds, now=61.0)
+    found = {(f.instance_id, f.reason_code): f.evidence for f in report.raised}
+    assert set(found) == {
+        (quiet, "stuck_step"),
+        (unclaimed, "stuck_unclaimed"),
+        (silent, "participant_unresponsive"),
+    }
+    assert "no commit for 60.0s" in found[quiet, "stuck_step"]
+    assert (
+        f"bank.charge key {silent}:charge attempt 1 INTENDED"
+        in found[silent, "participant_unresponsive"]
+    )
+    assert "due for 61.0s" in found[unclaimed, "stuck_unclaimed"]
+    again = scan(store, bounds, now=62.0)
+    assert (again.raised, again.still_open, again.cleared) == ((), 3, ())
+    # Progress: quiet commits, the participant answers, a worker takes the unclaimed one.
+    commit(store, claimed[quiet], step_write(claimed[quiet], now=63.0), now=63.0)
+    answered = _confirmed(effect_write(claimed[silent], now=63.0).record)
+    confirmed = EffectWrite(record=answered, expected=EffectState.INTENDED)
+    commit(store, claimed[silent], confirmed, now=63.0)
+    claim(store, W2, 63.0)
+    cleared = scan(store, bounds, now=64.0)
+    assert set(cleared.cleared) == set(found)
+    assert store.open_flags() == []
+    assert {f.cleared_by for i in (quiet, silent, unclaimed) for f in store.flags(i)} == {
+        "detector"
+    }
+
+
+def _confirmed(record: EffectRecord) -> EffectRecord:
+    return dataclasses.replace(record, state=EffectState.CONFIRMED, evidence='{"ok": true}')
+
+
+def test_queue_lists_parked_and_flagged_oldest_first_with_filters(store: Store) -> None:
+    """Goal: the queue holds parked instances and open flags, oldest first, filterable.
+
+    Method: park one instance (crash loop, bound 1) and flag two others at later times; list
+    all, then by tenant, workflow and reason, and with a limit.
+    """
+    parked = start(store, "p", tenant="t1", workflow="order")
+    claim(store, W1, 1.0, lease_expiries_max=1)
+    claim(store, W2, 1.0 + LEASE + 1, lease_expiries_max=1)
+    flagged = start(store, "f", tenant="t2", workflow="refund")
+    other = start(store, "g", tenant="t1", workflow="refund")
+    store.raise_flag(
+        instance_id=flagged, reason_code="stuck_step", evidence="e1", detected_by="test", now=100.0
+    )
+    store.raise_flag(
+        instance_id=other,
+        reason_code="stuck_unclaimed",
+        evidence="e2",
+        detected_by="test",
+        now=200.0,
+    )
+    items = attention(store)
+    assert [(i.kind, i.instance_id, i.reason_code) for i in items] == [
+        ("parked", parked, "poison_crash_loop"),
+        ("flag", flagged, "stuck_step"),
+        ("flag", other, "stuck_unclaimed"),
+    ]
+    assert items[1].reason == "e1"
+    assert items[1].detected_by == "test"
+    assert items[0].status == "MANUAL_INTERVENTION"
+    assert items[0].tenant == "t1"
+    assert [i.instance_id for i in attention(store, tenant="t1")] == [parked, other]
+    assert [i.instance_id for i in attention(store, workflow="refund")] == [flagged, other]
+    assert [i.instance_id for i in attention(store, reason="stuck_step")] == [flagged]
+    assert [i.instance_id for i in attention(store, limit=2)] == [parked, flagged]
+
+
+def test_a_damaged_row_is_flagged_once_and_set_aside(tmp_path: Path) -> None:
+    """Goal: a row that fails its invariants is flagged poison_corrupt_row once and stops being
+    read by every claim, while healthy instances are claimed; once repaired it is due again.
+
+    Method (SQLite: the row is damaged by a second connection, as a hand edit would): claim
+    twice; the damaged row has one open flag, its due time is 'never', nothing else of it
+    changed; next_available_at ignores it. Repair the row; a scan requeues it and clears the
+    flag.
+    """
+    path = tmp_path / "s.db"
+    store = open_store(f"sqlite:///{path}")
+    try:
+        bad, good = start(store, "bad"), start(store, "good")
+        conn = sqlite3.connect(path)
+        with conn:
+            conn.execute("UPDATE lf_instances SET run = 'one' WHERE instance_id = ?", (bad,))
+        assert [r.instance_id for r in claim(store, W1, 1.0)] == [good]
+        assert claim(store, W2, 2.0) == []
+        [flag] = store.open_flags(bad)
+        assert flag.reason_code == "poison_corrupt_row"
+        assert flag.detected_by == f"claim:{W1}"
+        assert "corrupt lf_instances row" in flag.evidence
+        owner, generation, available = conn.execute(
+            "SELECT owner, generation, available_at FROM lf_instances WHERE instance_id = ?",
+            (bad,),
+        ).fetchone()
+        assert (owner, generation, available) == (None, 0, 1e15)
+        assert store.next_available_at() is not None  # the good one, still owned
+        with conn:
+            conn.execute("UPDATE lf_instances SET run = 1 WHERE instance_id = ?", (bad,))
+        conn.close()
+        report = scan(store, now=3.0)
+        assert report.requeued == (bad,)
+        assert store.open_flags(bad) == []
+        assert [r.instance_id for r in claim(store, W2, 3.0)] == [bad]
+    finally:
+        store.close()
+
+
+def test_the_last_chance_runs_alone(store: Store) -> None:
+    """Goal: an instance one lapse from the bound is handed out only to a claimer that holds
+    nothing else, and then as the only instance of that claim.
+
+    Method: bound 3; two lapses bring 'suspect' to its last chance; a second instance is due
+    too. A claimer that is not alone gets only the other one; an alone claimer gets only the
+    suspect, although its limit would allow both.
+    """
+    suspect = start(store, "suspect")
+    now = 1.0
+    for owner in (W1, W2):
+        claim(store, owner, now, lease_expiries_max=3)
+        now += LEASE + 1
+    other = start(store, "other")
+    busy = claim(store, W3, now, lease_expiries_max=3, alone=False)
+    assert [r.instance_id for r in busy] == [other]
+    start(store, "third")  # due too, and after the suspect in claim order
+    [alone] = claim(store, W4, now, lease_expiries_max=3, alone=True)
+    assert alone.instance_id == suspect
+    assert alone.lease_expiries == 2
+
+
+def test_a_crash_loop_parks_an_effect_in_flight_as_unknown(store: Store) -> None:
+    """Goal: an effect INTENDED when the owners kept dying may have been applied: the parked
+    instance shows it UNKNOWN (in doubt), never as if nothing had been sent.
+
+    Method: the first owner records the intent, then it and two more owners in a row let the
+    lease lapse; the claim that parks the instance also moves the effect to UNKNOWN with an event.
+    """
+    i = start(store, "inflight")
+    [first] = claim(store, W1, 1.0, lease_expiries_max=3)
+    commit(store, first, effect_write(first, now=1.0), now=1.0)
+    now = 1.0 + LEASE + 1
+    # The commit reset the count: W1's lapse is the first, W2's the second, W3's the third.
+    for owner in (W2, W3):
+        assert [r.instance_id for r in claim(store, owner, now, lease_expiries_max=3)] == [i]
+        now += LEASE + 1
+    assert claim(store, W4, now, lease_expiries_max=3) == []
+    parked = store.get_instance(i)
+    assert parked is not None
+    assert parked.reason_code == "poison_crash_loop"
+    [effect] = store.effects(i)
+    assert effect.state is EffectState.UNKNOWN
+    assert effect.doubt == effect.attempt == 1
+    assert [(e.from_state, e.to_state) for e in store.events(i) if e.subject == "effect:2"] == [
+        ("NEW", "INTENDED"),
+        ("INTENDED", "UNKNOWN"),
+    ]
