@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
@@ -55,6 +56,7 @@ class Worker:
         lease_seconds: float = limits.LEASE_SECONDS_DEFAULT,
         poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
         worker_id: WorkerId | None = None,
+        on_released: Callable[[InstanceId], None] | None = None,
     ) -> None:
         if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
             raise ConfigurationError(
@@ -76,6 +78,9 @@ class Worker:
         self._stop = asyncio.Event()
         self._crash: SimulatedCrash | None = None
         self.driven = 0
+        # Told when this worker stops driving an instance (ended, suspended, parked or lost),
+        # so that a result waiter in this process looks again now instead of at its next poll.
+        self._on_released = on_released
 
     def wake(self) -> None:
         """Look at the store now (e.g. an instance was just started in this process)."""
@@ -174,6 +179,8 @@ class Worker:
             elif error is not None:
                 log.error("driving %s failed", instance_id, exc_info=error)
         self._wake.set()
+        if self._on_released is not None:
+            self._on_released(instance_id)
 
     async def _idle(self) -> None:
         timeout = self.poll_seconds
