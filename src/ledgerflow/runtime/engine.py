@@ -108,10 +108,21 @@ class Engine:
     ) -> Started:
         """Start ``workflow`` for a business key, or return the instance it already started."""
         _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
-        started: Started = await self._call(self._core.start, new, now=self.clock.now())
-        for worker in self._workers:
-            worker.wake()
-        return started
+        # A worker of this engine with a free slot takes the new instance in the start's own
+        # transaction; concurrent starts share one transaction (group commit).
+        worker, claim = next(
+            ((w, c) for w in self._workers if (c := w.reserve()) is not None), (None, None)
+        )
+        record: InstanceRecord | None = None
+        try:
+            record, created = await self._astore.start(new, claim, now=self.clock.now())
+        finally:
+            if worker is not None:
+                worker.adopt(record)
+        if worker is None:
+            for other in self._workers:
+                other.wake()
+        return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
         record: InstanceRecord = await self._call(self._core.get, instance_id)

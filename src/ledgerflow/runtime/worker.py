@@ -27,7 +27,7 @@ from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
-from ledgerflow.storage.records import Commit, InstanceRecord, Release
+from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -81,6 +81,10 @@ class Worker:
         # Told when this worker stops driving an instance (ended, suspended, parked or lost),
         # so that a result waiter in this process looks again now instead of at its next poll.
         self._on_released = on_released
+        # Slots promised to starts in this process (see reserve) and whether run() is looping.
+        self._reserved = 0
+        self._active = False
+        self._until_quiet = False
 
     def wake(self) -> None:
         """Look at the store now (e.g. an instance was just started in this process)."""
@@ -90,6 +94,27 @@ class Worker:
         """Stop claiming; in-flight instances finish or are released by :meth:`run`."""
         self._stop.set()
         self._wake.set()
+
+    def reserve(self) -> StartClaim | None:
+        """Promise a slot to an instance this process is starting, so that the start's own
+        transaction claims it (no separate claim, no poll); None when there is no free slot.
+        Every reservation is settled by :meth:`adopt`."""
+        if not self._active or self._stop.is_set():
+            return None
+        if len(self._running) + self._reserved >= self.concurrency:
+            return None
+        self._reserved += 1
+        return StartClaim(owner=self.id, lease_seconds=self.lease_seconds, now=self._lease_now())
+
+    def adopt(self, record: InstanceRecord | None) -> None:
+        """Drive an instance the start claimed for this worker (None: the start failed or did
+        not claim, and an ordinary claim may take it)."""
+        self._reserved -= 1
+        if record is None or record.owner != self.id:
+            self._wake.set()
+        elif self._active and record.instance_id not in self._running:
+            self._start(record)
+        # Otherwise run() has ended: the lease lapses and another worker takes it over.
 
     @property
     def in_flight(self) -> int:
@@ -111,6 +136,8 @@ class Worker:
         in flight (a simulation then moves its clock and calls again).
         """
         heartbeat = asyncio.create_task(self._heartbeat(), name="ledgerflow-heartbeat")
+        self._active = True
+        self._until_quiet = until_idle or until_nothing_due
         try:
             while not self._stop.is_set():
                 claimed = await self._claim()
@@ -124,6 +151,7 @@ class Worker:
                     continue
                 await self._idle()
         finally:
+            self._active = False
             heartbeat.cancel()
             if self._crash is None:
                 await self._drain(grace_seconds)
@@ -140,7 +168,7 @@ class Worker:
             raise self._crash
 
     async def _claim(self) -> int:
-        free = self.concurrency - len(self._running)
+        free = self.concurrency - len(self._running) - self._reserved
         if free <= 0:
             return 0
         try:
@@ -169,6 +197,9 @@ class Worker:
         task.add_done_callback(functools.partial(self._finished, record.instance_id))
 
     def _finished(self, instance_id: InstanceId, _task: asyncio.Task[None]) -> None:
+        # A claim now can only find new work if this worker was full (it stopped claiming),
+        # or if run() waits for quiet; otherwise the poll or a start's wake finds it.
+        full = len(self._running) + self._reserved >= self.concurrency
         entry = self._running.pop(instance_id, None)
         self.driven += 1
         if entry is not None and not entry[0].cancelled():
@@ -178,7 +209,8 @@ class Worker:
                 self.stop()
             elif error is not None:
                 log.error("driving %s failed", instance_id, exc_info=error)
-        self._wake.set()
+        if full or self._until_quiet:
+            self._wake.set()
         if self._on_released is not None:
             self._on_released(instance_id)
 

@@ -41,6 +41,7 @@ from ledgerflow.storage.records import (
     Journal,
     NewInstance,
     Release,
+    StartClaim,
     StepWrite,
 )
 from ledgerflow.storage.rows import (
@@ -92,25 +93,52 @@ class SqlStore(InboxStore, abc.ABC):
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
-            _, inserted = self._run("insert_instance", {**fields(new), "now": now})
-            if inserted:
-                self._event(
-                    new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started"
-                )
-            rows, _ = self._run(
-                "find_instance",
-                {
-                    "tenant": new.tenant,
-                    "workflow_name": new.workflow_name,
-                    "business_key": new.business_key,
-                },
+            return self._start_one(new, None, now)
+
+    def start_instances(
+        self, starts: Sequence[tuple[NewInstance, StartClaim | None]], *, now: float
+    ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        results: list[tuple[InstanceRecord, bool] | Exception] = []
+        with self._write_transaction():
+            if any(claim is not None for _, claim in starts):
+                # Claiming here counts concurrency-limit slots as claim() does.
+                self._run("lock_limits", {})
+            for index, (new, claim) in enumerate(starts):
+                try:
+                    with self._savepoint(f"s{index}"):
+                        results.append(self._start_one(new, claim, now))
+                except LedgerflowError as exc:
+                    results.append(exc)
+        return results
+
+    def _start_one(
+        self, new: NewInstance, claim: StartClaim | None, now: float
+    ) -> tuple[InstanceRecord, bool]:
+        _, inserted = self._run("insert_instance", {**fields(new), "now": now})
+        if inserted:
+            self._event(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")
+            if claim is not None:
+                # The same rules as a worker's claim (limits included); refused, it stays
+                # unowned and an ordinary claim takes it.
+                # The lease clock read before the start's: never claim "before" the insert.
+                at = None if claim.now is None else max(claim.now, now)
+                record = self._claim_one(new.instance_id, claim.owner, at, claim.lease_seconds)
+                if record is not None:
+                    return record, True
+        rows, _ = self._run(
+            "find_instance",
+            {
+                "tenant": new.tenant,
+                "workflow_name": new.workflow_name,
+                "business_key": new.business_key,
+            },
+        )
+        if not rows:
+            # The insert was skipped on the primary key, not on the business key.
+            raise ConcurrencyError(
+                f"instance id {new.instance_id} belongs to another business key",
+                instance_id=new.instance_id,
             )
-            if not rows:
-                # The insert was skipped on the primary key, not on the business key.
-                raise ConcurrencyError(
-                    f"instance id {new.instance_id} belongs to another business key",
-                    instance_id=new.instance_id,
-                )
         return instance_from_row(rows[0]), inserted == 1
 
     def claim(

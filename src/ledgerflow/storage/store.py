@@ -21,6 +21,7 @@ from ledgerflow.storage.records import (
     InstanceRecord,
     Journal,
     NewInstance,
+    StartClaim,
 )
 
 
@@ -34,6 +35,14 @@ class Store(Protocol):
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         """Insert the instance unless its business key exists; return it and whether it is new."""
+        ...
+
+    def start_instances(
+        self, starts: Sequence[tuple[NewInstance, StartClaim | None]], *, now: float
+    ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        """Many starts in one durable transaction, each as :meth:`start_instance` (its error
+        at its position). A new instance with a :class:`StartClaim` is also claimed for that
+        owner when a claim would take it now."""
         ...
 
     def claim(
