@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from ledgerflow import limits
+from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime import faults
 from ledgerflow.storage.records import Commit, InstanceRecord, NewInstance, StartClaim
 from ledgerflow.storage.store import Store
@@ -140,6 +141,19 @@ class AsyncStore:
             batch_max=limits.GROUP_COMMIT_BATCH_MAX,
             point="start",
         )
+        self._gets: _Group[InstanceId, InstanceRecord | None] = _Group(
+            self._thread, self._get_group, batch_max=limits.READ_BATCH_MAX, point="read"
+        )
+
+    async def get(self, instance_id: InstanceId) -> InstanceRecord | None:
+        """Read one instance, in one read with the other reads queued (result waiters)."""
+        if self.inline:
+            return self.store.get_instance(instance_id)
+        return await self._gets.submit(instance_id)
+
+    def _get_group(self, batch: list[InstanceId]) -> list[InstanceRecord | None]:
+        found = self.store.get_instances(batch)
+        return [found.get(instance_id) for instance_id in batch]
 
     async def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self.inline:

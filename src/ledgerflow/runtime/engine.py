@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow import limits
+from ledgerflow.errors import InstanceNotFoundError
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.ids import InstanceId
@@ -125,7 +126,9 @@ class Engine:
         return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
-        record: InstanceRecord = await self._call(self._core.get, instance_id)
+        record = await self._astore.get(InstanceId(instance_id))
+        if record is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
         return record
 
     async def signal(

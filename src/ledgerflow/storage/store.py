@@ -112,6 +112,10 @@ class Store(Protocol):
 
     def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None: ...
 
+    def get_instances(self, instance_ids: Sequence[InstanceId]) -> dict[InstanceId, InstanceRecord]:
+        """Many instances in one read; unknown ones are absent from the answer."""
+        ...
+
     def find_instance(
         self, *, tenant: TenantId, workflow_name: str, business_key: str
     ) -> InstanceRecord | None: ...
