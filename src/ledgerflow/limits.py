@@ -17,6 +17,11 @@ WORKER_CONCURRENCY_MAX = 1_000
 WORKER_CONCURRENCY_DEFAULT = 64
 # Instances claimed in one round trip.
 CLAIM_BATCH_MAX = 64
+# Instances' commits that share one durable transaction (group commit). It bounds how long
+# the write lock is held and how long a commit queued behind a full batch waits.
+GROUP_COMMIT_BATCH_MAX = 256
+# Instances read in one statement when many result waiters look at once.
+READ_BATCH_MAX = 500
 # Leases: how long a claim holds without a heartbeat, and how often heartbeats go out.
 LEASE_SECONDS_DEFAULT = 10.0
 LEASE_SECONDS_MIN = 0.2

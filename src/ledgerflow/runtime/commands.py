@@ -142,6 +142,10 @@ class Commands:
         A repeated start must ask for the same thing; otherwise it is a caller's bug.
         """
         found, created = self.store.start_instance(new, now=now)
+        return self.started(new, found, created=created)
+
+    def started(self, new: NewInstance, found: InstanceRecord, *, created: bool) -> Started:
+        """The answer to a start: a repeated start must ask for the same thing."""
         if not created and (
             found.input != new.input or found.workflow_version != new.workflow_version
         ):

@@ -8,15 +8,18 @@ code; both open one store from a URL and share the start rules below. Workers ar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow import limits
+from ledgerflow.errors import InstanceNotFoundError
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
+from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
@@ -74,6 +77,9 @@ class Engine:
         # service; it makes a simulation depend on nothing but its seed.
         self._astore = AsyncStore(self._core.store, inline=inline)
         self._workers: list[Worker] = []
+        # Result waiters by instance: a worker of this engine sets them when it lets an
+        # instance go, so a result is seen at once; other processes' work is seen by polling.
+        self._watchers: dict[str, set[asyncio.Event]] = {}
 
     @property
     def store(self) -> Store:
@@ -104,13 +110,26 @@ class Engine:
     ) -> Started:
         """Start ``workflow`` for a business key, or return the instance it already started."""
         _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
-        started: Started = await self._call(self._core.start, new, now=self.clock.now())
-        for worker in self._workers:
-            worker.wake()
-        return started
+        # A worker of this engine with a free slot takes the new instance in the start's own
+        # transaction; concurrent starts share one transaction (group commit).
+        worker, claim = next(
+            ((w, c) for w in self._workers if (c := w.reserve()) is not None), (None, None)
+        )
+        record: InstanceRecord | None = None
+        try:
+            record, created = await self._astore.start(new, claim, now=self.clock.now())
+        finally:
+            if worker is not None:
+                worker.adopt(record)
+        if worker is None:
+            for other in self._workers:
+                other.wake()
+        return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
-        record: InstanceRecord = await self._call(self._core.get, instance_id)
+        record = await self._astore.get(InstanceId(instance_id))
+        if record is None:
+            raise InstanceNotFoundError(instance_id=instance_id)
         return record
 
     async def signal(
@@ -215,13 +234,30 @@ class Engine:
     async def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
         """Wait until the instance is terminal (from this or any other process)."""
         deadline = time.monotonic() + timeout
-        pause = RESULT_POLL_SECONDS_MIN
-        while True:
-            record = await self.get(instance_id)
-            if self._core.settled(record, deadline=deadline, timeout=timeout):
-                return record
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
+        # With a worker here, its release wakes this wait: polling is only for the case that
+        # another process drives the instance, so it need not start fast.
+        pause = RESULT_POLL_SECONDS_MAX if self._workers else RESULT_POLL_SECONDS_MIN
+        released = asyncio.Event()
+        watchers = self._watchers.setdefault(instance_id, set())
+        watchers.add(released)
+        try:
+            while True:
+                # Cleared before the read: a release during the read is not missed.
+                released.clear()
+                record = await self.get(instance_id)
+                if self._core.settled(record, deadline=deadline, timeout=timeout):
+                    return record
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(released.wait(), timeout=pause)
+                pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
+        finally:
+            watchers.discard(released)
+            if not watchers:
+                self._watchers.pop(instance_id, None)
+
+    def _released(self, instance_id: InstanceId) -> None:
+        for released in self._watchers.get(instance_id, ()):
+            released.set()
 
     async def result(self, instance_id: str, *, timeout: float = 60.0) -> Any:
         """The workflow's return value; :class:`WorkflowError` if it ended otherwise."""
@@ -262,6 +298,7 @@ class Engine:
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
             detection=detection,
+            on_released=self._released,
         )
         self._workers.append(worker)
         return worker

@@ -25,7 +25,7 @@ from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend, Waiting
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import InstanceRecord, InstanceWrite, Release
+from ledgerflow.storage.records import InstanceRecord, InstanceWrite, Journal, Release
 
 log = logging.getLogger("ledgerflow.executor")
 
@@ -52,9 +52,14 @@ class Executor:
         self.sessions: dict[InstanceId, Session] = {}
 
     async def drive(self, instance: InstanceRecord) -> None:
-        journal = await self.store.call(
-            self.store.store.journal, instance.instance_id, instance.run
-        )
+        if instance.generation == 1 and instance.run == 1:
+            # Its first owner: every journal write is fenced on an owner's generation, so
+            # nothing can be journaled yet and there is nothing to read.
+            journal = Journal(steps={}, effects={})
+        else:
+            journal = await self.store.call(
+                self.store.store.journal, instance.instance_id, instance.run
+            )
         session = Session(
             alive=lambda: self.alive,
             instance=instance,

@@ -81,7 +81,7 @@ class Session:
             writes=tuple(writes),
         )
         try:
-            [error] = await self.store.call(self.store.store.commit, [commit], now=self.clock.now())
+            error = await self.store.commit(commit, now=self.clock.now())
         except StorageError as exc:
             raise Abandon(f"commit failed: {exc}") from exc
         if isinstance(error, FencedOutError):

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
@@ -29,7 +30,7 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.periodic import Periodic, PeriodicTask
-from ledgerflow.storage.records import Commit, InstanceRecord, Release
+from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -59,6 +60,7 @@ class Worker:
         poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
         worker_id: WorkerId | None = None,
         detection: DetectionBounds | None = None,
+        on_released: Callable[[InstanceId], None] | None = None,
     ) -> None:
         if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
             raise ConfigurationError(
@@ -98,6 +100,13 @@ class Worker:
         self._stop = asyncio.Event()
         self._crash: SimulatedCrash | None = None
         self.driven = 0
+        # Told when this worker stops driving an instance (ended, suspended, parked or lost),
+        # so that a result waiter in this process looks again now instead of at its next poll.
+        self._on_released = on_released
+        # Slots promised to starts in this process (see reserve) and whether run() is looping.
+        self._reserved = 0
+        self._active = False
+        self._until_quiet = False
 
     def wake(self) -> None:
         """Look at the store now (e.g. an instance was just started in this process)."""
@@ -107,6 +116,27 @@ class Worker:
         """Stop claiming; in-flight instances finish or are released by :meth:`run`."""
         self._stop.set()
         self._wake.set()
+
+    def reserve(self) -> StartClaim | None:
+        """Promise a slot to an instance this process is starting, so that the start's own
+        transaction claims it (no separate claim, no poll); None when there is no free slot.
+        Every reservation is settled by :meth:`adopt`."""
+        if not self._active or self._stop.is_set():
+            return None
+        if len(self._running) + self._reserved >= self.concurrency:
+            return None
+        self._reserved += 1
+        return StartClaim(owner=self.id, lease_seconds=self.lease_seconds, now=self._lease_now())
+
+    def adopt(self, record: InstanceRecord | None) -> None:
+        """Drive an instance the start claimed for this worker (None: the start failed or did
+        not claim, and an ordinary claim may take it)."""
+        self._reserved -= 1
+        if record is None or record.owner != self.id:
+            self._wake.set()
+        elif self._active and record.instance_id not in self._running:
+            self._start(record)
+        # Otherwise run() has ended: the lease lapses and another worker takes it over.
 
     @property
     def in_flight(self) -> int:
@@ -129,6 +159,8 @@ class Worker:
         """
         heartbeat = asyncio.create_task(self._heartbeat(), name="ledgerflow-heartbeat")
         housekeeping = asyncio.create_task(self.periodic.run_forever(), name="ledgerflow-periodic")
+        self._active = True
+        self._until_quiet = until_idle or until_nothing_due
         try:
             while not self._stop.is_set():
                 claimed = await self._claim()
@@ -142,6 +174,7 @@ class Worker:
                     continue
                 await self._idle()
         finally:
+            self._active = False
             heartbeat.cancel()
             housekeeping.cancel()
             if self._crash is None:
@@ -159,7 +192,7 @@ class Worker:
             raise self._crash
 
     async def _claim(self) -> int:
-        free = self.concurrency - len(self._running)
+        free = self.concurrency - len(self._running) - self._reserved
         if free <= 0 or self._isolating():
             return 0
         try:
@@ -202,6 +235,9 @@ class Worker:
         task.add_done_callback(functools.partial(self._finished, record.instance_id))
 
     def _finished(self, instance_id: InstanceId, _task: asyncio.Task[None]) -> None:
+        # A claim now can only find new work if this worker was full (it stopped claiming),
+        # or if run() waits for quiet; otherwise the poll or a start's wake finds it.
+        full = len(self._running) + self._reserved >= self.concurrency
         entry = self._running.pop(instance_id, None)
         self._last_chance.discard(instance_id)
         self.driven += 1
@@ -212,7 +248,10 @@ class Worker:
                 self.stop()
             elif error is not None:
                 log.error("driving %s failed", instance_id, exc_info=error)
-        self._wake.set()
+        if full or self._until_quiet:
+            self._wake.set()
+        if self._on_released is not None:
+            self._on_released(instance_id)
 
     async def _idle(self) -> None:
         timeout = self.poll_seconds

@@ -119,6 +119,17 @@ class Journal:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StartClaim:
+    """A start whose own process will drive the new instance: it is claimed in the start's
+    transaction (start and first claim are one durable write) for ``owner``."""
+
+    owner: WorkerId
+    lease_seconds: float
+    # The lease clock; None where the database's clock decides (as for a claim).
+    now: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepWrite:
     record: StepRecord
     expected: StepStatus

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from ledgerflow.storage.records import (
     Journal,
     NewInstance,
     Release,
+    StartClaim,
     StepWrite,
 )
 from ledgerflow.storage.rows import (
@@ -65,6 +67,14 @@ log = logging.getLogger("ledgerflow.storage")
 
 class _NotNow(Exception):  # noqa: N818 - a signal inside the claim loop, not an error
     """Rolls back the claim of one instance that this claim may not take now."""
+
+
+class _RefusedError(Exception):
+    """A commit of a group was refused: roll the group's transaction back (internal)."""
+
+    def __init__(self, error: LedgerflowError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
@@ -101,25 +111,59 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
-            _, inserted = self._run("insert_instance", {**fields(new), "now": now})
-            if inserted:
-                self._event(
-                    new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started"
+            return self._start_one(new, None, now)
+
+    def start_instances(
+        self, starts: Sequence[tuple[NewInstance, StartClaim | None]], *, now: float
+    ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        results: list[tuple[InstanceRecord, bool] | Exception] = []
+        with self._write_transaction():
+            if any(claim is not None for _, claim in starts):
+                # Claiming here counts concurrency-limit slots as claim() does.
+                self._run("lock_limits", {})
+            for index, (new, claim) in enumerate(starts):
+                try:
+                    with self._savepoint(f"s{index}"):
+                        results.append(self._start_one(new, claim, now))
+                except LedgerflowError as exc:
+                    results.append(exc)
+        return results
+
+    def _start_one(
+        self, new: NewInstance, claim: StartClaim | None, now: float
+    ) -> tuple[InstanceRecord, bool]:
+        _, inserted = self._run("insert_instance", {**fields(new), "now": now})
+        if inserted:
+            self._event(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")
+            if claim is not None:
+                # The same rules as a worker's claim (limits included); refused, it stays
+                # unowned and an ordinary claim takes it.
+                # The lease clock read before the start's: never claim "before" the insert.
+                at = None if claim.now is None else max(claim.now, now)
+                # A new instance has never lost a lease: the crash-loop bound cannot apply.
+                record = self._claim_one(
+                    new.instance_id,
+                    claim.owner,
+                    at,
+                    claim.lease_seconds,
+                    DEFAULT_BOUNDS.crash_loop_lease_expiries,
                 )
-            rows, _ = self._run(
-                "find_instance",
-                {
-                    "tenant": new.tenant,
-                    "workflow_name": new.workflow_name,
-                    "business_key": new.business_key,
-                },
+                if record is not None:
+                    return record, True
+        rows, _ = self._run(
+            "find_instance",
+            {
+                "tenant": new.tenant,
+                "workflow_name": new.workflow_name,
+                "business_key": new.business_key,
+            },
+        )
+        if not rows:
+            # The insert was skipped on the primary key, not on the business key.
+            raise ConcurrencyError(
+                f"instance id {new.instance_id} belongs to another business key",
+                instance_id=new.instance_id,
             )
-            if not rows:
-                # The insert was skipped on the primary key, not on the business key.
-                raise ConcurrencyError(
-                    f"instance id {new.instance_id} belongs to another business key",
-                    instance_id=new.instance_id,
-                )
         return instance_from_row(rows[0]), inserted == 1
 
     def claim(
@@ -252,6 +296,20 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
         return lost
 
     def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
+        # Refusals are rare: first apply the whole group without a savepoint each (two
+        # statements, and on PostgreSQL two round trips, fewer per commit). A refusal rolls
+        # the whole transaction back; then it is done again, each commit in its savepoint.
+        try:
+            with self._write_transaction():
+                for commit in commits:
+                    try:
+                        self._apply(commit, now)
+                    except LedgerflowError as exc:
+                        raise _RefusedError(exc) from exc
+            return [None] * len(commits)
+        except _RefusedError as refused:
+            if len(commits) == 1:
+                return [refused.error]
         results: list[Exception | None] = []
         with self._write_transaction():
             for index, commit in enumerate(commits):
@@ -451,6 +509,12 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
         with self._read():
             rows, _ = self._run("get_instance", {"instance_id": instance_id})
         return instance_from_row(rows[0]) if rows else None
+
+    def get_instances(self, instance_ids: Sequence[InstanceId]) -> dict[InstanceId, InstanceRecord]:
+        with self._read():
+            rows, _ = self._run("get_instances", {"ids": json.dumps(list(instance_ids))})
+        records = (instance_from_row(r) for r in rows)
+        return {r.instance_id: r for r in records}
 
     def find_instance(
         self, *, tenant: TenantId, workflow_name: str, business_key: str

@@ -24,6 +24,7 @@ from ledgerflow.storage.records import (
     InstanceRecord,
     Journal,
     NewInstance,
+    StartClaim,
 )
 
 
@@ -37,6 +38,14 @@ class Store(Protocol):
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         """Insert the instance unless its business key exists; return it and whether it is new."""
+        ...
+
+    def start_instances(
+        self, starts: Sequence[tuple[NewInstance, StartClaim | None]], *, now: float
+    ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        """Many starts in one durable transaction, each as :meth:`start_instance` (its error
+        at its position). A new instance with a :class:`StartClaim` is also claimed for that
+        owner when a claim would take it now."""
         ...
 
     def claim(
@@ -119,6 +128,10 @@ class Store(Protocol):
         ...
 
     def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None: ...
+
+    def get_instances(self, instance_ids: Sequence[InstanceId]) -> dict[InstanceId, InstanceRecord]:
+        """Many instances in one read; unknown ones are absent from the answer."""
+        ...
 
     def find_instance(
         self, *, tenant: TenantId, workflow_name: str, business_key: str

@@ -15,6 +15,10 @@ ON CONFLICT DO NOTHING;
 -- name: get_instance
 SELECT * FROM lf_instances WHERE instance_id = :instance_id;
 
+-- name: get_instances
+-- Many instances in one statement (ids as a JSON array): result waiters read together.
+SELECT * FROM lf_instances WHERE instance_id IN (SELECT value FROM json_each(:ids));
+
 -- name: find_instance
 SELECT * FROM lf_instances
 WHERE tenant = :tenant AND workflow_name = :workflow_name AND business_key = :business_key;
