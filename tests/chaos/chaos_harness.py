@@ -34,6 +34,9 @@ from ledgerflow.model.instance import TERMINAL_STATUSES  # noqa: E402
 WORKER_OPTIONS = ("--lease-seconds", "2", "--poll-seconds", "0.05", "--concurrency", "16")
 STALE_MARKERS = ("lost ownership of",)
 PROCESS_WAIT_SECONDS = 30.0
+# How long a woken worker may take to meet a refusal (its next heartbeat or commit): a few
+# heartbeats of a 2 s lease.
+STALE_NOTICE_SECONDS = 10.0
 
 
 def is_stale_write_line(line: str) -> bool:
@@ -86,7 +89,18 @@ class Fleet:
         self.stops += 1
 
     def resume(self, index: int) -> None:
+        """SIGCONT a paused worker and give it a bounded time to find out it is stale.
+
+        Without the wait the rest of the fleet may finish everything first (group commit made
+        that quick) and the figures would be read, or the woken worker killed by the next
+        round of chaos, before it logged the refusal it is bound to meet."""
+        before = self.stale_writes_rejected()
         self.slots[index].send_signal(signal.SIGCONT)
+        until = time.monotonic() + STALE_NOTICE_SECONDS
+        while time.monotonic() < until and self.stale_writes_rejected() <= before:
+            if self.slots[index].poll() is not None:
+                return
+            time.sleep(0.05)  # Polling the worker's log, bounded by STALE_NOTICE_SECONDS.
 
     def crashed(self) -> list[int]:
         """Exit codes of workers that died on their own (none should)."""
