@@ -265,14 +265,14 @@ def test_every_named_query_prepares_against_the_migrated_schema(
 def test_the_store_runs_only_queries_that_exist_and_every_query_is_used() -> None:
     """Goal: no typo in a query name reaches run time, and no dead SQL accumulates.
 
-    Method: collect the literal names passed to ``_run(...)`` in the storage package's source
-    and compare with the named queries of the dialect.
+    Method: collect the literal names passed to ``_run(...)`` and ``_send(...)`` in the storage
+    package's source and compare with the named queries of the dialect.
     """
     package = resources.files("ledgerflow.storage")
     used: set[str] = set()
     for entry in package.iterdir():
         if entry.name.endswith(".py"):
-            used |= set(re.findall(r"_run\(\s*\"([a-z_]+)\"", entry.read_text()))
+            used |= set(re.findall(r"_(?:run|send)\(\s*\"([a-z_]+)\"", entry.read_text()))
     assert used
     assert used == set(queries.load("sqlite"))
 

@@ -15,7 +15,7 @@ import hashlib
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 import psycopg
@@ -120,12 +120,56 @@ class PostgresStore(SqlStore):
 
     def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
         conn: psycopg.Connection[Row] = self._local.conn
+        pipeline: psycopg.Pipeline | None = getattr(self._local, "pipeline", None)
         try:
             cursor = conn.execute(self._q[name], dict(params), prepare=True)
+            if pipeline is not None:
+                pipeline.sync()  # this answer is needed now: wait for it and all before it
             rows: list[Row] = cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
             raise _map_error(exc) from None
         return rows, cursor.rowcount
+
+    pipelines = True
+
+    def _send(
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        check: Callable[[list[Row], int], None] | None = None,
+    ) -> None:
+        pending: list[tuple[psycopg.Cursor[Row], Callable[[list[Row], int], None]]] | None
+        pending = getattr(self._local, "pending", None)
+        if pending is None:
+            super()._send(name, params, check)
+            return
+        conn: psycopg.Connection[Row] = self._local.conn
+        try:
+            cursor = conn.execute(self._q[name], dict(params), prepare=True)
+        except psycopg.Error as exc:
+            raise _map_error(exc) from None
+        if check is not None:
+            pending.append((cursor, check))
+
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        # One round trip for a whole group's statements instead of one each: the server runs
+        # them in order as they arrive; every answer is read, and every check made, before the
+        # enclosing transaction may commit.
+        conn: psycopg.Connection[Row] = self._local.conn
+        pending: list[tuple[psycopg.Cursor[Row], Callable[[list[Row], int], None]]] = []
+        try:
+            with conn.pipeline() as pipeline:
+                self._local.pipeline, self._local.pending = pipeline, pending
+                try:
+                    yield
+                    pipeline.sync()
+                finally:
+                    self._local.pipeline = self._local.pending = None
+            for cursor, check in pending:
+                check(cursor.fetchall() if cursor.description else [], cursor.rowcount)
+        except psycopg.Error as exc:
+            raise _map_error(exc) from None
 
     # -- schema ------------------------------------------------------------------------------
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ledgerflow import limits, mutations
+from ledgerflow import mutations
 from ledgerflow.errors import (
     ConcurrencyError,
     FencedOutError,
@@ -28,20 +27,15 @@ from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
     Generation,
     InstanceId,
-    RunNumber,
-    TenantId,
     WorkerId,
 )
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceStatus
 from ledgerflow.model.step import STEP_MACHINE, StepStatus
 from ledgerflow.storage.records import (
     Commit,
-    EffectRecord,
     EffectWrite,
-    EventRecord,
     InstanceRecord,
     InstanceWrite,
-    Journal,
     NewInstance,
     Release,
     StartClaim,
@@ -49,17 +43,16 @@ from ledgerflow.storage.records import (
 )
 from ledgerflow.storage.rows import (
     Row,
-    effect_from_row,
     effect_invariant,
     fields,
     instance_from_row,
     refuse_broken,
-    step_from_row,
     step_invariant,
 )
 from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
 from ledgerflow.storage.sql_inbox import InboxStore
+from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
 
 log = logging.getLogger("ledgerflow.storage")
@@ -77,7 +70,7 @@ class _RefusedError(Exception):
         self.error = error
 
 
-class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
+class SqlStore(ReadStore, InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
     url: str
@@ -104,6 +97,31 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
     @abc.abstractmethod
     def _savepoint(self, name: str) -> contextlib.AbstractContextManager[None]: ...
 
+    # A dialect that sends statements without waiting for each answer (PostgreSQL's pipeline)
+    # sets this: its refusals then surface at the end of a batch, so a refused group is always
+    # done again one savepoint at a time, where each commit meets its own error.
+    pipelines: bool = False
+
+    def _send(
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        check: Callable[[list[Row], int], None] | None = None,
+    ) -> None:
+        """Run a named query whose answer only decides whether the transaction may commit.
+
+        Inside :meth:`_batch` a dialect may send it without waiting and call ``check`` with its
+        rows and changed-row count at the end of the batch, before anything commits; here it
+        runs at once.
+        """
+        rows, changed = self._run(name, params)
+        if check is not None:
+            check(rows, changed)
+
+    def _batch(self) -> contextlib.AbstractContextManager[None]:
+        """Within a write transaction: :meth:`_send` may defer its checks to the block's end."""
+        return contextlib.nullcontext()
+
     @abc.abstractmethod
     def close(self) -> None: ...
 
@@ -116,17 +134,39 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
     def start_instances(
         self, starts: Sequence[tuple[NewInstance, StartClaim | None]], *, now: float
     ) -> list[tuple[InstanceRecord, bool] | Exception]:
-        results: list[tuple[InstanceRecord, bool] | Exception] = []
-        with self._write_transaction():
-            if any(claim is not None for _, claim in starts):
-                # Claiming here counts concurrency-limit slots as claim() does.
-                self._run("lock_limits", {})
-            for index, (new, claim) in enumerate(starts):
+        # As commits do: the whole group at once, its statements batched; a start that fails
+        # in any way makes the group start again, each start in its own savepoint.
+        try:
+            with self._write_transaction():
                 try:
-                    with self._savepoint(f"s{index}"):
-                        results.append(self._start_one(new, claim, now))
+                    with self._batch():
+                        return self._start_group(starts, now, savepoints=False)
                 except LedgerflowError as exc:
-                    results.append(exc)
+                    raise _RefusedError(exc) from exc
+        except _RefusedError:
+            pass
+        with self._write_transaction():
+            return self._start_group(starts, now, savepoints=True)
+
+    def _start_group(
+        self,
+        starts: Sequence[tuple[NewInstance, StartClaim | None]],
+        now: float,
+        *,
+        savepoints: bool,
+    ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        if any(claim is not None for _, claim in starts):
+            # Claiming here counts concurrency-limit slots as claim() does.
+            self._run("lock_limits", {})
+        if not savepoints:
+            return [self._start_one(new, claim, now) for new, claim in starts]
+        results: list[tuple[InstanceRecord, bool] | Exception] = []
+        for index, (new, claim) in enumerate(starts):
+            try:
+                with self._savepoint(f"s{index}"):
+                    results.append(self._start_one(new, claim, now))
+            except LedgerflowError as exc:
+                results.append(exc)
         return results
 
     def _start_one(
@@ -297,18 +337,20 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
 
     def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
         # Refusals are rare: first apply the whole group without a savepoint each (two
-        # statements, and on PostgreSQL two round trips, fewer per commit). A refusal rolls
-        # the whole transaction back; then it is done again, each commit in its savepoint.
+        # statements, and on PostgreSQL two round trips, fewer per commit; its statements are
+        # sent without waiting for each answer). A refusal rolls the whole transaction back;
+        # then it is done again, each commit in its savepoint, meeting its own error.
         try:
             with self._write_transaction():
-                for commit in commits:
-                    try:
-                        self._apply(commit, now)
-                    except LedgerflowError as exc:
-                        raise _RefusedError(exc) from exc
+                try:
+                    with self._batch():
+                        for commit in commits:
+                            self._apply(commit, now)
+                except LedgerflowError as exc:
+                    raise _RefusedError(exc) from exc
             return [None] * len(commits)
         except _RefusedError as refused:
-            if len(commits) == 1:
+            if len(commits) == 1 and not self.pipelines:
                 return [refused.error]
         results: list[Exception | None] = []
         with self._write_transaction():
@@ -323,13 +365,16 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
 
     def _apply(self, commit: Commit, now: float) -> None:
         fence = {"instance_id": commit.instance_id, "generation": commit.generation}
-        _, owned = self._run("fence_instance", {**fence, "owner": commit.owner, "now": now})
-        if owned != 1 and mutations.ACCEPT_STALE_WRITES not in mutations.active:
-            raise FencedOutError(
-                "write refused: this owner no longer holds the instance at this generation",
-                instance_id=commit.instance_id,
-                generation=commit.generation,
-            )
+
+        def owned(_: list[Row], changed: int) -> None:
+            if changed != 1 and mutations.ACCEPT_STALE_WRITES not in mutations.active:
+                raise FencedOutError(
+                    "write refused: this owner no longer holds the instance at this generation",
+                    instance_id=commit.instance_id,
+                    generation=commit.generation,
+                )
+
+        self._send("fence_instance", {**fence, "owner": commit.owner, "now": now}, owned)
         for write in commit.writes:
             if isinstance(write, StepWrite):
                 self._write_step(write, commit.generation, now)
@@ -349,10 +394,8 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
         STEP_MACHINE.check_edge(write.expected, r.status, by_operator=by_operator)
         refuse_broken(step_invariant(r), "step", r.command_id)
         params = {**fields(r), "generation": generation, "now": now}
-        if write.expected is StepStatus.NEW:
-            self._run("insert_step", params)
-        else:
-            _, changed = self._run("update_step", {**params, "expected": write.expected.value})
+
+        def updated(_: list[Row], changed: int) -> None:
             if changed != 1:
                 raise IllegalTransitionError(
                     f"step {r.seq} is no longer {write.expected.value}",
@@ -361,6 +404,11 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
                     event=r.status.value,
                     instance_id=r.instance_id,
                 )
+
+        if write.expected is StepStatus.NEW:
+            self._send("insert_step", params)
+        else:
+            self._send("update_step", {**params, "expected": write.expected.value}, updated)
         self._event(
             r.instance_id,
             generation,
@@ -378,10 +426,8 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
         EFFECT_MACHINE.check_edge(write.expected, r.state, by_operator=by_operator)
         refuse_broken(effect_invariant(r), "effect", r.effect_id)
         params = {**fields(r), "generation": generation, "now": now}
-        if write.expected is EffectState.NEW:
-            self._run("insert_effect", params)
-        else:
-            _, changed = self._run("update_effect", {**params, "expected": write.expected.value})
+
+        def updated(_: list[Row], changed: int) -> None:
             if changed != 1:
                 raise IllegalTransitionError(
                     f"effect {r.effect_id} is no longer {write.expected.value}",
@@ -390,6 +436,11 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
                     event=r.state.value,
                     effect_id=r.effect_id,
                 )
+
+        if write.expected is EffectState.NEW:
+            self._send("insert_effect", params)
+        else:
+            self._send("update_effect", {**params, "expected": write.expected.value}, updated)
         self._event(
             r.instance_id,
             generation,
@@ -404,8 +455,8 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
         self, write: InstanceWrite, commit: Commit, now: float, *, by_operator: bool = False
     ) -> None:
         INSTANCE_MACHINE.check_edge(write.expected, write.status, by_operator=by_operator)
-        if write.status is InstanceStatus.FAILED:
-            rows, _ = self._run("count_confirmed_effects", {"instance_id": commit.instance_id})
+
+        def nothing_confirmed(rows: list[Row], _: int) -> None:
             if rows[0]["n"]:
                 raise IllegalTransitionError(
                     f"FAILED says nothing happened, but {rows[0]['n']} effect(s) are confirmed",
@@ -414,7 +465,27 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
                     event=write.status.value,
                     instance_id=commit.instance_id,
                 )
-        _, changed = self._run(
+
+        def changed_one(_: list[Row], changed: int) -> None:
+            if changed != 1:
+                raise IllegalTransitionError(
+                    f"instance is no longer {write.expected.value}",
+                    machine="instance",
+                    state=write.expected.value,
+                    event=write.status.value,
+                    instance_id=commit.instance_id,
+                )
+
+        def well_formed(rows: list[Row], _: int) -> None:
+            try:
+                instance_from_row(rows[0])
+            except StorageCorruptError as exc:
+                raise IllegalTransitionError(f"refused write: {exc.message}") from None
+
+        if write.status is InstanceStatus.FAILED:
+            params = {"instance_id": commit.instance_id}
+            self._send("count_confirmed_effects", params, nothing_confirmed)
+        self._send(
             "set_status",
             {
                 "instance_id": commit.instance_id,
@@ -426,15 +497,8 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
                 "reason": write.reason,
                 "now": now,
             },
+            changed_one,
         )
-        if changed != 1:
-            raise IllegalTransitionError(
-                f"instance is no longer {write.expected.value}",
-                machine="instance",
-                state=write.expected.value,
-                event=write.status.value,
-                instance_id=commit.instance_id,
-            )
         self._event(
             commit.instance_id,
             commit.generation,
@@ -449,16 +513,12 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
             # The status change's own event already records the end of ownership.
             self._release(Release(available_at=available), commit, now, with_event=False)
         # The row is the old row merged with this write: check what it became before commit.
-        rows, _ = self._run("get_instance", {"instance_id": commit.instance_id})
-        try:
-            instance_from_row(rows[0])
-        except StorageCorruptError as exc:
-            raise IllegalTransitionError(f"refused write: {exc.message}") from None
+        self._send("get_instance", {"instance_id": commit.instance_id}, well_formed)
 
     def _release(
         self, write: Release, commit: Commit, now: float, *, with_event: bool = True
     ) -> None:
-        self._run(
+        self._send(
             "release_instance",
             {
                 "instance_id": commit.instance_id,
@@ -490,7 +550,7 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
         now: float,
         detail: str | None,
     ) -> None:
-        self._run(
+        self._send(
             "insert_event",
             {
                 "instance_id": instance_id,
@@ -502,95 +562,3 @@ class SqlStore(InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
                 "now": now,
             },
         )
-
-    # -- reads -------------------------------------------------------------------------------
-
-    def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None:
-        with self._read():
-            rows, _ = self._run("get_instance", {"instance_id": instance_id})
-        return instance_from_row(rows[0]) if rows else None
-
-    def get_instances(self, instance_ids: Sequence[InstanceId]) -> dict[InstanceId, InstanceRecord]:
-        with self._read():
-            rows, _ = self._run("get_instances", {"ids": json.dumps(list(instance_ids))})
-        records = (instance_from_row(r) for r in rows)
-        return {r.instance_id: r for r in records}
-
-    def find_instance(
-        self, *, tenant: TenantId, workflow_name: str, business_key: str
-    ) -> InstanceRecord | None:
-        with self._read():
-            rows, _ = self._run(
-                "find_instance",
-                {"tenant": tenant, "workflow_name": workflow_name, "business_key": business_key},
-            )
-        return instance_from_row(rows[0]) if rows else None
-
-    def list_instances(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow_name: str | None = None,
-        tenant: TenantId | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]:
-        with self._read():
-            rows, _ = self._run(
-                "list_instances",
-                {
-                    "status": status.value if status else None,
-                    "workflow_name": workflow_name,
-                    "tenant": tenant,
-                    "limit": limit,
-                },
-            )
-        return [instance_from_row(r) for r in rows]
-
-    def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
-        params = {"instance_id": instance_id, "run": run}
-        with self._read():
-            steps, _ = self._run("select_steps", params)
-            effects, _ = self._run("select_effects", params)
-        step_records = [step_from_row(r) for r in steps]
-        effect_records = [effect_from_row(r) for r in effects]
-        return Journal(
-            steps={s.seq: s for s in step_records}, effects={e.seq: e for e in effect_records}
-        )
-
-    def effects(self, instance_id: InstanceId) -> list[EffectRecord]:
-        with self._read():
-            rows, _ = self._run("select_all_effects", {"instance_id": instance_id})
-        return [effect_from_row(r) for r in rows]
-
-    def find_effect(self, idempotency_key: str) -> EffectRecord | None:
-        with self._read():
-            rows, _ = self._run("find_effect_by_key", {"idempotency_key": idempotency_key})
-        return effect_from_row(rows[0]) if rows else None
-
-    def events(self, instance_id: InstanceId) -> list[EventRecord]:
-        with self._read():
-            rows, _ = self._run("select_events", {"instance_id": instance_id})
-        return [
-            EventRecord(
-                event_id=int(r["event_id"]),
-                instance_id=InstanceId(r["instance_id"]),
-                at=float(r["at"]),
-                generation=Generation(int(r["generation"])),
-                subject=r["subject"],
-                from_state=r["from_state"],
-                to_state=r["to_state"],
-                detail=r["detail"],
-            )
-            for r in rows
-        ]
-
-    def next_available_at(self) -> float | None:
-        with self._read():
-            rows, _ = self._run("next_available_at", {"never": limits.WAIT_FOREVER_AT})
-        at = rows[0]["at"] if rows else None
-        return float(at) if at is not None else None
-
-    def count_by_status(self) -> dict[InstanceStatus, int]:
-        with self._read():
-            rows, _ = self._run("count_by_status", {})
-        return {InstanceStatus(r["status"]): int(r["n"]) for r in rows}

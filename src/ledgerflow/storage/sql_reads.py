@@ -1,0 +1,116 @@
+"""The read half of the SQL store: instances, journals, effects and timelines (internal).
+
+Every read is one consistent read (:meth:`ReadStore._read`); none of them writes.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.model.ids import Generation, InstanceId, RunNumber, TenantId
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.storage.records import EffectRecord, EventRecord, InstanceRecord, Journal
+from ledgerflow.storage.rows import Row, effect_from_row, instance_from_row, step_from_row
+
+
+class ReadStore(abc.ABC):
+    @abc.abstractmethod
+    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]: ...
+
+    @abc.abstractmethod
+    def _read(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None:
+        with self._read():
+            rows, _ = self._run("get_instance", {"instance_id": instance_id})
+        return instance_from_row(rows[0]) if rows else None
+
+    def get_instances(self, instance_ids: Sequence[InstanceId]) -> dict[InstanceId, InstanceRecord]:
+        with self._read():
+            rows, _ = self._run("get_instances", {"ids": json.dumps(list(instance_ids))})
+        records = (instance_from_row(r) for r in rows)
+        return {r.instance_id: r for r in records}
+
+    def find_instance(
+        self, *, tenant: TenantId, workflow_name: str, business_key: str
+    ) -> InstanceRecord | None:
+        with self._read():
+            rows, _ = self._run(
+                "find_instance",
+                {"tenant": tenant, "workflow_name": workflow_name, "business_key": business_key},
+            )
+        return instance_from_row(rows[0]) if rows else None
+
+    def list_instances(
+        self,
+        *,
+        status: InstanceStatus | None = None,
+        workflow_name: str | None = None,
+        tenant: TenantId | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]:
+        with self._read():
+            rows, _ = self._run(
+                "list_instances",
+                {
+                    "status": status.value if status else None,
+                    "workflow_name": workflow_name,
+                    "tenant": tenant,
+                    "limit": limit,
+                },
+            )
+        return [instance_from_row(r) for r in rows]
+
+    def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
+        params = {"instance_id": instance_id, "run": run}
+        with self._read():
+            steps, _ = self._run("select_steps", params)
+            effects, _ = self._run("select_effects", params)
+        step_records = [step_from_row(r) for r in steps]
+        effect_records = [effect_from_row(r) for r in effects]
+        return Journal(
+            steps={s.seq: s for s in step_records}, effects={e.seq: e for e in effect_records}
+        )
+
+    def effects(self, instance_id: InstanceId) -> list[EffectRecord]:
+        with self._read():
+            rows, _ = self._run("select_all_effects", {"instance_id": instance_id})
+        return [effect_from_row(r) for r in rows]
+
+    def find_effect(self, idempotency_key: str) -> EffectRecord | None:
+        with self._read():
+            rows, _ = self._run("find_effect_by_key", {"idempotency_key": idempotency_key})
+        return effect_from_row(rows[0]) if rows else None
+
+    def events(self, instance_id: InstanceId) -> list[EventRecord]:
+        with self._read():
+            rows, _ = self._run("select_events", {"instance_id": instance_id})
+        return [
+            EventRecord(
+                event_id=int(r["event_id"]),
+                instance_id=InstanceId(r["instance_id"]),
+                at=float(r["at"]),
+                generation=Generation(int(r["generation"])),
+                subject=r["subject"],
+                from_state=r["from_state"],
+                to_state=r["to_state"],
+                detail=r["detail"],
+            )
+            for r in rows
+        ]
+
+    def next_available_at(self) -> float | None:
+        with self._read():
+            rows, _ = self._run("next_available_at", {"never": limits.WAIT_FOREVER_AT})
+        at = rows[0]["at"] if rows else None
+        return float(at) if at is not None else None
+
+    def count_by_status(self) -> dict[InstanceStatus, int]:
+        with self._read():
+            rows, _ = self._run("count_by_status", {})
+        return {InstanceStatus(r["status"]): int(r["n"]) for r in rows}
