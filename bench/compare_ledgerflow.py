@@ -1,10 +1,11 @@
 """The Ledgerflow side of ``bench/compare.py``: the workloads, run in a role subprocess.
 
 Only the public API: ``lf.Registry``, ``lf.Participant``, ``lf.Engine``, ``engine.worker``.
-An instance's end is seen through ``Worker.driven`` (counted when the worker's task for the
-instance is done, i.e. after its terminal commit), polled every millisecond: the public API has
-no awaitable "this instance ended" in the process that drives it, and ``Engine.result`` polls
-the store with a backoff from 10 ms, which would measure the poll rather than the engine.
+One after another, each start is followed by ``Engine.result`` (a worker in the same process
+wakes it when it lets the instance go; then it reads the instance once), as DBOS's
+``start_workflow(...).get_result()``. Started at once, the ends are counted through
+``Worker.driven`` (counted when the worker's task for an instance is done, i.e. after its
+terminal commit), polled every millisecond: a thousand result reads would measure the reads.
 """
 
 from __future__ import annotations
@@ -111,18 +112,19 @@ async def start_marked(engine: lf.Engine, workload: str, i: int) -> None:
     await engine.start(workload, key=f"{workload}-{i}", input=i)
 
 
-async def run_timed(engine: lf.Engine, args: argparse.Namespace) -> dict[str, Any]:
+async def run_timed(
+    engine: lf.Engine, worker: lf.Worker, running: asyncio.Task[None], args: argparse.Namespace
+) -> dict[str, Any]:
     n = args.n
     sequential = args.mode == "sequential"
-    worker = engine.worker(concurrency=1 if sequential else min(n, CONCURRENCY_MAX))
-    running = asyncio.create_task(worker.run())
     deadline = time.monotonic() + RUN_SECONDS_MAX
     t0 = time.perf_counter()
     if sequential:
+        # Start, then wait for the result, as DBOS's start_workflow(...).get_result() does.
         for i in range(n):
             MARKS.start_called(i)
-            await engine.start(args.workload, key=f"{args.workload}-{i}", input=i)
-            await wait_driven(worker, i + 1, deadline)
+            started = await engine.start(args.workload, key=f"{args.workload}-{i}", input=i)
+            await engine.result(started.instance_id, timeout=RUN_SECONDS_MAX)
     else:
         # Started at once, as an asyncio caller would: the starts are in flight together, so
         # the engine may share their durable writes (DBOS's start_workflow returns after its
@@ -189,11 +191,17 @@ async def main_async(args: argparse.Namespace) -> None:
         await run_recovery_finish(args)
         return
     async with lf.Engine(args.db, registry) as engine:
-        await asyncio.to_thread(ready_then_wait_go)
         if args.mode == "recovery-load":
+            await asyncio.to_thread(ready_then_wait_go)
             await run_recovery_load(engine, args)
             return
-        figures = await run_timed(engine, args)
+        # The worker runs before the clock starts, as DBOS is launched before it: the timed
+        # part is the workflows, not either engine's setting up.
+        concurrency = 1 if args.mode == "sequential" else min(args.n, CONCURRENCY_MAX)
+        worker = engine.worker(concurrency=concurrency)
+        running = asyncio.create_task(worker.run())
+        await asyncio.to_thread(ready_then_wait_go)
+        figures = await run_timed(engine, worker, running, args)
         say(f"ledgerflow {args.workload} {args.mode}: {figures['wps']} wf/s")
         report(figures)
         await asyncio.to_thread(wait_exit)

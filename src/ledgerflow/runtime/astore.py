@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from ledgerflow import limits
-from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.ids import InstanceId, RunNumber
 from ledgerflow.runtime import faults
-from ledgerflow.storage.records import Commit, InstanceRecord, NewInstance, StartClaim
+from ledgerflow.storage.records import Commit, InstanceRecord, Journal, NewInstance, StartClaim
 from ledgerflow.storage.store import Store
 
 # A start's answer: the instance and whether this start created it, or the start's error.
@@ -144,6 +144,9 @@ class AsyncStore:
         self._gets: _Group[InstanceId, InstanceRecord | None] = _Group(
             self._thread, self._get_group, batch_max=limits.READ_BATCH_MAX, point="read"
         )
+        self._journals: _Group[tuple[InstanceId, RunNumber], Journal] = _Group(
+            self._thread, self._journal_group, batch_max=limits.READ_BATCH_MAX, point="journal"
+        )
 
     async def get(self, instance_id: InstanceId) -> InstanceRecord | None:
         """Read one instance, in one read with the other reads queued (result waiters)."""
@@ -154,6 +157,17 @@ class AsyncStore:
     def _get_group(self, batch: list[InstanceId]) -> list[InstanceRecord | None]:
         found = self.store.get_instances(batch)
         return [found.get(instance_id) for instance_id in batch]
+
+    async def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
+        """Read one run's journal, in one read with the others queued (instances recovered
+        together replay together)."""
+        if self.inline:
+            return self.store.journal(instance_id, run)
+        return await self._journals.submit((instance_id, run))
+
+    def _journal_group(self, batch: list[tuple[InstanceId, RunNumber]]) -> list[Journal]:
+        found = self.store.journals(batch)
+        return [found[key] for key in batch]
 
     async def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self.inline:

@@ -240,13 +240,18 @@ class Engine:
         released = asyncio.Event()
         watchers = self._watchers.setdefault(instance_id, set())
         watchers.add(released)
+        # While a worker here drives it, reading is pointless until it lets go (the watcher
+        # is registered first, so a release from now on is not missed).
+        look = not any(worker.drives(instance_id) for worker in self._workers)
         try:
             while True:
                 # Cleared before the read: a release during the read is not missed.
                 released.clear()
-                record = await self.get(instance_id)
-                if self._core.settled(record, deadline=deadline, timeout=timeout):
-                    return record
+                if look:
+                    record = await self.get(instance_id)
+                    if self._core.settled(record, deadline=deadline, timeout=timeout):
+                        return record
+                look = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(released.wait(), timeout=pause)
                 pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)

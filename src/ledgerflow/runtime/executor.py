@@ -57,9 +57,7 @@ class Executor:
             # nothing can be journaled yet and there is nothing to read.
             journal = Journal(steps={}, effects={})
         else:
-            journal = await self.store.call(
-                self.store.store.journal, instance.instance_id, instance.run
-            )
+            journal = await self.store.journal(instance.instance_id, instance.run)
         session = Session(
             alive=lambda: self.alive,
             instance=instance,

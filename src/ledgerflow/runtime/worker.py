@@ -107,9 +107,14 @@ class Worker:
         self._reserved = 0
         self._active = False
         self._until_quiet = False
+        # Whether the store may hold work this worker could claim: the last claim filled its
+        # limit, or something new was announced since. A full worker that frees a slot claims
+        # at once only then; otherwise its next poll looks, as an idle worker's would.
+        self._maybe_more = True
 
     def wake(self) -> None:
         """Look at the store now (e.g. an instance was just started in this process)."""
+        self._maybe_more = True
         self._wake.set()
 
     def stop(self) -> None:
@@ -133,7 +138,7 @@ class Worker:
         not claim, and an ordinary claim may take it)."""
         self._reserved -= 1
         if record is None or record.owner != self.id:
-            self._wake.set()
+            self.wake()
         elif self._active and record.instance_id not in self._running:
             self._start(record)
         # Otherwise run() has ended: the lease lapses and another worker takes it over.
@@ -141,6 +146,10 @@ class Worker:
     @property
     def in_flight(self) -> int:
         return len(self._running)
+
+    def drives(self, instance_id: str) -> bool:
+        """Whether this worker is driving the instance now (it tells ``on_released`` when not)."""
+        return instance_id in self._running
 
     async def run(
         self,
@@ -195,19 +204,28 @@ class Worker:
         free = self.concurrency - len(self._running) - self._reserved
         if free <= 0 or self._isolating():
             return 0
+        limit = min(free, limits.CLAIM_BATCH_MAX)
+        # Cleared before the claim: an announcement while it runs is not lost.
+        self._maybe_more = False
         try:
             records = await self.store.call(
                 self.store.store.claim,
                 owner=self.id,
                 now=self._lease_now(),
                 lease_seconds=self.lease_seconds,
-                limit=min(free, limits.CLAIM_BATCH_MAX),
+                limit=limit,
                 lease_expiries_max=self.detection.crash_loop_lease_expiries,
                 alone=not self._running,
             )
         except StorageUnavailableError as exc:
             log.warning("claim failed, will retry: %s", exc)
+            self._maybe_more = True
             return 0
+        if len(records) >= limit or any(
+            is_last_chance(r.lease_expiries, self.detection.crash_loop_lease_expiries)
+            for r in records
+        ):
+            self._maybe_more = True  # It stopped early: more may be waiting.
         for record in records:
             self._start(record)
         return len(records)
@@ -235,8 +253,9 @@ class Worker:
         task.add_done_callback(functools.partial(self._finished, record.instance_id))
 
     def _finished(self, instance_id: InstanceId, _task: asyncio.Task[None]) -> None:
-        # A claim now can only find new work if this worker was full (it stopped claiming),
-        # or if run() waits for quiet; otherwise the poll or a start's wake finds it.
+        # A claim now can only find new work if this worker was full (it stopped claiming)
+        # while work may be waiting, or if run() waits for quiet; otherwise the poll or a
+        # start's wake finds it.
         full = len(self._running) + self._reserved >= self.concurrency
         entry = self._running.pop(instance_id, None)
         self._last_chance.discard(instance_id)
@@ -248,7 +267,7 @@ class Worker:
                 self.stop()
             elif error is not None:
                 log.error("driving %s failed", instance_id, exc_info=error)
-        if full or self._until_quiet:
+        if (full and self._maybe_more) or self._until_quiet:
             self._wake.set()
         if self._on_released is not None:
             self._on_released(instance_id)

@@ -12,9 +12,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ledgerflow import limits
-from ledgerflow.model.ids import Generation, InstanceId, RunNumber, TenantId
+from ledgerflow.model.ids import Generation, InstanceId, RunNumber, StepSeq, TenantId
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.storage.records import EffectRecord, EventRecord, InstanceRecord, Journal
+from ledgerflow.storage.records import (
+    EffectRecord,
+    EventRecord,
+    InstanceRecord,
+    Journal,
+    StepRecord,
+)
 from ledgerflow.storage.rows import Row, effect_from_row, instance_from_row, step_from_row
 
 
@@ -67,15 +73,28 @@ class ReadStore(abc.ABC):
         return [instance_from_row(r) for r in rows]
 
     def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
-        params = {"instance_id": instance_id, "run": run}
+        return self.journals([(instance_id, run)])[instance_id, run]
+
+    def journals(
+        self, wanted: Sequence[tuple[InstanceId, RunNumber]]
+    ) -> dict[tuple[InstanceId, RunNumber], Journal]:
+        params = {"keys": json.dumps([[instance_id, run] for instance_id, run in wanted])}
         with self._read():
-            steps, _ = self._run("select_steps", params)
-            effects, _ = self._run("select_effects", params)
-        step_records = [step_from_row(r) for r in steps]
-        effect_records = [effect_from_row(r) for r in effects]
-        return Journal(
-            steps={s.seq: s for s in step_records}, effects={e.seq: e for e in effect_records}
-        )
+            step_rows, _ = self._run("select_steps", params)
+            effect_rows, _ = self._run("select_effects", params)
+        steps: dict[tuple[InstanceId, RunNumber], dict[StepSeq, StepRecord]] = {
+            key: {} for key in wanted
+        }
+        effects: dict[tuple[InstanceId, RunNumber], dict[StepSeq, EffectRecord]] = {
+            key: {} for key in wanted
+        }
+        for step in map(step_from_row, step_rows):
+            if (key := (step.instance_id, step.run)) in steps:
+                steps[key][step.seq] = step
+        for effect in map(effect_from_row, effect_rows):
+            if (key := (effect.instance_id, effect.run)) in effects:
+                effects[key][effect.seq] = effect
+        return {key: Journal(steps=steps[key], effects=effects[key]) for key in steps}
 
     def effects(self, instance_id: InstanceId) -> list[EffectRecord]:
         with self._read():

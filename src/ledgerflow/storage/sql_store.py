@@ -21,7 +21,6 @@ from ledgerflow.errors import (
     LedgerflowError,
     StorageCorruptError,
 )
-from ledgerflow.model import detection
 from ledgerflow.model.detection import DEFAULT_BOUNDS
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
@@ -49,17 +48,13 @@ from ledgerflow.storage.rows import (
     refuse_broken,
     step_invariant,
 )
-from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
+from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
 
 log = logging.getLogger("ledgerflow.storage")
-
-
-class _NotNow(Exception):  # noqa: N818 - a signal inside the claim loop, not an error
-    """Rolls back the claim of one instance that this claim may not take now."""
 
 
 class _RefusedError(Exception):
@@ -70,7 +65,7 @@ class _RefusedError(Exception):
         self.error = error
 
 
-class SqlStore(ReadStore, InboxStore, AttentionStore, AuditStore, ReconcileStore, abc.ABC):
+class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, abc.ABC):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
     url: str
@@ -205,72 +200,6 @@ class SqlStore(ReadStore, InboxStore, AttentionStore, AuditStore, ReconcileStore
                 instance_id=new.instance_id,
             )
         return instance_from_row(rows[0]), inserted == 1
-
-    def claim(
-        self,
-        *,
-        owner: WorkerId,
-        now: float | None,
-        lease_seconds: float,
-        limit: int,
-        lease_expiries_max: int = DEFAULT_BOUNDS.crash_loop_lease_expiries,
-        alone: bool = True,
-    ) -> list[InstanceRecord]:
-        claimed: list[InstanceRecord] = []
-        with self._write_transaction():
-            # Concurrency limits count owned instances: claims must not count the same slot.
-            self._run("lock_limits", {})
-            rows, _ = self._run("select_claimable", {"now": now, "limit": limit})
-            for row in rows:
-                try:
-                    with self._savepoint("claim"):
-                        record = self._claim_one(
-                            row["instance_id"], owner, now, lease_seconds, lease_expiries_max
-                        )
-                        if record is not None and self._last_chance_refused(
-                            record, lease_expiries_max, alone=alone and not claimed
-                        ):
-                            raise _NotNow
-                except _NotNow:
-                    continue
-                except StorageCorruptError as exc:
-                    # A damaged row must not stop healthy instances from being claimed.
-                    log.error("not claiming %s: %s", row["instance_id"], exc)
-                    self._set_aside_damaged(row["instance_id"], exc, owner=owner, now=now)
-                    continue
-                if record is not None:
-                    claimed.append(record)
-                    if detection.is_last_chance(record.lease_expiries, lease_expiries_max):
-                        break  # It runs alone: nothing else joins it in this worker.
-        return claimed
-
-    def _claim_one(
-        self,
-        instance_id: str,
-        owner: WorkerId,
-        now: float | None,
-        lease_seconds: float,
-        lease_expiries_max: int,
-    ) -> InstanceRecord | None:
-        got, _ = self._run(
-            "claim_instance",
-            {
-                "instance_id": instance_id,
-                "owner": owner,
-                "lease_seconds": lease_seconds,
-                "lease_expires_at": now + lease_seconds if now is not None else None,
-                "now": now,
-            },
-        )
-        if not got:
-            return None
-        record = instance_from_row(got[0])
-        if self._park_crash_loop(got[0], record, lease_expiries_max):
-            return None
-        # The claim's own time (the database's, where it decides leases).
-        at = record.updated_at
-        self._event(record.instance_id, record.generation, "owner", None, owner, at, "claimed")
-        return record
 
     def request_cancel(
         self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float

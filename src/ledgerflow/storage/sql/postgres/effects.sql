@@ -20,7 +20,11 @@ SET state = :state, attempt = :attempt, doubt = :doubt, evidence = :evidence, re
 WHERE effect_id = :effect_id AND state = :expected AND idempotency_key = :idempotency_key;
 
 -- name: select_effects
-SELECT * FROM lf_effects WHERE instance_id = :instance_id AND run = :run ORDER BY seq;
+-- The effects of many instances' runs, as select_steps.
+SELECT * FROM lf_effects WHERE (instance_id, run) IN (
+    SELECT k->>0, CAST(k->>1 AS bigint) FROM jsonb_array_elements(CAST(:keys AS jsonb)) AS k
+)
+ORDER BY instance_id, run, seq;
 
 -- name: select_all_effects
 SELECT * FROM lf_effects WHERE instance_id = :instance_id ORDER BY run, seq;

@@ -17,7 +17,12 @@ SET status = :status, attempt = :attempt, output = :output, error = :error,
 WHERE instance_id = :instance_id AND run = :run AND seq = :seq AND status = :expected;
 
 -- name: select_steps
-SELECT * FROM lf_steps WHERE instance_id = :instance_id AND run = :run ORDER BY seq;
+-- The steps of many instances' runs (keys as a JSON array of [id, run]): recovered
+-- instances replay together.
+SELECT * FROM lf_steps WHERE (instance_id, run) IN (
+    SELECT k->>0, CAST(k->>1 AS bigint) FROM jsonb_array_elements(CAST(:keys AS jsonb)) AS k
+)
+ORDER BY instance_id, run, seq;
 
 -- name: select_step
 SELECT * FROM lf_steps WHERE instance_id = :instance_id AND run = :run AND seq = :seq;
