@@ -1,8 +1,10 @@
 """A worker process for the group-commit crash test: many instances at once, each step noted.
 
-Run as ``python group_commit_crash.py DB_URL INSTANCES`` with ``LEDGERFLOW_FAULTS`` set, it
-starts ``INSTANCES`` instances of ``noted`` concurrently in one engine with an in-process worker
-(so their commits share group transactions) and drives them until a fault kills it. The
+Run as ``python group_commit_crash.py DB_URL INSTANCES CONCURRENCY`` with ``LEDGERFLOW_FAULTS``
+set, it starts ``INSTANCES`` instances of ``noted`` at once in one engine with an in-process
+worker that drives ``CONCURRENCY`` of them at a time (many: their commits share group
+transactions; one: each commit is alone, applied on the loop's thread on SQLite) until a fault
+kills it. The
 workflow appends a line to the side file ``$GROUP_COMMIT_NOTES`` only after ``ctx.step``
 returned: every line is a step this process acknowledged.
 """
@@ -44,10 +46,10 @@ async def noted(ctx: lf.WorkflowContext, n: int) -> int:
     return n
 
 
-async def main(url: str, instances: int) -> None:
+async def main(url: str, instances: int, concurrency: int) -> None:
     faults.install_from_environment()
     async with lf.Engine(url, registry) as engine:
-        worker = engine.worker(concurrency=instances, lease_seconds=LEASE_SECONDS)
+        worker = engine.worker(concurrency=concurrency, lease_seconds=LEASE_SECONDS)
         running = asyncio.create_task(worker.run())
         started = await asyncio.gather(
             *(engine.start(noted, key=f"k{i}", input=i) for i in range(instances))
@@ -60,4 +62,4 @@ async def main(url: str, instances: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))

@@ -43,13 +43,15 @@ def _notes(path: Path) -> list[tuple[str, int, str]]:
     return rows
 
 
-def _spawn(db_url: str, notes: Path, plan: list[dict[str, object]]) -> subprocess.Popen[str]:
+def _spawn(
+    db_url: str, notes: Path, plan: list[dict[str, object]], concurrency: int
+) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env[NOTES_VARIABLE] = str(notes)
     env["LEDGERFLOW_FAULTS"] = json.dumps(plan)
     script = Path(__file__).parent / "group_commit_crash.py"
     return subprocess.Popen(
-        [sys.executable, str(script), db_url, str(INSTANCES)],
+        [sys.executable, str(script), db_url, str(INSTANCES), str(concurrency)],
         env=env,
         text=True,
         stdout=subprocess.DEVNULL,
@@ -72,22 +74,35 @@ async def _recover(db_url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "fault",
+    ("fault", "concurrency"),
     [
-        {"point": "commit.before_group", "action": "kill", "match": {"group": 4}},
-        {"point": "commit.after_group", "action": "kill", "match": {"group": 6}},
-        {"point": "start.after_group", "action": "kill", "match": {"group": 1}},
-        None,  # killed from outside while commits flow
+        ({"point": "commit.before_group", "action": "kill", "match": {"group": 4}}, INSTANCES),
+        ({"point": "commit.after_group", "action": "kill", "match": {"group": 6}}, INSTANCES),
+        ({"point": "start.after_group", "action": "kill", "match": {"group": 1}}, INSTANCES),
+        (None, INSTANCES),  # killed from outside while commits flow
+        # One instance at a time: every commit is alone (on SQLite, applied on the loop's thread).
+        ({"point": "commit.before_group", "action": "kill", "match": {"group": 5}}, 1),
+        ({"point": "commit.after_group", "action": "kill", "match": {"group": 7}}, 1),
     ],
-    ids=["before-group", "after-group-before-answer", "after-start-group", "external"],
+    ids=[
+        "before-group",
+        "after-group-before-answer",
+        "after-start-group",
+        "external",
+        "alone-before-commit",
+        "alone-after-commit-before-answer",
+    ],
 )
 def test_sigkill_during_group_commit_loses_no_acknowledged_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: dict[str, object] | None
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: dict[str, object] | None,
+    concurrency: int,
 ) -> None:
     db_url = f"sqlite:///{tmp_path}/journal.db"
     notes = tmp_path / "notes.txt"
     monkeypatch.setenv(NOTES_VARIABLE, str(notes))  # The recovery in this process notes too.
-    process = _spawn(db_url, notes, [fault] if fault else [])
+    process = _spawn(db_url, notes, [fault] if fault else [], concurrency)
     if fault is None:
         _kill_when_noted(process, notes)
     assert process.wait(timeout=PROCESS_SECONDS_MAX) == -signal.SIGKILL

@@ -10,6 +10,11 @@ steps share one fsync. Nothing waits on purpose to fill a batch: commits gather 
 previous transaction is being made durable, so the added latency is bounded by one transaction
 of at most ``GROUP_COMMIT_BATCH_MAX`` commits. A commit's caller is answered only after the
 whole transaction is durable (or failed): no step is acknowledged before it is on disk.
+
+An embedded store (SQLite) takes a shortcut when there is nothing to share: a lone commit,
+start or read, with the store thread idle and nothing else ready on the loop, is applied on
+the loop's own thread (see :class:`_Group`). The transaction and its durability are the same;
+only the two thread wake-ups are saved.
 """
 
 from __future__ import annotations
@@ -36,17 +41,47 @@ ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 
 
+def _loop_has_nothing_else(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether no other callback is ready to run on the loop now.
+
+    asyncio offers no public way to ask; CPython's loop keeps its ready callbacks in
+    ``_ready``. Any other loop (uvloop) answers False, so its calls always go to the store
+    thread, as they did before this was asked.
+    """
+    ready = getattr(loop, "_ready", None)
+    return ready is not None and len(ready) == 0
+
+
+class _StoreThread:
+    """The one thread that runs a store's calls, and what the loop knows of it."""
+
+    def __init__(self, *, embedded: bool) -> None:
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="ledgerflow-store"
+        )
+        # Whether a lone call may run on the loop's thread instead (see _Group).
+        self.embedded = embedded
+        # Calls handed to the thread and not yet answered (touched on the loop's thread only).
+        self.calls = 0
+
+
 class _Group(Generic[ItemT, ResultT]):
     """Calls that the store thread answers many at a time, in one transaction.
 
     Items are queued on the loop's thread; the store thread takes every item queued when it
     gets to them (at most ``batch_max``), so nothing waits on purpose to fill a batch. A
     caller is answered after the whole transaction is done, or gets its failure.
+
+    With an embedded store, a lone item is applied on the loop's own thread when the loop has
+    nothing else to run and the store thread is idle: handing it over would only add two
+    thread wake-ups to its latency (one after another, a third of a workflow's time), and
+    nothing could run meanwhile anyway. The decision is made one loop turn after the first
+    item arrives, so items queued by the other tasks of that turn still share a transaction.
     """
 
     def __init__(
         self,
-        thread: concurrent.futures.ThreadPoolExecutor,
+        thread: _StoreThread,
         apply: Callable[[list[ItemT]], list[ResultT]],
         *,
         batch_max: int,
@@ -59,7 +94,7 @@ class _Group(Generic[ItemT, ResultT]):
         # Appended on the loop's thread, taken on the store thread: hence the lock.
         self._queue: list[tuple[ItemT, asyncio.Future[ResultT]]] = []
         self._lock = threading.Lock()
-        # Touched on the loop's thread only: True while a flush is submitted or running.
+        # Touched on the loop's thread only: True while a flush is decided, submitted or running.
         self._flushing = False
         # Batches done so far; a fault rule can name one (``group`` in ``where``).
         self.groups = 0
@@ -71,20 +106,38 @@ class _Group(Generic[ItemT, ResultT]):
             self._queue.append((item, future))
         if not self._flushing:
             self._flushing = True
-            self._submit_flush(loop)
+            if self._thread.embedded:
+                loop.call_soon(self._decide, loop)
+            else:
+                self._submit_flush(loop)
         return await future
+
+    def _decide(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop's thread, a turn after the first item: apply here or hand over."""
+        with self._lock:
+            alone = len(self._queue) == 1
+        if alone and self._thread.calls == 0 and _loop_has_nothing_else(loop):
+            batch = self._take()
+            self._answer(loop, batch, self._run(batch), handed_over=False)
+        else:
+            self._submit_flush(loop)
 
     def _submit_flush(self, loop: asyncio.AbstractEventLoop) -> None:
         # Queued behind the store calls already submitted: reads and claims are not starved
         # by a stream of commits.
-        self._thread.submit(self._flush, loop)
+        self._thread.calls += 1
+        self._thread.executor.submit(self._flush, loop)
 
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the store thread: one transaction for the items queued so far."""
+    def _take(self) -> list[tuple[ItemT, asyncio.Future[ResultT]]]:
         with self._lock:
             batch = self._queue[: self._batch_max]
             del self._queue[: len(batch)]
-        outcome: list[ResultT] | BaseException
+        return batch
+
+    def _run(
+        self, batch: list[tuple[ItemT, asyncio.Future[ResultT]]]
+    ) -> list[ResultT] | BaseException:
+        """One transaction for the batch: its results, or the failure every caller gets."""
         try:
             self.groups += 1
             where = {"group": self.groups, "size": len(batch)}
@@ -92,18 +145,27 @@ class _Group(Generic[ItemT, ResultT]):
             outcome = self._apply([item for item, _ in batch])
             faults.point(f"{self._point}.after_group", **where)
         except BaseException as exc:  # noqa: BLE001 - handed to every waiter, not lost.
-            outcome = exc
+            return exc
+        return outcome
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the store thread: one transaction for the items queued so far."""
+        batch = self._take()
+        outcome = self._run(batch)
         # A closed loop has nobody left waiting for these answers.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._answer, loop, batch, outcome)
+            loop.call_soon_threadsafe(self._answer, loop, batch, outcome, True)
 
     def _answer(
         self,
         loop: asyncio.AbstractEventLoop,
         batch: list[tuple[ItemT, asyncio.Future[ResultT]]],
         outcome: list[ResultT] | BaseException,
+        handed_over: bool,
     ) -> None:
         """On the loop's thread: answer the batch's waiters, then flush what queued meanwhile."""
+        if handed_over:
+            self._thread.calls -= 1
         for index, (_, future) in enumerate(batch):
             if future.done():
                 continue  # Its waiter was cancelled; the transaction stands all the same.
@@ -126,9 +188,7 @@ class AsyncStore:
     def __init__(self, store: Store, *, inline: bool = False) -> None:
         self.store = store
         self.inline = inline
-        self._thread = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="ledgerflow-store"
-        )
+        self._thread = _StoreThread(embedded=store.embedded)
         self._commits: _Group[tuple[Commit, float], Exception | None] = _Group(
             self._thread,
             self._commit_group,
@@ -145,7 +205,10 @@ class AsyncStore:
             self._thread, self._get_group, batch_max=limits.READ_BATCH_MAX, point="read"
         )
         self._journals: _Group[tuple[InstanceId, RunNumber], Journal] = _Group(
-            self._thread, self._journal_group, batch_max=limits.READ_BATCH_MAX, point="journal"
+            self._thread,
+            self._journal_group,
+            batch_max=limits.READ_BATCH_MAX,
+            point="journal",
         )
 
     async def get(self, instance_id: InstanceId) -> InstanceRecord | None:
@@ -173,7 +236,13 @@ class AsyncStore:
         if self.inline:
             return method(*args, **kwargs)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, functools.partial(method, *args, **kwargs))
+        self._thread.calls += 1
+        try:
+            return await loop.run_in_executor(
+                self._thread.executor, functools.partial(method, *args, **kwargs)
+            )
+        finally:
+            self._thread.calls -= 1
 
     async def commit(self, commit: Commit, *, now: float) -> Exception | None:
         """Make one instance's commit durable, sharing the transaction with others queued.
@@ -216,5 +285,5 @@ class AsyncStore:
         return self._commits.groups
 
     def close(self) -> None:
-        self._thread.shutdown(wait=True)
+        self._thread.executor.shutdown(wait=True)
         self.store.close()

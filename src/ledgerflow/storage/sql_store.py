@@ -71,6 +71,7 @@ class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, ab
     url: str
     # True when leases are measured by the database's clock (claim and renew then take now=None).
     database_clock: bool = False
+    embedded: bool = False
 
     def __init__(self, queries: Mapping[str, str]) -> None:
         self._q = queries

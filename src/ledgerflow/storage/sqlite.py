@@ -57,6 +57,8 @@ def _map_error(exc: sqlite3.Error, path: str) -> StorageError | ConcurrencyError
 class SqliteStore(SqlStore):
     """A Ledgerflow journal in one SQLite file."""
 
+    embedded = True
+
     def __init__(self, path: str, *, synchronous: str = "full") -> None:
         super().__init__(queries.load("sqlite"))
         if synchronous not in SYNCHRONOUS_MODES:

@@ -33,6 +33,9 @@ class Store(Protocol):
     # True when leases are measured by the database's clock: the runtime then passes now=None
     # to claim and renew, and the database decides (a test may still pass an explicit now).
     database_clock: bool
+    # True when a call never waits on a network, only on a local file (SQLite): a caller with
+    # nothing else to do may then make it on its own thread rather than hand it over.
+    embedded: bool
 
     def close(self) -> None: ...
 
