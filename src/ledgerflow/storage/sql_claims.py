@@ -32,7 +32,7 @@ class _Careful(Exception):  # noqa: N818 - a signal inside the claim, not an err
     """A batched claim met a row that needs one savepoint per row (internal)."""
 
 
-def _claim_params(
+def claim_params(
     instance_id: str, owner: WorkerId, now: float | None, lease_seconds: float
 ) -> dict[str, Any]:
     return {
@@ -95,7 +95,7 @@ class ClaimStore(AttentionStore, abc.ABC):
         taken: list[list[Row]] = []
         with self._batch():
             for row in rows:
-                params = _claim_params(row["instance_id"], owner, now, lease_seconds)
+                params = claim_params(row["instance_id"], owner, now, lease_seconds)
                 self._send("claim_instance", params, lambda got, _: taken.append(got))
         claimed: list[InstanceRecord] = []
         with self._batch():
@@ -156,7 +156,7 @@ class ClaimStore(AttentionStore, abc.ABC):
         lease_seconds: float,
         lease_expiries_max: int,
     ) -> InstanceRecord | None:
-        got, _ = self._run("claim_instance", _claim_params(instance_id, owner, now, lease_seconds))
+        got, _ = self._run("claim_instance", claim_params(instance_id, owner, now, lease_seconds))
         if not got:
             return None
         record = instance_from_row(got[0])
