@@ -152,7 +152,7 @@ class PostgresStore(SqlStore):
             pending.append((cursor, check))
 
     @contextlib.contextmanager
-    def _batch(self) -> Iterator[None]:
+    def _pipeline(self) -> Iterator[None]:
         # One round trip for a whole group's statements instead of one each: the server runs
         # them in order as they arrive; every answer is read, and every check made, before the
         # enclosing transaction may commit.

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import functools
+import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ledgerflow import mutations
 from ledgerflow.errors import (
-    ConcurrencyError,
     FencedOutError,
     IllegalTransitionError,
     LedgerflowError,
@@ -35,9 +35,7 @@ from ledgerflow.storage.records import (
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
-    NewInstance,
     Release,
-    StartClaim,
     StepWrite,
 )
 from ledgerflow.storage.rows import (
@@ -49,53 +47,25 @@ from ledgerflow.storage.rows import (
     step_invariant,
 )
 from ledgerflow.storage.sql_audit import AuditStore
-from ledgerflow.storage.sql_claims import ClaimStore, claim_params
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
+from ledgerflow.storage.sql_starts import RefusedError, StartStore
 
 log = logging.getLogger("ledgerflow.storage")
 
 
-def _keep(into: dict[int, list[Row]], index: int, rows: list[Row], _: int) -> None:
-    into[index] = rows
+def _fenced_out(commit: Commit) -> None:
+    if mutations.ACCEPT_STALE_WRITES in mutations.active:
+        return  # A mutation test: the oracle must catch the stale write this lets through.
+    raise FencedOutError(
+        "write refused: this owner no longer holds the instance at this generation",
+        instance_id=commit.instance_id,
+        generation=commit.generation,
+    )
 
 
-def _start_claim_params(new: NewInstance, claim: StartClaim, now: float) -> dict[str, Any]:
-    # The lease clock was read before the start's: never claim "before" the insert. A new
-    # instance has never lost a lease, so the crash-loop bound cannot apply to this claim.
-    at = None if claim.now is None else max(claim.now, now)
-    return claim_params(new.instance_id, claim.owner, at, claim.lease_seconds)
-
-
-def _find_params(new: NewInstance) -> dict[str, Any]:
-    return {
-        "tenant": new.tenant,
-        "workflow_name": new.workflow_name,
-        "business_key": new.business_key,
-    }
-
-
-def _existing(new: NewInstance, rows: list[Row], inserted: bool) -> tuple[InstanceRecord, bool]:
-    """The instance a start found under its business key (inserted, or there before)."""
-    if not rows:
-        # The insert was skipped on the primary key, not on the business key.
-        raise ConcurrencyError(
-            f"instance id {new.instance_id} belongs to another business key",
-            instance_id=new.instance_id,
-        )
-    return instance_from_row(rows[0]), inserted
-
-
-class _RefusedError(Exception):
-    """A commit of a group was refused: roll the group's transaction back (internal)."""
-
-    def __init__(self, error: LedgerflowError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, abc.ABC):
+class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, abc.ABC):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
     url: str
@@ -105,6 +75,8 @@ class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, ab
 
     def __init__(self, queries: Mapping[str, str]) -> None:
         self._q = queries
+        # Per thread: the events a batch holds back until its end (see _batch).
+        self._batched = threading.local()
 
     # -- what a dialect provides -------------------------------------------------------------
 
@@ -144,111 +116,39 @@ class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, ab
         if check is not None:
             check(rows, changed)
 
-    def _batch(self) -> contextlib.AbstractContextManager[None]:
-        """Within a write transaction: :meth:`_send` may defer its checks to the block's end."""
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        """Within a write transaction: :meth:`_send` may defer its checks to the block's end,
+        and the block's events and new steps go in as one statement each at its end (in
+        their order), not one statement each. Nothing inside a batch reads the timeline, and
+        a step held back is inserted before anything updates it, so holding them changes no
+        answer; an error in them is the whole block's, as any other."""
+        events: list[dict[str, Any]] = []
+        steps: list[dict[str, Any]] = []
+        self._batched.events, self._batched.steps = events, steps
+        try:
+            with self._pipeline():
+                yield
+                self._insert_held_steps(steps)
+                self._batched.events = self._batched.steps = None
+                if events:
+                    self._send("insert_events", {"events": json.dumps(events)})
+        finally:
+            self._batched.events = self._batched.steps = None
+
+    def _insert_held_steps(self, steps: list[dict[str, Any]]) -> None:
+        if steps:
+            self._send("insert_steps", {"steps": json.dumps(steps)})
+            steps.clear()
+
+    def _pipeline(self) -> contextlib.AbstractContextManager[None]:
+        """Statements sent within may be answered at the block's end (checks run then)."""
         return contextlib.nullcontext()
 
     @abc.abstractmethod
     def close(self) -> None: ...
 
     # -- instances ---------------------------------------------------------------------------
-
-    def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
-        with self._write_transaction():
-            return self._start_one(new, None, now)
-
-    def start_instances(
-        self, starts: Sequence[tuple[NewInstance, StartClaim | None]], *, now: float
-    ) -> list[tuple[InstanceRecord, bool] | Exception]:
-        # As commits do: the whole group at once, its statements batched; a start that fails
-        # in any way makes the group start again, each start in its own savepoint.
-        try:
-            with self._write_transaction():
-                try:
-                    with self._batch():
-                        return self._start_group(starts, now, savepoints=False)
-                except LedgerflowError as exc:
-                    raise _RefusedError(exc) from exc
-        except _RefusedError:
-            pass
-        with self._write_transaction():
-            return self._start_group(starts, now, savepoints=True)
-
-    def _start_group(
-        self,
-        starts: Sequence[tuple[NewInstance, StartClaim | None]],
-        now: float,
-        *,
-        savepoints: bool,
-    ) -> list[tuple[InstanceRecord, bool] | Exception]:
-        if any(claim is not None for _, claim in starts):
-            # Claiming here counts concurrency-limit slots as claim() does.
-            self._run("lock_limits", {})
-        if not savepoints:
-            return self._start_all(starts, now)
-        results: list[tuple[InstanceRecord, bool] | Exception] = []
-        for index, (new, claim) in enumerate(starts):
-            try:
-                with self._savepoint(f"s{index}"):
-                    results.append(self._start_one(new, claim, now))
-            except LedgerflowError as exc:
-                results.append(exc)
-        return results
-
-    def _start_all(
-        self, starts: Sequence[tuple[NewInstance, StartClaim | None]], now: float
-    ) -> list[tuple[InstanceRecord, bool] | Exception]:
-        """Every start of a group in three batches (inserts; events and claims; the claims'
-        events and the lookups of the rest): three round trips on PostgreSQL, not three per
-        start. Any error is the whole group's (the caller then starts each in a savepoint)."""
-        fresh: list[bool] = []
-        with self._batch():
-            for new, _ in starts:
-                params = {**fields(new), "now": now}
-                self._send("insert_instance", params, lambda _, n: fresh.append(n == 1))
-        claimed: dict[int, list[Row]] = {}
-        with self._batch():
-            for index, (new, claim) in enumerate(starts):
-                if fresh[index]:
-                    self._started(new, now)
-                    if claim is not None:
-                        keep = functools.partial(_keep, claimed, index)
-                        self._send("claim_instance", _start_claim_params(new, claim, now), keep)
-        results: dict[int, tuple[InstanceRecord, bool]] = {}
-        found: dict[int, list[Row]] = {}
-        with self._batch():
-            for index, (new, claim) in enumerate(starts):
-                got = claimed.get(index)
-                if got and claim is not None:
-                    record = instance_from_row(got[0])
-                    self._claimed(record, claim.owner)
-                    results[index] = (record, True)
-                else:
-                    keep = functools.partial(_keep, found, index)
-                    self._send("find_instance", _find_params(new), keep)
-        for index, rows in found.items():
-            results[index] = _existing(starts[index][0], rows, fresh[index])
-        return [results[index] for index in range(len(starts))]
-
-    def _start_one(
-        self, new: NewInstance, claim: StartClaim | None, now: float
-    ) -> tuple[InstanceRecord, bool]:
-        _, inserted = self._run("insert_instance", {**fields(new), "now": now})
-        if inserted:
-            self._started(new, now)
-            if claim is not None:
-                # The same rules as a worker's claim (limits included); refused, it stays
-                # unowned and an ordinary claim takes it.
-                got, _ = self._run("claim_instance", _start_claim_params(new, claim, now))
-                if got:
-                    record = instance_from_row(got[0])
-                    self._claimed(record, claim.owner)
-                    return record, True
-        rows, _ = self._run("find_instance", _find_params(new))
-        return _existing(new, rows, inserted == 1)
-
-    def _started(self, new: NewInstance, now: float) -> None:
-        self._event(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")
 
     def request_cancel(
         self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float
@@ -322,12 +222,13 @@ class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, ab
             with self._write_transaction():
                 try:
                     with self._batch():
+                        self._fence_all(commits, now)
                         for commit in commits:
-                            self._apply(commit, now)
+                            self._apply(commit, now, fenced=True)
                 except LedgerflowError as exc:
-                    raise _RefusedError(exc) from exc
+                    raise RefusedError(exc) from exc
             return [None] * len(commits)
-        except _RefusedError as refused:
+        except RefusedError as refused:
             if len(commits) == 1 and not self.pipelines:
                 return [refused.error]
         results: list[Exception | None] = []
@@ -341,18 +242,31 @@ class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, ab
                     results.append(exc)
         return results
 
-    def _apply(self, commit: Commit, now: float) -> None:
-        fence = {"instance_id": commit.instance_id, "generation": commit.generation}
+    def _fence_all(self, commits: Sequence[Commit], now: float) -> None:
+        """The fence of every commit of a group in one statement, first, as each commit's
+        own fence would be; any commit whose owner lost its instance refuses the group."""
 
-        def owned(_: list[Row], changed: int) -> None:
-            if changed != 1 and mutations.ACCEPT_STALE_WRITES not in mutations.active:
-                raise FencedOutError(
-                    "write refused: this owner no longer holds the instance at this generation",
-                    instance_id=commit.instance_id,
-                    generation=commit.generation,
-                )
+        def all_owned(rows: list[Row], _: int) -> None:
+            owned = {row["instance_id"] for row in rows}
+            for commit in commits:
+                if commit.instance_id not in owned:
+                    _fenced_out(commit)
 
-        self._send("fence_instance", {**fence, "owner": commit.owner, "now": now}, owned)
+        fences = [
+            {"instance_id": c.instance_id, "owner": c.owner, "generation": c.generation}
+            for c in commits
+        ]
+        self._send("fence_instances", {"fences": json.dumps(fences), "now": now}, all_owned)
+
+    def _apply(self, commit: Commit, now: float, *, fenced: bool = False) -> None:
+        if not fenced:
+            fence = {"instance_id": commit.instance_id, "generation": commit.generation}
+
+            def owned(_: list[Row], changed: int) -> None:
+                if changed != 1:
+                    _fenced_out(commit)
+
+            self._send("fence_instance", {**fence, "owner": commit.owner, "now": now}, owned)
         for write in commit.writes:
             if isinstance(write, StepWrite):
                 self._write_step(write, commit.generation, now)
@@ -383,9 +297,14 @@ class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, ab
                     instance_id=r.instance_id,
                 )
 
-        if write.expected is StepStatus.NEW:
+        held: list[dict[str, Any]] | None = getattr(self._batched, "steps", None)
+        if write.expected is StepStatus.NEW and held is not None:
+            held.append(params)
+        elif write.expected is StepStatus.NEW:
             self._send("insert_step", params)
         else:
+            if held:
+                self._insert_held_steps(held)  # the step to update may be among them
             self._send("update_step", {**params, "expected": write.expected.value}, updated)
         self._event(
             r.instance_id,
@@ -528,15 +447,17 @@ class SqlStore(ReadStore, InboxStore, ClaimStore, AuditStore, ReconcileStore, ab
         now: float,
         detail: str | None,
     ) -> None:
-        self._send(
-            "insert_event",
-            {
-                "instance_id": instance_id,
-                "generation": generation,
-                "subject": subject,
-                "from_state": from_state,
-                "to_state": to_state,
-                "detail": detail,
-                "now": now,
-            },
-        )
+        event = {
+            "instance_id": instance_id,
+            "generation": generation,
+            "subject": subject,
+            "from_state": from_state,
+            "to_state": to_state,
+            "detail": detail,
+            "now": now,
+        }
+        held: list[dict[str, Any]] | None = getattr(self._batched, "events", None)
+        if held is not None:
+            held.append(event)
+        else:
+            self._send("insert_event", event)

@@ -88,6 +88,15 @@ UPDATE lf_instances
 SET updated_at = :now, lease_expiries = 0
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 
+-- name: fence_instances
+-- fence_instance for a whole group commit in one statement (a JSON array of {instance_id,
+-- owner, generation}): returns the instances this owner still holds at that generation.
+UPDATE lf_instances AS i
+SET updated_at = :now, lease_expiries = 0
+FROM jsonb_to_recordset(CAST(:fences AS jsonb)) AS f(instance_id text, owner text, generation bigint)
+WHERE i.instance_id = f.instance_id AND i.owner = f.owner AND i.generation = f.generation
+RETURNING i.instance_id;
+
 -- name: set_status
 UPDATE lf_instances
 SET status = :status, result = :result, reason_code = :reason_code, reason = :reason,

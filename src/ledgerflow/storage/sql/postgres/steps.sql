@@ -10,6 +10,21 @@ INSERT INTO lf_steps (
     :error, :retry_policy, :next_attempt_at, :generation, :now
 );
 
+-- name: insert_steps
+-- Many new steps in one statement (a JSON array of objects shaped like insert_step's
+-- parameters): the new steps of a whole group commit.
+INSERT INTO lf_steps (
+    instance_id, run, seq, kind, name, command_id, status, attempt, input, output,
+    error, retry_policy, next_attempt_at, generation, updated_at
+)
+SELECT s.instance_id, s.run, s.seq, s.kind, s.name, s.command_id, s.status, s.attempt, s.input,
+       s.output, s.error, s.retry_policy, s.next_attempt_at, s.generation, s.now
+FROM jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
+    instance_id text, run bigint, seq bigint, kind text, name text, command_id text,
+    status text, attempt bigint, input text, output text, error text, retry_policy text,
+    next_attempt_at double precision, generation bigint, now double precision
+);
+
 -- name: update_step
 UPDATE lf_steps
 SET status = :status, attempt = :attempt, output = :output, error = :error,

@@ -82,6 +82,18 @@ UPDATE lf_instances
 SET updated_at = :now, lease_expiries = 0
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 
+-- name: fence_instances
+-- fence_instance for a whole group commit in one statement (a JSON array of {instance_id,
+-- owner, generation}): returns the instances this owner still holds at that generation.
+UPDATE lf_instances
+SET updated_at = :now, lease_expiries = 0
+WHERE (instance_id, owner, generation) IN (
+    SELECT json_extract(value, '$.instance_id'), json_extract(value, '$.owner'),
+           json_extract(value, '$.generation')
+    FROM json_each(:fences)
+)
+RETURNING instance_id;
+
 -- name: set_status
 UPDATE lf_instances
 SET status = :status, result = :result, reason_code = :reason_code, reason = :reason,

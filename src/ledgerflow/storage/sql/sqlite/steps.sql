@@ -10,6 +10,23 @@ INSERT INTO lf_steps (
     :error, :retry_policy, :next_attempt_at, :generation, :now
 );
 
+-- name: insert_steps
+-- Many new steps in one statement (a JSON array of objects shaped like insert_step's
+-- parameters): the new steps of a whole group commit.
+INSERT INTO lf_steps (
+    instance_id, run, seq, kind, name, command_id, status, attempt, input, output,
+    error, retry_policy, next_attempt_at, generation, updated_at
+)
+SELECT json_extract(value, '$.instance_id'), json_extract(value, '$.run'),
+       json_extract(value, '$.seq'), json_extract(value, '$.kind'), json_extract(value, '$.name'),
+       json_extract(value, '$.command_id'), json_extract(value, '$.status'),
+       json_extract(value, '$.attempt'), json_extract(value, '$.input'),
+       json_extract(value, '$.output'), json_extract(value, '$.error'),
+       json_extract(value, '$.retry_policy'), json_extract(value, '$.next_attempt_at'),
+       json_extract(value, '$.generation'), json_extract(value, '$.now')
+FROM json_each(:steps)
+ORDER BY key;
+
 -- name: update_step
 UPDATE lf_steps
 SET status = :status, attempt = :attempt, output = :output, error = :error,

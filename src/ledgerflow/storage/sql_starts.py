@@ -1,0 +1,157 @@
+"""The start half of the SQL store: new instances, claimed for a worker where asked (internal).
+
+A start inserts the instance unless its business key exists, and may claim it in the same
+transaction for a worker in the caller's process. Starts of many callers share a
+transaction; its statements are batched, and a start that fails in any way makes the group
+start again with a savepoint per start, so each start still gets its own answer.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from ledgerflow.errors import ConcurrencyError, LedgerflowError
+from ledgerflow.model.ids import Generation
+from ledgerflow.storage.records import InstanceRecord, NewInstance, StartClaim
+from ledgerflow.storage.rows import Row, fields, instance_from_row
+from ledgerflow.storage.sql_claims import ClaimStore, claim_params
+
+
+class RefusedError(Exception):
+    """A commit or start of a group was refused: roll the group's transaction back (internal)."""
+
+    def __init__(self, error: LedgerflowError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _keep(into: dict[int, list[Row]], index: int, rows: list[Row], _: int) -> None:
+    into[index] = rows
+
+
+def _start_claim_params(new: NewInstance, claim: StartClaim, now: float) -> dict[str, Any]:
+    # The lease clock was read before the start's: never claim "before" the insert. A new
+    # instance has never lost a lease, so the crash-loop bound cannot apply to this claim.
+    at = None if claim.now is None else max(claim.now, now)
+    return claim_params(new.instance_id, claim.owner, at, claim.lease_seconds)
+
+
+def _find_params(new: NewInstance) -> dict[str, Any]:
+    return {
+        "tenant": new.tenant,
+        "workflow_name": new.workflow_name,
+        "business_key": new.business_key,
+    }
+
+
+def _existing(new: NewInstance, rows: list[Row], inserted: bool) -> tuple[InstanceRecord, bool]:
+    """The instance a start found under its business key (inserted, or there before)."""
+    if not rows:
+        # The insert was skipped on the primary key, not on the business key.
+        raise ConcurrencyError(
+            f"instance id {new.instance_id} belongs to another business key",
+            instance_id=new.instance_id,
+        )
+    return instance_from_row(rows[0]), inserted
+
+
+class StartStore(ClaimStore, abc.ABC):
+    def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
+        with self._write_transaction():
+            return self._start_one(new, None, now)
+
+    def start_instances(
+        self, starts: Sequence[tuple[NewInstance, StartClaim | None]], *, now: float
+    ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        # As commits do: the whole group at once, its statements batched; a start that fails
+        # in any way makes the group start again, each start in its own savepoint.
+        try:
+            with self._write_transaction():
+                try:
+                    with self._batch():
+                        return self._start_group(starts, now, savepoints=False)
+                except LedgerflowError as exc:
+                    raise RefusedError(exc) from exc
+        except RefusedError:
+            pass
+        with self._write_transaction():
+            return self._start_group(starts, now, savepoints=True)
+
+    def _start_group(
+        self,
+        starts: Sequence[tuple[NewInstance, StartClaim | None]],
+        now: float,
+        *,
+        savepoints: bool,
+    ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        if any(claim is not None for _, claim in starts):
+            # Claiming here counts concurrency-limit slots as claim() does.
+            self._run("lock_limits", {})
+        if not savepoints:
+            return self._start_all(starts, now)
+        results: list[tuple[InstanceRecord, bool] | Exception] = []
+        for index, (new, claim) in enumerate(starts):
+            try:
+                with self._savepoint(f"s{index}"):
+                    results.append(self._start_one(new, claim, now))
+            except LedgerflowError as exc:
+                results.append(exc)
+        return results
+
+    def _start_all(
+        self, starts: Sequence[tuple[NewInstance, StartClaim | None]], now: float
+    ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        """Every start of a group in three batches (inserts; events and claims; the claims'
+        events and the lookups of the rest): three round trips on PostgreSQL, not three per
+        start. Any error is the whole group's (the caller then starts each in a savepoint)."""
+        fresh: list[bool] = []
+        with self._batch():
+            for new, _ in starts:
+                params = {**fields(new), "now": now}
+                self._send("insert_instance", params, lambda _, n: fresh.append(n == 1))
+        claimed: dict[int, list[Row]] = {}
+        with self._batch():
+            for index, (new, claim) in enumerate(starts):
+                if fresh[index]:
+                    self._started(new, now)
+                    if claim is not None:
+                        keep = functools.partial(_keep, claimed, index)
+                        self._send("claim_instance", _start_claim_params(new, claim, now), keep)
+        results: dict[int, tuple[InstanceRecord, bool]] = {}
+        found: dict[int, list[Row]] = {}
+        with self._batch():
+            for index, (new, claim) in enumerate(starts):
+                got = claimed.get(index)
+                if got and claim is not None:
+                    record = instance_from_row(got[0])
+                    self._claimed(record, claim.owner)
+                    results[index] = (record, True)
+                else:
+                    keep = functools.partial(_keep, found, index)
+                    self._send("find_instance", _find_params(new), keep)
+        for index, rows in found.items():
+            results[index] = _existing(starts[index][0], rows, fresh[index])
+        return [results[index] for index in range(len(starts))]
+
+    def _start_one(
+        self, new: NewInstance, claim: StartClaim | None, now: float
+    ) -> tuple[InstanceRecord, bool]:
+        _, inserted = self._run("insert_instance", {**fields(new), "now": now})
+        if inserted:
+            self._started(new, now)
+            if claim is not None:
+                # The same rules as a worker's claim (limits included); refused, it stays
+                # unowned and an ordinary claim takes it.
+                got, _ = self._run("claim_instance", _start_claim_params(new, claim, now))
+                if got:
+                    record = instance_from_row(got[0])
+                    self._claimed(record, claim.owner)
+                    return record, True
+        rows, _ = self._run("find_instance", _find_params(new))
+        return _existing(new, rows, inserted == 1)
+
+    def _started(self, new: NewInstance, now: float) -> None:
+        self._event(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")
