@@ -432,6 +432,65 @@ def test_refused_commit_rolls_back_alone_in_its_batch(store: Store) -> None:
         )
 
 
+def test_stale_commit_in_a_batch_is_fenced_alone(store: Store) -> None:
+    """Goal: a group's fences (one statement for all of them) refuse only the stale commit.
+
+    Method: B lets its instance go; then a batch holds new-step commits for A, B (now stale) and
+    C. Results are [None, FencedOutError, None]; B is exactly as it was after its release; A and
+    C have their step, and their timelines end with its event, in the order written.
+    """
+    a, b, c = claimed(store, "a"), claimed(store, "b"), claimed(store, "c")
+    assert commit_one(store, commit_of(b, Release(available_at=3.0))) is None
+    before = snapshot(store, b)
+    commits = [
+        commit_of(x, StepWrite(record=step(x, 1, StepStatus.STARTED), expected=StepStatus.NEW))
+        for x in (a, b, c)
+    ]
+    results = store.commit(commits, now=3.0)
+    assert results[0] is None
+    assert isinstance(results[1], FencedOutError)
+    assert results[2] is None
+    assert snapshot(store, b) == before
+    for good in (a, c):
+        steps = store.journal(good.instance_id, RunNumber(1)).steps
+        assert steps[StepSeq(1)].status is StepStatus.STARTED
+        last = store.events(good.instance_id)[-1]
+        assert (last.subject, last.from_state, last.to_state) == ("step:1", "NEW", "STARTED")
+
+
+def test_journals_reads_many_runs_keyed_as_asked(store: Store) -> None:
+    """Goal: one read of many journals gives each run exactly what ``journal`` gives alone.
+
+    Method: A has steps 1 and 2, B step 1, C none; ``journals`` for (A, 1), (B, 1), (C, 1) and
+    (A, 2) (a run that never happened) equals the single reads, with empty journals where
+    nothing was written.
+    """
+    a, b, c = claimed(store, "a"), claimed(store, "b"), claimed(store, "c")
+    for instance, seqs in ((a, (1, 2)), (b, (1,))):
+        writes = [
+            StepWrite(
+                record=step(instance, s, StepStatus.COMPLETED, output=str(s)),
+                expected=StepStatus.NEW,
+            )
+            for s in seqs
+        ]
+        assert commit_one(store, commit_of(instance, *writes)) is None
+    wanted = [
+        (a.instance_id, RunNumber(1)),
+        (b.instance_id, RunNumber(1)),
+        (c.instance_id, RunNumber(1)),
+        (a.instance_id, RunNumber(2)),
+    ]
+    found = store.journals(wanted)
+    assert list(found) == wanted
+    for instance_id, run in wanted:
+        assert found[instance_id, run] == store.journal(instance_id, run)
+    assert sorted(found[a.instance_id, RunNumber(1)].steps) == [StepSeq(1), StepSeq(2)]
+    assert sorted(found[b.instance_id, RunNumber(1)].steps) == [StepSeq(1)]
+    assert found[c.instance_id, RunNumber(1)] == Journal(steps={}, effects={})
+    assert found[a.instance_id, RunNumber(2)] == Journal(steps={}, effects={})
+
+
 def test_step_write_outside_the_machine_is_refused(store: Store) -> None:
     """Goal: a step can only move along the step machine.
 
