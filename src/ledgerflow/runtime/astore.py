@@ -76,7 +76,9 @@ class _Group(Generic[ItemT, ResultT]):
     nothing else to run and the store thread is idle: handing it over would only add two
     thread wake-ups to its latency (one after another, a third of a workflow's time), and
     nothing could run meanwhile anyway. The decision is made one loop turn after the first
-    item arrives, so items queued by the other tasks of that turn still share a transaction.
+    item arrives, so items queued by the other tasks of that turn still share a transaction;
+    or at once, when nothing else is ready on the loop (no other task can run, and so queue an
+    item, before the loop next polls), which also saves the caller its wake-up.
     """
 
     def __init__(
@@ -101,6 +103,13 @@ class _Group(Generic[ItemT, ResultT]):
 
     async def submit(self, item: ItemT) -> ResultT:
         loop = asyncio.get_running_loop()
+        if self._alone_now(loop):
+            # Nothing else can run before the loop next polls, so no other item can join this
+            # one: deciding a turn later would decide the same. Apply it here and now.
+            outcome = self._run([item])
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome[0]
         future: asyncio.Future[ResultT] = loop.create_future()
         with self._lock:
             self._queue.append((item, future))
@@ -112,13 +121,22 @@ class _Group(Generic[ItemT, ResultT]):
                 self._submit_flush(loop)
         return await future
 
+    def _alone_now(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether a new item would be applied alone on the loop's thread at once."""
+        return (
+            self._thread.embedded
+            and not self._flushing  # so nothing is queued either
+            and self._thread.calls == 0
+            and _loop_has_nothing_else(loop)
+        )
+
     def _decide(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the loop's thread, a turn after the first item: apply here or hand over."""
         with self._lock:
             alone = len(self._queue) == 1
         if alone and self._thread.calls == 0 and _loop_has_nothing_else(loop):
             batch = self._take()
-            self._answer(loop, batch, self._run(batch), handed_over=False)
+            self._answer(loop, batch, self._run([item for item, _ in batch]), handed_over=False)
         else:
             self._submit_flush(loop)
 
@@ -134,15 +152,13 @@ class _Group(Generic[ItemT, ResultT]):
             del self._queue[: len(batch)]
         return batch
 
-    def _run(
-        self, batch: list[tuple[ItemT, asyncio.Future[ResultT]]]
-    ) -> list[ResultT] | BaseException:
-        """One transaction for the batch: its results, or the failure every caller gets."""
+    def _run(self, items: list[ItemT]) -> list[ResultT] | BaseException:
+        """One transaction for the items: their results, or the failure every caller gets."""
         try:
             self.groups += 1
-            where = {"group": self.groups, "size": len(batch)}
+            where = {"group": self.groups, "size": len(items)}
             faults.point(f"{self._point}.before_group", **where)
-            outcome = self._apply([item for item, _ in batch])
+            outcome = self._apply(items)
             faults.point(f"{self._point}.after_group", **where)
         except BaseException as exc:  # noqa: BLE001 - handed to every waiter, not lost.
             return exc
@@ -151,7 +167,7 @@ class _Group(Generic[ItemT, ResultT]):
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the store thread: one transaction for the items queued so far."""
         batch = self._take()
-        outcome = self._run(batch)
+        outcome = self._run([item for item, _ in batch])
         # A closed loop has nobody left waiting for these answers.
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._answer, loop, batch, outcome, True)

@@ -71,8 +71,7 @@ class StartStore(ClaimStore, abc.ABC):
         try:
             with self._write_transaction():
                 try:
-                    with self._batch():
-                        return self._start_group(starts, now, savepoints=False)
+                    return self._start_group(starts, now, savepoints=False)
                 except LedgerflowError as exc:
                     raise RefusedError(exc) from exc
         except RefusedError:
@@ -90,8 +89,12 @@ class StartStore(ClaimStore, abc.ABC):
         if any(claim is not None for _, claim in starts):
             # Claiming here counts concurrency-limit slots as claim() does.
             self._run("lock_limits", {})
-        if not savepoints:
+        if not savepoints and len(starts) > 1:
             return self._start_all(starts, now)
+        if not savepoints:
+            # One start alone is cheaper as its few plain statements.
+            with self._batch(hold=False):
+                return [self._start_one(new, claim, now) for new, claim in starts]
         results: list[tuple[InstanceRecord, bool] | Exception] = []
         for index, (new, claim) in enumerate(starts):
             try:

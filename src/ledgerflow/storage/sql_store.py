@@ -117,15 +117,19 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
             check(rows, changed)
 
     @contextlib.contextmanager
-    def _batch(self) -> Iterator[None]:
+    def _batch(self, *, hold: bool = True) -> Iterator[None]:
         """Within a write transaction: :meth:`_send` may defer its checks to the block's end,
-        and the block's events and new steps go in as one statement each at its end (in
-        their order), not one statement each. Nothing inside a batch reads the timeline, and
-        a step held back is inserted before anything updates it, so holding them changes no
-        answer; an error in them is the whole block's, as any other."""
+        and (with ``hold``) the block's events and new steps go in as one statement each at
+        its end (in their order), not one statement each. Nothing inside a batch reads the
+        timeline, and a step held back is inserted before anything updates it, so holding them
+        changes no answer; an error in them is the whole block's, as any other."""
+        # Batches do not nest: a dialect's pipeline and the held writes belong to one block.
+        assert not getattr(self._batched, "open", False), "a batch inside a batch"
+        self._batched.open = True
         events: list[dict[str, Any]] = []
         steps: list[dict[str, Any]] = []
-        self._batched.events, self._batched.steps = events, steps
+        if hold:
+            self._batched.events, self._batched.steps = events, steps
         try:
             with self._pipeline():
                 yield
@@ -135,6 +139,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
                     self._send("insert_events", {"events": json.dumps(events)})
         finally:
             self._batched.events = self._batched.steps = None
+            self._batched.open = False
 
     def _insert_held_steps(self, steps: list[dict[str, Any]]) -> None:
         if steps:
@@ -221,10 +226,14 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
         try:
             with self._write_transaction():
                 try:
-                    with self._batch():
-                        self._fence_all(commits, now)
+                    # Set-based statements pay off for many commits; one commit alone is
+                    # cheaper as the few plain statements it needs.
+                    together = len(commits) > 1
+                    with self._batch(hold=together):
+                        if together:
+                            self._fence_all(commits, now)
                         for commit in commits:
-                            self._apply(commit, now, fenced=True)
+                            self._apply(commit, now, fenced=together)
                 except LedgerflowError as exc:
                     raise RefusedError(exc) from exc
             return [None] * len(commits)
