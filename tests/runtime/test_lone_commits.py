@@ -104,3 +104,23 @@ def test_postgres_commits_never_run_on_the_loop_thread(request: pytest.FixtureRe
     seen = asyncio.run(_one_after_another(url, 5))
     assert len(seen) == 5 * 4
     assert not any(here for here, _ in seen)
+
+
+def test_sqlite_lone_calls_still_let_timers_run(tmp_path: Path) -> None:
+    """Starts one after another, each applied at once on the loop's thread, still yield the
+    loop once per call: a timer due before the first start runs right after it, not after the
+    fiftieth (a caller's loop of store calls must not keep timers and other tasks waiting)."""
+    started: list[int] = []
+    seen: list[int] = []
+
+    async def run() -> None:
+        async with lf.Engine(f"sqlite:///{tmp_path}/j.db", registry) as engine:
+            asyncio.get_running_loop().call_later(0, lambda: seen.append(len(started)))
+            for i in range(50):
+                await engine.start(three, key=f"k{i}", input=i)
+                started.append(i)
+
+    asyncio.run(run())
+    assert len(started) == 50
+    assert len(seen) == 1
+    assert seen[0] <= 1, f"the timer waited until start {seen[0]}"

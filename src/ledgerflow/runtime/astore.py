@@ -107,6 +107,9 @@ class _Group(Generic[ItemT, ResultT]):
             # Nothing else can run before the loop next polls, so no other item can join this
             # one: deciding a turn later would decide the same. Apply it here and now.
             outcome = self._run([item])
+            # Still one turn of the loop per call, so that a workflow of many trivial steps
+            # never keeps timers and other tasks (heartbeats, a server) from running.
+            await asyncio.sleep(0)
             if isinstance(outcome, BaseException):
                 raise outcome
             return outcome[0]
