@@ -8,20 +8,18 @@ transaction, so a poison instance is never handed out once the bound is reached.
 
 from __future__ import annotations
 
-import abc
-import contextlib
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import StorageCorruptError
 from ledgerflow.model import detection
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
-from ledgerflow.model.ids import Generation, InstanceId
+from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
 from ledgerflow.storage.records import AttentionFlag, InstanceRecord
 from ledgerflow.storage.rows import Row, instance_from_row
+from ledgerflow.storage.sql_seam import SqlSeam
 
 log = logging.getLogger("ledgerflow.storage")
 
@@ -45,31 +43,7 @@ def _flag(r: Row) -> AttentionFlag:
     )
 
 
-class AttentionStore(abc.ABC):
-    @abc.abstractmethod
-    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]: ...
-
-    @abc.abstractmethod
-    def _write_transaction(self) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _read(self) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _savepoint(self, name: str) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _event(
-        self,
-        instance_id: InstanceId,
-        generation: Generation,
-        subject: str,
-        from_state: str | None,
-        to_state: str,
-        now: float,
-        detail: str | None,
-    ) -> None: ...
-
+class AttentionStore(SqlSeam):
     # -- flags -------------------------------------------------------------------------------
 
     def raise_flag(

@@ -12,9 +12,7 @@ entry naming the audit record. Refusals and repeats are appended on their own.
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 from ledgerflow.errors import IllegalTransitionError, RepairRefusedError, StalePreconditionError
@@ -28,6 +26,7 @@ from ledgerflow.storage.records import (
     StepWrite,
 )
 from ledgerflow.storage.rows import Row, fields, instance_from_row
+from ledgerflow.storage.sql_seam import SqlSeam
 
 AUDIT_LIST_LIMIT_MAX = 10_000
 
@@ -55,28 +54,7 @@ def _audit_from_row(r: Row) -> AuditRecord:
     )
 
 
-class AuditStore(abc.ABC):
-    @abc.abstractmethod
-    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]: ...
-
-    @abc.abstractmethod
-    def _write_transaction(self) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _read(self) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _event(
-        self,
-        instance_id: InstanceId,
-        generation: Generation,
-        subject: str,
-        from_state: str | None,
-        to_state: str,
-        now: float,
-        detail: str | None,
-    ) -> None: ...
-
+class AuditStore(SqlSeam):
     @abc.abstractmethod
     def _write_step(
         self, write: StepWrite, generation: Generation, now: float, *, by_operator: bool = False

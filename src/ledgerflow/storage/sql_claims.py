@@ -7,10 +7,7 @@ parks it instead) or whose row is damaged (set aside and flagged).
 
 from __future__ import annotations
 
-import abc
-import contextlib
 import logging
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from ledgerflow.errors import StorageCorruptError
@@ -44,18 +41,7 @@ def claim_params(
     }
 
 
-class ClaimStore(AttentionStore, abc.ABC):
-    @abc.abstractmethod
-    def _send(
-        self,
-        name: str,
-        params: Mapping[str, Any],
-        check: Callable[[list[Row], int], None] | None = None,
-    ) -> None: ...
-
-    @abc.abstractmethod
-    def _batch(self, *, hold: bool = True) -> contextlib.AbstractContextManager[None]: ...
-
+class ClaimStore(AttentionStore):
     def claim(
         self,
         *,

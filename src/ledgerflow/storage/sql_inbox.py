@@ -8,13 +8,8 @@ of the owner's fenced commit (:meth:`InboxStore._write_inbox`).
 
 from __future__ import annotations
 
-import abc
-import contextlib
-from collections.abc import Mapping
-from typing import Any
-
 from ledgerflow.errors import EventArrivedError, IllegalTransitionError
-from ledgerflow.model.ids import Generation, InstanceId
+from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.storage.records import (
     Commit,
@@ -24,31 +19,11 @@ from ledgerflow.storage.records import (
     NoPendingDelivery,
     RejectDelivery,
 )
-from ledgerflow.storage.rows import Row, delivery_from_row, instance_from_row
+from ledgerflow.storage.rows import delivery_from_row, instance_from_row
+from ledgerflow.storage.sql_seam import SqlSeam
 
 
-class InboxStore(abc.ABC):
-    @abc.abstractmethod
-    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]: ...
-
-    @abc.abstractmethod
-    def _write_transaction(self) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _read(self) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _event(
-        self,
-        instance_id: InstanceId,
-        generation: Generation,
-        subject: str,
-        from_state: str | None,
-        to_state: str,
-        now: float,
-        detail: str | None,
-    ) -> None: ...
-
+class InboxStore(SqlSeam):
     def _write_inbox(
         self,
         write: ConsumeDelivery | RejectDelivery | NoPendingDelivery,

@@ -5,11 +5,8 @@ Every read is one consistent read (:meth:`ReadStore._read`); none of them writes
 
 from __future__ import annotations
 
-import abc
-import contextlib
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ledgerflow import limits
 from ledgerflow.model.ids import Generation, InstanceId, RunNumber, StepSeq, TenantId
@@ -21,16 +18,11 @@ from ledgerflow.storage.records import (
     Journal,
     StepRecord,
 )
-from ledgerflow.storage.rows import Row, effect_from_row, instance_from_row, step_from_row
+from ledgerflow.storage.rows import effect_from_row, instance_from_row, step_from_row
+from ledgerflow.storage.sql_seam import SqlSeam
 
 
-class ReadStore(abc.ABC):
-    @abc.abstractmethod
-    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]: ...
-
-    @abc.abstractmethod
-    def _read(self) -> contextlib.AbstractContextManager[None]: ...
-
+class ReadStore(SqlSeam):
     def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None:
         with self._read():
             rows, _ = self._run("get_instance", {"instance_id": instance_id})

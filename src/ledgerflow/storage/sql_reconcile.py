@@ -9,12 +9,9 @@ escalations through attention flags, both owned elsewhere.
 
 from __future__ import annotations
 
-import abc
-import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ledgerflow import limits
 from ledgerflow.errors import ConcurrencyError, StorageCorruptError
@@ -22,6 +19,7 @@ from ledgerflow.model.ids import EffectId
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import EffectRecord
 from ledgerflow.storage.rows import Row, effect_from_row
+from ledgerflow.storage.sql_seam import SqlSeam
 
 log = logging.getLogger("ledgerflow.storage")
 
@@ -46,16 +44,7 @@ def _run_from_row(r: Row) -> ReconciliationRun:
     )
 
 
-class ReconcileStore(abc.ABC):
-    @abc.abstractmethod
-    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]: ...
-
-    @abc.abstractmethod
-    def _write_transaction(self) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _read(self) -> contextlib.AbstractContextManager[None]: ...
-
+class ReconcileStore(SqlSeam):
     def reconcile_candidates(
         self, *, participants: Sequence[str], limit: int
     ) -> list[EffectRecord]:

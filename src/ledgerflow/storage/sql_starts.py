@@ -8,7 +8,6 @@ start again with a savepoint per start, so each start still gets its own answer.
 
 from __future__ import annotations
 
-import abc
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -58,7 +57,7 @@ def _existing(new: NewInstance, rows: list[Row], inserted: bool) -> tuple[Instan
     return instance_from_row(rows[0]), inserted
 
 
-class StartStore(ClaimStore, abc.ABC):
+class StartStore(ClaimStore):
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
             return self._start_one(new, None, now)

@@ -78,22 +78,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
         # Per thread: the events a batch holds back until its end (see _batch).
         self._batched = threading.local()
 
-    # -- what a dialect provides -------------------------------------------------------------
-
-    @abc.abstractmethod
-    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
-        """Run a named query; return its rows and the number of rows it changed."""
-
-    @abc.abstractmethod
-    def _write_transaction(self) -> contextlib.AbstractContextManager[None]:
-        """A durable write transaction that holds the write lock from its first statement."""
-
-    @abc.abstractmethod
-    def _read(self) -> contextlib.AbstractContextManager[None]:
-        """A consistent read."""
-
-    @abc.abstractmethod
-    def _savepoint(self, name: str) -> contextlib.AbstractContextManager[None]: ...
+    # -- statements sent in batches (a dialect's pipeline hooks in at _pipeline) -------------
 
     # A dialect that sends statements without waiting for each answer (PostgreSQL's pipeline)
     # sets this: its refusals then surface at the end of a batch, so a refused group is always
