@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             engine, len(ids), timeout=max(1.0, deadline - time.monotonic())
         )
         seconds = time.monotonic() - began
-        stale = fleet.stale_writes_rejected()
+        stale = fleet.stale_owner_noticed()
         kills, stops = fleet.kills, fleet.stops
         verdict = chaos.verdict(engine, service, ids)
     summary = {
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "all_terminal": terminal,
         "kills": kills,
         "stops": stops,
-        "stale_writes_rejected": stale,
+        "stale_owner_noticed": stale,
         "duplicates": len(verdict.duplicates),
         "lost_completions": len(verdict.lost_completions),
         "confirmed_never_applied": len(verdict.never_applied),

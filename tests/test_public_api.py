@@ -87,6 +87,7 @@ TESTING_ALL = [
 ]
 
 ERRORS = [
+    "CancelArrivedError",
     "ConcurrencyError",
     "ConfigurationError",
     "EffectFailedError",

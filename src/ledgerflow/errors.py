@@ -15,7 +15,8 @@
     │   └── SchemaVersionError        written by a newer Ledgerflow, or its history was altered
     ├── ConcurrencyError
     │   ├── FencedOutError            a write from an owner whose generation is stale
-    │   └── EventArrivedError         a wait's timeout lost the race to an event
+    │   ├── EventArrivedError         a wait's timeout lost the race to an event
+    │   └── CancelArrivedError        a new step lost the race to a cancel request
     ├── IllegalTransitionError        a state change the state machine does not allow
     ├── InstanceNotFoundError
     ├── ResultTimeoutError            waited for a result that did not come in time
@@ -139,6 +140,13 @@ class EventArrivedError(ConcurrencyError):
     code = "LF302"
 
 
+class CancelArrivedError(ConcurrencyError):
+    """A cancel request reached the instance before a new effect, wait or timer was recorded:
+    the request wins, nothing new starts."""
+
+    code = "LF303"
+
+
 class IllegalTransitionError(LedgerflowError):
     """The state machine does not allow this transition."""
 
@@ -158,9 +166,11 @@ class ResultTimeoutError(LedgerflowError):
 
 
 class WorkflowError(LedgerflowError):
-    """The instance ended without a result; ``status`` and ``reason`` say how."""
+    """The instance ended without a result; ``status`` and ``reason`` say how, and ``cause``
+    what led to it (the workflow's own error behind a COMPENSATED instance, say)."""
 
     code = "LF402"
+    cause: str | None = None
 
 
 class StepError(LedgerflowError):

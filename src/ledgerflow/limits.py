@@ -30,6 +30,8 @@ HEARTBEATS_PER_LEASE = 3
 POLL_SECONDS_DEFAULT = 0.2
 # An effect dispatch that has not answered by then is UNKNOWN.
 EFFECT_TIMEOUT_SECONDS_DEFAULT = 30.0
+# Errors of failed attempts kept per step or effect: the first and the most recent ones.
+ATTEMPT_ERRORS_KEPT_MAX = 20
 # A retry whose backoff is shorter than this waits in the worker; longer ones release the
 # instance with a durable wake-up time so no worker holds it.
 RETRY_INLINE_WAIT_SECONDS_MAX = 1.0

@@ -32,7 +32,9 @@ from ledgerflow.errors import StorageUnavailableError  # noqa: E402
 from ledgerflow.model.instance import TERMINAL_STATUSES  # noqa: E402
 
 WORKER_OPTIONS = ("--lease-seconds", "2", "--poll-seconds", "0.05", "--concurrency", "16")
-STALE_MARKERS = ("lost ownership of",)
+# A stale owner finds out one of two ways: the store refuses its write or renewal, or its own
+# watchdog sees that no renewal succeeded for a lease length and stops the copy first.
+STALE_MARKERS = ("lost ownership of", "it may have lapsed")
 PROCESS_WAIT_SECONDS = 30.0
 # How long a woken worker may take to meet a refusal (its next heartbeat or commit): a few
 # heartbeats of a 2 s lease.
@@ -40,7 +42,8 @@ STALE_NOTICE_SECONDS = 10.0
 
 
 def is_stale_write_line(line: str) -> bool:
-    """A worker log line saying a write (or a lease renewal) of a stale owner was refused."""
+    """A worker log line saying a stale owner found out: a write (or a lease renewal) of it
+    was refused, or it stopped a copy whose lease may have lapsed."""
     return any(marker in line for marker in STALE_MARKERS) or (
         "lease of" in line and "lost" in line
     )
@@ -94,10 +97,10 @@ class Fleet:
         Without the wait the rest of the fleet may finish everything first (group commit made
         that quick) and the figures would be read, or the woken worker killed by the next
         round of chaos, before it logged the refusal it is bound to meet."""
-        before = self.stale_writes_rejected()
+        before = self.stale_owner_noticed()
         self.slots[index].send_signal(signal.SIGCONT)
         until = time.monotonic() + STALE_NOTICE_SECONDS
-        while time.monotonic() < until and self.stale_writes_rejected() <= before:
+        while time.monotonic() < until and self.stale_owner_noticed() <= before:
             if self.slots[index].poll() is not None:
                 return
             time.sleep(0.05)  # Polling the worker's log, bounded by STALE_NOTICE_SECONDS.
@@ -116,7 +119,7 @@ class Fleet:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=PROCESS_WAIT_SECONDS)
 
-    def stale_writes_rejected(self) -> int:
+    def stale_owner_noticed(self) -> int:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return sum(1 for line in text.splitlines() if is_stale_write_line(line))
 

@@ -17,6 +17,9 @@ from ledgerflow import Registry, RetryPolicy, WorkflowContext
 from ledgerflow.participant import remote_participant
 
 FAST = RetryPolicy(attempts_max=3, backoff_initial=timedelta(milliseconds=20))
+# A lookup that cannot reach the service is asked twice, quickly, before the doubt is parked for
+# a person: the tests park an instance by keeping the service down through both asks.
+ASK_TWICE = RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=20))
 
 
 def build_registry(url: str) -> Registry:
@@ -30,6 +33,7 @@ def build_registry(url: str) -> Registry:
             has_lookup=True,
             retry=FAST,
             timeout_seconds=5.0,
+            lookup_retry=ASK_TWICE,
         )
     )
     shipping = registry.add_participant(
@@ -41,6 +45,7 @@ def build_registry(url: str) -> Registry:
             has_lookup=True,
             retry=FAST,
             timeout_seconds=5.0,
+            lookup_retry=ASK_TWICE,
         )
     )
 

@@ -43,6 +43,8 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "cancel_reason",
         "cancel_compensate",
         "lease_expiries",
+        "cause",
+        "cancel_outcome",
     ],
     "lf_steps": [
         "instance_id",
@@ -60,6 +62,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "next_attempt_at",
         "generation",
         "updated_at",
+        "attempt_errors",
     ],
     "lf_effects": [
         "effect_id",
@@ -80,6 +83,8 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "updated_at",
         "compensates",
         "reconciled_at",
+        "attempt_errors",
+        "lookup_failures",
     ],
     "lf_events": [
         "event_id",

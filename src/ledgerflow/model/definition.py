@@ -23,7 +23,12 @@ from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.ids import EffectId, IdempotencyKey, InstanceId
-from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_STEP_RETRY, RetryPolicy
+from ledgerflow.model.retry import (
+    DEFAULT_EFFECT_RETRY,
+    DEFAULT_LOOKUP_RETRY,
+    DEFAULT_STEP_RETRY,
+    RetryPolicy,
+)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -51,6 +56,10 @@ class EffectCall:
     # Set for a compensation: the key and the evidence of the effect it undoes.
     original_key: IdempotencyKey | None = None
     original_evidence: Any = None
+    # When the engine stops waiting for this attempt's answer (seconds since the epoch, on
+    # the engine's clock): past it the outcome is UNKNOWN, and a later answer is only kept as
+    # evidence. A participant may pass it on as its own deadline.
+    deadline_at: float | None = None
 
 
 EffectFunction = Callable[[EffectCall], Awaitable[Any]] | Callable[[EffectCall], Any]
@@ -113,12 +122,21 @@ class Participant:
     A lookup answers, for a key, applied (with evidence), not applied, or unknown. Answering
     not applied is a promise: no dispatch of that key with an attempt number up to ``attempt``
     will ever be applied (the participant fences them), so a late original request cannot
-    apply after the engine re-dispatches with a higher attempt number.
+    apply after the engine re-dispatches with a higher attempt number. A lookup that raises
+    (the participant is unreachable) is no answer: it is asked again on ``lookup_retry``, and
+    only when that is spent is the doubt settled without it (or handed to a person).
     """
 
-    def __init__(self, name: str, *, deduplicates: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        deduplicates: bool = False,
+        lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
+    ) -> None:
         self.name = check_name("participant", name)
         self.deduplicates = deduplicates
+        self.lookup_retry = lookup_retry
         self.lookup_function: LookupFunction | None = None
         self.effects: dict[str, EffectDeclaration] = {}
 

@@ -43,6 +43,9 @@ class EffectEvent(enum.Enum):
     # Dispatch again under the same key: after a proven failure with attempts left, or after a
     # lookup proved "not applied", or to a deduplicating participant after an UNKNOWN.
     REDISPATCH = "redispatch"
+    # The participant's lookup could not be asked (unreachable): no answer, still UNKNOWN, and
+    # the lookup is asked again on the participant's lookup policy.
+    LOOKUP_UNAVAILABLE = "lookup-unavailable"
     # Operator repairs only. A FAILED effect was proven not applied, so one more attempt under
     # the same key cannot apply it twice; a FAILED compensation a person settled by other means
     # is SATISFIED with their evidence.
@@ -71,6 +74,7 @@ EFFECT_MACHINE: Machine[EffectState, EffectEvent] = Machine(
         (_S.UNKNOWN, _E.CONFIRM): _S.CONFIRMED,
         (_S.UNKNOWN, _E.REJECT_FINAL): _S.FAILED,
         (_S.UNKNOWN, _E.REDISPATCH): _S.INTENDED,
+        (_S.UNKNOWN, _E.LOOKUP_UNAVAILABLE): _S.UNKNOWN,
         (_S.FAILED, _E.OPERATOR_RETRY): _S.INTENDED,
         (_S.FAILED, _E.OPERATOR_SATISFY): _S.SATISFIED,
     },

@@ -36,6 +36,18 @@ TERMINAL_STATUSES = frozenset(
     }
 )
 
+# Terminal statuses nothing brings back (no repair resumes them): reaching one settles the
+# instance's open requests and events. MANUAL_INTERVENTION and FORWARD_RECOVERY_REQUIRED stop
+# for a person, who may resume the instance: what is pending stays pending there.
+FINAL_STATUSES = frozenset(
+    {
+        InstanceStatus.SUCCEEDED,
+        InstanceStatus.COMPENSATED,
+        InstanceStatus.FAILED,
+        InstanceStatus.CANCELLED,
+    }
+)
+
 # Statuses a worker may claim and drive; the others wait for time, an event or an operator.
 RUNNABLE_STATUSES = frozenset(
     {InstanceStatus.RUNNING, InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING}

@@ -85,3 +85,11 @@ class RetryPolicy:
 
 DEFAULT_STEP_RETRY = RetryPolicy()
 DEFAULT_EFFECT_RETRY = RetryPolicy()
+# Asking a participant's lookup again when it could not be asked at all (unreachable): a short
+# outage must not park work, so the lookup outlasts about a minute of it before a person is
+# asked (0.2 s doubling to a 30 s cap: 0.2 + 0.4 + ... + 25.6 + 30 s).
+DEFAULT_LOOKUP_RETRY = RetryPolicy(
+    attempts_max=10,
+    backoff_initial=timedelta(milliseconds=200),
+    backoff_max=timedelta(seconds=30),
+)

@@ -25,7 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from ledgerflow.model.repair import RepairKind
 from ledgerflow.operators.authority import RECONCILER, Authority
 from ledgerflow.operators.repairs import Operations, RepairRequest
 from ledgerflow.runtime.astore import AsyncStore
-from ledgerflow.runtime.calls import call_user
+from ledgerflow.runtime.calls import call_by_deadline
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.storage.reconciliation import ReconciliationRun
@@ -118,8 +117,8 @@ class _Run:
         try:
             # The highest attempt that may have been dispatched: a "not applied" answer fences
             # exactly the attempts the ledger knows of, as the engine's own lookup does.
-            answer = await asyncio.wait_for(
-                call_user(lookup, effect.idempotency_key, effect.attempt), timeout=timeout
+            answer = await call_by_deadline(
+                lookup, effect.idempotency_key, effect.attempt, seconds=timeout, clock=self.clock
             )
         except Exception as exc:  # noqa: BLE001 - a failed lookup proves nothing either way.
             return LookupAnswer.unknown(), f"the lookup failed: {type(exc).__name__}: {exc}"[:300]

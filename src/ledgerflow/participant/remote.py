@@ -40,7 +40,7 @@ from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, Participant
 from ledgerflow.model.effect import LookupAnswer, LookupVerdict
 from ledgerflow.model.ids import IdempotencyKey
-from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, RetryPolicy
+from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_LOOKUP_RETRY, RetryPolicy
 
 # Statuses on which a body saying "rejected" is believed. Any other status carrying that body is
 # not this protocol, and a mis-read rejection would let the engine re-dispatch an applied effect.
@@ -105,9 +105,15 @@ class RemoteParticipant(Participant):
     """
 
     def __init__(
-        self, name: str, base_url: str, *, deduplicates: bool, timeout_seconds: float
+        self,
+        name: str,
+        base_url: str,
+        *,
+        deduplicates: bool,
+        timeout_seconds: float,
+        lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
     ) -> None:
-        super().__init__(name, deduplicates=deduplicates)
+        super().__init__(name, deduplicates=deduplicates, lookup_retry=lookup_retry)
         self.base_url = base_url.rstrip("/")
         self.timeout_seconds = timeout_seconds
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
@@ -289,6 +295,7 @@ def remote_participant(
     retry: RetryPolicy | None = None,
     compensations: Mapping[str, str] | None = None,
     preconditions: bool = False,
+    lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
 ) -> RemoteParticipant:
     """Declare a participant served over HTTP at ``base_url``, one effect per operation.
 
@@ -307,10 +314,15 @@ def remote_participant(
     ``compensations`` maps an operation to the operation that undoes it (``{"book": "cancel"}``);
     each compensating operation is declared with :meth:`Participant.compensation`, under the
     same retry policy and timeout. With ``preconditions`` the service is asked, before each
-    compensation, whether it still holds.
+    compensation, whether it still holds. ``lookup_retry`` says how often and how soon a lookup
+    that could not reach the service is asked again before the doubt goes to a person.
     """
     participant = RemoteParticipant(
-        name, base_url, deduplicates=deduplicates, timeout_seconds=timeout_seconds
+        name,
+        base_url,
+        deduplicates=deduplicates,
+        timeout_seconds=timeout_seconds,
+        lookup_retry=lookup_retry,
     )
     policy = retry if retry is not None else DEFAULT_EFFECT_RETRY
     undo = dict(compensations or {})

@@ -1,11 +1,16 @@
-"""Calling user code: async functions on the loop, blocking ones on a thread (internal)."""
+"""Calling user code: async functions on the loop, blocking ones on a thread, each within its
+deadline where it has one (internal)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
+
+from ledgerflow.runtime.clock import Clock
 
 
 async def call_user(function: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
@@ -16,10 +21,87 @@ async def call_user(function: Callable[..., Any], *args: Any, inline: bool = Fal
     if inline:
         result = function(*args)
     else:
-        result = await asyncio.to_thread(function, *args)
+        result = await _on_a_thread(function, *args)
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+async def _on_a_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """Run ``function`` on a thread; cancelled, wait until the thread has really returned.
+
+    A thread cannot be stopped. Returning at once on cancellation would let the worker take the
+    instance up again and run the same step a second time while the first still runs, so the
+    caller's cancellation takes effect only once the thread is done.
+    """
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    running = loop.run_in_executor(None, functools.partial(context.run, function, *args))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        while not running.done():
+            try:
+                await asyncio.wait([running])
+            except asyncio.CancelledError:
+                continue
+        raise
+
+
+class DeadlinePassedError(TimeoutError):
+    """A participant gave no answer by the call's deadline: its outcome is unknown.
+
+    The call was cancelled then and is not waited for; whatever it answers later is late, and
+    never taken as the outcome (``on_late`` receives it, as evidence only).
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no answer within {seconds:g}s (the call's deadline)")
+        self.seconds = seconds
+
+
+# Calls that kept running after their deadline (their code ignored the cancellation): held
+# here until they end, so that they are neither garbage-collected mid-flight nor forgotten.
+_late: set[asyncio.Task[Any]] = set()
+
+
+async def call_by_deadline(
+    function: Callable[..., Any],
+    *args: Any,
+    seconds: float,
+    clock: Clock,
+    inline: bool = False,
+    on_late: Callable[[Any], None] | None = None,
+) -> Any:
+    """Call user code and return its answer if it comes within ``seconds`` on ``clock``;
+    otherwise cancel it and raise :class:`DeadlinePassedError` at once.
+
+    ``asyncio.wait_for`` is not used: when the call catches its cancellation and returns a
+    value anyway, it hands that late value back as if it had come in time, and a late answer
+    must never complete an effect on its own. A late answer goes to ``on_late`` instead.
+    """
+    call = asyncio.ensure_future(call_user(function, *args, inline=inline))
+    alarm = clock.alarm(clock.now() + seconds)
+    try:
+        await asyncio.wait([call, alarm], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
+    finally:
+        alarm.cancel()
+    if call.done():
+        return call.result()
+    call.cancel()
+    _late.add(call)
+    call.add_done_callback(functools.partial(_ended_late, on_late))
+    raise DeadlinePassedError(seconds)
+
+
+def _ended_late(on_late: Callable[[Any], None] | None, call: asyncio.Task[Any]) -> None:
+    _late.discard(call)
+    if call.cancelled() or call.exception() is not None or on_late is None:
+        return
+    on_late(call.result())
 
 
 def error_names(exc: BaseException) -> tuple[str, ...]:

@@ -18,6 +18,12 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    def alarm(self, at: float) -> asyncio.Future[None]:
+        """A future that is done once the clock reaches ``at`` (cancel it to drop it). Unlike
+        :meth:`sleep`, waiting for it never moves a test's clock: it marks a deadline that
+        something else must pass."""
+        ...
+
 
 class SystemClock:
     def now(self) -> float:
@@ -25,6 +31,18 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def alarm(self, at: float) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        alarm: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(max(0.0, at - self.now()), _ring, alarm)
+        alarm.add_done_callback(lambda _: timer.cancel())
+        return alarm
+
+
+def _ring(alarm: asyncio.Future[None]) -> None:
+    if not alarm.done():
+        alarm.set_result(None)
 
 
 SYSTEM_CLOCK = SystemClock()

@@ -237,6 +237,19 @@ class Commands:
             outcome = _REFUSALS[delivery.refusal or "late"]
         return Delivered(delivery=delivery, outcome=outcome)
 
+    def delivery(self, instance_id: str, event_id: str) -> Delivery:
+        """What became of one event, by its id: PENDING (kept for a wait), CONSUMED (taken by
+        the wait of step ``consumed_seq``) or REJECTED (with ``refusal`` and ``reason``)."""
+        record = self.get(instance_id)
+        found = self.store.delivery(record.instance_id, event_id)
+        if found is None:
+            raise InstanceNotFoundError(
+                f"instance {instance_id} has no event {event_id!r}",
+                instance_id=instance_id,
+                event_id=event_id,
+            )
+        return found
+
     def complete_effect(
         self,
         idempotency_key: str,
@@ -266,7 +279,7 @@ class Commands:
 
     def _approval_refusal(
         self, record: InstanceRecord, *, name: str, sender: str | None
-    ) -> str | None:
+    ) -> tuple[str, str] | None:
         """Refuse at delivery a sender an open approval does not allow (the wait refuses it
         again when it takes events, for an approval that opens later)."""
         journal = self.store.journal(record.instance_id, record.run)
@@ -276,7 +289,7 @@ class Commands:
             spec = self.codec.decode(step.input or "{}")
             allowed = spec.get("approvers") or []
             if spec.get("event") == name and allowed and sender not in allowed:
-                return f"{sender!r} may not approve {name!r}"
+                return "not-approver", f"{sender!r} may not approve {name!r}"
         return None
 
     def set_concurrency_limit(
@@ -327,12 +340,17 @@ class Commands:
     def outcome(self, record: InstanceRecord) -> Any:
         if record.status is InstanceStatus.SUCCEEDED:
             return self.codec.decode(record.result or "null")
-        raise WorkflowError(
-            f"instance ended {record.status.value}: {record.reason}",
+        message = f"instance ended {record.status.value}: {record.reason}"
+        if record.cause and record.cause not in (record.reason or ""):
+            message += f"; cause: {record.cause}"
+        error = WorkflowError(
+            message,
             instance_id=record.instance_id,
             status=record.status.value,
             reason_code=record.reason_code,
         )
+        error.cause = record.cause
+        raise error
 
 
 def detail_of(store: Store, instance_id: str) -> InstanceDetail:

@@ -58,9 +58,12 @@ class CompensationRunner:
             include_unconfirmed=mutations.COMPENSATE_UNCONFIRMED in mutations.active,
         )
 
-    async def begin(self, why: str, *, cancelling: bool = False, undo: bool = True) -> None:
+    async def begin(
+        self, why: str, *, cause: str, cancelling: bool = False, undo: bool = True
+    ) -> None:
         """RUNNING -> COMPENSATING (or CANCELLING), with every planned compensation, in one
-        commit. ``undo=False`` (a cancellation that keeps what was done) plans none."""
+        commit. ``undo=False`` (a cancellation that keeps what was done) plans none. ``cause``
+        is kept to the end, whatever the compensations' own outcome."""
         chosen = self.plan()
         target = InstanceStatus.CANCELLING if cancelling else InstanceStatus.COMPENSATING
         planned = chosen.compensate if undo else ()
@@ -70,6 +73,7 @@ class CompensationRunner:
                 expected=self.session.status,
                 reason_code=target.value.lower(),
                 reason=f"{why}; compensating {len(planned)} effect(s)",
+                cause=cause,
             )
         ]
         for item in planned:
@@ -170,7 +174,13 @@ class CompensationRunner:
                 reason_code=target.value.lower(),
                 reason=(self.session.reason or "")
                 if cancelling
-                else (", ".join(summary["compensated"]) or "nothing to undo"),
+                else _compensated_reason(self.session.cause, summary["compensated"]),
                 release=True,
             )
         )
+
+
+def _compensated_reason(cause: str | None, compensated: list[str]) -> str:
+    """What COMPENSATED says: the failure it answers, then what was undone."""
+    undone = ", ".join(compensated) or "nothing to undo"
+    return f"after {cause}; undone: {undone}" if cause else f"undone: {undone}"

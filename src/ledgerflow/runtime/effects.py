@@ -17,13 +17,13 @@ distinction safe.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 from ledgerflow import mutations
 from ledgerflow.errors import EffectFailedError, EffectRejectedError
+from ledgerflow.model.attempts import with_attempt_error
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
@@ -44,15 +44,18 @@ from ledgerflow.model.ids import (
 )
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.calls import call_user, describe_error, error_names
+from ledgerflow.runtime.calls import call_by_deadline, describe_error, error_names
 from ledgerflow.runtime.completion import CallbackCompletion
 from ledgerflow.runtime.control import Park
+from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
     EffectRecord,
     EffectWrite,
+    NoCancelRequest,
     StepRecord,
     StepWrite,
+    Write,
 )
 
 
@@ -108,10 +111,14 @@ class EffectDriver(CallbackCompletion):
             planned = effect.state if effect is not None else EffectState.NEW
             if planned is EffectState.PLANNED and not await self._precondition_holds():
                 return None
-            intent = (
+            intent: tuple[Write, ...] = (
                 self._step(StepStatus.STARTED, StepStatus.NEW, attempt=1),
                 self._effect(EffectState.INTENDED, planned, attempt=1, detail="write-ahead intent"),
             )
+            if self.undoes is None:
+                # After a cancel request is accepted no new effect is dispatched: the store
+                # refuses this intent if one arrived, and the instance cancels instead.
+                intent = (*intent, NoCancelRequest())
             if mutations.SKIP_INTENT in mutations.active:
                 # Broken on purpose (mutation tests): the request leaves before its intent.
                 sent = await self._send(attempt=1)
@@ -154,7 +161,9 @@ class EffectDriver(CallbackCompletion):
             )
         return await self._resolve()
 
-    def _call(self, *, attempt: int, key: IdempotencyKey) -> EffectCall:
+    def _call(
+        self, *, attempt: int, key: IdempotencyKey, deadline_at: float | None = None
+    ) -> EffectCall:
         return EffectCall(
             participant=self.d.participant.name,
             operation=self.d.operation,
@@ -167,6 +176,20 @@ class EffectDriver(CallbackCompletion):
             original_evidence=(
                 self.s.codec.decode(self.undoes.evidence or "null") if self.undoes else None
             ),
+            deadline_at=deadline_at,
+        )
+
+    async def _by_deadline(
+        self, function: Callable[..., Any], *args: Any, on_late: Callable[[Any], None] | None = None
+    ) -> Any:
+        """Call participant code within the declaration's deadline (on the engine's clock)."""
+        return await call_by_deadline(
+            function,
+            *args,
+            seconds=self.d.timeout_seconds,
+            clock=self.s.clock,
+            inline=self.s.store.inline,
+            on_late=on_late,
         )
 
     async def _precondition_holds(self) -> bool:
@@ -176,10 +199,7 @@ class EffectDriver(CallbackCompletion):
             return True
         call = self._call(attempt=1, key=self.key)
         try:
-            answer = await asyncio.wait_for(
-                call_user(check, call, inline=self.s.store.inline),
-                timeout=self.d.timeout_seconds,
-            )
+            answer = await self._by_deadline(check, call)
         except Exception as exc:  # noqa: BLE001 - no answer is no permission to apply.
             raise Park(
                 "compensation_precondition_unavailable",
@@ -215,12 +235,21 @@ class EffectDriver(CallbackCompletion):
         key = self.key
         if attempt > 1 and mutations.NEW_KEY_ON_REDISPATCH in mutations.active:
             key = IdempotencyKey(f"{self.key}~{attempt}")  # Broken on purpose.
-        call = self._call(attempt=attempt, key=key)
+        deadline_at = self.s.clock.now() + self.d.timeout_seconds
+        call = self._call(attempt=attempt, key=key, deadline_at=deadline_at)
         outcome: str | Exception
         try:
-            evidence = await asyncio.wait_for(
-                call_user(self.d.function, call, inline=self.s.store.inline),
-                timeout=self.d.timeout_seconds,
+            evidence = await self._by_deadline(
+                self.d.function,
+                call,
+                on_late=late_answer_keeper(
+                    self.s,
+                    key=self.key,
+                    effect_id=self.effect_id,
+                    participant=self.d.participant.name,
+                    seq=self.seq,
+                    attempt=attempt,
+                ),
             )
             outcome = self.s.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
@@ -240,6 +269,7 @@ class EffectDriver(CallbackCompletion):
                     attempt=attempt,
                     doubt=attempt,
                     reason=f"dispatch gave no proof: {type(sent).__name__}: {sent}"[:500],
+                    failed=(attempt, sent),
                 )
             )
             return await self._resolve()
@@ -291,6 +321,7 @@ class EffectDriver(CallbackCompletion):
                         f"attempt {attempt} was refused ({rejection.error_code}) but attempt "
                         f"{previous.doubt} is still in doubt"
                     ),
+                    failed=(attempt, rejection),
                 )
             )
             return await self._resolve()
@@ -298,7 +329,11 @@ class EffectDriver(CallbackCompletion):
             reason = f"participant proved not applied: {rejection.error_code}: {rejection.message}"
             await self.s.commit(
                 self._effect(
-                    EffectState.FAILED, EffectState.INTENDED, attempt=attempt, reason=reason[:500]
+                    EffectState.FAILED,
+                    EffectState.INTENDED,
+                    attempt=attempt,
+                    reason=reason[:500],
+                    failed=(attempt, rejection),
                 ),
                 self._step(StepStatus.FAILED, StepStatus.STARTED, attempt=attempt, error=error),
             )
@@ -308,6 +343,7 @@ class EffectDriver(CallbackCompletion):
             attempt=attempt,
             error=error,
             why=f"rejected ({rejection.error_code}); retry under the same key",
+            failed=(attempt, rejection),
         )
 
     async def _schedule_redispatch(
@@ -318,13 +354,19 @@ class EffectDriver(CallbackCompletion):
         error: str | None,
         why: str,
         doubt: int | None = None,
+        failed: tuple[int, BaseException] | None = None,
     ) -> Any:
         """Commit the next attempt's intent with its due time, wait, then dispatch it."""
         following = attempt + 1
         due = self.s.clock.now() + self.policy.delay_before(following).total_seconds()
         await self.s.commit(
             self._effect(
-                EffectState.INTENDED, expected, attempt=following, detail=why, doubt=doubt
+                EffectState.INTENDED,
+                expected,
+                attempt=following,
+                detail=why,
+                doubt=doubt,
+                failed=failed,
             ),
             self._step(
                 StepStatus.RETRY_SCHEDULED,
@@ -340,29 +382,68 @@ class EffectDriver(CallbackCompletion):
         )
         return await self._dispatch(attempt=following)
 
-    async def _ask(self, attempt: int) -> tuple[LookupAnswer | None, str]:
-        """The participant's lookup answer (None without a lookup), and why it failed if so."""
+    async def _ask(self, attempt: int) -> tuple[LookupAnswer | None, Exception | None]:
+        """The participant's lookup answer (None without a lookup), or why it could not be
+        asked: a lookup that raised gave no answer at all."""
         lookup = self.d.participant.lookup_function
         if lookup is None:
-            return None, ""
+            return None, None
         faults.point(f"{self.points}.before_lookup", **self._where(attempt))
         try:
-            answer = await asyncio.wait_for(
-                call_user(lookup, self.key, attempt, inline=self.s.store.inline),
-                timeout=self.d.timeout_seconds,
-            )
-        except Exception as exc:  # noqa: BLE001 - a failed lookup proves nothing.
-            return LookupAnswer.unknown(), f"; the lookup failed: {type(exc).__name__}: {exc}"[:300]
+            answer = await self._by_deadline(lookup, self.key, attempt)
+        except Exception as exc:  # noqa: BLE001 - no answer; asked again on its policy.
+            return None, exc
         if not isinstance(answer, LookupAnswer):
-            return LookupAnswer.unknown(), f"; the lookup answered {type(answer).__name__}"
-        return answer, ""
+            # Not an answer the protocol knows: the participant's bug, which asking again
+            # would only repeat. It counts as "cannot tell".
+            return LookupAnswer.unknown(), None
+        return answer, None
+
+    async def _lookup(self, effect: EffectRecord) -> tuple[LookupAnswer | None, str]:
+        """The lookup's answer (None without a lookup). One that could not be asked is asked
+        again on the participant's lookup policy, each miss and its due time durable; when the
+        policy is spent the answer is "cannot tell", with why."""
+        policy = self.d.participant.lookup_retry
+        while True:
+            step = self.s.step(self.seq)
+            if effect.lookup_failures and step is not None:
+                await self.wait_until(step.next_attempt_at)  # the lookup's durable backoff
+            answer, unavailable = await self._ask(effect.attempt)
+            if unavailable is None:
+                return answer, ""
+            failures = effect.lookup_failures + 1
+            why = f"{type(unavailable).__name__}: {unavailable}"
+            if failures >= policy.attempts_max:
+                return LookupAnswer.unknown(), (
+                    f"; the lookup could not be asked {failures} times in a row, last: {why}"
+                )[:500]
+            due = self.s.clock.now() + policy.delay_before(failures + 1).total_seconds()
+            await self.s.commit(
+                self._effect(
+                    EffectState.UNKNOWN,
+                    EffectState.UNKNOWN,
+                    attempt=effect.attempt,
+                    reason=f"lookup {failures} of {policy.attempts_max} could not be asked: {why}"[
+                        :500
+                    ],
+                    lookup_failures=failures,
+                    failed=(effect.attempt, unavailable),
+                ),
+                self._step(
+                    StepStatus.STARTED,
+                    StepStatus.STARTED,
+                    attempt=effect.attempt,
+                    next_attempt_at=due,
+                ),
+            )
+            effect = self.s.effect(self.seq) or effect
 
     async def _resolve(self) -> Any:
         effect = self.s.effect(self.seq)
         if effect is None or effect.state is not EffectState.UNKNOWN:
             raise AssertionError(f"resolving step {self.seq}, which is not UNKNOWN")
         attempt = effect.attempt
-        answer, lookup_error = await self._ask(attempt)
+        answer, lookup_error = await self._lookup(effect)
         resolution = resolve_unknown(
             answer=answer,
             deduplicates=self.d.participant.deduplicates,
@@ -436,6 +517,7 @@ class EffectDriver(CallbackCompletion):
         next_attempt_at: float | None = None,
     ) -> StepWrite:
         instance = self.s.instance
+        previous_step = self.s.step(self.seq)
         record = StepRecord(
             instance_id=instance.instance_id,
             run=instance.run,
@@ -452,6 +534,7 @@ class EffectDriver(CallbackCompletion):
             next_attempt_at=next_attempt_at,
             generation=self.s.generation,
             updated_at=self.s.clock.now(),
+            attempt_errors=previous_step.attempt_errors if previous_step else None,
         )
         return StepWrite(record=record, expected=expected)
 
@@ -465,9 +548,18 @@ class EffectDriver(CallbackCompletion):
         reason: str | None = None,
         detail: str | None = None,
         doubt: int | None = None,
+        lookup_failures: int = 0,
+        failed: tuple[int, BaseException] | None = None,
     ) -> EffectWrite:
+        """The effect as it becomes; ``failed`` (attempt, error) adds that attempt's error
+        to the ones it keeps. Lookups that could not be asked count only while in a row."""
         instance = self.s.instance
         previous = self.s.effect(self.seq)
+        errors = previous.attempt_errors if previous else None
+        if failed is not None:
+            errors = with_attempt_error(
+                errors, attempt=failed[0], error=describe_error(failed[1]), at=self.s.clock.now()
+            )
         record = EffectRecord(
             effect_id=self.effect_id,
             instance_id=instance.instance_id,
@@ -487,6 +579,8 @@ class EffectDriver(CallbackCompletion):
             generation=self.s.generation,
             updated_at=self.s.clock.now(),
             compensates=self.undoes.effect_id if self.undoes else None,
+            attempt_errors=errors,
+            lookup_failures=lookup_failures,
         )
         if previous is not None:
             record = replace(record, payload=previous.payload)

@@ -33,7 +33,7 @@ from ledgerflow.runtime.commands import (
     instance_id_for,
 )
 from ledgerflow.runtime.worker import Worker
-from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
 
 __all__ = [
@@ -119,8 +119,8 @@ class Engine:
         try:
             record, created = await self._astore.start(new, claim, now=self.clock.now())
         finally:
-            if worker is not None:
-                worker.adopt(record)
+            if worker is not None and claim is not None:
+                worker.adopt(record, claim)
         if worker is None:
             for other in self._workers:
                 other.wake()
@@ -165,6 +165,13 @@ class Engine:
         for worker in self._workers:
             worker.wake()
         return delivered
+
+    async def delivery(self, instance_id: str, event_id: str) -> Delivery:
+        """What became of an event sent to the instance, by its id: still PENDING for a
+        wait, CONSUMED by one, or REJECTED with the reason (an event no wait took before the
+        instance ended is refused then, never left pending)."""
+        found: Delivery = await self._call(self._core.delivery, instance_id, event_id)
+        return found
 
     async def complete_effect(
         self,
@@ -216,9 +223,13 @@ class Engine:
     ) -> InstanceRecord:
         """Ask for an instance to be cancelled; durable and idempotent.
 
-        The owner stops before any new step, finishes what was started, runs the compensations
-        of the confirmed effects when ``compensate`` (and no pivot forbids it), and ends
-        CANCELLED with the list of residual effects that stay applied.
+        Once this returns, no new effect, wait or timer of the instance starts (the store
+        refuses to record one). The owner finishes what was started, runs the compensations of
+        the confirmed effects when ``compensate`` (and no pivot forbids it), and ends CANCELLED
+        with the residual effects that stay applied. A workflow that completes before it
+        reaches another effect, wait or timer (its last step was running) ends as it would
+        have: the request is overtaken. Either way ``cancel_outcome`` on the instance says
+        which ("honoured" or "overtaken") once it has ended.
         """
         record: InstanceRecord = await self._call(
             self._core.cancel,
@@ -228,6 +239,10 @@ class Engine:
             now=self.clock.now(),
         )
         for worker in self._workers:
+            # A worker of this process that drives it stops before its next step at once;
+            # one elsewhere learns it at its next heartbeat, or when its next effect, wait or
+            # timer is refused by the store.
+            worker.cancel_requested(record.instance_id)
             worker.wake()
         return record
 
@@ -371,6 +386,9 @@ class SyncEngine:
             run=run,
             now=time.time(),
         )
+
+    def delivery(self, instance_id: str, event_id: str) -> Delivery:
+        return self._core.delivery(instance_id, event_id)
 
     def complete_effect(
         self,

@@ -8,6 +8,7 @@ drifted definition parks the instance instead of running it under other code.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from ledgerflow.errors import PayloadError, UnknownVersionError, UnknownWorkflowError
@@ -85,7 +86,8 @@ class Executor:
         except Abandon as abandon:
             log.error("stopped driving %s: %s", instance.instance_id, abandon)
         finally:
-            self.sessions.pop(instance.instance_id, None)
+            if self.sessions.get(instance.instance_id) is session:
+                del self.sessions[instance.instance_id]
 
     def cancel_requested(self, instance_id: InstanceId) -> None:
         session = self.sessions.get(instance_id)
@@ -165,9 +167,12 @@ class Executor:
         )
         detail = self.codec.encode(describe_error(exc))
         kind = "result not serialisable" if isinstance(exc, PayloadError) else "workflow error"
+        cause = f"{kind}: {type(exc).__name__}: {exc}"[:2000]
         if event is InstanceEvent.FAIL_AFTER_EFFECTS:
             runner = CompensationRunner(session, self.registry)
-            await runner.begin(f"{kind} after {len(confirmed)} confirmed effect(s): {detail}")
+            await runner.begin(
+                f"{kind} after {len(confirmed)} confirmed effect(s): {detail}", cause=cause
+            )
             await runner.run()
             return
         target = (
@@ -183,6 +188,7 @@ class Executor:
                 reason_code=event.value,
                 reason=f"{kind}: {detail}",
                 release=True,
+                cause=cause,
             )
         )
 
@@ -193,13 +199,25 @@ class Executor:
         pivot = any(
             e.classification == Classification.FORWARD_RECOVERY_ONLY.value for e in confirmed
         )
+        # The request as recorded now: it may have arrived after the claim (heartbeat, a
+        # refused step), so the claimed row does not hold its reason or wish to compensate.
+        asked = await self.store.get(session.instance_id)
+        if asked is not None and asked.cancel_requested_at is not None:
+            session.instance = dataclasses.replace(
+                session.instance,
+                cancel_requested_at=asked.cancel_requested_at,
+                cancel_reason=asked.cancel_reason,
+                cancel_compensate=asked.cancel_compensate,
+            )
         instance = session.instance
         undo = instance.cancel_compensate and not pivot
         why = f"cancel requested: {instance.cancel_reason}; {stopped}"
         if pivot and instance.cancel_compensate:
             why += "; a forward-recovery-only effect is confirmed, so nothing is undone"
         runner = CompensationRunner(session, self.registry)
-        await runner.begin(why, cancelling=True, undo=undo)
+        await runner.begin(
+            why, cancelling=True, undo=undo, cause=f"cancel requested: {instance.cancel_reason}"
+        )
         await runner.run()
 
     async def _park(self, session: Session, park: Park) -> None:
@@ -211,5 +229,6 @@ class Executor:
                 reason_code=park.code,
                 reason=park.reason[:4000],
                 release=True,
+                cause=f"{park.code}: {park.reason}"[:2000],
             )
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 from ledgerflow.errors import PayloadError, StepFailedError
 from ledgerflow.model import detection
+from ledgerflow.model.attempts import with_attempt_error
 from ledgerflow.model.ids import StepSeq, command_id
 from ledgerflow.model.retry import RetryPolicy
 from ledgerflow.model.step import StepKind, StepStatus
@@ -60,11 +61,23 @@ class LocalStepDriver:
         retryable = not isinstance(exc, PayloadError) and self.policy.retries(error_names(exc))
         described = self._described(exc, expected)
         error = self.session.codec.encode(described)
+        recorded = self.session.step(self.seq)
+        errors = with_attempt_error(
+            recorded.attempt_errors if recorded else None,
+            attempt=attempt,
+            error=describe_error(exc),
+            at=self.session.clock.now(),
+        )
         if retryable and attempt < self.policy.attempts_max:
             following = attempt + 1
             due = self.session.clock.now() + self.policy.delay_before(following).total_seconds()
             await self._write(
-                StepStatus.RETRY_SCHEDULED, expected, attempt=following, error=error, due=due
+                StepStatus.RETRY_SCHEDULED,
+                expected,
+                attempt=following,
+                error=error,
+                due=due,
+                attempt_errors=errors,
             )
             if detection.is_poison_step(described["repeated"], self.session.detection):
                 # The retry stays scheduled (a resume runs it), but not by itself: the same
@@ -78,7 +91,9 @@ class LocalStepDriver:
                 )
             await self.wait_until(due)
             return following
-        await self._write(StepStatus.FAILED, expected, attempt=attempt, error=error)
+        await self._write(
+            StepStatus.FAILED, expected, attempt=attempt, error=error, attempt_errors=errors
+        )
         raise StepFailedError(
             f"step {self.name!r} failed after {attempt} attempt(s): {exc}",
             instance_id=self.session.instance_id,
@@ -105,8 +120,12 @@ class LocalStepDriver:
         output: str | None = None,
         error: str | None = None,
         due: float | None = None,
+        attempt_errors: str | None = None,
     ) -> None:
         session = self.session
+        if attempt_errors is None:
+            recorded = session.step(self.seq)
+            attempt_errors = recorded.attempt_errors if recorded else None
         record = StepRecord(
             instance_id=session.instance_id,
             run=session.instance.run,
@@ -123,5 +142,6 @@ class LocalStepDriver:
             next_attempt_at=due,
             generation=session.generation,
             updated_at=session.clock.now(),
+            attempt_errors=attempt_errors,
         )
         await session.commit(StepWrite(record=record, expected=expected))

@@ -11,7 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ledgerflow import limits
-from ledgerflow.errors import EventArrivedError, FencedOutError, StorageError
+from ledgerflow.errors import (
+    CancelArrivedError,
+    EventArrivedError,
+    FencedOutError,
+    StorageError,
+)
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
@@ -19,7 +24,7 @@ from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.control import Abandon, LostOwnership, Suspend
+from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
 from ledgerflow.storage.records import (
     Commit,
     EffectRecord,
@@ -54,12 +59,15 @@ class Session:
     cancel_requested: bool = field(init=False)
 
     reason: str | None = field(init=False)
+    # What took the instance off its happy path, as the store keeps it (see InstanceWrite).
+    cause: str | None = field(init=False)
     # True once this session gave the instance up (released, waiting or ended).
     released: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.status = self.instance.status
         self.reason = self.instance.reason
+        self.cause = self.instance.cause
         self.cancel_requested = self.instance.cancel_requested_at is not None
 
     @property
@@ -88,6 +96,12 @@ class Session:
             raise LostOwnership(str(error))
         if isinstance(error, EventArrivedError):
             raise error  # The waiting code decides: the event wins, nothing was written.
+        if isinstance(error, CancelArrivedError):
+            # The request won the race with a new step: nothing new starts, the owner cancels.
+            self.cancel_requested = True
+            steps = [w.record for w in writes if isinstance(w, StepWrite)]
+            what = f"step {steps[0].seq} ({steps[0].name})" if steps else "the next step"
+            raise Cancelled(f"{what} was not started")
         if error is not None:
             # The store holds something other than what this session believed: never build
             # on that. Recovery re-reads the journal.
@@ -101,6 +115,10 @@ class Session:
             elif isinstance(write, InstanceWrite):
                 self.status = write.status
                 self.reason = write.reason
+                if write.status in (InstanceStatus.RUNNING, InstanceStatus.WAITING):
+                    self.cause = None
+                elif self.cause is None:
+                    self.cause = write.cause
                 self.released = self.released or write.release
             elif isinstance(write, Release):
                 self.released = True

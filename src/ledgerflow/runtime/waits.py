@@ -27,6 +27,7 @@ from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
     ConsumeDelivery,
     InstanceWrite,
+    NoCancelRequest,
     NoPendingDelivery,
     RejectDelivery,
     StepRecord,
@@ -75,8 +76,11 @@ class WaitDriver:
         """The writes that register the wait (none when replaying one), and its due time."""
         if self.recorded is not None:
             return [], self.recorded.next_attempt_at or limits.WAIT_FOREVER_AT
+        # A wait or timer does not start once a cancel request is accepted: the store refuses
+        # the start then, and the instance cancels instead.
         return [
-            StepWrite(record=self._step(StepStatus.STARTED, due=due), expected=StepStatus.NEW)
+            StepWrite(record=self._step(StepStatus.STARTED, due=due), expected=StepStatus.NEW),
+            NoCancelRequest(),
         ], due
 
     def _close(self, status: StepStatus, **fields: Any) -> StepWrite:
@@ -98,6 +102,8 @@ class WaitDriver:
 
     async def _stop_if_cancelled(self, pending: list[Write]) -> None:
         if self.session.cancel_requested:
+            if self.recorded is None:
+                raise Cancelled(f"step {self.seq} ({self.name}) was not started")
             error = self.session.codec.encode({"message": "cancelled while waiting"})
             await self.session.commit(*pending, self._close(StepStatus.FAILED, error=error))
             raise Cancelled(f"step {self.seq} ({self.name}) stopped while waiting")

@@ -5,6 +5,11 @@ driven instance finishes, someone wakes it, or the earliest durable wake-up time
 heartbeat renews the leases of everything in flight; an instance whose lease was lost (another
 worker took it over with a higher generation) is cancelled here, and its writes would be
 refused by the store anyway.
+
+One worker never runs two copies of one instance: a claim never hands it an instance it is
+driving (even one whose lease lapsed while a stalled store held the heartbeat back), and a copy
+whose lease nobody could renew for a whole lease length is stopped here, before any other
+owner may have taken it over. A copy counts as running until its task has really ended.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import functools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
@@ -26,7 +33,7 @@ from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.operators.detection import bounds_from_environment, scan
 from ledgerflow.runtime.astore import AsyncStore
-from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.periodic import Periodic, PeriodicTask
@@ -37,6 +44,19 @@ log = logging.getLogger("ledgerflow.worker")
 
 def new_worker_id() -> WorkerId:
     return WorkerId(f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+
+
+@dataclass(slots=True)
+class _Driven:
+    """One instance this worker drives: its task, its fence, and how long its lease holds."""
+
+    task: asyncio.Task[None]
+    generation: Generation
+    # Until when (time.monotonic()) the lease surely holds: when the claim or the last renewal
+    # that succeeded was sent, plus the lease. The store's lease starts no earlier than that.
+    held_until: float
+    # Cancelled because its lease may have lapsed; it still counts as running until it ends.
+    stopping: bool = False
 
 
 class Worker:
@@ -93,7 +113,7 @@ class Worker:
                 run=self._scan,
             )
         )
-        self._running: dict[InstanceId, tuple[asyncio.Task[None], Generation]] = {}
+        self._running: dict[InstanceId, _Driven] = {}
         # Running instances one lapse away from the crash-loop bound (see _isolating).
         self._last_chance: set[InstanceId] = set()
         self._wake = asyncio.Event()
@@ -131,21 +151,31 @@ class Worker:
         if len(self._running) + self._reserved >= self.concurrency:
             return None
         self._reserved += 1
-        return StartClaim(owner=self.id, lease_seconds=self.lease_seconds, now=self._lease_now())
+        return StartClaim(
+            owner=self.id,
+            lease_seconds=self.lease_seconds,
+            now=self._lease_now(),
+            asked_at=time.monotonic(),
+        )
 
-    def adopt(self, record: InstanceRecord | None) -> None:
+    def adopt(self, record: InstanceRecord | None, claim: StartClaim) -> None:
         """Drive an instance the start claimed for this worker (None: the start failed or did
         not claim, and an ordinary claim may take it)."""
         self._reserved -= 1
         if record is None or record.owner != self.id:
             self.wake()
         elif self._active and record.instance_id not in self._running:
-            self._start(record)
+            self._start(record, held_until=claim.asked_at + self.lease_seconds)
         # Otherwise run() has ended: the lease lapses and another worker takes it over.
 
     @property
     def in_flight(self) -> int:
         return len(self._running)
+
+    def cancel_requested(self, instance_id: InstanceId) -> None:
+        """Someone in this process asked to cancel the instance: if it runs here, it stops
+        before its next step without waiting for the heartbeat to read the request."""
+        self.executor.cancel_requested(instance_id)
 
     def drives(self, instance_id: str) -> bool:
         """Whether this worker is driving the instance now (it tells ``on_released`` when not)."""
@@ -193,7 +223,7 @@ class Worker:
                 # nothing still unwinding may reach the store. Waiting for the unwinding keeps
                 # a simulation's next worker life independent of thread timing.
                 self.executor.alive = False
-                dying = [task for task, _ in self._running.values()]
+                dying = [entry.task for entry in self._running.values()]
                 for task in dying:
                     task.cancel()
                 await asyncio.gather(*dying, return_exceptions=True)
@@ -207,6 +237,7 @@ class Worker:
         limit = min(free, limits.CLAIM_BATCH_MAX)
         # Cleared before the claim: an announcement while it runs is not lost.
         self._maybe_more = False
+        sent = time.monotonic()
         try:
             records = await self.store.call(
                 self.store.store.claim,
@@ -216,6 +247,7 @@ class Worker:
                 limit=limit,
                 lease_expiries_max=self.detection.crash_loop_lease_expiries,
                 alone=not self._running,
+                running=list(self._running),
             )
         except StorageUnavailableError as exc:
             log.warning("claim failed, will retry: %s", exc)
@@ -227,7 +259,7 @@ class Worker:
         ):
             self._maybe_more = True  # It stopped early: more may be waiting.
         for record in records:
-            self._start(record)
+            self._start(record, held_until=sent + self.lease_seconds)
         return len(records)
 
     def _isolating(self) -> bool:
@@ -242,26 +274,37 @@ class Worker:
 
     def _lease_now(self) -> float | None:
         """The worker's time for lease decisions, or None where the database's clock decides
-        (many machines share it; a worker's own clock never decides ownership there)."""
-        return None if self.store.store.database_clock else self.clock.now()
+        (many machines share it; a worker's own clock never decides ownership there). A clock
+        other than the system's (a test's fake clock) decides on every backend: the database's
+        clock would never see the time it makes pass."""
+        if self.store.store.database_clock and isinstance(self.clock, SystemClock):
+            return None
+        return self.clock.now()
 
-    def _start(self, record: InstanceRecord) -> None:
+    def _start(self, record: InstanceRecord, *, held_until: float) -> None:
+        if record.instance_id in self._running:
+            # The claim excludes what this worker drives, so this is a bug: never start a
+            # second copy beside the first. The new lease lapses and recovery takes over.
+            log.error("not starting a second copy of %s in one worker", record.instance_id)
+            return
         task = asyncio.create_task(self.executor.drive(record), name=record.instance_id)
-        self._running[record.instance_id] = (task, record.generation)
+        self._running[record.instance_id] = _Driven(task, record.generation, held_until)
         if is_last_chance(record.lease_expiries, self.detection.crash_loop_lease_expiries):
             self._last_chance.add(record.instance_id)
         task.add_done_callback(functools.partial(self._finished, record.instance_id))
 
-    def _finished(self, instance_id: InstanceId, _task: asyncio.Task[None]) -> None:
+    def _finished(self, instance_id: InstanceId, task: asyncio.Task[None]) -> None:
         # A claim now can only find new work if this worker was full (it stopped claiming)
         # while work may be waiting, or if run() waits for quiet; otherwise the poll or a
         # start's wake finds it.
         full = len(self._running) + self._reserved >= self.concurrency
-        entry = self._running.pop(instance_id, None)
-        self._last_chance.discard(instance_id)
+        entry = self._running.get(instance_id)
+        if entry is not None and entry.task is task:
+            del self._running[instance_id]
+            self._last_chance.discard(instance_id)
         self.driven += 1
-        if entry is not None and not entry[0].cancelled():
-            error = entry[0].exception()
+        if not task.cancelled():
+            error = task.exception()
             if isinstance(error, SimulatedCrash):
                 self._crash = error
                 self.stop()
@@ -280,36 +323,69 @@ class Worker:
 
     async def _heartbeat(self) -> None:
         every = self.lease_seconds / limits.HEARTBEATS_PER_LEASE
-        while True:
-            await asyncio.sleep(every)
-            leases = [(i, gen) for i, (_, gen) in self._running.items()]
-            if not leases:
-                continue
-            try:
-                lost = await self.store.call(
+        # The renewal runs on its own, so that a store stalled inside it cannot hold back the
+        # check of which leases may have lapsed meanwhile.
+        renewal: asyncio.Task[None] | None = None
+        try:
+            while True:
+                await asyncio.sleep(every)
+                self._stop_lapsed()
+                if renewal is None or renewal.done():
+                    renewal = asyncio.create_task(self._renew(), name="ledgerflow-renewal")
+        finally:
+            if renewal is not None:
+                renewal.cancel()
+
+    def _stop_lapsed(self) -> None:
+        """Stop every copy whose lease nobody could renew for a whole lease length: another
+        worker may own it by now. A stopped dispatch is resumed as UNKNOWN and resolved."""
+        now = time.monotonic()
+        for instance_id, entry in self._running.items():
+            if entry.held_until < now and not entry.stopping:
+                entry.stopping = True
+                log.warning(
+                    "no renewal of the lease of %s for %.1fs: it may have lapsed; stopping it",
+                    instance_id,
+                    now - entry.held_until + self.lease_seconds,
+                )
+                entry.task.cancel()
+
+    async def _renew(self) -> None:
+        leases = [(i, entry.generation) for i, entry in self._running.items()]
+        if not leases:
+            return
+        sent = time.monotonic()
+        try:
+            lost = set(
+                await self.store.call(
                     self.store.store.renew,
                     owner=self.id,
                     leases=leases,
                     now=self._lease_now(),
                     lease_seconds=self.lease_seconds,
                 )
-            except StorageUnavailableError as exc:
-                log.warning("lease renewal failed: %s", exc)
+            )
+        except StorageUnavailableError as exc:
+            log.warning("lease renewal failed: %s", exc)
+            return
+        for instance_id, generation in leases:
+            entry = self._running.get(instance_id)
+            if entry is None or entry.generation != generation:
+                continue  # It ended meanwhile; a later copy has its own lease.
+            if instance_id not in lost:
+                entry.held_until = max(entry.held_until, sent + self.lease_seconds)
                 continue
-            for instance_id in lost:
-                entry = self._running.get(instance_id)
-                session = self.executor.sessions.get(instance_id)
-                if session is not None and session.released:
-                    continue  # It gave the lease up itself while the renewal was queued.
-                if entry is not None:
-                    log.warning("lease of %s lost; stopping it here", instance_id)
-                    entry[0].cancel()
-            try:
-                asked = await self.store.call(self.store.store.cancel_requests, owner=self.id)
-            except StorageUnavailableError:
-                continue
-            for instance_id in asked:
-                self.executor.cancel_requested(instance_id)
+            session = self.executor.sessions.get(instance_id)
+            if session is not None and session.released:
+                continue  # It gave the lease up itself while the renewal was queued.
+            log.warning("lease of %s lost; stopping it here", instance_id)
+            entry.task.cancel()
+        try:
+            asked = await self.store.call(self.store.store.cancel_requests, owner=self.id)
+        except StorageUnavailableError:
+            return
+        for instance_id in asked:
+            self.executor.cancel_requested(instance_id)
 
     async def _scan(self) -> None:
         report = await self.store.call(
@@ -331,7 +407,9 @@ class Worker:
         running = dict(self._running)
         if not running:
             return
-        _, pending = await asyncio.wait([t for t, _ in running.values()], timeout=grace_seconds)
+        _, pending = await asyncio.wait(
+            [entry.task for entry in running.values()], timeout=grace_seconds
+        )
         if not pending:
             return
         for task in pending:
@@ -341,11 +419,11 @@ class Worker:
             Commit(
                 instance_id=instance_id,
                 owner=self.id,
-                generation=generation,
+                generation=entry.generation,
                 writes=(Release(available_at=self.clock.now()),),
             )
-            for instance_id, (task, generation) in running.items()
-            if task in pending
+            for instance_id, entry in running.items()
+            if entry.task in pending
         ]
         if stopped:
             with contextlib.suppress(StorageError):

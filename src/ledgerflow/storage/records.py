@@ -52,6 +52,12 @@ class InstanceRecord:
     cancel_compensate: bool = True
     # Leases that ran out in a row since its last commit (the crash-loop detector's count).
     lease_expiries: int = 0
+    # What took the instance off its happy path (a workflow error, a park, a cancel request),
+    # kept to its end: a COMPENSATED or CANCELLED instance still names what led to it.
+    cause: str | None = None
+    # What became of an accepted cancel request: "honoured" (it ended CANCELLED) or
+    # "overtaken" (it ended otherwise first); None while none is settled.
+    cancel_outcome: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +77,9 @@ class StepRecord:
     next_attempt_at: float | None
     generation: Generation
     updated_at: float
+    # The errors of this step's failed attempts, oldest first, bounded (a JSON array; see
+    # model.attempts).
+    attempt_errors: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +103,10 @@ class EffectRecord:
     updated_at: float
     # For a compensation: the effect it undoes.
     compensates: EffectId | None = None
+    # The errors of attempts that gave no proof or were refused, oldest first, bounded.
+    attempt_errors: str | None = None
+    # Lookups in a row that could not be asked at all (the participant was unreachable).
+    lookup_failures: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +140,8 @@ class StartClaim:
     lease_seconds: float
     # The lease clock; None where the database's clock decides (as for a claim).
     now: float | None
+    # When the worker asked (time.monotonic()): the lease it gets starts no earlier.
+    asked_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,6 +172,10 @@ class InstanceWrite:
     # The timeline's detail for this change (default: the reason code); a repair names its
     # audit record here.
     detail: str | None = None
+    # Why the instance leaves its happy path (see InstanceRecord.cause). A cause already
+    # recorded is kept (a compensation parked later still names the failure that started it);
+    # RUNNING, WAITING and SUCCEEDED clear it.
+    cause: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,6 +209,12 @@ class NoPendingDelivery:
     name: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoCancelRequest:
+    """Holds the commit to there being no cancel request: a new effect's intent, a wait's or a
+    timer's start is recorded only if no request arrived first (the request wins)."""
+
+
 Write = (
     StepWrite
     | EffectWrite
@@ -198,6 +223,7 @@ Write = (
     | ConsumeDelivery
     | RejectDelivery
     | NoPendingDelivery
+    | NoCancelRequest
 )
 
 

@@ -65,6 +65,8 @@ def _build_instance(r: Row) -> InstanceRecord:
         cancel_reason=r["cancel_reason"],
         cancel_compensate=r["cancel_compensate"] != 0,
         lease_expiries=int(r["lease_expiries"]),
+        cause=r["cause"],
+        cancel_outcome=r["cancel_outcome"],
     )
 
 
@@ -85,6 +87,7 @@ def _build_step(r: Row) -> StepRecord:
         next_attempt_at=r["next_attempt_at"],
         generation=Generation(int(r["generation"])),
         updated_at=float(r["updated_at"]),
+        attempt_errors=r["attempt_errors"],
     )
 
 
@@ -107,6 +110,8 @@ def _build_effect(r: Row) -> EffectRecord:
         generation=Generation(int(r["generation"])),
         updated_at=float(r["updated_at"]),
         compensates=EffectId(r["compensates"]) if r["compensates"] is not None else None,
+        attempt_errors=r["attempt_errors"],
+        lookup_failures=int(r["lookup_failures"]),
     )
 
 

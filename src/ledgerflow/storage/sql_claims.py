@@ -7,13 +7,15 @@ parks it instead) or whose row is damaged (set aside and flagged).
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from ledgerflow.errors import StorageCorruptError
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DEFAULT_BOUNDS
-from ledgerflow.model.ids import WorkerId
+from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.rows import Row, instance_from_row
 from ledgerflow.storage.sql_attention import AttentionStore
@@ -51,23 +53,29 @@ class ClaimStore(AttentionStore):
         limit: int,
         lease_expiries_max: int = DEFAULT_BOUNDS.crash_loop_lease_expiries,
         alone: bool = True,
+        running: Collection[InstanceId] = (),
     ) -> list[InstanceRecord]:
+        """Take up to ``limit`` runnable instances for ``owner``. ``running`` names the
+        instances this owner is driving now: they are never handed to it again, even when
+        their lease lapsed (a stall held the heartbeat back), so no worker runs two copies
+        of one instance; its heartbeat renews them instead."""
+        mine = {"owner": owner, "running": json.dumps(sorted(running))}
         # Most claims take healthy instances: all at once, statements batched. One that meets
         # a damaged row or an instance near its crash-loop bound is done again row by row.
         try:
             with self._write_transaction():
-                rows = self._claimable(now, limit)
+                rows = self._claimable(now, limit, mine)
                 return self._claim_all(rows, owner, now, lease_seconds, lease_expiries_max)
         except _Careful:
             pass
         with self._write_transaction():
-            rows = self._claimable(now, limit)
+            rows = self._claimable(now, limit, mine)
             return self._claim_each(rows, owner, now, lease_seconds, lease_expiries_max, alone)
 
-    def _claimable(self, now: float | None, limit: int) -> list[Row]:
+    def _claimable(self, now: float | None, limit: int, mine: dict[str, Any]) -> list[Row]:
         # Concurrency limits count owned instances: claims must not count the same slot.
         self._run("lock_limits", {})
-        rows, _ = self._run("select_claimable", {"now": now, "limit": limit})
+        rows, _ = self._run("select_claimable", {"now": now, "limit": limit, **mine})
         return rows
 
     def _claim_all(

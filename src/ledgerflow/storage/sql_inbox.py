@@ -74,11 +74,12 @@ class InboxStore(SqlSeam):
         sender: str | None,
         for_seq: int | None,
         run: int | None,
-        refuse: str | None,
+        refuse: tuple[str, str] | None,
         now: float,
     ) -> tuple[Delivery, bool] | None:
         """Keep an event for an instance (None if there is no such instance). Returns the
-        delivery as stored and whether this call stored it (False: a duplicate event id)."""
+        delivery as stored and whether this call stored it (False: a duplicate event id).
+        ``refuse`` (refusal, reason) keeps it as refused whatever the instance's state."""
         ids = {"instance_id": instance_id, "event_id": event_id}
         with self._write_transaction():
             rows, _ = self._run("get_delivery", ids)
@@ -88,11 +89,7 @@ class InboxStore(SqlSeam):
             if not found:
                 return None
             instance = instance_from_row(found[0])
-            refusal, reason = (
-                ("not-approver", refuse)
-                if refuse
-                else self._late(instance, for_seq=for_seq, run=run)
-            )
+            refusal, reason = refuse or self._late(instance, for_seq=for_seq, run=run)
             state = "REJECTED" if refusal else "PENDING"
             self._run(
                 "insert_event_delivery",
@@ -138,6 +135,12 @@ class InboxStore(SqlSeam):
             if rows and rows[0]["status"] in ("COMPLETED", "FAILED"):
                 return "late", f"step {for_seq} is closed ({rows[0]['status']})"
         return None, None
+
+    def delivery(self, instance_id: InstanceId, event_id: str) -> Delivery | None:
+        """One event as the inbox holds it now: what became of it, by its id."""
+        with self._read():
+            rows, _ = self._run("get_delivery", {"instance_id": instance_id, "event_id": event_id})
+        return delivery_from_row(rows[0]) if rows else None
 
     def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]:
         with self._read():

@@ -17,6 +17,7 @@ from typing import Any
 
 from ledgerflow import mutations
 from ledgerflow.errors import (
+    CancelArrivedError,
     FencedOutError,
     IllegalTransitionError,
     LedgerflowError,
@@ -28,13 +29,14 @@ from ledgerflow.model.ids import (
     InstanceId,
     WorkerId,
 )
-from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceStatus
+from ledgerflow.model.instance import FINAL_STATUSES, INSTANCE_MACHINE, InstanceStatus
 from ledgerflow.model.step import STEP_MACHINE, StepStatus
 from ledgerflow.storage.records import (
     Commit,
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
+    NoCancelRequest,
     Release,
     StepWrite,
 )
@@ -270,6 +272,8 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
                 self._write_instance(write, commit, now)
             elif isinstance(write, Release):
                 self._release(write, commit, now)
+            elif isinstance(write, NoCancelRequest):
+                self._no_cancel_request(commit)
             else:
                 self._write_inbox(write, commit, now)
 
@@ -376,17 +380,23 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
         if write.status is InstanceStatus.FAILED:
             params = {"instance_id": commit.instance_id}
             self._send("count_confirmed_effects", params, nothing_confirmed)
+        ending = {
+            "instance_id": commit.instance_id,
+            "generation": commit.generation,
+            "status": write.status.value,
+            "now": now,
+        }
+        if write.status in FINAL_STATUSES:
+            self._settle_requests(ending)
         self._send(
             "set_status",
             {
-                "instance_id": commit.instance_id,
-                "generation": commit.generation,
-                "status": write.status.value,
+                **ending,
                 "expected": write.expected.value,
                 "result": write.result,
                 "reason_code": write.reason_code,
                 "reason": write.reason,
-                "now": now,
+                "cause": write.cause,
             },
             changed_one,
         )
@@ -405,6 +415,25 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
             self._release(Release(available_at=available), commit, now, with_event=False)
         # The row is the old row merged with this write: check what it became before commit.
         self._send("get_instance", {"instance_id": commit.instance_id}, well_formed)
+
+    def _no_cancel_request(self, commit: Commit) -> None:
+        def none_asked(rows: list[Row], _: int) -> None:
+            if rows and rows[0]["cancel_requested_at"] is not None:
+                raise CancelArrivedError(
+                    "a cancel request arrived before this step was recorded",
+                    instance_id=commit.instance_id,
+                )
+
+        self._send("select_cancel_request", {"instance_id": commit.instance_id}, none_asked)
+
+    def _settle_requests(self, ending: dict[str, Any]) -> None:
+        """An instance that ends for good answers what it was asked: an accepted cancel request
+        is honoured or overtaken, and events no wait took are refused as ended. Both are
+        conditional statements in the ending's own transaction, so a request or an event that
+        races the ending is either settled here or refused at delivery, never left open."""
+        self._send("note_cancel_settled", ending)
+        self._send("settle_cancel_request", ending)
+        self._send("close_inbox", ending)
 
     def _release(
         self, write: Release, commit: Commit, now: float, *, with_event: bool = True

@@ -8,7 +8,7 @@ the commits of many instances into one durable write.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
@@ -60,8 +60,12 @@ class Store(Protocol):
         limit: int,
         lease_expiries_max: int = ...,
         alone: bool = ...,
+        running: Collection[InstanceId] = ...,
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` due instances that nobody holds, each with a higher generation.
+
+        ``running`` names the instances ``owner`` drives now: never handed to it again, even
+        with a lapsed lease (its heartbeat renews them), so one worker never runs two copies.
 
         An instance whose lease ran out ``lease_expiries_max`` times in a row without a commit
         is parked (``poison_crash_loop``) instead of handed out; one that is a single lapse
@@ -88,12 +92,16 @@ class Store(Protocol):
         sender: str | None,
         for_seq: int | None,
         run: int | None,
-        refuse: str | None,
+        refuse: tuple[str, str] | None,
         now: float,
     ) -> tuple[Delivery, bool] | None:
         """Keep an event (deduplicated by id), rejected with the reason when it comes too late
-        (ended instance, closed step, older run) or ``refuse`` says why; wake a waiting
-        instance. None when the instance does not exist."""
+        (ended instance, closed step, older run) or ``refuse`` (refusal, reason) says why; wake
+        a waiting instance. None when the instance does not exist."""
+        ...
+
+    def delivery(self, instance_id: InstanceId, event_id: str) -> Delivery | None:
+        """One event as the inbox holds it now (what became of it), by its id."""
         ...
 
     def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...

@@ -56,6 +56,14 @@ class FakeClock:
         self._wake_due()
         await waiter
 
+    def alarm(self, at: float) -> asyncio.Future[None]:
+        """Done once the clock reaches ``at``; waiting for it never jumps the clock (with or
+        without ``autojump``): a deadline passes only when something moves time past it."""
+        alarm: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (at, next(self._order), alarm))
+        self._wake_due()
+        return alarm
+
     def _wake_due(self) -> None:
         while self._sleepers and self._sleepers[0][0] <= self._now:
             _, _, waiter = heapq.heappop(self._sleepers)

@@ -4,18 +4,19 @@
 -- name: insert_effect
 INSERT INTO lf_effects (
     effect_id, instance_id, run, seq, participant, operation, classification,
-    idempotency_key, state, attempt, doubt, payload, evidence, reason, compensates, generation,
-    updated_at
+    idempotency_key, state, attempt, doubt, payload, evidence, reason, attempt_errors,
+    lookup_failures, compensates, generation, updated_at
 ) VALUES (
     :effect_id, :instance_id, :run, :seq, :participant, :operation, :classification,
-    :idempotency_key, :state, :attempt, :doubt, :payload, :evidence, :reason, :compensates,
-    :generation, :now
+    :idempotency_key, :state, :attempt, :doubt, :payload, :evidence, :reason, :attempt_errors,
+    :lookup_failures, :compensates, :generation, :now
 );
 
 -- name: update_effect
 -- The key, payload and identity never change after the intent; only state and evidence do.
 UPDATE lf_effects
 SET state = :state, attempt = :attempt, doubt = :doubt, evidence = :evidence, reason = :reason,
+    attempt_errors = :attempt_errors, lookup_failures = :lookup_failures,
     generation = :generation, updated_at = :now
 WHERE effect_id = :effect_id AND state = :expected AND idempotency_key = :idempotency_key;
 

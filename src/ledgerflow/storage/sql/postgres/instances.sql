@@ -37,12 +37,16 @@ ORDER BY created_at DESC, instance_id
 LIMIT :limit;
 
 -- name: select_claimable
--- Runnable, due, and either unowned or with a lapsed lease. SKIP LOCKED: a row another worker
+-- Runnable, due, and either unowned or with a lapsed lease; never one the claiming worker is
+-- still driving (:running, a JSON array of ids): a lease of its own that lapsed while a store
+-- stall held its heartbeat back is renewed, not taken again beside the copy that runs. SKIP LOCKED: a row another worker
 -- is claiming right now is passed over instead of waited for.
 SELECT instance_id FROM lf_instances
 WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
   AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
+  AND NOT (owner IS NOT NULL AND owner = :owner
+           AND instance_id IN (SELECT jsonb_array_elements_text(CAST(:running AS jsonb))))
   AND NOT EXISTS (
       SELECT 1 FROM lf_limits l
       WHERE l.scope IN ('workflow:' || lf_instances.workflow_name, 'tenant:' || lf_instances.tenant)
@@ -100,8 +104,31 @@ RETURNING i.instance_id;
 -- name: set_status
 UPDATE lf_instances
 SET status = :status, result = :result, reason_code = :reason_code, reason = :reason,
+    -- The first cause given since the instance last ran is kept to its end (a compensation
+    -- that is parked still names the failure that started it); running again clears it.
+    cause = CASE WHEN CAST(:status AS text) IN ('RUNNING', 'WAITING', 'SUCCEEDED') THEN NULL
+                 ELSE coalesce(cause, CAST(:cause AS text)) END,
     updated_at = :now
 WHERE instance_id = :instance_id AND generation = :generation AND status = :expected;
+
+-- name: note_cancel_settled
+-- The timeline's entry for settle_cancel_request, sent just before it (same condition).
+INSERT INTO lf_events (instance_id, at, generation, subject, from_state, to_state, detail)
+SELECT instance_id, :now, :generation, 'cancel', 'requested',
+       CASE WHEN CAST(:status AS text) = 'CANCELLED' THEN 'honoured' ELSE 'overtaken' END,
+       CASE WHEN CAST(:status AS text) = 'CANCELLED' THEN 'the instance ended CANCELLED'
+            ELSE 'the instance ended ' || CAST(:status AS text) || ' before it reached a point where it '
+                 || 'could stop' END
+FROM lf_instances
+WHERE instance_id = :instance_id AND cancel_requested_at IS NOT NULL AND cancel_outcome IS NULL;
+
+-- name: settle_cancel_request
+-- An instance that ends with an accepted cancel request records what became of it: honoured
+-- when it ended CANCELLED, overtaken when it ended otherwise first (a completion already on
+-- its way wins over a request that arrived after its last step began).
+UPDATE lf_instances
+SET cancel_outcome = CASE WHEN CAST(:status AS text) = 'CANCELLED' THEN 'honoured' ELSE 'overtaken' END
+WHERE instance_id = :instance_id AND cancel_requested_at IS NOT NULL AND cancel_outcome IS NULL;
 
 -- name: release_instance
 UPDATE lf_instances
@@ -135,6 +162,10 @@ WHERE instance_id = :instance_id
   AND status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED',
                      'FORWARD_RECOVERY_REQUIRED', 'MANUAL_INTERVENTION')
   AND cancel_requested_at IS NULL;
+
+-- name: select_cancel_request
+-- Whether someone asked to cancel the instance: a new step is recorded only if not.
+SELECT cancel_requested_at FROM lf_instances WHERE instance_id = :instance_id;
 
 -- name: select_cancel_requests
 -- Instances this owner drives that someone asked to cancel.

@@ -40,3 +40,11 @@ WHERE instance_id = :instance_id AND name = :name AND state = 'PENDING';
 -- A delivery makes a waiting instance due now; an instance that is running sees it at its wait.
 UPDATE lf_instances SET available_at = min(available_at, :now)
 WHERE instance_id = :instance_id AND status = 'WAITING';
+
+-- name: close_inbox
+-- An instance that ends refuses the events no wait took: an event the caller was told was
+-- accepted gets a recorded outcome it can read back, never stays pending for ever.
+UPDATE lf_inbox
+SET state = 'REJECTED', refusal = 'ended',
+    reason = 'the instance ended ' || :status || ' before a wait took it'
+WHERE instance_id = :instance_id AND state = 'PENDING';
