@@ -13,14 +13,12 @@ code against scripted twins of its participants, in temporary SQLite files it re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import json
-import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from rich.text import Text
 from ledgerflow import limits
 from ledgerflow.cli.instances import cell, console, json_option
 from ledgerflow.errors import LedgerflowError
+from ledgerflow.log_muting import muted
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.testing.explorer import Explorer, SeedBank, Summary
 from ledgerflow.testing.report import (
@@ -140,20 +139,6 @@ def choose_inputs(texts: Sequence[str], definition: WorkflowDefinition) -> list[
 # -- running the explorer ------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _simulation_logs_muted() -> Iterator[None]:
-    # Each simulated crash leaves the dead worker's tasks to fail their next commit on a closed
-    # store, and the executor logs each one at ERROR: expected in a simulation, and dozens per
-    # sweep. The oracle, not the log, judges every run.
-    logger = logging.getLogger("ledgerflow")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def _progress_shower(status: Status, mode: str) -> Callable[[RunResult], None]:
     # Shown on a terminal's stderr only: piped and --json output stay clean.
     seen = [0]
@@ -179,7 +164,10 @@ def explore(
     status_console = Console(stderr=True)
     with (
         tempfile.TemporaryDirectory(prefix="ledgerflow-verify-") as folder,
-        _simulation_logs_muted(),
+        # Each simulated crash leaves the dead worker's tasks to fail their next commit on a
+        # closed store, and the executor logs each one at ERROR: expected in a simulation, and
+        # dozens per sweep. The oracle, not the log, judges every run.
+        muted("ledgerflow"),
         status_console.status("exploring") as status,
     ):
         if depth is not None:
