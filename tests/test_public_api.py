@@ -87,6 +87,7 @@ TESTING_ALL = [
 ]
 
 ERRORS = [
+    "CommandLineError",
     "ConcurrencyError",
     "ConfigurationError",
     "EffectFailedError",
@@ -97,6 +98,7 @@ ERRORS = [
     "IllegalTransitionError",
     "InstanceNotFoundError",
     "LedgerflowError",
+    "MissingExtraError",
     "NotAuthorizedError",
     "OperatorError",
     "PayloadError",
@@ -107,9 +109,11 @@ ERRORS = [
     "StalePreconditionError",
     "StepError",
     "StepFailedError",
+    "StorageAccessError",
     "StorageCorruptError",
     "StorageError",
     "StorageUnavailableError",
+    "StoreNotFoundError",
     "UnknownVersionError",
     "UnknownWorkflowError",
     "WaitTimeoutError",

@@ -38,6 +38,9 @@ NAME_LENGTH_MAX = 200
 BUSINESS_KEY_LENGTH_MAX = 500
 # SQLite waits this long for another process's write lock before reporting the store busy.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# How long opening a PostgreSQL store waits for the server before naming the cause (unless
+# the URL sets connect_timeout itself).
+POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 # A wait with no timeout is due at this instant (seconds since the epoch, far beyond any
 # real timer), so "never" is an ordinary comparable value in every query.
 WAIT_FOREVER_AT = 1e15
