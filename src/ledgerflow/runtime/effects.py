@@ -321,7 +321,8 @@ class EffectDriver(CallbackCompletion):
     ) -> Any:
         """Commit the next attempt's intent with its due time, wait, then dispatch it."""
         following = attempt + 1
-        due = self.s.clock.now() + self.policy.delay_before(following).total_seconds()
+        pause = self.policy.delay_before(following, identity=self.key)
+        due = self.s.clock.now() + pause.total_seconds()
         await self.s.commit(
             self._effect(
                 EffectState.INTENDED, expected, attempt=following, detail=why, doubt=doubt
