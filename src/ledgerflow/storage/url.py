@@ -16,11 +16,11 @@ Every URL in a message is redacted (:func:`ledgerflow.redaction.redact`).
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from ledgerflow.errors import ConfigurationError, MissingExtraError, StoreNotFoundError
+from ledgerflow.errors import ConfigurationError, StoreNotFoundError
+from ledgerflow.extras import require_extra
 from ledgerflow.redaction import redact
 from ledgerflow.storage.migrations import MigrationStatus, OnOpen
 from ledgerflow.storage.store import Store
@@ -116,21 +116,11 @@ def _sqlite(url: str, own: dict[str, str], on_open: OnOpen) -> SqliteStore:
 
 
 def _postgres(url: str, own: dict[str, str], on_open: OnOpen) -> PostgresStore:
-    require_extra("postgres", "psycopg", "psycopg_pool", purpose="a PostgreSQL store")
+    require_extra("postgres", purpose="a PostgreSQL store")
     from ledgerflow.storage.postgres import PostgresStore
     from ledgerflow.storage.postgres_url import parse
 
     return PostgresStore(parse(url, own), on_open=on_open)
-
-
-def require_extra(extra: str, *modules: str, purpose: str) -> None:
-    """Refuse, naming the extra to install, when an optional dependency is missing."""
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        raise MissingExtraError(
-            f"{purpose} needs {', '.join(missing)}, which is not installed: "
-            f"pip install 'ledgerflow[{extra}]'"
-        )
 
 
 def split_query(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
