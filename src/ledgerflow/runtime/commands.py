@@ -321,11 +321,20 @@ class Commands:
         if record.status is InstanceStatus.SUCCEEDED:
             return self.codec.decode(record.result or "null")
         raise WorkflowError(
-            f"instance ended {record.status.value}: {record.reason}",
+            f"{_how_it_stopped(record.status)}: {record.reason}",
             instance_id=record.instance_id,
             status=record.status.value,
             reason_code=record.reason_code,
         )
+
+
+def _how_it_stopped(status: InstanceStatus) -> str:
+    # A parked instance has not ended: an operator's repair may resume it.
+    if status is InstanceStatus.MANUAL_INTERVENTION:
+        return "instance is parked in MANUAL_INTERVENTION, waiting for an operator"
+    if status is InstanceStatus.FORWARD_RECOVERY_REQUIRED:
+        return "instance stopped in FORWARD_RECOVERY_REQUIRED, only forward steps may finish it"
+    return f"instance ended {status.value}"
 
 
 def detail_of(store: Store, instance_id: str) -> InstanceDetail:
