@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from damaged_files import damage_instances_table
 from ledgerflow.errors import (
     ConfigurationError,
     ForeignDatabaseError,
@@ -361,22 +362,6 @@ def test_memory_is_not_a_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert os.listdir(tmp_path) == []
 
 
-def _damage_instances_table(path: Path) -> None:
-    """Overwrite the root page of lf_instances with garbage; the rest of the file stays."""
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        root = conn.execute(
-            "SELECT rootpage FROM sqlite_master WHERE name = 'lf_instances'"
-        ).fetchone()[0]
-        page = conn.execute("PRAGMA page_size").fetchone()[0]
-    finally:
-        conn.close()
-    with path.open("r+b") as file:
-        file.seek((root - 1) * page)
-        file.write(b"\xa5" * page)
-
-
 def test_a_damaged_page_is_a_clear_lf202_on_every_read(path: Path) -> None:
     """Goal: reading a journal with a damaged page raises the storage error (LF202), not the
     driver's error from the read's cleanup (the bug: LF202 was replaced by a raw
@@ -391,7 +376,7 @@ def test_a_damaged_page_is_a_clear_lf202_on_every_read(path: Path) -> None:
     for index in range(50):
         store.start_instance(_instance(f"k{index}"), now=1.0)
     store.close()
-    _damage_instances_table(path)
+    damage_instances_table(path)
     with SyncEngine(_url(path), Registry()) as engine:
         for read in (
             lambda: engine.list(),

@@ -75,6 +75,12 @@ def tenant(value: object | None) -> TenantId:
     return TenantId(checked(value, what="tenant", length_max=limits.TENANT_LENGTH_MAX))
 
 
+def workflow_name(value: object) -> str:
+    """A workflow name a caller looks instances up by (declared names follow a stricter rule
+    at registration, see :func:`ledgerflow.model.definition.check_name`)."""
+    return checked(value, what="workflow name", length_max=limits.NAME_LENGTH_MAX)
+
+
 def event_text(value: object, *, what: str) -> str:
     """A signal name, event id or sender, checked and normalised."""
     return checked(value, what=what, length_max=limits.EVENT_ID_LENGTH_MAX)
