@@ -335,14 +335,21 @@ def test_start_wait_prints_the_result_or_how_it_ended(
     workflows: ModuleType, db: str, entry: Entry
 ) -> None:
     """Goal: ``start --wait`` waits for another worker and prints the result, and an instance
-    that ends without one is an error (LF402). Method: a worker on a background thread; one
-    start that succeeds, one whose workflow raises before any effect (FAILED)."""
+    that ends without one is an error (LF402); with --json the failure is one JSON document
+    saying how it ended, and exit 1. Method: a worker on a background thread; one start that
+    succeeds, one whose workflow raises before any effect (FAILED), as text and as JSON."""
     with BackgroundWorker(db, workflows.registry):
         ok = start_json(db, "t-13", "--version", "1", "--input", '{"euros": 7}', "--wait", "20")
         failing = '{"euros": 1, "fail": true}'
         code, out, err = entry(
             *start_args(db, "t-14", "--version", "1", "--input", failing, "--wait", "20")
         )
+        as_json = entry(
+            *start_args(db, "t-15", "--version", "1", "--input", failing, "--wait", "20"),
+            "--json",
+        )
+    assert as_json[0] == 1
+    assert json.loads(as_json[1])["status"] == "FAILED"
     assert ok["status"] == "SUCCEEDED"
     assert ok["result"]["amount_cents"] == 700
     assert code == 1

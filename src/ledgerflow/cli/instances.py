@@ -140,8 +140,13 @@ def start(
             summary["reason_code"] = final.reason_code
             summary["reason"] = final.reason
         if as_json:
+            # One document: the summary says how it ended; an ending without a result is
+            # still a failure of the command.
             echo_json(summary)
-        elif final.status is InstanceStatus.SUCCEEDED:
+            if final.status is not InstanceStatus.SUCCEEDED:
+                raise SystemExit(1)
+            return
+        if final.status is InstanceStatus.SUCCEEDED:
             console().print(Text(json.dumps(summary["result"], indent=2, sort_keys=True)))
         # A run that ended otherwise is an error of the command: the engine says how it ended.
         engine.result(instance.instance_id, timeout=0)

@@ -60,10 +60,10 @@ def _report(error: LedgerflowError, *, as_json: bool) -> None:
         click.echo(f"error: {inert(redact(str(error)))}", err=True)
 
 
-def _usage(exc: click.ClickException) -> CommandLineError:
+def _usage(exc: click.UsageError) -> CommandLineError:
     """click's usage error as one of Ledgerflow's, in one line (click prints three)."""
     text = exc.format_message()
-    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+    if exc.ctx is not None:
         text = f"{text} (see '{exc.ctx.command_path} --help')"
     return CommandLineError(text)
 
@@ -77,9 +77,14 @@ def main() -> None:
         cli.main(args=args, prog_name="ledgerflow", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(INTERRUPTED_EXIT)
-    except click.ClickException as exc:
+    except click.UsageError as exc:
         _report(_usage(exc), as_json=as_json)
-        sys.exit(USAGE_EXIT if isinstance(exc, click.UsageError) else exc.exit_code)
+        sys.exit(USAGE_EXIT)
+    except click.ClickException as exc:
+        # Not an error of the command line: the demo's verdict, with the log lines that
+        # explain it, printed as the demo wrote it.
+        exc.show()
+        sys.exit(exc.exit_code)
     except CommandLineError as exc:
         _report(exc, as_json=as_json)
         sys.exit(USAGE_EXIT)
