@@ -92,8 +92,9 @@ class SqliteStore(SqlStore):
         if not self._exists():
             if on_open is not OnOpen.MIGRATE:
                 raise StoreNotFoundError(
-                    f"no journal at {self.path}: the file does not exist, and this command "
-                    "creates none (check the path; `ledgerflow migrate --db URL` creates it)",
+                    f"no journal at {self.path}: the file does not exist, and the store was "
+                    "opened without creating one (check the path; `ledgerflow migrate --db URL` "
+                    "creates it)",
                     path=self.path,
                 )
             self._create()

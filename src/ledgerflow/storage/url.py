@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 from ledgerflow.errors import ConfigurationError, StoreNotFoundError
 from ledgerflow.extras import require_extra
 from ledgerflow.redaction import redact
-from ledgerflow.storage.migrations import MigrationStatus, OnOpen
+from ledgerflow.storage.migrations import MigrationStatus, OnOpen, known
 from ledgerflow.storage.store import Store
 
 if TYPE_CHECKING:
@@ -46,23 +46,18 @@ def migration_status(url: str) -> MigrationStatus:
     """Where the journal at ``url`` stands, without changing anything (``migrate --dry-run``)."""
     try:
         store = _open(url, migrate=False, inspect=True)
-    except StoreNotFoundError:
-        if _scheme(url) != "sqlite":
-            raise
+    except StoreNotFoundError as missing:
+        path = missing.ids.get("path")
+        if path is None:
+            raise  # a PostgreSQL database: Ledgerflow creates schemas, never databases
         # A missing SQLite file is one that migrating would create.
-        from ledgerflow.storage.migrations import known
-
         return MigrationStatus(
-            where=redact(url), exists=False, version=0, pending=tuple(known("sqlite"))
+            where=str(path), exists=False, version=0, pending=tuple(known("sqlite"))
         )
     try:
         return store.migration_status()
     finally:
         store.close()
-
-
-def _scheme(url: str) -> str:
-    return urlsplit(url).scheme if "://" in url else "sqlite"
 
 
 def _open(url: str, *, migrate: bool | None, inspect: bool) -> SqliteStore | PostgresStore:
