@@ -8,9 +8,8 @@ key, with nothing stored. The rule is stated here independently of ``ledgerflow.
 
 from __future__ import annotations
 
-import tempfile
 import unicodedata
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -53,12 +52,20 @@ KEYS = st.text(
 
 
 @pytest.fixture(scope="module")
-def engine() -> SyncEngine:
-    folder = tempfile.mkdtemp(prefix="lf-names-")
-    return SyncEngine(f"sqlite:///{Path(folder) / 'names.db'}", registry)
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncEngine]:
+    # One journal for every drawn key: hypothesis calls the test many times per fixture.
+    folder = tmp_path_factory.mktemp("names")
+    with SyncEngine(f"sqlite:///{folder / 'names.db'}", registry) as opened:
+        yield opened
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(key=KEYS)
 def test_every_spelling_of_a_key_is_one_instance_and_bad_keys_are_refused(
     engine: SyncEngine, key: str
