@@ -88,6 +88,7 @@ TESTING_ALL = [
 
 ERRORS = [
     "CancelArrivedError",
+    "CommandLineError",
     "ConcurrencyError",
     "ConfigurationError",
     "EffectFailedError",
@@ -98,6 +99,7 @@ ERRORS = [
     "IllegalTransitionError",
     "InstanceNotFoundError",
     "LedgerflowError",
+    "MissingExtraError",
     "NotAuthorizedError",
     "OperatorError",
     "PayloadError",
@@ -108,9 +110,11 @@ ERRORS = [
     "StalePreconditionError",
     "StepError",
     "StepFailedError",
+    "StorageAccessError",
     "StorageCorruptError",
     "StorageError",
     "StorageUnavailableError",
+    "StoreNotFoundError",
     "UnknownVersionError",
     "UnknownWorkflowError",
     "WaitTimeoutError",
@@ -244,3 +248,31 @@ def test_internal_modules_say_they_are_internal() -> None:
     for name in ("ledgerflow.model", "ledgerflow.storage"):
         module = importlib.import_module(name)
         assert "internal" in (module.__doc__ or "").lower(), name
+
+
+def test_the_tree_in_docs_is_the_hierarchy_with_its_codes() -> None:
+    """Goal: the tree drawn at the top of docs/errors.md is the real hierarchy (it once lacked
+    LF302 and LF503), each class with its own code.
+
+    Method: parse the tree's lines (depth = column of the name, four per level); each class's
+    parent is the nearest class one level up, its code is the one beside it, and every class
+    is drawn exactly once.
+    """
+    text = (DOCS / "errors.md").read_text()
+    tree = text.split("```", 2)[1]
+    classes = _error_classes()
+    parents: list[str] = []
+    drawn: list[str] = []
+    for line in tree.splitlines():
+        match = re.match(r"^([│├└─ ]*)([A-Z]\w+Error)\s+(LF\d{3})$", line)
+        if match is None:
+            continue
+        depth = len(match.group(1)) // 4
+        name, code = match.group(2), match.group(3)
+        del parents[depth:]
+        if parents:
+            assert classes[name].__bases__ == (classes[parents[-1]],), line
+        assert classes[name].code == code, line
+        parents.append(name)
+        drawn.append(name)
+    assert sorted(drawn) == sorted(classes)

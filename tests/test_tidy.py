@@ -71,6 +71,7 @@ MODEL_IMPORTS_ALLOWED = {
     "textwrap",
     "types",
     "typing",
+    "unicodedata",  # the naming rule normalises identifiers to NFC and reads character classes
     "ledgerflow.errors",
     "ledgerflow.limits",
 }

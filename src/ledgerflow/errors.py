@@ -6,13 +6,17 @@
     ├── ConfigurationError            bad declaration or setting, found before anything runs
     │   ├── RegistrationError         a participant, effect or workflow declared wrongly
     │   ├── UnknownWorkflowError      no workflow of that name is registered
-    │   └── UnknownVersionError       the workflow exists, but not at that version
+    │   ├── UnknownVersionError       the workflow exists, but not at that version
+    │   ├── CommandLineError          a ``ledgerflow`` command line that cannot be understood
+    │   └── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     ├── PayloadError                  input/output that cannot be encoded or is too large
     ├── StorageError                  the store could not do what was asked
     │   ├── StorageUnavailableError   transient: busy, locked, unreachable
     │   ├── StorageCorruptError       the file is not a readable database
     │   ├── ForeignDatabaseError      a database that is not Ledgerflow's; left untouched
-    │   └── SchemaVersionError        written by a newer Ledgerflow, or its history was altered
+    │   ├── SchemaVersionError        not at this Ledgerflow's schema version, or history altered
+    │   ├── StoreNotFoundError        no journal (file, database) where the URL points
+    │   └── StorageAccessError        the database refused these credentials
     ├── ConcurrencyError
     │   ├── FencedOutError            a write from an owner whose generation is stale
     │   ├── EventArrivedError         a wait's timeout lost the race to an event
@@ -86,6 +90,18 @@ class UnknownVersionError(ConfigurationError):
     code = "LF103"
 
 
+class CommandLineError(ConfigurationError):
+    """The command line could not be understood: an unknown option, a missing or bad value."""
+
+    code = "LF104"
+
+
+class MissingExtraError(ConfigurationError):
+    """An optional part of Ledgerflow is not installed; the message names the extra to add."""
+
+    code = "LF105"
+
+
 class PayloadError(LedgerflowError):
     """A payload cannot be encoded as JSON or is larger than allowed."""
 
@@ -117,9 +133,22 @@ class ForeignDatabaseError(StorageError):
 
 
 class SchemaVersionError(StorageError):
-    """The schema was written by a newer Ledgerflow or its migration history was altered."""
+    """The schema is not the one this Ledgerflow uses (newer, older and not to be migrated
+    here, or missing), or its migration history was altered."""
 
     code = "LF204"
+
+
+class StoreNotFoundError(StorageError):
+    """There is no journal where the URL points: no such file, or no such database."""
+
+    code = "LF205"
+
+
+class StorageAccessError(StorageError):
+    """The database refused the connection's credentials or user."""
+
+    code = "LF206"
 
 
 class ConcurrencyError(LedgerflowError):

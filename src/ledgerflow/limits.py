@@ -10,6 +10,12 @@ from __future__ import annotations
 ATTEMPTS_MAX = 100
 # A workflow input, step output or evidence payload, encoded.
 PAYLOAD_BYTES_MAX = 1_000_000
+# How deeply a JSON value given at an edge (a command's --input, an HTTP body) may nest:
+# deeper input is refused with a clear error before a recursive parser could overflow.
+JSON_DEPTH_MAX = 100
+# JSON a command reads from a file or stdin (--input @file, --payload -): the encoded payload
+# is bounded by PAYLOAD_BYTES_MAX; this leaves room for the file's indentation.
+JSON_INPUT_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
 # Steps one instance may journal; past this the instance is parked as poison.
 STEPS_PER_INSTANCE_MAX = 10_000
 # Instances one worker drives at once.
@@ -38,8 +44,13 @@ RETRY_INLINE_WAIT_SECONDS_MAX = 1.0
 # Names: workflow, participant, operation, step names and business keys.
 NAME_LENGTH_MAX = 200
 BUSINESS_KEY_LENGTH_MAX = 500
+# Tenant names (business keys have their own bound above).
+TENANT_LENGTH_MAX = NAME_LENGTH_MAX
 # SQLite waits this long for another process's write lock before reporting the store busy.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# How long opening a PostgreSQL store waits for the server before naming the cause (unless
+# the URL sets connect_timeout itself).
+POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 # A wait with no timeout is due at this instant (seconds since the epoch, far beyond any
 # real timer), so "never" is an ordinary comparable value in every query.
 WAIT_FOREVER_AT = 1e15

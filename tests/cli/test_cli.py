@@ -1,7 +1,9 @@
-"""The instance commands: ``start``, ``result``, ``list`` and ``show`` against a real SQLite store.
+"""The instance commands: ``start``, ``result``, ``list`` and ``show`` against a real store.
 
-Each test writes a tiny registry module into its temporary folder and puts that folder on
-``sys.path``, so the commands load it by ``MODULE:OBJECT`` exactly as a user's module is loaded.
+Tests that take ``db`` run on a SQLite file and on PostgreSQL through a URL carrying a planted
+password (``conftest.py``). Each test writes a tiny registry module into its temporary folder
+and puts that folder on ``sys.path``, so the commands load it by ``MODULE:OBJECT`` exactly as a
+user's module is loaded.
 Commands run in-process through click's ``CliRunner``; where the exit code and the printed
 ``[LFxxx]`` line of the real entry point matter, ``main()`` itself is called. Workers run
 in-process until idle, so no test sleeps.
@@ -22,9 +24,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+import planted
 from ledgerflow import Engine, Registry, SyncEngine, WorkflowContext
-from ledgerflow.cli.main import cli, main
-from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError, UnknownWorkflowError
+from ledgerflow.cli.main import cli
+from ledgerflow.errors import (
+    InstanceNotFoundError,
+    ResultTimeoutError,
+    SchemaVersionError,
+    StoreNotFoundError,
+    UnknownWorkflowError,
+)
 
 Entry = Callable[..., tuple[int, str, str]]
 MODULE_NAME = "cli_test_workflows"
@@ -86,13 +95,10 @@ def workflows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Modul
         sys.modules.pop(MODULE_NAME, None)
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/journal.db"
-
-
 def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=True)
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=True)
+    planted.record(result.output, repr(result.exception))
+    return result
 
 
 def start_args(db: str, key: str, *extra: str) -> list[str]:
@@ -104,23 +110,6 @@ def start_json(db: str, key: str, *extra: str) -> dict[str, Any]:
     assert result.exit_code == 0, result.output
     started: dict[str, Any] = json.loads(result.output)
     return started
-
-
-@pytest.fixture
-def entry(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Entry:
-    """Run the real entry point (its error mapping included); get exit code, stdout, stderr."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["ledgerflow", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
 
 
 def drain(db: str, registry: Registry) -> None:
@@ -174,7 +163,7 @@ def test_duplicate_start_returns_the_same_instance(workflows: ModuleType, db: st
     assert first["instance_id"] in text.output
     assert "already existed" in text.output
 
-    listed = json.loads(invoke("list", "--db", db, "--json").output)
+    listed = json.loads(invoke("list", "--db", db, "--json").output)["items"]
     assert [row["instance_id"] for row in listed] == [first["instance_id"]]
 
 
@@ -190,12 +179,14 @@ def test_same_key_with_other_input_is_refused(workflows: ModuleType, db: str, en
 
 def test_bad_input_json_is_a_clear_usage_error(workflows: ModuleType, db: str) -> None:
     """Goal: input the command cannot parse is reported as such, before anything is stored.
-    Method: pass broken JSON to --input; expect exit 2 naming --input, and no instance."""
+    Method: pass broken JSON to --input; expect exit 2 naming --input; the journal was not
+    even created (list finds no journal: LF205 for a file, LF204 for a PostgreSQL schema)."""
     result = invoke(*start_args(db, "t-3", "--input", "{euros: 3"))
     assert result.exit_code == 2
     assert "--input" in result.output
     assert "not valid JSON" in result.output
-    assert json.loads(invoke("list", "--db", db, "--json").output) == []
+    missing = invoke("list", "--db", db, "--json").exception
+    assert isinstance(missing, StoreNotFoundError | SchemaVersionError)
 
 
 def test_unknown_workflow_is_lf102_exit_1(workflows: ModuleType, db: str, entry: Entry) -> None:
@@ -274,7 +265,7 @@ def test_list_filters_and_limits(workflows: ModuleType, db: str) -> None:
     def listed(*extra: str) -> list[dict[str, Any]]:
         result = invoke("list", "--db", db, "--json", *extra)
         assert result.exit_code == 0, result.output
-        rows: list[dict[str, Any]] = json.loads(result.output)
+        rows: list[dict[str, Any]] = json.loads(result.output)["items"]
         return rows
 
     assert len(listed()) == 3
@@ -344,14 +335,21 @@ def test_start_wait_prints_the_result_or_how_it_ended(
     workflows: ModuleType, db: str, entry: Entry
 ) -> None:
     """Goal: ``start --wait`` waits for another worker and prints the result, and an instance
-    that ends without one is an error (LF402). Method: a worker on a background thread; one
-    start that succeeds, one whose workflow raises before any effect (FAILED)."""
+    that ends without one is an error (LF402); with --json the failure is one JSON document
+    saying how it ended, and exit 1. Method: a worker on a background thread; one start that
+    succeeds, one whose workflow raises before any effect (FAILED), as text and as JSON."""
     with BackgroundWorker(db, workflows.registry):
         ok = start_json(db, "t-13", "--version", "1", "--input", '{"euros": 7}', "--wait", "20")
         failing = '{"euros": 1, "fail": true}'
         code, out, err = entry(
             *start_args(db, "t-14", "--version", "1", "--input", failing, "--wait", "20")
         )
+        as_json = entry(
+            *start_args(db, "t-15", "--version", "1", "--input", failing, "--wait", "20"),
+            "--json",
+        )
+    assert as_json[0] == 1
+    assert json.loads(as_json[1])["status"] == "FAILED"
     assert ok["status"] == "SUCCEEDED"
     assert ok["result"]["amount_cents"] == 700
     assert code == 1

@@ -1,5 +1,6 @@
 """``ledgerflow repair ...``, ``ledgerflow audit`` and the audit part of ``ledgerflow show``,
-through the real entry point (its exit codes and error lines included), on a SQLite file."""
+through the real entry point (its exit codes and error lines included), on a SQLite file and on
+PostgreSQL (through a URL with a planted password, see ``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operators"))
 import repair_workflows as wf
 
 from ledgerflow import Engine, SyncEngine
-from ledgerflow.cli.main import main
 
 Entry = Callable[..., tuple[int, str, str]]
 POLICY = """
@@ -28,29 +28,8 @@ alice = ["operator"]
 
 
 @pytest.fixture
-def entry(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Entry:
-    monkeypatch.delenv("LEDGERFLOW_OPERATOR", raising=False)
-    monkeypatch.delenv("LEDGERFLOW_AUTHORITY", raising=False)
-    monkeypatch.delenv("LEDGERFLOW_DB", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["ledgerflow", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
-
-
-@pytest.fixture
-def parked(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def parked(db: str) -> Iterator[tuple[str, str]]:
     """A database with one instance parked on an UNKNOWN charge, and its id."""
-    db = f"sqlite:///{tmp_path}/journal.db"
     wf.reset()
     wf.FAULTS.add("lose-charge")
     with SyncEngine(db, wf.registry) as engine:
@@ -101,7 +80,8 @@ def test_dry_run_apply_repeat_audit_and_show(
     entry: Entry, parked: tuple[str, str], policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Goal: --dry-run prints the plan and changes nothing; apply changes once; the repeat is a
-    no-op; ``audit --json`` exports JSON lines; ``show`` lists the audit records.
+    no-op; ``audit --json`` is a listing (``{"items": [...]}``); ``show`` lists the audit
+    records.
 
     Method: the same resolve-effect four ways, the identity from LEDGERFLOW_OPERATOR and the
     policy from LEDGERFLOW_AUTHORITY; read the audit log and the instance after each.
@@ -113,7 +93,7 @@ def test_dry_run_apply_repeat_audit_and_show(
     assert code == 0, err
     assert "effect 1: UNKNOWN -> CONFIRMED" in out
     assert "dry run: nothing was changed" in out
-    assert entry("audit", "--db", db, "--json")[1] == ""
+    assert json.loads(entry("audit", "--db", db, "--json")[1]) == {"items": []}
     code, out, err = entry(*_resolve(db, instance_id, "--json"))
     assert code == 0, err
     applied = json.loads(out)
@@ -122,7 +102,7 @@ def test_dry_run_apply_repeat_audit_and_show(
     code, out, _ = entry(*_resolve(db, instance_id, "--json"))
     assert json.loads(out)["outcome"] == "no-op"
     code, out, _ = entry("audit", "--db", db, "--json", "--instance", instance_id)
-    lines = [json.loads(line) for line in out.splitlines()]
+    lines = json.loads(out)["items"]
     assert [(r["actor"], r["outcome"], r["kind"]) for r in lines] == [
         ("alice", "applied", "resolve-effect"),
         ("alice", "no-op", "resolve-effect"),
@@ -155,3 +135,42 @@ def test_a_forbidden_repair_exits_1_with_the_reason(
     code, out, _ = entry("audit", "--db", db, "--actor", "alice")
     assert code == 0
     assert "refused" in out
+
+
+def test_a_repair_of_an_unknown_instance_is_not_found(
+    entry: Entry, parked: tuple[str, str], policy: str
+) -> None:
+    """Goal: repairing an instance that does not exist is LF400, like every other command on
+    an unknown id (the bug: LF702, as if the repair were refused by the state machine).
+
+    Method: resume and dry-run resume an unknown id with a role that allows it: exit 1, one
+    line LF400 naming the id; nothing is added to the audit log.
+    """
+    db, _ = parked
+    for extra in ((), ("--dry-run",)):
+        code, _, err = entry(
+            *("repair", "resume", "wf_nope", "--reason", "r", "--actor", "alice"),
+            *("--authority", policy, "--db", db, *extra),
+        )
+        assert code == 1
+        assert err.startswith("error: [LF400]")
+        assert "wf_nope" in err
+        assert len(err.splitlines()) == 1
+    assert json.loads(entry("audit", "--db", db, "--json")[1]) == {"items": []}
+
+
+def test_a_parked_instance_is_not_said_to_have_ended(entry: Entry, parked: tuple[str, str]) -> None:
+    """Goal: the result of a parked instance says it waits for an operator (the bug:
+    "instance ended MANUAL_INTERVENTION", while a repair can still resume it).
+
+    Method: `result` of the parked instance, as text and as JSON: LF402 saying it is parked,
+    waiting for an operator, and not that it ended.
+    """
+    db, instance_id = parked
+    code, _, err = entry("result", instance_id, "--db", db)
+    assert code == 1
+    assert "parked in MANUAL_INTERVENTION, waiting for an operator" in err
+    assert "ended" not in err
+    code, out, _ = entry("result", instance_id, "--db", db, "--json")
+    assert code == 1
+    assert json.loads(out)["code"] == "LF402"

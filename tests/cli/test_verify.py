@@ -10,6 +10,7 @@ test, including against the real key derivations and ``resolve_unknown``.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import sys
 from collections import Counter
@@ -20,7 +21,9 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner, Result
+from rich.console import Console
 
+import ledgerflow.cli.verify as verify_module
 from ledgerflow import LookupAnswer, Participant, Registry, mutations
 from ledgerflow.cli.verify import register
 from ledgerflow.model.effect import ResolutionKind, resolve_unknown
@@ -462,3 +465,28 @@ def test_failure_trace_keeps_faults_and_the_hits_before_the_last() -> None:
         "#89 point.p",
         "#90 point.p  <- fault injected",
     ]
+
+
+def test_progress_is_a_bar_on_a_terminal_and_nothing_elsewhere(
+    invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: a long exploration shows its progress on a terminal (the bug: `verify --seeds
+    200` ran silently for 10 s) and adds nothing to output that is not a terminal.
+
+    Method: random mode only, 3 seeds: with stderr a pipe (CliRunner), stderr is empty; with
+    the progress console a terminal, it drew a "random" bar that reached 3/3.
+    """
+    args = (DEMO, "--no-exhaustive", "--seeds", "3", "--instances", "2", "--json")
+    piped = invoke(*args)
+    assert piped.exit_code == 0, piped.output
+    assert piped.stderr == ""
+    screen = io.StringIO()
+    monkeypatch.setattr(
+        verify_module,
+        "_progress_console",
+        lambda: Console(file=screen, force_terminal=True, width=100),
+    )
+    shown = invoke(*args)
+    assert shown.exit_code == 0, shown.output
+    assert "random" in screen.getvalue()
+    assert "3/3" in screen.getvalue()

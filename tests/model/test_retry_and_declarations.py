@@ -6,6 +6,7 @@ formatting), the payload codec (JSON values only, bounded) and identity-derived 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
@@ -87,15 +88,16 @@ def test_retry_policy_accepts_the_bounds() -> None:
 def test_delay_before_grows_then_is_capped() -> None:
     """Goal: backoff grows geometrically from the first retry and never passes its cap.
 
-    Method: with 100 ms x2 capped at 1 s, read the delay before attempts 1..7 and a late one.
+    Method: with 100 ms x2 capped at 1 s and jitter off, read the delay before attempts 1..7.
     """
     policy = RetryPolicy(
         attempts_max=10,
         backoff_initial=100 * MS,
         backoff_multiplier=2.0,
         backoff_max=timedelta(seconds=1),
+        jitter=False,
     )
-    delays = [policy.delay_before(attempt) for attempt in range(1, 8)]
+    delays = [policy.delay_before(attempt, identity="k") for attempt in range(1, 8)]
     assert delays == [
         timedelta(0),
         100 * MS,
@@ -114,6 +116,7 @@ policies = st.builds(
     backoff_multiplier=st.floats(1.0, 100.0, allow_nan=False),
     backoff_max=st.integers(60_000_000, 3_600_000_000).map(lambda us: timedelta(microseconds=us)),
     retry_on=st.lists(st.sampled_from(["TimeoutError", "busy", "OSError"]), max_size=3).map(tuple),
+    jitter=st.booleans(),
 )
 
 
@@ -121,17 +124,58 @@ policies = st.builds(
 @given(policy=policies)
 @example(policy=RetryPolicy(attempts_max=limits.ATTEMPTS_MAX))
 def test_delay_before_is_bounded_for_every_allowed_attempt(policy: RetryPolicy) -> None:
-    """Goal: any valid policy yields a finite, non-decreasing, capped delay for every attempt it
-    allows (the explicit example is the default backoff at the largest allowed attempt count).
+    """Goal: any valid policy yields a finite, capped delay for every attempt it allows: the
+    backoff never shrinks, and a jittered delay stays between 0 and it (the explicit example
+    is the default backoff at the largest allowed attempt count).
 
-    Method: property over valid policies: for attempts 1..attempts_max the delay is between 0
-    and backoff_max and never shrinks.
+    Method: property over valid policies: for attempts 1..attempts_max the backoff (jitter
+    off) is between 0 and backoff_max and never shrinks; the policy's own delay is between 0
+    and that backoff.
     """
+    exact = dataclasses.replace(policy, jitter=False)
     previous = timedelta(0)
     for attempt in range(1, policy.attempts_max + 1):
-        delay = policy.delay_before(attempt)
-        assert previous <= delay <= policy.backoff_max
-        previous = delay
+        backoff = exact.delay_before(attempt, identity="effect-1")
+        assert previous <= backoff <= policy.backoff_max
+        assert timedelta(0) <= policy.delay_before(attempt, identity="effect-1") <= backoff
+        previous = backoff
+
+
+def test_full_jitter_spreads_retries_and_is_fixed_by_identity() -> None:
+    """Goal: the retries of many effects that failed together spread over the whole backoff
+    (full jitter), while one attempt of one effect always waits the same (issue 15, item 7:
+    retries had no jitter, so the retries of many instances lined up).
+
+    Method: the default policy with a 1 s backoff, the second attempt of 1000 effect keys:
+    the delays are distinct, cover [0, 1 s) evenly (mean near 0.5 s, some under 0.1 s and over
+    0.9 s), never exceed 1 s; asking again gives the same delays; another attempt of the same
+    key draws another delay.
+    """
+    policy = RetryPolicy(backoff_initial=timedelta(seconds=1), backoff_max=timedelta(seconds=1))
+    keys = [f"lf:default:bank/post:wf_{n:05d}/r1/s2/effect" for n in range(1000)]
+    delays = [policy.delay_before(2, identity=key).total_seconds() for key in keys]
+    assert len(set(delays)) > 990
+    assert all(0 <= delay <= 1 for delay in delays)
+    assert 0.45 < sum(delays) / len(delays) < 0.55
+    assert min(delays) < 0.1
+    assert max(delays) > 0.9
+    assert [policy.delay_before(2, identity=key).total_seconds() for key in keys] == delays
+    assert policy.delay_before(3, identity=keys[0]) != policy.delay_before(2, identity=keys[0])
+
+
+def test_jitter_is_recorded_only_when_it_is_off() -> None:
+    """Goal: the default policy's record (which enters workflow fingerprints) is unchanged by
+    jitter, and a policy without jitter says so in its record.
+
+    Method: compare the default record's keys with the ones recorded before jitter existed;
+    round-trip both policies through their records.
+    """
+    keys = {"attempts_max", "backoff_initial_us", "backoff_multiplier", "backoff_max_us"}
+    assert set(RetryPolicy().to_record()) == {*keys, "retry_on"}
+    exact = RetryPolicy(jitter=False)
+    assert exact.to_record()["jitter"] is False
+    for policy in (RetryPolicy(), exact):
+        assert RetryPolicy.from_record(policy.to_record()) == policy
 
 
 def test_retries_matches_class_names_and_error_codes() -> None:

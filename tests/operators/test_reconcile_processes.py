@@ -375,7 +375,7 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
 
     dry = cli("reconcile", "reconcile_workflows:registry", "--dry-run", "--json")
     assert (dry["dry_run"], dry["run_id"], dry["escalated"]) == (True, None, 1)
-    assert cli("reconcile", "--runs", "--json") == []
+    assert cli("reconcile", "--runs", "--json") == {"items": []}
 
     store = open_store(workers.db_url)
     astore = AsyncStore(store)
@@ -395,7 +395,7 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
     ran = cli("reconcile", "reconcile_workflows:registry", "--json")
     assert (ran["compared"], ran["matched"], ran["escalated"]) == (2, 1, 1)
     assert ran["details"][0]["note"].endswith(f"(a {EFFECT_DRIFT} flag was already open)")
-    runs = cli("reconcile", "--runs", "--json")
+    runs = cli("reconcile", "--runs", "--json")["items"]
     assert [r["run_id"] for r in runs] == [ran["run_id"], ran["run_id"] - 1]
     assert all(r["actor"] == RECONCILER and r["finished_at"] is not None for r in runs)
 

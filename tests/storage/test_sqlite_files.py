@@ -15,18 +15,21 @@ from pathlib import Path
 
 import pytest
 
+from damaged_files import damage_instances_table
 from ledgerflow.errors import (
     ConfigurationError,
     ForeignDatabaseError,
     SchemaVersionError,
     StorageCorruptError,
     StorageUnavailableError,
+    StoreNotFoundError,
 )
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
-from ledgerflow.storage import open_store
+from ledgerflow.storage import migrations, open_store
 from ledgerflow.storage.records import NewInstance
 from ledgerflow.storage.sqlite import APPLICATION_ID, SqliteStore
 from ledgerflow.storage.store import Store
+from ledgerflow.storage.url import migration_status
 
 
 @pytest.fixture
@@ -237,3 +240,149 @@ def test_plain_path_opens_a_sqlite_store(path: Path) -> None:
         assert again.get_instance(InstanceId("i-k")) is not None
     finally:
         again.close()
+
+
+# -- opening without creating, without migrating; empty and damaged files (issue 15) -----------
+
+
+def test_a_zero_byte_file_is_refused_not_set_up_as_a_new_journal(path: Path) -> None:
+    """Goal: a truncated journal (0 bytes) never quietly becomes a fresh ledger, which would
+    restart every business key.
+
+    Method: create an empty file and open it as a store: StorageCorruptError (LF202) saying it
+    is empty; the file is still empty and nothing else appeared in the folder.
+    """
+    path.touch()
+    before = sorted(os.listdir(path.parent))
+    with pytest.raises(StorageCorruptError, match="empty file") as refused:
+        open_store(_url(path))
+    assert refused.value.code == "LF202"
+    assert path.stat().st_size == 0
+    assert sorted(os.listdir(path.parent)) == before
+
+
+def test_a_new_journal_is_created_whole_by_concurrent_openers(tmp_path: Path) -> None:
+    """Goal: processes opening a journal that does not exist yet never see it half made (an
+    empty file would be refused as truncated).
+
+    Method: eight threads open the same new path at once (a barrier releases them together);
+    every one gets a usable store, and no scratch file is left in the folder.
+    """
+    import threading
+
+    path = tmp_path / "new.db"
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        barrier.wait()
+        try:
+            store = open_store(_url(path))
+            store.close()
+        except Exception as exc:  # noqa: BLE001 - collected, then asserted to be none
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    assert [name for name in os.listdir(tmp_path) if name.endswith(".new")] == []
+    again = _open(path)
+    try:
+        assert again.schema_version() == len(migrations.known("sqlite"))
+    finally:
+        again.close()
+
+
+def test_opening_without_migrating_creates_nothing(path: Path) -> None:
+    """Goal: a store opened with migration off never creates a journal (a typo in a read-only
+    command must not leave an empty ledger behind).
+
+    Method: open a missing file with migrate=False and with ?migrate=false: StoreNotFoundError
+    (LF205) naming the path; no file exists afterwards.
+    """
+    for opener in (
+        lambda: open_store(_url(path), migrate=False),
+        lambda: open_store(_url(path, "?migrate=false")),
+    ):
+        with pytest.raises(StoreNotFoundError) as refused:
+            opener()
+        assert refused.value.code == "LF205"
+        assert str(path) in str(refused.value)
+        assert not path.exists()
+
+
+def test_an_older_journal_is_refused_when_migration_is_off(closed_journal: Path) -> None:
+    """Goal: with migration off, a journal that needs migrating is refused with the way out,
+    and left as it was; the default still migrates it.
+
+    Method: forget the newest migration's record (as if an older Ledgerflow wrote the journal)
+    and drop what it made; open with ?migrate=false: SchemaVersionError naming `ledgerflow
+    migrate`, the file's bytes unchanged; open by default: migrated to the newest version.
+    """
+    newest = migrations.known("sqlite")[-1]
+    _sql(closed_journal, f"DELETE FROM lf_schema_migrations WHERE version = {newest.number}")
+    before = closed_journal.read_bytes()
+    with pytest.raises(SchemaVersionError, match="ledgerflow migrate") as refused:
+        open_store(_url(closed_journal, "?migrate=false"))
+    assert f"needs version {newest.number}" in str(refused.value)
+    assert closed_journal.read_bytes() == before
+    status = migration_status(_url(closed_journal))
+    assert [m.number for m in status.pending] == [newest.number]
+    assert closed_journal.read_bytes() == before
+
+
+def test_a_current_journal_opens_for_reading_with_migration_off(closed_journal: Path) -> None:
+    """Goal: read-only opening works on a current journal and writes nothing to the file.
+
+    Method: open with migrate=False, read the instance, close; the main file's bytes are the
+    same as before.
+    """
+    before = closed_journal.read_bytes()
+    store = open_store(_url(closed_journal), migrate=False)
+    try:
+        assert store.get_instance(InstanceId("i-k")) is not None
+    finally:
+        store.close()
+    assert closed_journal.read_bytes() == before
+
+
+def test_memory_is_not_a_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Goal: `:memory:` is refused: a journal must outlive the process and be shared.
+
+    Method: open `:memory:` and `sqlite:///:memory:`: ConfigurationError, no file named
+    `:memory:` appears in the working folder.
+    """
+    monkeypatch.chdir(tmp_path)
+    for url in (":memory:", "sqlite:///:memory:"):
+        with pytest.raises(ConfigurationError, match="outlive"):
+            open_store(url)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_damaged_page_is_a_clear_lf202_on_every_read(path: Path) -> None:
+    """Goal: reading a journal with a damaged page raises the storage error (LF202), not the
+    driver's error from the read's cleanup (the bug: LF202 was replaced by a raw
+    sqlite3.DatabaseError from the COMMIT that ends the read).
+
+    Method: a journal with instances, its instances table's root page overwritten; list,
+    detail and get through SyncEngine all raise StorageCorruptError naming the file.
+    """
+    from ledgerflow import Registry, SyncEngine
+
+    store = _open(path)
+    for index in range(50):
+        store.start_instance(_instance(f"k{index}"), now=1.0)
+    store.close()
+    damage_instances_table(path)
+    with SyncEngine(_url(path), Registry()) as engine:
+        for read in (
+            lambda: engine.list(),
+            lambda: engine.detail("i-k1"),
+            lambda: engine.get("i-k1"),
+        ):
+            with pytest.raises(StorageCorruptError, match="malformed") as refused:
+                read()
+            assert refused.value.code == "LF202"

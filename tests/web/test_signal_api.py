@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import unicodedata
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import click
 import httpx
@@ -82,8 +84,8 @@ def test_accepted_then_taken_by_the_wait(world: World) -> None:
     }
     world.work()
     shown = world.client.get(f"/instances/{instance_id}").json()
-    assert shown["status"] == "SUCCEEDED"
-    assert shown["result"] == {"n": 1}
+    assert shown["instance"]["status"] == "SUCCEEDED"
+    assert shown["instance"]["result"] == {"n": 1}
     assert [(d["event_id"], d["state"], d["payload"]) for d in shown["inbox"]] == [
         ("e1", "CONSUMED", {"n": 1})
     ]
@@ -203,6 +205,35 @@ def test_by_business_key(world: World) -> None:
     assert world.engine.result(instance_id, timeout=1) == 3
 
 
+def test_by_business_key_follows_the_naming_rule(world: World) -> None:
+    """Goal: the key and tenant in the route follow the one naming rule, as the library and
+    the CLI do (issue 15, item 6): an NFD spelling finds the instance its NFC spelling
+    started, an empty tenant is refused (422), not taken for the default one.
+
+    Method: start with "café" in NFC; deliver by the NFD spelling (202, same instance); then
+    with ?tenant= (422 naming the rule) and a key holding U+202E (422).
+    """
+    nfc = unicodedata.normalize("NFC", "café-1")
+    instance_id = world.start("forever", nfc)
+    nfd = quote(unicodedata.normalize("NFD", "café-1"))
+    response = world.client.post(
+        f"/workflows/forever/keys/{nfd}/signals/go", json={"event_id": "n1", "payload": 1}
+    )
+    assert response.status_code == 202, response.text
+    assert response.json()["instance_id"] == instance_id
+    empty = world.client.post(
+        f"/workflows/forever/keys/{nfd}/signals/go?tenant=", json={"event_id": "n2"}
+    )
+    assert empty.status_code == 422
+    assert "tenant must not be empty" in empty.json()["message"]
+    hidden_key = quote("ab\u202ecd")
+    hidden = world.client.post(
+        f"/workflows/forever/keys/{hidden_key}/signals/go", json={"event_id": "n3"}
+    )
+    assert hidden.status_code == 422
+    assert "U+202E" in hidden.json()["message"]
+
+
 def test_unknown_instance_404(world: World) -> None:
     """Goal: an unknown instance id is 404 for delivery and for reading.
     Method: POST and GET an id that was never started."""
@@ -229,7 +260,9 @@ def test_unknown_instance_404(world: World) -> None:
         (b'{"event_id": "e", "sender": 5}', {}, "'sender' must be a string"),
         (b'{"event_id": "e", "for_step": 1}', {}, "unknown field(s) for_step"),
         (b'{"event_id": "e"}', {"Idempotency-Key": "f"}, "name different events"),
-        (json.dumps({"event_id": "e" * 201}).encode(), {}, "event id must be"),
+        (json.dumps({"event_id": "e" * 201}).encode(), {}, "event id has 201 characters"),
+        (json.dumps({"event_id": "e\u202e1"}).encode(), {}, "bidirectional character"),
+        (b"[" * 5000 + b"]" * 5000, {}, "the body nests 5000 levels deep"),
         (b'{"event_id": "e", "payload": NaN}', {}, "not JSON-serialisable"),
     ],
 )
@@ -315,7 +348,7 @@ def test_over_real_http(processes: Any) -> None:
         assert response.status_code == 202, response.text
         assert engine.result(instance_id, timeout=30) == {"paid": 12}
         shown = httpx.get(f"{url}/instances/{instance_id}", timeout=10).json()
-        assert shown["status"] == "SUCCEEDED"
+        assert shown["instance"]["status"] == "SUCCEEDED"
         assert [(d["event_id"], d["state"]) for d in shown["inbox"]] == [("http-e1", "CONSUMED")]
         late = httpx.post(
             f"{url}/instances/{instance_id}/signals/go", json={"event_id": "http-e2"}, timeout=10

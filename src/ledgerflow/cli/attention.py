@@ -8,15 +8,15 @@ runs the stuck-work scan that workers run periodically, with the bounds of
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from ledgerflow.cli.instances import cell, console, short, when
-from ledgerflow.cli.loading import db_option
+from ledgerflow.cli.instances import echo_json, json_option, tenant_of
+from ledgerflow.cli.loading import db_option, open_journal
+from ledgerflow.cli.render import cell, console, inert, lines_cell, print_table, short, when
 from ledgerflow.operators.attention import (
     ATTENTION_LIMIT_DEFAULT,
     ATTENTION_LIMIT_MAX,
@@ -24,7 +24,7 @@ from ledgerflow.operators.attention import (
     attention,
 )
 from ledgerflow.operators.detection import ScanReport, bounds_from_environment, scan
-from ledgerflow.storage import open_store
+from ledgerflow.operators.shapes import listing
 
 _REASON_CHARS = 160
 
@@ -47,7 +47,7 @@ def _table(items: list[AttentionItem]) -> Table:
             cell(item.status),
             cell(item.reason_code),
             cell(short(item.reason, _REASON_CHARS)),
-            cell("\n".join(settle)),
+            lines_cell(settle),
         )
     return table
 
@@ -75,7 +75,7 @@ def _scan_summary(report: ScanReport) -> str:
 )
 @click.option("--scan", "run_scan", is_flag=True, help="Scan for stuck work first.")
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 def attention_command(
     tenant: str | None,
     workflow: str | None,
@@ -86,16 +86,18 @@ def attention_command(
     as_json: bool,
 ) -> None:
     """List what needs a person: parked instances and open flags, oldest first."""
-    store = open_store(db)
+    store = open_journal(db)
     try:
         report = None
         if run_scan:
             report = scan(store, bounds_from_environment(), now=time.time(), detected_by="cli")
-        items = attention(store, tenant=tenant, workflow=workflow, reason=reason_code, limit=limit)
+        items = attention(
+            store, tenant=tenant_of(tenant), workflow=workflow, reason=reason_code, limit=limit
+        )
     finally:
         store.close()
     if as_json:
-        document: dict[str, object] = {"items": [item.to_json() for item in items]}
+        document = listing([item.to_json() for item in items])
         if report is not None:
             document["scan"] = {
                 "raised": [
@@ -106,15 +108,15 @@ def attention_command(
                 "cleared": [{"instance_id": i, "reason_code": r} for i, r in report.cleared],
                 "requeued": list(report.requeued),
             }
-        click.echo(json.dumps(document, indent=2, sort_keys=True))
+        echo_json(document)
         return
     out = console()
     if report is not None:
-        out.print(Text(_scan_summary(report)))
+        click.echo(inert(_scan_summary(report)))
     if not items:
         out.print("nothing needs attention")
         return
-    out.print(_table(items))
+    print_table(out, _table(items))
 
 
 def register(group: click.Group) -> None:

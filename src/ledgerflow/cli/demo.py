@@ -39,7 +39,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ledgerflow.cli.instances import cell, console, status_cell
+from ledgerflow.cli.render import cell, console, print_table, status_cell
+from ledgerflow.extras import require_extra
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
@@ -281,7 +282,7 @@ class Demo:
                     cell(f"{total / 100:.2f} {request['currency']}"),
                     cell("created" if started.created else "already existed"),
                 )
-            self.out.print(table)
+            print_table(self.out, table)
             again = engine.start("order", key="order-1", input=sample_order(1))
             verb = "already existed" if not again.created else "was created AGAIN (wrong)"
             self.out.print(
@@ -392,7 +393,7 @@ class Demo:
                     f"{instance.business_key} ended {instance.status.value}: {instance.reason}"
                 )
         self.out.print()
-        self.out.print(table)
+        print_table(self.out, table)
 
         effects = [(d.instance.business_key, e) for d in details for e in d.effects]
         key_owner: dict[str, tuple[str, EffectRecord]] = {
@@ -412,7 +413,7 @@ class Demo:
                 cell(effect.idempotency_key),
             )
         self.out.print()
-        self.out.print(table)
+        print_table(self.out, table)
 
         applied_counts: dict[str, Counter[str]] = {}
         for name in registry.participants:
@@ -436,7 +437,7 @@ class Demo:
                     cell(json.dumps(row["payload"], sort_keys=True)),
                 )
             self.out.print()
-            self.out.print(table)
+            print_table(self.out, table)
 
         table = Table(title="verification", title_justify="left")
         for column in ("participant", "effects", "confirmed", "applied rows", "most per key"):
@@ -465,7 +466,7 @@ class Demo:
                 cell(max(counts.values(), default=0)),
             )
         self.out.print()
-        self.out.print(table)
+        print_table(self.out, table)
         return violations
 
 
@@ -515,6 +516,8 @@ def demo(directory: Path | None, orders: int, keep: bool) -> None:
     at chosen gaps of the effect protocol, fresh workers recover, and finally both sides'
     ledgers are compared: exit 1 if any effect was applied more or less than once.
     """
+    # The participant service is a Starlette app under uvicorn.
+    require_extra("http", purpose="ledgerflow demo (its participant service)")
     began = time.monotonic()
     folder, temporary = _prepare_folder(directory)
     out = console()

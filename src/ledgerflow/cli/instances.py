@@ -6,29 +6,30 @@ and ``show`` read nothing but the store, so they work on a machine that does not
 workflow code, and they never change anything.
 
 Every command prints rich tables for people and, with ``--json``, one JSON document for
-scripts. Errors are the engine's own (``[LFxxx]`` codes, exit 1), except input the command
-itself cannot read, which is a usage error (exit 2).
+scripts (shapes: :mod:`ledgerflow.operators.shapes`). Errors are the engine's own (``[LFxxx]``
+codes, exit 1), except input the command itself cannot read, which is a usage error (exit 2).
+``start`` creates and migrates the journal like a worker; ``result``, ``list``, ``show`` and
+``cancel`` open it as it is (:func:`~ledgerflow.cli.loading.open_journal`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
-import os
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ledgerflow.cli.loading import db_option, load_registry
+from ledgerflow.cli.json_input import json_option_value
+from ledgerflow.cli.loading import db_option, load_registry, open_journal
+from ledgerflow.cli.render import cell, console, inert, print_table, short, status_cell, when
+from ledgerflow.model import names
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.runtime.engine import InstanceDetail, SyncEngine
+from ledgerflow.operators.shapes import decoded, detail_json, listing, record_json
+from ledgerflow.runtime.engine import SyncEngine
 from ledgerflow.storage.records import (
     Delivery,
     EffectRecord,
@@ -37,14 +38,7 @@ from ledgerflow.storage.records import (
     StepRecord,
 )
 
-# Ledger fields that hold JSON text; --json output embeds them as values, not as strings.
-_JSON_TEXT_FIELDS = frozenset(
-    {"input", "result", "output", "error", "evidence", "payload", "retry_policy"}
-)
-# How much of a payload a table cell shows; ``--json`` has everything.
-_SHORT_CHARS = 60
 LIST_LIMIT_DEFAULT = 50
-PIPED_WIDTH = 200
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,95 +47,19 @@ json_option: Callable[[F], F] = click.option(
 )
 
 
-def console() -> Console:
-    """A console for the current stdout (made per call: a test runner swaps sys.stdout)."""
-    out = Console(highlight=False)
-    if not out.is_terminal and "COLUMNS" not in os.environ:
-        # Piped or captured output has no width; 80 columns would fold every idempotency key.
-        # Tables still take only the width they need.
-        out.width = PIPED_WIDTH
-    return out
-
-
-def _echo_json(value: Any) -> None:
+def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
-def _decode(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        # Ledgers hold JSON written by a codec; anything else is shown as it is, not dropped.
-        return text
-
-
-def record_json(record: Any) -> dict[str, Any]:
-    """A ledger record as a JSON object: enums by value, JSON text fields decoded."""
-    out: dict[str, Any] = {}
-    for item in dataclasses.fields(record):
-        value = getattr(record, item.name)
-        if isinstance(value, enum.Enum):
-            value = value.value
-        elif item.name in _JSON_TEXT_FIELDS and isinstance(value, str):
-            value = _decode(value)
-        out[item.name] = value
-    return out
-
-
-def when(timestamp: float | None, *, precise: bool = False) -> str:
-    """A ledger time in the operator's local zone."""
-    if timestamp is None:
-        return ""
-    moment = datetime.fromtimestamp(timestamp, tz=UTC).astimezone()
-    if precise:
-        return moment.strftime("%H:%M:%S.%f")[:-3]
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def short(text: str | None, limit: int = _SHORT_CHARS) -> str:
-    if text is None:
-        return ""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def cell(value: Any) -> Text:
-    # Text, not a str: ledger contents such as "[LF102]" must not be read as rich markup.
-    return Text("" if value is None else str(value))
-
-
-_STATUS_STYLES = {
-    InstanceStatus.SUCCEEDED: "green",
-    InstanceStatus.RUNNING: "cyan",
-    InstanceStatus.WAITING: "cyan",
-    InstanceStatus.COMPENSATING: "yellow",
-    InstanceStatus.CANCELLING: "yellow",
-    InstanceStatus.COMPENSATED: "yellow",
-    InstanceStatus.CANCELLED: "yellow",
-    InstanceStatus.FAILED: "red",
-    InstanceStatus.FORWARD_RECOVERY_REQUIRED: "red",
-    InstanceStatus.MANUAL_INTERVENTION: "bold red",
-}
-
-
-def status_cell(status: InstanceStatus) -> Text:
-    return Text(status.value, style=_STATUS_STYLES.get(status, ""))
-
-
-def _parse_input(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="'--input'") from None
-
-
 def _store_engine(db: str) -> SyncEngine:
-    # Reading needs no workflow code: an empty registry is enough and pins nothing.
-    return SyncEngine(db, Registry())
+    # Reading needs no workflow code: an empty registry is enough and pins nothing. The
+    # journal is opened as it is: a read never creates or migrates one.
+    return SyncEngine(open_journal(db), Registry())
+
+
+def tenant_of(text: str | None) -> str | None:
+    """A tenant given on the command line, checked by the one naming rule (None: not given)."""
+    return None if text is None else names.tenant(text)
 
 
 # -- start -------------------------------------------------------------------------------------
@@ -151,7 +69,11 @@ def _store_engine(db: str) -> SyncEngine:
 @click.argument("target", metavar="MODULE:OBJECT")
 @click.argument("workflow")
 @click.option("--key", required=True, help="Business key: starting it again returns the same.")
-@click.option("--input", "input_text", help="Workflow input as JSON (default: null).")
+@click.option(
+    "--input",
+    "input_text",
+    help="Workflow input as JSON, @FILE to read it from a file, or - for stdin (default: null).",
+)
 @click.option("--version", type=int, help="Definition version (default: the newest).")
 @click.option("--tenant", help="Tenant (default: 'default').")
 @click.option(
@@ -178,10 +100,12 @@ def start(
     A repeated start with the same key, input and version returns the existing instance; the
     same key with another input or version is refused.
     """
-    value = _parse_input(input_text)
+    value = json_option_value(input_text, "--input")
     registry = load_registry(target)
     with SyncEngine(db, registry) as engine:
-        started = engine.start(workflow, key=key, input=value, version=version, tenant=tenant)
+        started = engine.start(
+            workflow, key=key, input=value, version=version, tenant=tenant_of(tenant)
+        )
         instance = started.instance
         summary: dict[str, Any] = {
             "instance_id": instance.instance_id,
@@ -197,25 +121,32 @@ def start(
             console().print(
                 Text.assemble(
                     (instance.instance_id, "bold"),
-                    f"  {instance.workflow_name}@{instance.workflow_version}"
-                    f"  key {instance.business_key!r}: {verb} ({instance.status.value})",
+                    cell(
+                        f"  {instance.workflow_name}@{instance.workflow_version}"
+                        f"  key {instance.business_key!r}: {verb} ({instance.status.value})"
+                    ),
                 )
             )
         if wait_seconds is None:
             if as_json:
-                _echo_json(summary)
+                echo_json(summary)
             return
         # Printed before waiting, so the instance id is known even if the wait times out.
         final = engine.wait(instance.instance_id, timeout=wait_seconds)
         summary["status"] = final.status.value
         if final.status is InstanceStatus.SUCCEEDED:
-            summary["result"] = _decode(final.result)
+            summary["result"] = decoded(final.result)
         else:
             summary["reason_code"] = final.reason_code
             summary["reason"] = final.reason
         if as_json:
-            _echo_json(summary)
-        elif final.status is InstanceStatus.SUCCEEDED:
+            # One document: the summary says how it ended; an ending without a result is
+            # still a failure of the command.
+            echo_json(summary)
+            if final.status is not InstanceStatus.SUCCEEDED:
+                raise SystemExit(1)
+            return
+        if final.status is InstanceStatus.SUCCEEDED:
             console().print(Text(json.dumps(summary["result"], indent=2, sort_keys=True)))
         # A run that ended otherwise is an error of the command: the engine says how it ended.
         engine.result(instance.instance_id, timeout=0)
@@ -240,9 +171,9 @@ def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
     with _store_engine(db) as engine:
         record = engine.wait(instance_id, timeout=timeout)
         if record.status is InstanceStatus.SUCCEEDED:
-            value = _decode(record.result)
+            value = decoded(record.result)
             if as_json:
-                _echo_json(
+                echo_json(
                     {
                         "instance_id": record.instance_id,
                         "status": record.status.value,
@@ -278,7 +209,7 @@ def cancel(instance_id: str, reason: str, compensate: bool, db: str, as_json: bo
     with _store_engine(db) as engine:
         record = engine.cancel(instance_id, reason=reason, compensate=compensate)
     if as_json:
-        _echo_json(
+        echo_json(
             {
                 "instance_id": record.instance_id,
                 "status": record.status.value,
@@ -288,8 +219,11 @@ def cancel(instance_id: str, reason: str, compensate: bool, db: str, as_json: bo
             }
         )
         return
-    console().print(
-        f"cancel requested for {record.instance_id} ({record.status.value}): {record.cancel_reason}"
+    click.echo(
+        inert(
+            f"cancel requested for {record.instance_id} ({record.status.value}): "
+            f"{record.cancel_reason}"
+        )
     )
 
 
@@ -350,17 +284,17 @@ def list_(
         records = engine.list(
             status=InstanceStatus(status.upper()) if status else None,
             workflow=workflow,
-            tenant=tenant,
+            tenant=tenant_of(tenant),
             limit=limit,
         )
     if as_json:
-        _echo_json([record_json(r) for r in records])
+        echo_json(listing([record_json(r) for r in records]))
         return
     out = console()
     if not records:
         out.print("no instances")
         return
-    out.print(instances_table(records))
+    print_table(out, instances_table(records))
 
 
 # -- show --------------------------------------------------------------------------------------
@@ -474,16 +408,6 @@ def inbox_table(deliveries: Iterable[Delivery]) -> Table:
     return table
 
 
-def detail_json(detail: InstanceDetail) -> dict[str, Any]:
-    return {
-        "instance": record_json(detail.instance),
-        "steps": [record_json(s) for s in detail.steps],
-        "effects": [record_json(e) for e in detail.effects],
-        "events": [record_json(e) for e in detail.events],
-        "inbox": [record_json(d) for d in detail.inbox],
-    }
-
-
 @click.command()
 @click.argument("instance_id", metavar="ID")
 @db_option
@@ -499,7 +423,7 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
         audit = engine.store.audit_records(instance_id=detail.instance.instance_id, limit=1000)
         flags = flags_of(engine.store, detail.instance.instance_id)
     if as_json:
-        _echo_json(
+        echo_json(
             {
                 **detail_json(detail),
                 "audit": [audit_json(a) for a in audit],
@@ -510,15 +434,21 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
     out = console()
     out.print(header_table(detail.instance))
     out.print()
-    out.print(steps_table(detail.steps) if detail.steps else Text("steps: none yet"))
-    out.print(effects_table(detail.effects) if detail.effects else Text("effects: none"))
+    if detail.steps:
+        print_table(out, steps_table(detail.steps))
+    else:
+        out.print(Text("steps: none yet"))
+    if detail.effects:
+        print_table(out, effects_table(detail.effects))
+    else:
+        out.print(Text("effects: none"))
     if detail.inbox:
-        out.print(inbox_table(detail.inbox))
-    out.print(events_table(detail.events))
+        print_table(out, inbox_table(detail.inbox))
+    print_table(out, events_table(detail.events))
     if flags:
-        out.print(Text("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))
+        out.print(cell("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))
     if audit:
-        out.print(audit_table(audit, title="audit (repairs of this instance)"))
+        print_table(out, audit_table(audit, title="audit (repairs of this instance)"))
 
 
 def register(group: click.Group) -> None:

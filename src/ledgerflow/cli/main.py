@@ -1,10 +1,15 @@
 """The ``ledgerflow`` entry point: groups the commands and maps errors to exit codes.
 
-Exit codes: 0 success, 1 a Ledgerflow error (printed with its code), 2 bad usage.
+Exit codes: 0 success, 1 a Ledgerflow error, 2 bad usage, 130 interrupted. Every error is
+one line on stderr, ``error: [LFnnn] ...``, with any URL's password redacted and any control
+character shown as an escape; a command run with ``--json`` prints the error as its JSON
+document on stdout instead (``{"error": ..., "code": ..., "message": ...}``), so a script
+reading its output always gets JSON.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -12,13 +17,20 @@ import click
 from ledgerflow.cli.attention import register as register_attention
 from ledgerflow.cli.demo import register as register_demo
 from ledgerflow.cli.instances import register as register_instances
+from ledgerflow.cli.migrate import register as register_migrate
 from ledgerflow.cli.reconcile import register as register_reconcile
+from ledgerflow.cli.render import inert
 from ledgerflow.cli.repairs import register as register_repairs
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signals
 from ledgerflow.cli.verify import register as register_verify
 from ledgerflow.cli.worker import worker
-from ledgerflow.errors import LedgerflowError
+from ledgerflow.errors import CommandLineError, LedgerflowError
+from ledgerflow.operators.shapes import error_json
+from ledgerflow.redaction import redact
+
+USAGE_EXIT = 2
+INTERRUPTED_EXIT = 130
 
 
 @click.group()
@@ -29,6 +41,7 @@ def cli() -> None:
 
 cli.add_command(worker)
 register_instances(cli)
+register_migrate(cli)
 register_demo(cli)
 register_verify(cli)
 register_serve(cli)
@@ -38,14 +51,43 @@ register_attention(cli)
 register_reconcile(cli)
 
 
+def _report(error: LedgerflowError, *, as_json: bool) -> None:
+    if as_json:
+        document = error_json(error)
+        document["message"] = redact(document["message"])
+        click.echo(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        click.echo(f"error: {inert(redact(str(error)))}", err=True)
+
+
+def _usage(exc: click.UsageError) -> CommandLineError:
+    """click's usage error as one of Ledgerflow's, in one line (click prints three)."""
+    text = exc.format_message()
+    if exc.ctx is not None:
+        text = f"{text} (see '{exc.ctx.command_path} --help')"
+    return CommandLineError(text)
+
+
 def main() -> None:
+    args = sys.argv[1:]
+    # Decided from the words typed, not from parsed options: a command line that cannot be
+    # parsed still asked for JSON.
+    as_json = "--json" in args
     try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.exit(130)
+        cli.main(args=args, prog_name="ledgerflow", standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.exit(INTERRUPTED_EXIT)
+    except click.UsageError as exc:
+        _report(_usage(exc), as_json=as_json)
+        sys.exit(USAGE_EXIT)
     except click.ClickException as exc:
+        # Not an error of the command line: the demo's verdict, with the log lines that
+        # explain it, printed as the demo wrote it.
         exc.show()
         sys.exit(exc.exit_code)
+    except CommandLineError as exc:
+        _report(exc, as_json=as_json)
+        sys.exit(USAGE_EXIT)
     except LedgerflowError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _report(exc, as_json=as_json)
         sys.exit(1)

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from typing import Any
 
 import click
 from rich.table import Table
 
 from ledgerflow import limits
-from ledgerflow.cli.instances import cell, console, short, when
-from ledgerflow.cli.loading import db_option, load_registry
+from ledgerflow.cli.instances import echo_json, json_option
+from ledgerflow.cli.loading import db_option, load_registry, open_journal
+from ledgerflow.cli.render import cell, console, inert, print_table, short, when
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import Operations
+from ledgerflow.operators.shapes import listing
 from ledgerflow.runtime.astore import AsyncStore
-from ledgerflow.storage import open_store
 from ledgerflow.storage.reconciliation import ReconciliationRun
 
 RUNS_LISTED_DEFAULT = 20
@@ -85,24 +85,24 @@ def _run_json(run: ReconciliationRun) -> dict[str, Any]:
 
 
 def _list_runs(db: str, limit: int, as_json: bool) -> None:
-    store = open_store(db)
+    store = open_journal(db)
     try:
         runs = store.reconciliations(limit=limit)
     finally:
         store.close()
     if as_json:
-        click.echo(json.dumps([_run_json(r) for r in runs], indent=2, sort_keys=True))
+        echo_json(listing([_run_json(r) for r in runs]))
     elif not runs:
         click.echo("no reconciliation has run yet")
     else:
-        console().print(_runs_table(runs))
+        print_table(console(), _runs_table(runs))
 
 
 def _run_once(
     target: str, db: str, *, limit: int, max_corrections: int, dry_run: bool
 ) -> ReconciliationRun:
     registry = load_registry(target)
-    store = open_store(db)
+    store = open_journal(db)
     astore = AsyncStore(store)
     # The engine checks the reconciler's authority like anyone's (LEDGERFLOW_AUTHORITY).
     operations = Operations(store, Authority.from_environment())
@@ -140,7 +140,7 @@ def _run_once(
 )
 @click.option("--dry-run", is_flag=True, help="Compare and report; change and record nothing.")
 @click.option("--runs", "list_runs", is_flag=True, help="List past runs (no workflow code needed).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@json_option
 def reconcile_command(
     target: str | None,
     db: str,
@@ -172,11 +172,11 @@ def reconcile_command(
         dry_run=dry_run,
     )
     if as_json:
-        click.echo(json.dumps(_run_json(run), indent=2, sort_keys=True))
+        echo_json(_run_json(run))
         return
-    click.echo(_summary(run))
+    click.echo(inert(_summary(run)))
     if run.details:
-        console().print(_details_table(run))
+        print_table(console(), _details_table(run))
 
 
 def register(group: click.Group) -> None:

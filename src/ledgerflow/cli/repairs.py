@@ -10,7 +10,6 @@ without one the command is a usage error (exit 2). Refusals are Ledgerflow error
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -18,14 +17,16 @@ from typing import Any, TypeVar
 import click
 from rich.table import Table
 
-from ledgerflow.cli.instances import cell, console, json_option, record_json, short, when
-from ledgerflow.cli.loading import db_option
+from ledgerflow.cli.instances import echo_json, json_option
+from ledgerflow.cli.json_input import json_option_value
+from ledgerflow.cli.loading import db_option, open_journal
+from ledgerflow.cli.render import cell, console, print_table, short, when
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import Operations, RepairRequest, RepairResult
-from ledgerflow.storage import open_store
+from ledgerflow.operators.shapes import listing, record_json
 from ledgerflow.storage.audit import AuditRecord
 from ledgerflow.storage.store import Store
 
@@ -63,13 +64,6 @@ def _repair_options(command: F) -> F:
     return command
 
 
-def _json_value(text: str, option: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=f"'{option}'") from None
-
-
 def _run(request_fields: dict[str, Any], options: dict[str, Any]) -> None:
     actor = (options["actor"] or "").strip()
     if not actor:
@@ -82,7 +76,7 @@ def _run(request_fields: dict[str, Any], options: dict[str, Any]) -> None:
         else Authority.default()
     )
     request = RepairRequest(actor=actor, reason=options["reason"], **request_fields)
-    store = open_store(options["db"])
+    store = open_journal(options["db"])
     try:
         operations = Operations(store, authority)
         result = operations.plan(request) if options["dry_run"] else operations.apply(request)
@@ -100,7 +94,7 @@ def _print_result(result: RepairResult, *, as_json: bool) -> None:
             "plan": result.plan.describe(),
             "changes": result.plan.to_json(),
         }
-        click.echo(json.dumps(body, indent=2, sort_keys=True))
+        echo_json(body)
         return
     out = console()
     for line in result.plan.describe():
@@ -117,7 +111,9 @@ def repair() -> None:
 @click.argument("instance_id", metavar="ID")
 @click.argument("seq", type=int)
 @click.option("--applied/--not-applied", default=None, help="What the evidence proves.")
-@click.option("--evidence", required=True, help="The participant's own record, as JSON.")
+@click.option(
+    "--evidence", required=True, help="The participant's own record, as JSON (@FILE or - reads it)."
+)
 @click.option("--resume", is_flag=True, help="Also resume the instance if it is parked.")
 @_repair_options
 def resolve_effect(
@@ -126,7 +122,7 @@ def resolve_effect(
     """Settle the effect at step SEQ (UNKNOWN, or in flight with no live owner) with evidence."""
     if applied is None:
         raise click.UsageError("say what the evidence proves: --applied or --not-applied")
-    fields = {"applied": applied, "evidence": _json_value(evidence, "--evidence")}
+    fields = {"applied": applied, "evidence": json_option_value(evidence, "--evidence")}
     _run(_target(RepairKind.RESOLVE_EFFECT, instance_id, seq, resume=resume, **fields), options)
 
 
@@ -142,11 +138,16 @@ def retry_step(instance_id: str, seq: int, **options: Any) -> None:
 @repair.command("skip-step")
 @click.argument("instance_id", metavar="ID")
 @click.argument("seq", type=int)
-@click.option("--result", "result_text", required=True, help="The substitute result, as JSON.")
+@click.option(
+    "--result",
+    "result_text",
+    required=True,
+    help="The substitute result, as JSON (@FILE or - reads it).",
+)
 @_repair_options
 def skip_step(instance_id: str, seq: int, result_text: str, **options: Any) -> None:
     """Complete step SEQ with a substitute result; the workflow receives it on replay."""
-    result = _json_value(result_text, "--result")
+    result = json_option_value(result_text, "--result")
     _run(_target(RepairKind.SKIP_STEP, instance_id, seq, result=result), options)
 
 
@@ -162,11 +163,13 @@ def run_compensation(instance_id: str, seq: int, **options: Any) -> None:
 @repair.command("skip-compensation")
 @click.argument("instance_id", metavar="ID")
 @click.argument("seq", type=int)
-@click.option("--evidence", required=True, help="How it was settled, as JSON.")
+@click.option(
+    "--evidence", required=True, help="How it was settled, as JSON (@FILE or - reads it)."
+)
 @_repair_options
 def skip_compensation(instance_id: str, seq: int, evidence: str, **options: Any) -> None:
     """Mark the PLANNED or FAILED compensation at SEQ as settled (SATISFIED) with evidence."""
-    value = _json_value(evidence, "--evidence")
+    value = json_option_value(evidence, "--evidence")
     _run(_target(RepairKind.SKIP_COMPENSATION, instance_id, seq, evidence=value), options)
 
 
@@ -183,11 +186,15 @@ def resume(instance_id: str, **options: Any) -> None:
 @click.argument(
     "status", type=click.Choice(sorted(s.value for s in TERMINAL_STATUSES), case_sensitive=False)
 )
-@click.option("--result", "result_text", help="The result (SUCCEEDED, CANCELLED), as JSON.")
+@click.option(
+    "--result",
+    "result_text",
+    help="The result (SUCCEEDED, CANCELLED), as JSON (@FILE or - reads it).",
+)
 @_repair_options
 def force(instance_id: str, status: str, result_text: str | None, **options: Any) -> None:
     """End the instance in STATUS, if the state machine and the ledger allow it from here."""
-    result = _json_value(result_text, "--result") if result_text is not None else None
+    result = json_option_value(result_text, "--result")
     target = InstanceStatus(status.upper())
     fields = _target(RepairKind.FORCE_TERMINAL, instance_id, None, status=target, result=result)
     _run(fields, options)
@@ -212,9 +219,8 @@ def _target(kind: RepairKind, instance_id: str, seq: int | None, **extra: Any) -
 
 
 def audit_json(record: AuditRecord) -> dict[str, Any]:
-    out = record_json(record)
-    out["plan"] = json.loads(record.plan) if record.plan else None
-    return out
+    """An audit record; its plan is decoded like every JSON field of a record."""
+    return record_json(record)
 
 
 def audit_table(records: Iterable[AuditRecord], *, title: str = "audit") -> Table:
@@ -272,7 +278,7 @@ def _since(text: str | None) -> float | None:
     help="At most this many (the newest), shown oldest first.",
 )
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="Export as JSON lines (one per record).")
+@json_option
 def audit(
     instance_id: str | None,
     actor: str | None,
@@ -283,7 +289,7 @@ def audit(
     as_json: bool,
 ) -> None:
     """The audit log of repairs: applied, repeated (no-op) and refused, oldest first."""
-    store = open_store(db)
+    store = open_journal(db)
     try:
         records = store.audit_records(
             instance_id=InstanceId(instance_id) if instance_id else None,
@@ -295,13 +301,12 @@ def audit(
     finally:
         store.close()
     if as_json:
-        for record in records:
-            click.echo(json.dumps(audit_json(record), sort_keys=True))
+        echo_json(listing([audit_json(record) for record in records]))
         return
     if not records:
         console().print("no audit records")
         return
-    console().print(audit_table(records))
+    print_table(console(), audit_table(records))
 
 
 def register(group: click.Group) -> None:

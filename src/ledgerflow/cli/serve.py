@@ -1,6 +1,7 @@
 """``ledgerflow serve``: the HTTP callback endpoint over one store (internal).
 
-This module owns running :func:`ledgerflow.web.api.create_app` under uvicorn. The socket is
+This module owns running :func:`ledgerflow.web.api.create_app` under uvicorn (the ``http``
+extra: without it the command says which extra to install). The socket is
 bound here, before serving, so that ``--port 0`` has a real port to announce, and the single
 line ``LISTENING http://HOST:PORT`` is printed only once connections are accepted: a script or
 test that reads it can send at once. SIGTERM (exit 0) and Ctrl-C stop it gracefully, which
@@ -9,32 +10,15 @@ closes the store.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import socket
 import sys
-from collections.abc import Callable
 
 import click
-import uvicorn
 
 from ledgerflow.cli.loading import db_option
-from ledgerflow.web.api import create_app
-
-# Long enough for an in-flight delivery (one short transaction) to finish, short enough that a
-# stuck client cannot hold a deploy.
-_GRACEFUL_SHUTDOWN_SECONDS = 5
-
-
-class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, on_listening: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_listening = on_listening
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if not self.should_exit:
-            self._on_listening()
+from ledgerflow.errors import ConfigurationError
+from ledgerflow.extras import require_extra
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -46,7 +30,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     return sock
 
 
@@ -69,16 +53,13 @@ def serve(db: str, host: str, port: int) -> None:
     202 accepted, 200 duplicate, 409 late, 410 ended, 403 not an approver, 404 or 422.
     GET /instances/ID shows an instance with its inbox; GET /health answers when serving.
     """
+    require_extra("http", purpose="ledgerflow serve")
+    from ledgerflow.cli.http_server import serve_forever
+    from ledgerflow.web.api import create_app
+
     app = create_app(db)
     sock = _bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_SECONDS,
-    )
 
     def announce() -> None:
         click.echo(f"LISTENING {url}")
@@ -90,7 +71,7 @@ def serve(db: str, host: str, port: int) -> None:
     # how a supervisor asks for a normal stop, so after the graceful shutdown it is ignored and
     # the command exits 0.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    asyncio.run(_Server(config, announce).serve(sockets=[sock]))
+    serve_forever(app, sock, announce)
 
 
 def register(group: click.Group) -> None:

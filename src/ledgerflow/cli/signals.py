@@ -11,30 +11,27 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 import click
 
-from ledgerflow.cli.loading import db_option
+from ledgerflow.cli.json_input import json_option_value
+from ledgerflow.cli.loading import db_option, open_journal
+from ledgerflow.cli.render import inert
 from ledgerflow.model.definition import Registry
+from ledgerflow.operators.shapes import delivery_json, refused
 from ledgerflow.runtime.engine import SyncEngine
-from ledgerflow.web.api import delivery_body, refused
-
-
-def _parse_payload(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="'--payload'") from None
 
 
 @click.command()
 @click.argument("instance_id")
 @click.argument("name")
 @click.option("--event-id", required=True, help="The event's id: repeating it is a no-op.")
-@click.option("--payload", "payload_text", help="The event's payload as JSON (default: null).")
+@click.option(
+    "--payload",
+    "payload_text",
+    help="The event's payload as JSON, @FILE to read it from a file, or - for stdin "
+    "(default: null).",
+)
 @click.option("--sender", help="Who sends it (an approval's approver).")
 @click.option("--step", type=int, help="Only for this step: refused if the step is closed.")
 @click.option("--run", type=int, help="Only for this run: refused if the instance moved on.")
@@ -55,9 +52,9 @@ def signal(
 
     Exit 0 when the event was accepted (or already had been), 1 when it was refused.
     """
-    payload = _parse_payload(payload_text)
-    # Delivering needs no workflow code: an empty registry is enough.
-    with SyncEngine(db, Registry()) as engine:
+    payload = json_option_value(payload_text, "--payload")
+    # Delivering needs no workflow code: an empty registry is enough. The journal must exist.
+    with SyncEngine(open_journal(db), Registry()) as engine:
         delivered = engine.signal(
             instance_id,
             name,
@@ -67,7 +64,7 @@ def signal(
             for_step=step,
             run=run,
         )
-    body = delivery_body(delivered)
+    body = delivery_json(delivered)
     failed = refused(delivered)
     if as_json:
         click.echo(json.dumps(body, indent=2, sort_keys=True))
@@ -76,7 +73,7 @@ def signal(
         line = (
             f"{verdict}: {name} {event_id} to {delivered.delivery.instance_id}: {body['outcome']}"
         )
-        click.echo(line + (f" ({body['reason']})" if failed and body["reason"] else ""))
+        click.echo(inert(line + (f" ({body['reason']})" if failed and body["reason"] else "")))
     if failed:
         sys.exit(1)
 

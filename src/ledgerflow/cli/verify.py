@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import json
-import logging
-import os
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -27,13 +23,24 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.status import Status
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from ledgerflow import limits
-from ledgerflow.cli.instances import cell, console, json_option
+from ledgerflow.cli.instances import json_option
+from ledgerflow.cli.json_input import json_option_value
+from ledgerflow.cli.loading import import_target
+from ledgerflow.cli.render import cell, console, print_table
 from ledgerflow.errors import LedgerflowError
+from ledgerflow.log_muting import muted
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.testing.explorer import Explorer, SeedBank, Summary
 from ledgerflow.testing.report import (
@@ -78,27 +85,9 @@ class Exploration:
 # -- finding the definition and its inputs -------------------------------------------------------
 
 
-def _import_target(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"expected MODULE:OBJECT, got {target!r}", param_hint="TARGET")
-    if os.getcwd() not in sys.path:
-        # Like `python -m`, let a module in the current folder be found.
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint="TARGET"
-        ) from None
-    if not hasattr(module, attribute):
-        raise click.BadParameter(f"{module_name} has no {attribute!r}", param_hint="TARGET")
-    return getattr(module, attribute)
-
-
 def resolve_target(target: str, workflow: str | None) -> tuple[Registry, WorkflowDefinition]:
     """A decorated workflow function names its registry and version; a registry needs a name."""
-    found = _import_target(target)
+    found = import_target(target)
     entries = getattr(found, "__dict__", {}).get("__ledgerflow__")
     try:
         if isinstance(found, Registry):
@@ -125,10 +114,7 @@ def resolve_target(target: str, workflow: str | None) -> tuple[Registry, Workflo
 
 def choose_inputs(texts: Sequence[str], definition: WorkflowDefinition) -> list[Any]:
     if texts:
-        try:
-            return [json.loads(text) for text in texts]
-        except ValueError as exc:
-            raise click.BadParameter(f"not valid JSON: {exc}", param_hint="'--input'") from None
+        return [json_option_value(text, "--input") for text in texts]
     if definition.examples:
         return list(definition.examples)
     raise click.UsageError(
@@ -140,29 +126,42 @@ def choose_inputs(texts: Sequence[str], definition: WorkflowDefinition) -> list[
 # -- running the explorer ------------------------------------------------------------------------
 
 
+def _progress_console() -> Console:
+    # stderr, so that piped and --json output stay clean.
+    return console(stderr=True)
+
+
+class _Progress:
+    """A progress bar per explorer mode on a terminal; nothing at all anywhere else."""
+
+    def __init__(self, bars: Progress | None) -> None:
+        self._bars = bars
+
+    def mode(self, name: str, total: int | None) -> Callable[[RunResult], None]:
+        """A callback for each finished run of one mode (``total`` None: not known ahead)."""
+        bars = self._bars
+        if bars is None:
+            return lambda _result: None
+        task = bars.add_task(name, total=total)
+        return lambda _result: bars.advance(task)
+
+
 @contextlib.contextmanager
-def _simulation_logs_muted() -> Iterator[None]:
-    # Each simulated crash leaves the dead worker's tasks to fail their next commit on a closed
-    # store, and the executor logs each one at ERROR: expected in a simulation, and dozens per
-    # sweep. The oracle, not the log, judges every run.
-    logger = logging.getLogger("ledgerflow")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def _progress_shower(status: Status, mode: str) -> Callable[[RunResult], None]:
-    # Shown on a terminal's stderr only: piped and --json output stay clean.
-    seen = [0]
-
-    def show(_result: RunResult) -> None:
-        seen[0] += 1
-        status.update(f"{mode}: {seen[0]} runs")
-
-    return show
+def _progress() -> Iterator[_Progress]:
+    out = _progress_console()
+    if not out.is_terminal:
+        yield _Progress(None)
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("runs"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=out, transient=True) as bars:
+        yield _Progress(bars)
 
 
 def explore(
@@ -176,20 +175,23 @@ def explore(
     """Exhaustive mode on ``single`` (unless ``depth`` is None), then random mode on ``crowd``
     for the banked seeds and ``0..seeds-1``; every failing seed goes into the bank at once."""
     found = Exploration()
-    status_console = Console(stderr=True)
     with (
         tempfile.TemporaryDirectory(prefix="ledgerflow-verify-") as folder,
-        _simulation_logs_muted(),
-        status_console.status("exploring") as status,
+        # Each simulated crash leaves the dead worker's tasks to fail their next commit on a
+        # closed store, and the executor logs each one at ERROR: expected in a simulation, and
+        # dozens per sweep. The oracle, not the log, judges every run.
+        muted("ledgerflow"),
+        _progress() as progress,
     ):
         if depth is not None:
             explorer = Explorer(single, folder=Path(folder))
-            progress = _progress_shower(status, "exhaustive")
-            found.summaries.append(asyncio.run(explorer.exhaustive(depth=depth, progress=progress)))
+            # How many runs a sweep makes is learnt while it runs: the bar only counts.
+            counted = progress.mode("exhaustive", None)
+            found.summaries.append(asyncio.run(explorer.exhaustive(depth=depth, progress=counted)))
         if seeds > 0:
             found.banked = bank.seeds() if bank is not None else []
             found.seeds_run = [*found.banked, *(s for s in range(seeds) if s not in found.banked)]
-            shown = _progress_shower(status, "random")
+            shown = progress.mode("random", len(found.seeds_run))
 
             def keep(result: RunResult) -> None:
                 # Called once per seed, in order: the result's seed is the next one.
@@ -302,7 +304,7 @@ def print_report(out: Console, report: ConsistencyReport) -> None:
     out.print(Text("identities", style="bold"))
     out.print(_grid(list(report.identities.items())))
     out.print()
-    out.print(effects_table(report))
+    print_table(out, effects_table(report))
     step = report.step_retry
     out.print(
         _grid(
@@ -356,7 +358,7 @@ def print_exploration(out: Console, found: Exploration) -> None:
     if found.seeds_run:
         banked = ", ".join(map(str, found.banked)) or "none"
         out.print(Text(f"random seeds: from the seed bank first ({banked}), then 0..N-1"))
-    out.print(figures_table(found.summaries))
+    print_table(out, figures_table(found.summaries))
     for summary in found.summaries:
         print_failure(out, summary, found)
     runs = sum(s.runs for s in found.summaries)

@@ -10,17 +10,49 @@ import click
 
 from ledgerflow import limits
 from ledgerflow.cli.loading import db_option, load_registry
+from ledgerflow.errors import ConfigurationError
 from ledgerflow.operators.reconcile import reconcile_task
+from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
+
+
+def install_faults() -> None:
+    """The fault plan of ``LEDGERFLOW_FAULTS`` (tests), or a clear error if it is not one."""
+    try:
+        faults.install_from_environment()
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"{faults.ENVIRONMENT_VARIABLE} is not a fault plan (a JSON list of rules, each "
+            f'{{"point": ..., "action": ...}}): {type(exc).__name__}: {exc}'
+        ) from None
 
 
 @click.command()
 @click.argument("target", metavar="MODULE:OBJECT")
 @db_option
-@click.option("--concurrency", default=limits.WORKER_CONCURRENCY_DEFAULT, show_default=True)
-@click.option("--lease-seconds", default=limits.LEASE_SECONDS_DEFAULT, show_default=True)
-@click.option("--poll-seconds", default=limits.POLL_SECONDS_DEFAULT, show_default=True)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, limits.WORKER_CONCURRENCY_MAX),
+    default=limits.WORKER_CONCURRENCY_DEFAULT,
+    show_default=True,
+    help="Instances this worker drives at once.",
+)
+@click.option(
+    "--lease-seconds",
+    type=click.FloatRange(min=limits.LEASE_SECONDS_MIN),
+    default=limits.LEASE_SECONDS_DEFAULT,
+    show_default=True,
+    help="How long a claim holds without a heartbeat; after a crash, other workers take the "
+    "instances over once it lapses.",
+)
+@click.option(
+    "--poll-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=limits.POLL_SECONDS_DEFAULT,
+    show_default=True,
+    help="How long an idle worker waits between looks at the store (more than 0).",
+)
 @click.option("--until-idle", is_flag=True, help="Exit once nothing is runnable or in flight.")
 @click.option(
     "--reconcile-seconds",
@@ -43,10 +75,11 @@ def worker(
 
     A worker killed at any moment is replaced by starting another: it takes over every
     unfinished instance once its lease lapses and resumes it at the exact safe point.
-    SIGTERM or Ctrl-C stops claiming and lets in-flight instances finish.
+    SIGTERM or Ctrl-C stops claiming and lets in-flight instances finish. The worker creates
+    the journal and migrates its schema on open, unless the URL says ?migrate=false.
     """
     registry = load_registry(target)
-    faults.install_from_environment()
+    install_faults()
     # Ledgerflow's own decisions at INFO; libraries (HTTP clients) only when they warn.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("ledgerflow").setLevel(logging.INFO)
@@ -68,7 +101,7 @@ def worker(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, runner.stop)
-            click.echo(f"worker {runner.id} running on {engine.store.url}", err=True)
+            click.echo(f"worker {runner.id} running on {redact(engine.store.url)}", err=True)
             await runner.run(until_idle=until_idle)
 
     asyncio.run(main())

@@ -34,6 +34,10 @@ class JsonCodec:
             text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
+        except RecursionError:
+            # The encoder recurses once per level: a value nested this deep (or one that holds
+            # itself) cannot become ledger text.
+            raise PayloadError("payload nests too deeply to encode as JSON") from None
         if len(text) > limits.PAYLOAD_BYTES_MAX:
             raise PayloadError(
                 f"payload of {len(text)} bytes exceeds the limit of {limits.PAYLOAD_BYTES_MAX}"
@@ -45,6 +49,8 @@ class JsonCodec:
             return json.loads(text)
         except ValueError as exc:
             raise PayloadError(f"ledger payload is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise PayloadError("ledger payload nests too deeply to decode") from None
 
 
 JSON = JsonCodec()

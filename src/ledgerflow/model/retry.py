@@ -1,11 +1,18 @@
-"""Retry policies as data: attempt limit, backoff and which errors retry.
+"""Retry policies as data: attempt limit, backoff, jitter and which errors retry.
 
 A policy is recorded with the step it governs (see :meth:`RetryPolicy.to_record`), so what an
 instance was promised survives a deploy that changes the code's defaults.
+
+Jitter is "full jitter": each pause is drawn between 0 and the exponential backoff, so the
+retries of many instances that failed together (a participant's outage) spread out instead of
+arriving together again. The draw is not random: it is a hash of the step's or effect's
+identity and the attempt number, so one attempt of one effect always waits the same, on every
+worker, in every replay, under the fake clock and for every seed of the fault explorer.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -14,6 +21,8 @@ from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError
 
 _MICROSECOND = timedelta(microseconds=1)
+# A hash's first 64 bits, read as a fraction of this, are uniform in [0, 1).
+_FRACTIONS = 2**64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,6 +36,8 @@ class RetryPolicy:
 
     ``retry_on`` names exception classes (or error codes carried by
     :class:`~ledgerflow.errors.EffectRejectedError`); an empty tuple retries every error.
+    ``jitter=False`` waits the exponential backoff exactly (by default each pause is drawn
+    between 0 and it, from the identity of what is retried: see the module docstring).
     """
 
     attempts_max: int = 3
@@ -34,6 +45,7 @@ class RetryPolicy:
     backoff_multiplier: float = 2.0
     backoff_max: timedelta = timedelta(seconds=30)
     retry_on: tuple[str, ...] = field(default=())
+    jitter: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.attempts_max <= limits.ATTEMPTS_MAX:
@@ -49,8 +61,20 @@ class RetryPolicy:
         """Whether an error (named by its class names and code) is one this policy retries."""
         return not self.retry_on or any(name in self.retry_on for name in error_names)
 
-    def delay_before(self, attempt: int) -> timedelta:
-        """The pause before ``attempt`` (2 is the first retry)."""
+    def delay_before(self, attempt: int, *, identity: str) -> timedelta:
+        """The pause before ``attempt`` (2 is the first retry) of what ``identity`` names (an
+        effect's idempotency key, a step's command id): at most the exponential backoff, never
+        more than ``backoff_max``; with jitter, a fraction of it fixed by identity and attempt."""
+        backoff = self._backoff(attempt)
+        if not self.jitter:
+            return backoff
+        digest = hashlib.sha256(f"{identity}\0{attempt}".encode()).digest()
+        fraction = int.from_bytes(digest[:8], "big") / _FRACTIONS
+        # Whole microseconds, as the policy itself is recorded: the same pause everywhere.
+        return timedelta(microseconds=int(backoff / _MICROSECOND * fraction))
+
+    def _backoff(self, attempt: int) -> timedelta:
+        """The exponential backoff before ``attempt``, capped at ``backoff_max``."""
         if attempt <= 1:
             return timedelta(0)
         cap = self.backoff_max.total_seconds()
@@ -63,7 +87,7 @@ class RetryPolicy:
         return timedelta(seconds=min(seconds, cap))
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "attempts_max": self.attempts_max,
             # Whole microseconds: exact, where float seconds would round.
             "backoff_initial_us": self.backoff_initial // _MICROSECOND,
@@ -71,6 +95,11 @@ class RetryPolicy:
             "backoff_max_us": self.backoff_max // _MICROSECOND,
             "retry_on": list(self.retry_on),
         }
+        if not self.jitter:
+            # Recorded only when off: the default adds nothing, so the records (and the
+            # workflow fingerprints made from them) of existing definitions stay the same.
+            record["jitter"] = False
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RetryPolicy:
@@ -80,14 +109,16 @@ class RetryPolicy:
             backoff_multiplier=float(record["backoff_multiplier"]),
             backoff_max=timedelta(microseconds=int(record["backoff_max_us"])),
             retry_on=tuple(record["retry_on"]),
+            jitter=bool(record.get("jitter", True)),
         )
 
 
 DEFAULT_STEP_RETRY = RetryPolicy()
 DEFAULT_EFFECT_RETRY = RetryPolicy()
 # Asking a participant's lookup again when it could not be asked at all (unreachable): a short
-# outage must not park work, so the lookup outlasts about a minute of it before a person is
-# asked (0.2 s doubling to a 30 s cap: 0.2 + 0.4 + ... + 25.6 + 30 s).
+# outage must not park work, so the lookup outlasts about three quarters of a minute of it on
+# average before a person is asked (ten asks; pauses of 0.2 s doubling to a 30 s cap, at most
+# 88 s in all, each jittered).
 DEFAULT_LOOKUP_RETRY = RetryPolicy(
     attempts_max=10,
     backoff_initial=timedelta(milliseconds=200),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ledgerflow.errors import RepairRefusedError
+from ledgerflow.errors import InstanceNotFoundError
 from ledgerflow.model.ids import InstanceId, StepSeq, command_id
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import (
@@ -59,7 +59,8 @@ def read_snapshot(store: Store, instance_id: InstanceId, *, now: float) -> Snaps
     """The instance and its current run as planning sees them (``now`` judges leases)."""
     instance = store.get_instance(instance_id)
     if instance is None:
-        raise RepairRefusedError("no such instance", instance_id=instance_id)
+        # Not a refusal of the repair: there is nothing to repair (LF400, as for every reader).
+        raise InstanceNotFoundError(instance_id=instance_id)
     journal = store.journal(instance.instance_id, instance.run)
     live = (
         instance.owner is not None

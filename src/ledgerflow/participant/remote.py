@@ -41,6 +41,7 @@ from ledgerflow.model.definition import EffectCall, Participant
 from ledgerflow.model.effect import LookupAnswer, LookupVerdict
 from ledgerflow.model.ids import IdempotencyKey
 from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_LOOKUP_RETRY, RetryPolicy
+from ledgerflow.redaction import redact
 
 # Statuses on which a body saying "rejected" is believed. Any other status carrying that body is
 # not this protocol, and a mis-read rejection would let the engine re-dispatch an applied effect.
@@ -122,7 +123,8 @@ class RemoteParticipant(Participant):
 
     def __repr__(self) -> str:
         return (
-            f"RemoteParticipant({self.name!r}, {self.base_url!r}, deduplicates={self.deduplicates})"
+            f"RemoteParticipant({self.name!r}, {redact(self.base_url)!r}, "
+            f"deduplicates={self.deduplicates})"
         )
 
     async def _client(self) -> httpx.AsyncClient:

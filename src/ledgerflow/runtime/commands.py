@@ -23,9 +23,10 @@ from ledgerflow.errors import (
     ResultTimeoutError,
     WorkflowError,
 )
+from ledgerflow.model import names
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
-from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, InstanceId, TenantId
+from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
@@ -118,13 +119,7 @@ class Commands:
     ) -> tuple[WorkflowDefinition, NewInstance]:
         name = _workflow_name(workflow)
         definition = self.registry.get(name, version)
-        if not isinstance(key, str) or not key or len(key) > limits.BUSINESS_KEY_LENGTH_MAX:
-            raise PayloadError(
-                f"business key must be a non-empty string of at most "
-                f"{limits.BUSINESS_KEY_LENGTH_MAX} characters"
-            )
-        tenant_id = TenantId(tenant or DEFAULT_TENANT)
-        business_key = BusinessKey(key)
+        tenant_id, business_key = names.tenant(tenant), names.business_key(key)
         new = NewInstance(
             instance_id=instance_id_for(tenant_id, definition.name, business_key),
             tenant=tenant_id,
@@ -190,12 +185,10 @@ class Commands:
         now: float,
     ) -> Delivered:
         """Deliver an event: kept once per event id, refused (and kept) when too late."""
-        for text, what in ((name, "signal name"), (event_id, "event id")):
-            if not isinstance(text, str) or not text or len(text) > limits.EVENT_ID_LENGTH_MAX:
-                raise PayloadError(
-                    f"the {what} must be a non-empty string of at most "
-                    f"{limits.EVENT_ID_LENGTH_MAX} characters"
-                )
+        name, event_id = (
+            names.event_text(name, what="signal name"),
+            names.event_text(event_id, what="event id"),
+        )
         record = self.get(instance_id)
         refuse = self._approval_refusal(record, name=name, sender=sender)
         stored = self.store.deliver(
@@ -340,7 +333,7 @@ class Commands:
     def outcome(self, record: InstanceRecord) -> Any:
         if record.status is InstanceStatus.SUCCEEDED:
             return self.codec.decode(record.result or "null")
-        message = f"instance ended {record.status.value}: {record.reason}"
+        message = f"{_how_it_stopped(record.status)}: {record.reason}"
         if record.cause and record.cause not in (record.reason or ""):
             message += f"; cause: {record.cause}"
         error = WorkflowError(
@@ -351,6 +344,15 @@ class Commands:
         )
         error.cause = record.cause
         raise error
+
+
+def _how_it_stopped(status: InstanceStatus) -> str:
+    # A parked instance has not ended: an operator's repair may resume it.
+    if status is InstanceStatus.MANUAL_INTERVENTION:
+        return "instance is parked in MANUAL_INTERVENTION, waiting for an operator"
+    if status is InstanceStatus.FORWARD_RECOVERY_REQUIRED:
+        return "instance stopped in FORWARD_RECOVERY_REQUIRED, only forward steps may finish it"
+    return f"instance ended {status.value}"
 
 
 def detail_of(store: Store, instance_id: str) -> InstanceDetail:

@@ -358,7 +358,8 @@ class EffectDriver(CallbackCompletion):
     ) -> Any:
         """Commit the next attempt's intent with its due time, wait, then dispatch it."""
         following = attempt + 1
-        due = self.s.clock.now() + self.policy.delay_before(following).total_seconds()
+        pause = self.policy.delay_before(following, identity=self.key)
+        due = self.s.clock.now() + pause.total_seconds()
         await self.s.commit(
             self._effect(
                 EffectState.INTENDED,
@@ -417,7 +418,8 @@ class EffectDriver(CallbackCompletion):
                 return LookupAnswer.unknown(), (
                     f"; the lookup could not be asked {failures} times in a row, last: {why}"
                 )[:500]
-            due = self.s.clock.now() + policy.delay_before(failures + 1).total_seconds()
+            pause = policy.delay_before(failures + 1, identity=f"lookup:{self.key}")
+            due = self.s.clock.now() + pause.total_seconds()
             await self.s.commit(
                 self._effect(
                     EffectState.UNKNOWN,

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow import limits
-from ledgerflow.errors import InstanceNotFoundError
+from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
@@ -48,14 +48,34 @@ __all__ = [
 
 RESULT_POLL_SECONDS_MIN = 0.01
 RESULT_POLL_SECONDS_MAX = 0.5
+# Said when a wait times out and no worker of this engine drives anything: the first thing a
+# newcomer needs to know is that starting an instance does not run it.
+NO_WORKER_HINT = (
+    "no worker of this engine is running, and an instance only moves while a worker drives "
+    "it: run one in this process (asyncio.create_task(engine.worker().run())) or in another "
+    "(ledgerflow worker MODULE:OBJECT --db URL)"
+)
+
+
+def _settled(
+    core: Commands, record: InstanceRecord, *, deadline: float, timeout: float, workers: bool
+) -> bool:
+    """:meth:`Commands.settled`, whose timeout says a worker must run when none runs here."""
+    try:
+        return core.settled(record, deadline=deadline, timeout=timeout)
+    except ResultTimeoutError as error:
+        if workers:
+            raise
+        raise ResultTimeoutError(f"{error.message}; {NO_WORKER_HINT}", **error.ids) from None
 
 
 class Engine:
     """The asyncio front door.
 
-    Example::
+    Example (a worker of this engine drives the instance; without one, start only records it)::
 
         async with Engine("sqlite:///orders.db", registry) as engine:
+            running = asyncio.create_task(engine.worker().run())
             started = await engine.start("order", key="order-42", input={"sku": "A1"})
             result = await engine.result(started.instance_id, timeout=30)
     """
@@ -264,7 +284,10 @@ class Engine:
                 released.clear()
                 if look:
                     record = await self.get(instance_id)
-                    if self._core.settled(record, deadline=deadline, timeout=timeout):
+                    workers = bool(self._workers)
+                    if _settled(
+                        self._core, record, deadline=deadline, timeout=timeout, workers=workers
+                    ):
                         return record
                 look = True
                 with contextlib.suppress(TimeoutError):
@@ -427,7 +450,8 @@ class SyncEngine:
         pause = RESULT_POLL_SECONDS_MIN
         while True:
             record = self.get(instance_id)
-            if self._core.settled(record, deadline=deadline, timeout=timeout):
+            # A synchronous engine drives nothing itself: only a worker elsewhere moves it.
+            if _settled(self._core, record, deadline=deadline, timeout=timeout, workers=False):
                 return record
             time.sleep(pause)
             pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)

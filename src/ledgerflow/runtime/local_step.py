@@ -70,7 +70,9 @@ class LocalStepDriver:
         )
         if retryable and attempt < self.policy.attempts_max:
             following = attempt + 1
-            due = self.session.clock.now() + self.policy.delay_before(following).total_seconds()
+            identity = command_id(self.session.instance_id, self.session.instance.run, self.seq)
+            pause = self.policy.delay_before(following, identity=identity)
+            due = self.session.clock.now() + pause.total_seconds()
             await self._write(
                 StepStatus.RETRY_SCHEDULED,
                 expected,

@@ -1,17 +1,19 @@
 """The PostgreSQL dialect: a shared journal for many workers on many machines (internal).
 
 One schema (``ledgerflow`` unless the URL says ``?schema=``) holds the ledgers, migrated on
-open under an advisory lock so that workers starting together migrate once. Connections come
-from a small psycopg pool, checked before use, so a worker reconnects by itself after the
-server restarts. Leases are measured by the database's clock (:attr:`database_clock`); every
-commit is a transaction whose first statement locks and fences the instance row, so a stale
-owner's writes find zero rows and are refused.
+open (unless migration is off, see :mod:`ledgerflow.storage.url`) under an advisory lock so
+that workers starting together migrate once. Opening first makes one direct connection, so a
+missing database, refused credentials or an unreachable server is one clear error named by its
+cause, at once; only then is the pool opened. Connections come from a small psycopg pool,
+checked before use, so a worker reconnects by itself after the server restarts. Leases are
+measured by the database's clock (:attr:`database_clock`); every commit is a transaction whose
+first statement locks and fences the instance row, so a stale owner's writes find zero rows
+and are refused.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 import threading
 import time
@@ -25,29 +27,66 @@ from psycopg_pool import ConnectionPool
 
 from ledgerflow.errors import (
     ConcurrencyError,
-    ConfigurationError,
     ForeignDatabaseError,
-    SchemaVersionError,
+    StorageAccessError,
     StorageError,
     StorageUnavailableError,
+    StoreNotFoundError,
 )
-from ledgerflow.storage import queries
+from ledgerflow.log_muting import muted
+from ledgerflow.redaction import redact
+from ledgerflow.storage import migrations, queries
+from ledgerflow.storage.migrations import MigrationStatus, OnOpen
+from ledgerflow.storage.postgres_url import PostgresTarget
 from ledgerflow.storage.rows import Row
 from ledgerflow.storage.sql_store import SqlStore
 
-_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # Held while migrating: one migrator per database at a time.
 _MIGRATION_LOCK = 0x4C464C57
 POOL_SIZE_MAX = 4
 CONNECT_TIMEOUT_SECONDS = 10.0
+# libpq's words for why a connection was refused, and what each means for the operator.
+_MISSING_DATABASE = re.compile(r'database "[^"]*" does not exist')
+_REFUSED_CREDENTIALS = re.compile(
+    r"password authentication failed|role \"[^\"]*\" does not exist|no pg_hba\.conf entry|"
+    r"authentication failed|no password supplied|password is required|permission denied",
+    re.IGNORECASE,
+)
 
 
 def _map_error(exc: psycopg.Error) -> StorageError | ConcurrencyError:
     if isinstance(exc, psycopg.errors.IntegrityError):
         return ConcurrencyError(f"conflicting write refused by the store: {exc}")
     if isinstance(exc, psycopg.OperationalError | psycopg.errors.SerializationFailure):
-        return StorageUnavailableError(f"PostgreSQL store unavailable: {exc}")
-    return StorageError(f"PostgreSQL error: {exc}")
+        return StorageUnavailableError(f"PostgreSQL store unavailable: {redact(str(exc))}")
+    return StorageError(f"PostgreSQL error: {redact(str(exc))}")
+
+
+def _cause(text: str) -> str:
+    """libpq's own reason, without its "connection to server ... failed:" preamble."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    reason = lines[0] if lines else text
+    reason = reason.split(" failed: ", 1)[-1]
+    return reason.removeprefix("FATAL:").strip()
+
+
+def _connect_failure(exc: psycopg.Error, target: PostgresTarget) -> StorageError:
+    """The first connection's failure, named by its cause (libpq gives no SQLSTATE for it)."""
+    text = redact(str(exc))
+    where = f"PostgreSQL at {target.host}"
+    if _MISSING_DATABASE.search(text):
+        return StoreNotFoundError(
+            f"{where} has no database {target.dbname!r}: create it (CREATE DATABASE) or fix "
+            f"the database name in {target.display}"
+        )
+    if _REFUSED_CREDENTIALS.search(text):
+        return StorageAccessError(
+            f"{where} refused the credentials of {target.display}: {_cause(text)}"
+        )
+    return StorageUnavailableError(
+        f"cannot reach {where} ({target.display}): {_cause(text)}; is the server running "
+        "and reachable from here?"
+    )
 
 
 class PostgresStore(SqlStore):
@@ -55,29 +94,46 @@ class PostgresStore(SqlStore):
 
     database_clock = True
 
-    def __init__(self, url: str, *, schema: str = "ledgerflow") -> None:
+    def __init__(self, target: PostgresTarget, *, on_open: OnOpen = OnOpen.MIGRATE) -> None:
         super().__init__(queries.load("postgres"))
-        if not _SCHEMA.match(schema):
-            raise ConfigurationError(f"schema {schema!r} must be a lower-case SQL identifier")
-        self.url = url
-        self.schema = schema
+        # Only the redacted URL is kept where anything could print it.
+        self.url = target.display
+        self.schema = target.schema
         self._local = threading.local()
-        conninfo = url.split("?", 1)[0].replace("postgresql+psycopg://", "postgresql://")
+        # One direct connection first: a missing database, refused credentials or a server
+        # that does not answer is reported at once, by its cause, instead of after the pool's
+        # silent retries.
+        try:
+            psycopg.connect(target.conninfo).close()
+        except psycopg.Error as exc:
+            raise _connect_failure(exc, target) from None
         self._pool = ConnectionPool(
-            conninfo,
+            target.conninfo,
             min_size=1,
             max_size=POOL_SIZE_MAX,
-            kwargs={"row_factory": dict_row, "options": f"-c search_path={schema}"},
+            kwargs={"row_factory": dict_row},
             check=ConnectionPool.check_connection,
             open=False,
-            name=f"ledgerflow-{schema}",
+            name=f"ledgerflow-{target.schema}",
         )
         try:
-            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS)
+            # The pool's warnings while it opens would only repeat, several times over, a
+            # failure the direct connection above has already reported with its cause.
+            with muted("psycopg.pool"):
+                self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS)
         except psycopg_pool.PoolTimeout as exc:
             self._pool.close()
-            raise StorageUnavailableError(f"cannot reach PostgreSQL at {conninfo}: {exc}") from None
-        self._migrate()
+            raise StorageUnavailableError(
+                f"cannot reach PostgreSQL at {target.host} ({target.display}): {exc}"
+            ) from None
+        try:
+            if on_open is OnOpen.MIGRATE:
+                self._migrate()
+            elif on_open is OnOpen.REQUIRE:
+                migrations.require_current(self._applied(), "postgres", where=self._where)
+        except BaseException:
+            self._pool.close()
+            raise
 
     # -- connections and transactions --------------------------------------------------------
 
@@ -173,17 +229,15 @@ class PostgresStore(SqlStore):
 
     # -- schema ------------------------------------------------------------------------------
 
+    @property
+    def _where(self) -> str:
+        return f"schema {self.schema} of {self.url}"
+
     def _migrate(self) -> None:
         with self._connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-            tables = {
-                r["table_name"]
-                for r in conn.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-                    (self.schema,),
-                )
-            }
+            tables = self._tables(conn)
             if tables and "lf_schema_migrations" not in tables:
                 raise ForeignDatabaseError(
                     f"schema {self.schema} holds tables Ledgerflow did not create "
@@ -193,35 +247,47 @@ class PostgresStore(SqlStore):
                 "CREATE TABLE IF NOT EXISTS lf_schema_migrations (version INTEGER PRIMARY KEY, "
                 "name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
             )
-            applied = {
-                int(r["version"]): r["checksum"]
-                for r in conn.execute("SELECT version, checksum FROM lf_schema_migrations")
-            }
-            known = queries.migrations("postgres")
-            newest = max((n for n, _, _ in known), default=0)
-            if applied and max(applied) > newest:
-                raise SchemaVersionError(
-                    f"schema {self.schema} has version {max(applied)}, newer than this "
-                    f"Ledgerflow knows ({newest}); upgrade Ledgerflow"
-                )
-            for number, name, text in known:
-                checksum = hashlib.sha256(text.encode()).hexdigest()
-                if number in applied:
-                    if applied[number] != checksum:
-                        raise SchemaVersionError(
-                            f"migration {number:04d}_{name} was changed after it was applied"
-                        )
-                    continue
-                conn.execute(text)
+            applied = self._applied_in(conn)
+            for migration in migrations.pending(applied, "postgres", where=self._where):
+                conn.execute(migration.text)
                 conn.execute(
                     "INSERT INTO lf_schema_migrations VALUES (%s, %s, %s, %s)",
-                    (number, name, checksum, time.time()),
+                    (migration.number, migration.name, migration.checksum, time.time()),
                 )
 
-    def schema_version(self) -> int:
+    def _tables(self, conn: psycopg.Connection[Row]) -> set[str]:
+        return {
+            r["table_name"]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (self.schema,),
+            )
+        }
+
+    def _applied_in(self, conn: psycopg.Connection[Row]) -> dict[int, str]:
+        """The migrations the schema records as applied (number -> checksum); reads only."""
+        tables = self._tables(conn)
+        if "lf_schema_migrations" not in tables:
+            if tables:
+                raise ForeignDatabaseError(
+                    f"schema {self.schema} holds tables Ledgerflow did not create "
+                    f"({', '.join(sorted(tables)[:5])}); it was left untouched"
+                )
+            return {}
+        rows = conn.execute(f"SELECT version, checksum FROM {self.schema}.lf_schema_migrations")
+        return {int(r["version"]): r["checksum"] for r in rows}
+
+    def _applied(self) -> dict[int, str]:
         with self._read():
-            rows = self._local.conn.execute("SELECT max(version) AS v FROM lf_schema_migrations")
-            return int(rows.fetchone()["v"] or 0)
+            applied: dict[int, str] = self._applied_in(self._local.conn)
+        return applied
+
+    def migration_status(self) -> MigrationStatus:
+        """Where this schema stands against this Ledgerflow's migrations."""
+        return migrations.status_of(self._applied(), "postgres", where=self._where)
+
+    def schema_version(self) -> int:
+        return max(self._applied(), default=0)
 
     def close(self) -> None:
         self._pool.close()

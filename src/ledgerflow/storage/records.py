@@ -3,12 +3,18 @@
 A :class:`Commit` is everything one owner changes about one instance in one durable step; each
 write names the state it expects to replace, so the store refuses a change made against a state
 that is no longer there (zero rows updated is an error, never a silent no-op).
+
+Payload fields (``input``, ``result``, ``output``, ``evidence``...) hold the ledger's text, as
+the codec wrote it; each has a ``*_value`` property beside it with the decoded value, for the
+default JSON codec (an engine with another codec decodes the text with it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from ledgerflow.model.codec import JSON
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import (
     BusinessKey,
@@ -59,6 +65,16 @@ class InstanceRecord:
     # "overtaken" (it ended otherwise first); None while none is settled.
     cancel_outcome: str | None = None
 
+    @property
+    def input_value(self) -> Any:
+        """The workflow's input, decoded."""
+        return _decoded(self.input)
+
+    @property
+    def result_value(self) -> Any:
+        """The workflow's result, decoded (None until it succeeded)."""
+        return _decoded(self.result)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRecord:
@@ -80,6 +96,19 @@ class StepRecord:
     # The errors of this step's failed attempts, oldest first, bounded (a JSON array; see
     # model.attempts).
     attempt_errors: str | None = None
+
+    @property
+    def input_value(self) -> Any:
+        return _decoded(self.input)
+
+    @property
+    def output_value(self) -> Any:
+        """What the step returned (or the result an operator substituted), decoded."""
+        return _decoded(self.output)
+
+    @property
+    def error_value(self) -> Any:
+        return _decoded(self.error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +136,15 @@ class EffectRecord:
     attempt_errors: str | None = None
     # Lookups in a row that could not be asked at all (the participant was unreachable).
     lookup_failures: int = 0
+
+    @property
+    def payload_value(self) -> Any:
+        return _decoded(self.payload)
+
+    @property
+    def evidence_value(self) -> Any:
+        """The participant's receipt (or an operator's evidence), decoded."""
+        return _decoded(self.evidence)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,6 +282,10 @@ class Delivery:
     # Why a REJECTED event was refused: "ended", "late" or "not-approver".
     refusal: str | None = None
 
+    @property
+    def payload_value(self) -> Any:
+        return _decoded(self.payload)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
@@ -280,3 +322,7 @@ class AttentionFlag:
     cleared_at: float | None = None
     cleared_by: str | None = None
     cleared_reason: str | None = None
+
+
+def _decoded(text: str | None) -> Any:
+    return None if text is None else JSON.decode(text)

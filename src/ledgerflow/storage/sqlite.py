@@ -7,17 +7,22 @@ may be lost on power loss.
 
 A file that is not a database, or a database that is not Ledgerflow's, is refused before
 anything is written to it: the identity check reads ``PRAGMA application_id`` and the table
-list, and only a file that is ours or empty is configured and migrated.
+list, and only a file that is ours or an empty database is configured and migrated. A new
+journal is built under a scratch name and linked into place whole, so a zero-byte file at the
+path is never a journal being born: it is refused as damaged (a truncated journal set up
+afresh would restart every business key). An existing file is opened without the right to
+create one, and a store opened with ``migrate=False`` writes nothing on open at all.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sqlite3
+import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -26,12 +31,13 @@ from ledgerflow.errors import (
     ConcurrencyError,
     ConfigurationError,
     ForeignDatabaseError,
-    SchemaVersionError,
     StorageCorruptError,
     StorageError,
     StorageUnavailableError,
+    StoreNotFoundError,
 )
-from ledgerflow.storage import queries
+from ledgerflow.storage import migrations, queries
+from ledgerflow.storage.migrations import MigrationStatus, OnOpen
 from ledgerflow.storage.rows import Row
 from ledgerflow.storage.sql_store import SqlStore
 
@@ -55,11 +61,20 @@ def _map_error(exc: sqlite3.Error, path: str) -> StorageError | ConcurrencyError
 
 
 class SqliteStore(SqlStore):
-    """A Ledgerflow journal in one SQLite file."""
+    """A Ledgerflow journal in one SQLite file.
+
+    ``on_open`` (see :class:`~ledgerflow.storage.migrations.OnOpen`) says whether opening
+    may create and migrate the journal; otherwise an existing journal is opened as it is: no
+    file is created, nothing is configured or migrated, and (``REQUIRE``) a journal that is
+    not at this Ledgerflow's schema version is refused with a hint to run ``ledgerflow
+    migrate``.
+    """
 
     embedded = True
 
-    def __init__(self, path: str, *, synchronous: str = "full") -> None:
+    def __init__(
+        self, path: str, *, synchronous: str = "full", on_open: OnOpen = OnOpen.MIGRATE
+    ) -> None:
         super().__init__(queries.load("sqlite"))
         if synchronous not in SYNCHRONOUS_MODES:
             raise ConfigurationError(
@@ -71,26 +86,31 @@ class SqliteStore(SqlStore):
         # The runtime uses a store from one thread; the lock makes other callers (a CLI, a
         # sync client) safe too, since a sqlite3 connection must not be used concurrently.
         self._lock = threading.RLock()
-        self._conn = self._connect()
+        self._conn = self._connect(on_open)
 
-    def _connect(self) -> sqlite3.Connection:
-        folder = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(folder):
-            raise StorageUnavailableError(f"folder {folder} does not exist", path=self.path)
-        try:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=0
-            )
-        except sqlite3.Error as exc:
-            raise _map_error(exc, self.path) from None
-        conn.row_factory = sqlite3.Row
+    def _connect(self, on_open: OnOpen) -> sqlite3.Connection:
+        if not self._exists():
+            if on_open is not OnOpen.MIGRATE:
+                raise StoreNotFoundError(
+                    f"no journal at {self.path}: the file does not exist, and the store was "
+                    "opened without creating one (check the path; `ledgerflow migrate --db URL` "
+                    "creates it)",
+                    path=self.path,
+                )
+            self._create()
+        conn = self._open_file()
         try:
             conn.execute(f"PRAGMA busy_timeout = {limits.SQLITE_BUSY_TIMEOUT_MS}")
-            self._identify(conn)
-            conn.execute("PRAGMA journal_mode = WAL")
+            ours = self._identify(conn)
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate(conn)
+            if on_open is OnOpen.MIGRATE:
+                if not ours:
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                self._migrate(conn)
+            elif on_open is OnOpen.REQUIRE:
+                migrations.require_current(self._applied(conn), "sqlite", where=self.path)
         except sqlite3.Error as exc:
             conn.close()
             raise _map_error(exc, self.path) from None
@@ -99,8 +119,77 @@ class SqliteStore(SqlStore):
             raise
         return conn
 
-    def _identify(self, conn: sqlite3.Connection) -> None:
-        """Refuse a file that is not ours before writing anything to it."""
+    def _exists(self) -> bool:
+        """Whether the journal file is there; a file that is there but empty is refused."""
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(folder):
+            raise StorageUnavailableError(f"folder {folder} does not exist", path=self.path)
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageUnavailableError(
+                f"cannot read {self.path}: {exc}", path=self.path
+            ) from None
+        if size == 0:
+            # Journals are created whole (see _create), so an empty file was never one: it is
+            # a truncated journal or somebody else's placeholder. Setting it up as a new ledger
+            # would quietly restart every business key.
+            raise StorageCorruptError(
+                f"{self.path} is an empty file (0 bytes), not a Ledgerflow journal: a "
+                "truncated journal is restored from a backup, not started afresh; remove the "
+                "file to create a new journal there",
+                path=self.path,
+            )
+        return True
+
+    def _open_file(self) -> sqlite3.Connection:
+        # mode=rw: open the file that is there, never create one (a typo must not become a
+        # new, empty journal).
+        uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=rw"
+        try:
+            conn = sqlite3.connect(
+                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=0
+            )
+        except sqlite3.Error as exc:
+            raise _map_error(exc, self.path) from None
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def _create(self) -> None:
+        """Create the journal whole: built and migrated under a scratch name, then linked into
+        place. Another process that looks meanwhile sees no file or a complete journal, never
+        the empty file it would refuse."""
+        folder, name = os.path.split(os.path.abspath(self.path))
+        try:
+            handle, scratch = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".new")
+            os.close(handle)
+        except OSError as exc:
+            raise StorageUnavailableError(
+                f"cannot create {self.path}: {exc.strerror}", path=self.path
+            ) from None
+        try:
+            conn = sqlite3.connect(scratch, isolation_level=None)
+            try:
+                conn.row_factory = sqlite3.Row
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+                self._migrate(conn)
+            finally:
+                # The last connection to close checkpoints the WAL into the file.
+                conn.close()
+            _link_new(scratch, self.path)
+        except sqlite3.Error as exc:
+            raise _map_error(exc, self.path) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(scratch)
+
+    def _identify(self, conn: sqlite3.Connection) -> bool:
+        """Refuse a file that is not ours before writing anything to it; True when it is
+        ours, False when it is an empty database Ledgerflow may make its own."""
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         tables = [
             r[0]
@@ -109,16 +198,28 @@ class SqliteStore(SqlStore):
             )
         ]
         if app_id == APPLICATION_ID:
-            return
+            return True
         if app_id == 0 and not tables:
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            return
+            return False
         raise ForeignDatabaseError(
             f"{self.path} is a database that Ledgerflow did not create "
             f"(application_id={app_id}, tables: {', '.join(tables[:5]) or 'none'}); "
             "it was left untouched",
             path=self.path,
         )
+
+    @staticmethod
+    def _applied(conn: sqlite3.Connection) -> dict[int, str]:
+        """The migrations the journal records as applied: number -> checksum."""
+        found = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lf_schema_migrations'"
+        ).fetchone()
+        if found is None:
+            return {}
+        return {
+            int(r["version"]): r["checksum"]
+            for r in conn.execute("SELECT version, checksum FROM lf_schema_migrations")
+        }
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -128,42 +229,34 @@ class SqliteStore(SqlStore):
                 "version INTEGER PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, "
                 "applied_at REAL NOT NULL)"
             )
-            applied = {
-                int(r["version"]): (r["name"], r["checksum"])
-                for r in conn.execute("SELECT * FROM lf_schema_migrations")
-            }
-            known = queries.migrations("sqlite")
-            newest = max((n for n, _, _ in known), default=0)
-            if applied and max(applied) > newest:
-                raise SchemaVersionError(
-                    f"{self.path} has schema version {max(applied)}, newer than this "
-                    f"Ledgerflow knows ({newest}); upgrade Ledgerflow",
-                    path=self.path,
-                )
-            for number, name, text in known:
-                checksum = hashlib.sha256(text.encode()).hexdigest()
-                if number in applied:
-                    if applied[number][1] != checksum:
-                        raise SchemaVersionError(
-                            f"migration {number:04d}_{name} was changed after it was applied",
-                            path=self.path,
-                        )
-                    continue
-                for statement in _statements(text):
+            for migration in migrations.pending(self._applied(conn), "sqlite", where=self.path):
+                for statement in _statements(migration.text):
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO lf_schema_migrations VALUES (?, ?, ?, ?)",
-                    (number, name, checksum, time.time()),
+                    (migration.number, migration.name, migration.checksum, time.time()),
                 )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
+    def migration_status(self) -> MigrationStatus:
+        """Where this journal stands against this Ledgerflow's migrations."""
+        with self._read():
+            applied = self._applied(self._conn)
+        return migrations.status_of(applied, "sqlite", where=self.path)
+
     def schema_version(self) -> int:
-        with self._lock:
-            row = self._conn.execute("SELECT max(version) FROM lf_schema_migrations").fetchone()
+        with self._read():
+            row = self._execute("SELECT max(version) FROM lf_schema_migrations").fetchone()
         return int(row[0] or 0)
+
+    def _execute(self, sql: str) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql)
+        except sqlite3.Error as exc:
+            raise _map_error(exc, self.path) from None
 
     # -- dialect hooks -----------------------------------------------------------------------
 
@@ -178,29 +271,28 @@ class SqliteStore(SqlStore):
     @contextlib.contextmanager
     def _write_transaction(self) -> Iterator[None]:
         with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise _map_error(exc, self.path) from None
+            self._execute("BEGIN IMMEDIATE")
             try:
                 yield
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                _rollback(self._conn)
                 raise
             try:
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._conn.execute("ROLLBACK")
+                _rollback(self._conn)
                 raise _map_error(exc, self.path) from None
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[None]:
         with self._lock:
-            self._conn.execute("BEGIN DEFERRED")
+            self._execute("BEGIN DEFERRED")
             try:
                 yield
-            finally:
-                self._conn.execute("COMMIT")
+            except BaseException:
+                _rollback(self._conn)
+                raise
+            self._execute("COMMIT")
 
     @contextlib.contextmanager
     def _savepoint(self, name: str) -> Iterator[None]:
@@ -216,6 +308,28 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End a failed transaction without hiding why it failed: after some errors (a damaged
+    page, a full disk) SQLite has already rolled back, and ROLLBACK itself then fails."""
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("ROLLBACK")
+
+
+def _link_new(scratch: str, path: str) -> None:
+    """Put the finished journal at ``path`` unless another process put one there first."""
+    try:
+        os.link(scratch, path)
+    except FileExistsError:
+        return  # another process created it first: its journal is as good as this one
+    except OSError as exc:
+        raise StorageUnavailableError(f"cannot create {path}: {exc.strerror}", path=path) from None
+    folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the new name survives power loss, as the journal's contents do
+    finally:
+        os.close(folder)
 
 
 def _statements(script: str) -> list[str]:

@@ -10,15 +10,16 @@ retries therefore always learns the same fate for the same event id, and bad inp
 
 Delivering and reading need only the store, never the workflow code, so the app is built from a
 store URL alone; the engine's synchronous calls run in Starlette's thread pool because the store
-blocks.
+blocks. Business keys, tenants and workflow names in a path or query follow the one naming rule
+(:mod:`ledgerflow.model.names`), as they do in the library and on the command line; bodies are
+read with their nesting bounded. Answers have the shapes of :mod:`ledgerflow.operators.shapes`.
+
+This module needs the ``http`` extra (Starlette); :func:`ledgerflow.cli.serve` says so when it
+is missing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import enum
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -37,16 +38,13 @@ from ledgerflow.errors import (
     PayloadError,
     StorageError,
 )
+from ledgerflow.model import json_text, names
 from ledgerflow.model.definition import Registry
-from ledgerflow.model.ids import DEFAULT_TENANT, TenantId
-from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, InstanceDetail, SyncEngine
+from ledgerflow.operators.shapes import delivery_json, detail_json, refused
+from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 _BODY_FIELDS = frozenset({"event_id", "payload", "sender", "step", "run"})
-# Ledger fields holding JSON text: the API returns them as JSON values, not as strings.
-_JSON_TEXT_FIELDS = frozenset(
-    {"input", "result", "output", "error", "evidence", "payload", "retry_policy"}
-)
 
 STATUS_FOR_OUTCOME = {
     DeliveryOutcome.ACCEPTED: 202,
@@ -75,29 +73,10 @@ class SignalRequest:
     run: int | None
 
 
-def refused(delivered: Delivered) -> bool:
-    """Whether the event changed nothing and never will (also for a repeat of a refused one)."""
-    return delivered.delivery.state == "REJECTED"
-
-
 def status_for(delivered: Delivered) -> int:
     if delivered.outcome is DeliveryOutcome.DUPLICATE and refused(delivered):
         return REFUSED_DUPLICATE_STATUS
     return STATUS_FOR_OUTCOME[delivered.outcome]
-
-
-def delivery_body(delivered: Delivered) -> dict[str, Any]:
-    """What the endpoint and ``ledgerflow signal --json`` answer for a delivery."""
-    delivery = delivered.delivery
-    return {
-        "outcome": delivered.outcome.value,
-        "event_id": delivery.event_id,
-        "instance_id": delivery.instance_id,
-        "name": delivery.name,
-        "state": delivery.state,
-        # The store keeps "" for an accepted event; callers get one way to say "no reason".
-        "reason": delivery.reason or None,
-    }
 
 
 def _optional_int(body: dict[str, Any], field: str) -> int | None:
@@ -143,29 +122,6 @@ def parse_signal(body: Any, header_event_id: str | None) -> SignalRequest:
     )
 
 
-def record_json(record: Any) -> dict[str, Any]:
-    """A ledger record as a JSON object: enums by value, JSON text fields decoded."""
-    out: dict[str, Any] = {}
-    for item in dataclasses.fields(record):
-        value = getattr(record, item.name)
-        if isinstance(value, enum.Enum):
-            value = value.value
-        elif item.name in _JSON_TEXT_FIELDS and isinstance(value, str):
-            # Text that is not JSON is shown as stored, not hidden: the ledger is the evidence.
-            with contextlib.suppress(ValueError):
-                value = json.loads(value)
-        out[item.name] = value
-    return out
-
-
-def detail_json(detail: InstanceDetail) -> dict[str, Any]:
-    return {
-        **record_json(detail.instance),
-        "steps": [record_json(step) for step in detail.steps],
-        "inbox": [record_json(delivery) for delivery in detail.inbox],
-    }
-
-
 def _error(status: int, error: str, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": error, "message": message, **extra}, status_code=status)
 
@@ -175,9 +131,10 @@ async def _read_json(request: Request) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
-    except ValueError as exc:  # Also bad UTF-8: UnicodeDecodeError is a ValueError.
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise BadRequestError(f"the body is not valid JSON: {exc}") from None
+    return json_text.loads(text, what="the body")
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -227,7 +184,7 @@ class _Routes:
             for_step=parsed.step,
             run=parsed.run,
         )
-        return JSONResponse(delivery_body(delivered), status_code=status_for(delivered))
+        return JSONResponse(delivery_json(delivered), status_code=status_for(delivered))
 
     @staticmethod
     async def parsed(request: Request) -> SignalRequest:
@@ -241,22 +198,21 @@ class _Routes:
     async def signal_by_key(self, request: Request) -> Response:
         parsed = await self.parsed(request)
         params = request.path_params
-        tenant = request.query_params.get("tenant", DEFAULT_TENANT)
-        if not tenant:
-            raise BadRequestError("'tenant' must not be empty")
+        # The same rule as a start's: an NFD spelling of a key finds the instance its NFC
+        # spelling started, and an empty tenant is refused, not taken for the default.
+        tenant = names.tenant(request.query_params.get("tenant"))
+        workflow = names.workflow_name(params["workflow"])
+        key = names.business_key(params["key"])
         found = await run_in_threadpool(
             lambda: self.engine.store.find_instance(
-                tenant=TenantId(tenant),
-                workflow_name=params["workflow"],
-                business_key=params["key"],
+                tenant=tenant, workflow_name=workflow, business_key=key
             )
         )
         if found is None:
             return _error(
                 404,
                 "not_found",
-                f"no {params['workflow']!r} instance has business key {params['key']!r} "
-                f"in tenant {tenant!r}",
+                f"no {workflow!r} instance has business key {key!r} in tenant {tenant!r}",
             )
         return await self.deliver(found.instance_id, params["name"], parsed)
 

@@ -1,0 +1,100 @@
+"""The JSON every face prints: one shape per kind of output (internal).
+
+The CLI's ``--json`` and the HTTP endpoint answer with these shapes, and ``docs/operators.md``
+documents them:
+
+- **A record** (instance, step, effect, event, delivery, flag, audit record, reconciliation
+  run) is one JSON object of the record's fields: enums by value, and the fields that hold JSON
+  text in the ledger (``input``, ``result``, ``output``, ``error``, ``evidence``, ``payload``,
+  ``retry_policy``, ``plan``) as decoded JSON values, never as strings to decode again.
+- **A listing** (``list``, ``attention``, ``audit``, ``reconcile --runs``) is one object,
+  ``{"items": [record, ...]}``, with further top-level keys only for what a command adds
+  (``attention --scan`` adds ``"scan"``); never a bare array, never JSON lines.
+- **An instance with its ledgers** (``show``, ``GET /instances/ID``) is
+  ``{"instance": ..., "steps": [...], "effects": [...], "events": [...], "inbox": [...]}``.
+- **A delivered event** (``signal``, ``POST .../signals/NAME``) is ``{"outcome", "event_id",
+  "instance_id", "name", "state", "reason"}``.
+- **An error** is ``{"error": KIND, "code": "LFnnn", "message": TEXT}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+from typing import Any
+
+from ledgerflow.errors import LedgerflowError
+from ledgerflow.runtime.commands import Delivered, InstanceDetail
+
+JSON_TEXT_FIELDS = frozenset(
+    {"input", "result", "output", "error", "evidence", "payload", "retry_policy", "plan"}
+)
+
+
+def decoded(text: str | None) -> Any:
+    """A ledger field's JSON text as a value; text that is not JSON is shown as stored (the
+    ledger is the evidence: nothing is hidden)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def record_json(record: Any) -> dict[str, Any]:
+    """A ledger record (a dataclass) as a JSON object."""
+    out: dict[str, Any] = {}
+    for item in dataclasses.fields(record):
+        value = getattr(record, item.name)
+        if isinstance(value, enum.Enum):
+            value = value.value
+        elif item.name in JSON_TEXT_FIELDS and isinstance(value, str):
+            value = decoded(value)
+        out[item.name] = value
+    return out
+
+
+def listing(items: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """A listing's one object: the items, and what the command adds."""
+    return {"items": items, **extra}
+
+
+def detail_json(detail: InstanceDetail) -> dict[str, Any]:
+    """An instance with its step and effect ledgers, timeline and inbox."""
+    return {
+        "instance": record_json(detail.instance),
+        "steps": [record_json(s) for s in detail.steps],
+        "effects": [record_json(e) for e in detail.effects],
+        "events": [record_json(e) for e in detail.events],
+        "inbox": [record_json(d) for d in detail.inbox],
+    }
+
+
+def error_json(error: LedgerflowError) -> dict[str, Any]:
+    """An error: its kind (from the class name, ``instance_not_found``), code and message."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__.removesuffix("Error")).lower()
+    # The code has its own field; the message keeps the identities the text names.
+    message = str(error).removeprefix(f"[{error.code}] ")
+    return {"error": kind, "code": error.code, "message": message}
+
+
+def refused(delivered: Delivered) -> bool:
+    """Whether the event changed nothing and never will (also for a repeat of a refused one)."""
+    return delivered.delivery.state == "REJECTED"
+
+
+def delivery_json(delivered: Delivered) -> dict[str, Any]:
+    """What the endpoint and ``ledgerflow signal --json`` answer for a delivery."""
+    delivery = delivered.delivery
+    return {
+        "outcome": delivered.outcome.value,
+        "event_id": delivery.event_id,
+        "instance_id": delivery.instance_id,
+        "name": delivery.name,
+        "state": delivery.state,
+        # The store keeps "" for an accepted event; callers get one way to say "no reason".
+        "reason": delivery.reason or None,
+    }
