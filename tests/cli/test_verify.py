@@ -155,8 +155,8 @@ def test_json_output_has_the_report_and_both_modes_figures(invoke: Invoke) -> No
 
     Method: run verify with ``--json``; parse stdout; it names the pinned version and
     fingerprint, every effect (compensations included) with its resolution, and one figures
-    entry per mode, each
-    with 0 violations and some executions; the failures list is empty.
+    entry per mode (exhaustive, arrivals of cancel requests and signals, random), each with 0
+    violations and some executions; the failures list is empty.
     """
     result = invoke(DEMO, *QUICK, "--json")
     assert result.exit_code == 0, result.output
@@ -166,7 +166,9 @@ def test_json_output_has_the_report_and_both_modes_figures(invoke: Invoke) -> No
     resolutions = {e["effect"]: e["unknown_resolution"] for e in document["effects"]}
     assert resolutions == EXPECTED_RESOLUTIONS
     figures = {f["mode"]: f for f in document["figures"]}
-    assert set(figures) == {"exhaustive depth 1", "random"}
+    assert set(figures) == {"exhaustive depth 1", "arrivals", "random"}
+    assert figures["arrivals"]["cancel_requests"] > 0
+    assert figures["arrivals"]["signals"] > 0
     for one in figures.values():
         assert one["violations"] == 0
         assert one["executions"] > 0
@@ -192,8 +194,9 @@ def test_a_broken_engine_fails_with_the_shortest_trace(invoke: Invoke) -> None:
     assert "verdict: 0 violations" not in result.output
     as_json = _broken(invoke, mutations.SKIP_INTENT, DEMO, "--depth", "1", "--json")
     assert as_json.exit_code == 1
-    [failure] = json.loads(as_json.stdout)["failures"]
-    assert failure["mode"] == "exhaustive depth 1"
+    failures = json.loads(as_json.stdout)["failures"]
+    # The sweep of crashes finds it, and so does the sweep of arrivals (same fault points).
+    [failure] = [f for f in failures if f["mode"] == "exhaustive depth 1"]
     assert any(v.startswith("no-duplicate-effect") for v in failure["shortest"]["violations"])
     assert failure["shortest"]["fired"]
     assert failure["shortest"]["trace"][-1].endswith("<- fault injected")
@@ -237,7 +240,7 @@ def test_registry_target_with_input_reports_the_operator_path(
         ).stdout
     )
     assert any("only be resolved by an operator" in w for w in document["warnings"])
-    [figures] = document["figures"]
+    figures = {f["mode"]: f for f in document["figures"]}["exhaustive depth 1"]
     assert figures["statuses"].get("MANUAL_INTERVENTION", 0) > 0
 
 

@@ -51,10 +51,25 @@ def test_exhaustive_sweep_of_the_order_workflow(tmp_path: Path) -> None:
     assert summary.stale_writes_refused == summary.crashes
 
 
+def test_a_cancel_and_a_signal_at_every_point_of_an_order(tmp_path: Path) -> None:
+    """A cancel request at each fault point hit of one order, then a signal at each (between
+    its last step and its end too): every run ends consistent, every request is honoured or
+    recorded as overtaken, every event is taken or refused with a reason."""
+    explorer = Explorer(scenario_for(registry, "order", [sample_order(1)]), folder=tmp_path)
+    summary = asyncio.run(explorer.arrivals())
+    print(json.dumps(summary.figures()))
+    assert summary.failures == [], _explain(summary)
+    assert summary.cancels == summary.signals == summary.runs // 2
+    assert summary.statuses["CANCELLED"] > 0
+    assert summary.statuses["SUCCEEDED"] > summary.cancels  # the signal runs, and overtaken ones
+
+
 def test_ten_thousand_random_executions(tmp_path: Path) -> None:
     """200 seeds x 50 concurrent orders: seeded crashes, engine errors, lost replies, timeouts,
-    rejections and late deliveries. Zero violations; every instance ends terminal; most of the
-    executions a fault touched still succeed (the rest are parked with a reason)."""
+    rejections, late deliveries, store stalls past the lease, answers after the deadline,
+    unreachable lookups, dropped store connections, cancel requests and signals arriving at
+    random points. Zero violations; every instance ends terminal; most of the executions a
+    fault touched still succeed (the rest are parked with a reason, or cancelled)."""
     explorer = Explorer(
         scenario_for(registry, "order", [sample_order(n) for n in range(1, 6)], copies=10),
         folder=tmp_path,
@@ -76,10 +91,21 @@ def test_ten_thousand_random_executions(tmp_path: Path) -> None:
     assert summary.executions >= 10_000
     assert summary.crashes > 0
     assert summary.misbehaviours > 0
+    # Every fault kind of the explorer was exercised, not only declared.
+    for kind in (
+        "cancels",
+        "signals",
+        "stalls",
+        "late_answers",
+        "lookup_misses",
+        "store_drops",
+    ):
+        assert getattr(summary, kind) > 0, kind
     assert summary.stale_writes_accepted == 0
     assert set(summary.statuses) <= {
         "SUCCEEDED",
         "COMPENSATED",
+        "CANCELLED",
         "MANUAL_INTERVENTION",
         "FAILED",
         "FORWARD_RECOVERY_REQUIRED",

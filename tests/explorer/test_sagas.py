@@ -8,6 +8,7 @@ and that COMPENSATED means every confirmed effect was undone.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,17 @@ from ledgerflow.testing import Behavior, Explorer
 pytestmark = pytest.mark.slow
 
 
+def test_a_cancel_and_a_signal_at_every_point_of_a_compensating_saga(tmp_path: Path) -> None:
+    """A cancel request, then a signal, at every fault point hit of a trip that compensates
+    (during its compensation too): each ends with an outcome, nothing is left pending."""
+    explorer = Explorer(lambda: trip_scenario(trips=1, car_refuses=True), folder=tmp_path)
+    summary = asyncio.run(explorer.arrivals())
+    print(json.dumps(summary.figures()))
+    assert summary.failures == [], summary.shortest_failure()
+    assert summary.cancels > 0
+    assert summary.signals > 0
+
+
 def test_every_crash_point_of_a_compensating_saga(tmp_path: Path) -> None:
     """Crash at every fault point hit (depth 2) of a trip whose car refuses: every run ends
     COMPENSATED with each compensation applied exactly once and nothing else undone."""
@@ -35,8 +47,9 @@ def test_every_crash_point_of_a_compensating_saga(tmp_path: Path) -> None:
 
 
 def test_random_saga_failures(tmp_path: Path) -> None:
-    """Seeds with crashes, lost replies and final refusals anywhere, over 20 concurrent trips:
-    no violation, and every terminal state is one DESIGN.md allows for a saga."""
+    """Seeds with crashes, lost replies, final refusals, cancel requests and signals anywhere,
+    over 20 concurrent trips: no violation, and every terminal state is one DESIGN.md allows
+    for a saga."""
     explorer = Explorer(lambda: trip_scenario(trips=20), folder=tmp_path)
     misbehaviour = {
         Behavior.LOSE_REPLY: 0.03,
@@ -49,7 +62,13 @@ def test_random_saga_failures(tmp_path: Path) -> None:
     assert summary.failures == [], summary.shortest_failure()
     assert summary.statuses["COMPENSATED"] > 0
     assert summary.statuses["SUCCEEDED"] > 0
-    assert set(summary.statuses) <= {"SUCCEEDED", "COMPENSATED", "FAILED", "MANUAL_INTERVENTION"}
+    assert set(summary.statuses) <= {
+        "SUCCEEDED",
+        "COMPENSATED",
+        "FAILED",
+        "CANCELLED",
+        "MANUAL_INTERVENTION",
+    }
 
 
 @pytest.fixture

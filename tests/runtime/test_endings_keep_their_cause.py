@@ -15,8 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import ledgerflow as lf
+from ledgerflow.cli.main import cli
 from ledgerflow.errors import EffectRejectedError, WorkflowError
 from ledgerflow.model.attempts import attempt_errors
 
@@ -58,6 +60,15 @@ async def _drive(url: str, registry: lf.Registry, key: str) -> lf.InstanceRecord
         assert raised.value.cause == record.cause
         assert "deposit failed: BankUnavailable" in str(raised.value)
         return record
+
+
+def test_show_names_the_cause(journal_url: str) -> None:
+    """``ledgerflow show`` of a COMPENSATED transfer prints its cause."""
+    bank = Bank()
+    record = asyncio.run(_drive(journal_url, bank.registry, "t-3"))
+    shown = CliRunner().invoke(cli, ["show", record.instance_id, "--db", journal_url])
+    assert shown.exit_code == 0, shown.output
+    assert "deposit failed: BankUnavailable" in shown.output
 
 
 def test_a_compensated_transfer_names_the_error_that_started_it(journal_url: str) -> None:
@@ -142,3 +153,8 @@ def test_each_attempt_keeps_its_error(journal_url: str) -> None:
     ]
     assert ["busy" in e["message"] for e in kept] == [True, False]
     assert json.loads(effect.evidence or "null") == "sent"
+    shown = CliRunner().invoke(cli, ["show", detail.instance.instance_id, "--db", journal_url])
+    assert shown.exit_code == 0, shown.output
+    assert "failed attempts" in shown.output
+    assert "ValueError: first" in shown.output
+    assert "ValueError: second" in shown.output

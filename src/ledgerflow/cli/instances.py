@@ -26,6 +26,7 @@ from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.loading import db_option, load_registry, open_journal
 from ledgerflow.cli.render import cell, console, inert, print_table, short, status_cell, when
 from ledgerflow.model import names
+from ledgerflow.model.attempts import attempt_errors
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.operators.shapes import decoded, detail_json, listing, record_json
@@ -313,6 +314,8 @@ def header_table(instance: InstanceRecord) -> Table:
         ("run", cell(instance.run)),
         ("status", status_cell(instance.status)),
         ("reason", cell(" ".join(p for p in (instance.reason_code, instance.reason) if p))),
+        *((("cause", cell(instance.cause)),) if instance.cause else ()),
+        *((("cancel", cell(_cancel_line(instance))),) if instance.cancel_requested_at else ()),
         ("owner", cell(instance.owner or "(none)")),
         ("generation", cell(instance.generation)),
         ("lease expires", cell(when(instance.lease_expires_at))),
@@ -324,6 +327,40 @@ def header_table(instance: InstanceRecord) -> Table:
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+def _cancel_line(instance: InstanceRecord) -> str:
+    asked = f"requested {when(instance.cancel_requested_at)}: {instance.cancel_reason}"
+    outcome = instance.cancel_outcome or "open"
+    return f"{asked} ({'compensate' if instance.cancel_compensate else 'keep effects'}); {outcome}"
+
+
+def attempt_errors_table(
+    steps: Iterable[StepRecord], effects: Iterable[EffectRecord]
+) -> Table | None:
+    """Every failed attempt's error that steps and effects kept, oldest first; None if none."""
+    table = Table(title="failed attempts", title_justify="left")
+    table.add_column("seq", justify="right")
+    table.add_column("name")
+    table.add_column("att", justify="right")
+    table.add_column("at")
+    table.add_column("error", overflow="fold")
+    rows = [(s.seq, s.name, s.attempt_errors) for s in steps]
+    rows += [(e.seq, f"{e.participant}.{e.operation}", e.attempt_errors) for e in effects]
+    shown = False
+    for seq, name, kept in rows:
+        for entry in attempt_errors(kept):
+            shown = True
+            dropped = entry.get("dropped_after")
+            error = f"{entry.get('type')}: {entry.get('message')}"
+            table.add_row(
+                cell(seq),
+                cell(name),
+                cell(entry.get("attempt")),
+                cell(when(entry.get("at"))),
+                cell(short(error) + (f" (then {dropped} not kept)" if dropped else "")),
+            )
+    return table if shown else None
 
 
 def steps_table(steps: Iterable[StepRecord], *, title: str = "steps") -> Table:
@@ -442,6 +479,9 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
         print_table(out, effects_table(detail.effects))
     else:
         out.print(Text("effects: none"))
+    failed = attempt_errors_table(detail.steps, detail.effects)
+    if failed is not None:
+        print_table(out, failed)
     if detail.inbox:
         print_table(out, inbox_table(detail.inbox))
     print_table(out, events_table(detail.events))

@@ -172,8 +172,9 @@ def explore(
     seeds: int,
     bank: SeedBank | None,
 ) -> Exploration:
-    """Exhaustive mode on ``single`` (unless ``depth`` is None), then random mode on ``crowd``
-    for the banked seeds and ``0..seeds-1``; every failing seed goes into the bank at once."""
+    """Exhaustive and arrivals modes on ``single`` (unless ``depth`` is None), then random
+    mode on ``crowd`` for the banked seeds and ``0..seeds-1``; every failing seed goes into the
+    bank at once."""
     found = Exploration()
     with (
         tempfile.TemporaryDirectory(prefix="ledgerflow-verify-") as folder,
@@ -188,6 +189,9 @@ def explore(
             # How many runs a sweep makes is learnt while it runs: the bar only counts.
             counted = progress.mode("exhaustive", None)
             found.summaries.append(asyncio.run(explorer.exhaustive(depth=depth, progress=counted)))
+            # A cancel request, then a signal, at every point of the instance's life.
+            arriving = progress.mode("arrivals", None)
+            found.summaries.append(asyncio.run(explorer.arrivals(progress=arriving)))
         if seeds > 0:
             found.banked = bank.seeds() if bank is not None else []
             found.seeds_run = [*found.banked, *(s for s in range(seeds) if s not in found.banked)]

@@ -182,6 +182,8 @@ def repair_writes(
                 result=i.result,
                 reason_code=i.reason_code,
                 reason=i.reason,
+                # Kept only where nothing else led here first (see InstanceWrite.cause).
+                cause=f"operator repair: {i.reason}",
             )
         )
     return tuple(writes)

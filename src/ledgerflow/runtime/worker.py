@@ -120,6 +120,8 @@ class Worker:
         self._stop = asyncio.Event()
         self._crash: SimulatedCrash | None = None
         self.driven = 0
+        # Claims asked of the store so far (answered or failed).
+        self.claims = 0
         # Told when this worker stops driving an instance (ended, suspended, parked or lost),
         # so that a result waiter in this process looks again now instead of at its next poll.
         self._on_released = on_released
@@ -253,6 +255,8 @@ class Worker:
             log.warning("claim failed, will retry: %s", exc)
             self._maybe_more = True
             return 0
+        finally:
+            self.claims += 1
         if len(records) >= limit or any(
             is_last_chance(r.lease_expiries, self.detection.crash_loop_lease_expiries)
             for r in records

@@ -2,9 +2,13 @@
 
 Exhaustive mode first runs the scenario without faults and counts its fault point hits; then it
 crashes the worker at each hit in turn (depth 1), and for each of those at each hit of the
-recovery that follows (depth 2: a crash during recovery). Random mode runs seeds: each seed
-drives crashes, engine errors and participant misbehaviour from one generator, prints itself,
-and replays exactly. Seeds that ever failed are kept in a seed bank and run first.
+recovery that follows (depth 2: a crash during recovery). Arrivals mode makes a cancel request,
+and then a signal, arrive at each hit in turn (including between the last step and the end).
+Random mode runs seeds: each seed drives crashes, engine errors, arrivals, dropped store
+connections and participant misbehaviour (rejections, timeouts, lost and late replies, store
+stalls past the lease while a delivery is held, answers after the deadline, unreachable
+lookups) from one generator, prints itself, and replays exactly. Seeds that ever failed are
+kept in a seed bank and run first.
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ DEFAULT_MISBEHAVIOUR = {
     Behavior.REJECT: 0.03,
     Behavior.REJECT_FINAL: 0.01,
     Behavior.LATE: 0.02,
+    Behavior.STALL: 0.01,
+    Behavior.STUBBORN: 0.01,
 }
+# Per lookup: the participant is unreachable (outages are short: the lookup policy outlasts
+# them unless several misses in a row happen to exhaust it).
+DEFAULT_LOOKUP_UNREACHABLE = 0.2
 
 
 @dataclass(slots=True)
@@ -47,6 +56,12 @@ class Summary:
     stale_writes_accepted: int = 0
     touched: int = 0
     touched_terminal: int = 0
+    cancels: int = 0
+    signals: int = 0
+    stalls: int = 0
+    late_answers: int = 0
+    lookup_misses: int = 0
+    store_drops: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     failures: list[RunResult] = field(default_factory=list)
     seconds: float = 0.0
@@ -61,6 +76,12 @@ class Summary:
         self.stale_writes_accepted += result.stale_writes_accepted
         self.touched += result.touched
         self.touched_terminal += result.touched_terminal
+        self.cancels += result.cancels
+        self.signals += result.signals
+        self.stalls += result.stalls
+        self.late_answers += result.late_answers
+        self.lookup_misses += result.lookup_misses
+        self.store_drops += result.store_drops
         self.statuses.update(result.statuses)
         if not result.ok:
             self.failures.append(result)
@@ -87,6 +108,12 @@ class Summary:
             "participant_misbehaviours": self.misbehaviours,
             "stale_writes_refused": self.stale_writes_refused,
             "stale_writes_accepted": self.stale_writes_accepted,
+            "cancel_requests": self.cancels,
+            "signals": self.signals,
+            "store_stalls_past_the_lease": self.stalls,
+            "answers_after_the_deadline": self.late_answers,
+            "lookups_unreachable": self.lookup_misses,
+            "store_connections_dropped": self.store_drops,
             "executions_touched_by_a_fault": self.touched,
             "non_vacuity": round(self.non_vacuity, 4),
             "statuses": dict(self.statuses),
@@ -145,18 +172,43 @@ class Explorer:
         summary.seconds = time.monotonic() - started
         return summary
 
+    async def arrivals(self, *, progress: Progress | None = None) -> Summary:
+        """A cancel request at each fault point hit of the fault-free run, then a signal at
+        each: whatever the moment, the request and the event end with an outcome."""
+        started = time.monotonic()
+        summary = Summary(mode="arrivals")
+        baseline = await self._run(ScheduledPlan(), "baseline")
+        summary.add(baseline)
+        for at in range(1, len(baseline.hits) + 1):
+            for kind, plan in (
+                ("cancel", ScheduledPlan(cancel_at=frozenset({at}))),
+                ("signal", ScheduledPlan(signal_at=frozenset({at}))),
+            ):
+                result = await self._run(plan, f"{kind}-{at}")
+                summary.add(result)
+                if progress:
+                    progress(result)
+        summary.seconds = time.monotonic() - started
+        return summary
+
     async def random(
         self,
         seeds: Iterable[int],
         *,
         rates: Rates | None = None,
         misbehaviour: dict[Behavior, float] | None = None,
+        lookup_unreachable: float = DEFAULT_LOOKUP_UNREACHABLE,
         progress: Progress | None = None,
     ) -> Summary:
         started = time.monotonic()
         summary = Summary(mode="random")
         for seed in seeds:
-            result = await self.run_seed(seed, rates=rates, misbehaviour=misbehaviour)
+            result = await self.run_seed(
+                seed,
+                rates=rates,
+                misbehaviour=misbehaviour,
+                lookup_unreachable=lookup_unreachable,
+            )
             summary.add(result)
             if progress:
                 progress(result)
@@ -169,6 +221,7 @@ class Explorer:
         *,
         rates: Rates | None = None,
         misbehaviour: dict[Behavior, float] | None = None,
+        lookup_unreachable: float = DEFAULT_LOOKUP_UNREACHABLE,
     ) -> RunResult:
         """One seed: the same seed always gives the same faults, the same run, the same verdict."""
         rng = random.Random(seed)
@@ -176,7 +229,11 @@ class Explorer:
 
         def misbehave(scenario: Scenario) -> None:
             for participant in scenario.participants:
-                participant.misbehave_at_random(random.Random(rng.random()), chosen)
+                participant.misbehave_at_random(
+                    random.Random(rng.random()),
+                    chosen,
+                    lookup_unreachable=lookup_unreachable,
+                )
 
         return await self._run(RandomPlan(rng, rates or Rates()), f"seed-{seed}", misbehave)
 

@@ -8,16 +8,22 @@ to the ledger. Each check returns :class:`Violation` values naming the invariant
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.model.instance import INSTANCE_MACHINE, TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.instance import (
+    FINAL_STATUSES,
+    INSTANCE_MACHINE,
+    TERMINAL_STATUSES,
+    InstanceStatus,
+)
 from ledgerflow.model.machine import Machine
 from ledgerflow.model.step import STEP_MACHINE
-from ledgerflow.storage.records import EffectRecord, EventRecord, InstanceRecord
+from ledgerflow.storage.records import Delivery, EffectRecord, EventRecord, InstanceRecord
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.participants import World
 
@@ -42,6 +48,7 @@ class Snapshot:
     instances: list[InstanceRecord]
     effects: dict[InstanceId, list[EffectRecord]]
     events: dict[InstanceId, list[EventRecord]]
+    inbox: dict[InstanceId, list[Delivery]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
@@ -50,6 +57,7 @@ class Snapshot:
             instances=instances,
             effects={i.instance_id: store.effects(i.instance_id) for i in instances},
             events={i.instance_id: store.events(i.instance_id) for i in instances},
+            inbox={i.instance_id: store.inbox(i.instance_id) for i in instances},
         )
 
 
@@ -64,6 +72,12 @@ def check(snapshot: Snapshot, world: World) -> list[Violation]:
         *no_stale_write(snapshot),
         *legal_transitions(snapshot),
         *failed_only_without_effects(snapshot),
+        *one_copy_at_a_time(world),
+        *requests_answered(snapshot),
+        *no_new_effect_after_cancel(snapshot),
+        *endings_name_their_cause(snapshot),
+        *late_answers_never_confirm(snapshot, world),
+        *doubt_parked_only_when_lookups_are_spent(snapshot, world),
     ]
 
 
@@ -277,6 +291,117 @@ def failed_only_without_effects(snapshot: Snapshot) -> Iterable[Violation]:
                     "failed-only-without-effects",
                     instance.instance_id,
                     f"FAILED with {len(confirmed)} confirmed effect(s)",
+                )
+
+
+def one_copy_at_a_time(world: World) -> Iterable[Violation]:
+    """No two copies of one instance run at once: its workflow code never runs twice together,
+    and a participant never has two of its calls in flight (an abandoned call excepted)."""
+    for overlap in world.overlaps:
+        yield Violation(
+            "one-copy-at-a-time",
+            overlap.instance_id,
+            f"{overlap.second} began while {overlap.first} was still running",
+        )
+
+
+def requests_answered(snapshot: Snapshot) -> Iterable[Violation]:
+    """Every accepted cancel request and every accepted event ends with an outcome the caller
+    can read: once an instance has ended for good, its request is honoured (CANCELLED) or
+    recorded as overtaken, and no event of it is still pending."""
+    for instance in snapshot.instances:
+        if instance.status not in FINAL_STATUSES:
+            continue
+        if instance.cancel_requested_at is not None:
+            expected = "honoured" if instance.status is InstanceStatus.CANCELLED else "overtaken"
+            if instance.cancel_outcome != expected:
+                yield Violation(
+                    "cancel-request-answered",
+                    instance.instance_id,
+                    f"ended {instance.status.value} with a cancel request whose outcome is "
+                    f"{instance.cancel_outcome!r}, not {expected!r}",
+                )
+        for delivery in snapshot.inbox.get(instance.instance_id, []):
+            if delivery.state == "PENDING":
+                yield Violation(
+                    "event-answered",
+                    instance.instance_id,
+                    f"event {delivery.event_id} ({delivery.name}) is still pending after the "
+                    f"instance ended {instance.status.value}",
+                )
+
+
+def no_new_effect_after_cancel(snapshot: Snapshot) -> Iterable[Violation]:
+    """Once a cancel request is recorded, no new effect of the instance is intended (only
+    compensations, at negative positions)."""
+    for instance_id, events in snapshot.events.items():
+        asked = False
+        for event in events:
+            if event.subject == "cancel" and event.to_state == "requested":
+                asked = True
+            elif (
+                asked
+                and event.subject.startswith("effect:")
+                and int(event.subject.removeprefix("effect:")) > 0
+                and event.from_state == EffectState.NEW.value
+            ):
+                yield Violation(
+                    "no-new-effect-after-cancel",
+                    instance_id,
+                    f"{event.subject} was intended after the cancel request",
+                )
+
+
+def endings_name_their_cause(snapshot: Snapshot) -> Iterable[Violation]:
+    """Every terminal state but SUCCEEDED keeps what led to it."""
+    for instance in snapshot.instances:
+        if instance.status in TERMINAL_STATUSES - {InstanceStatus.SUCCEEDED} and not (
+            instance.cause
+        ):
+            yield Violation(
+                "ending-names-its-cause",
+                instance.instance_id,
+                f"{instance.status.value} ({instance.reason_code}) names no cause",
+            )
+
+
+def late_answers_never_confirm(snapshot: Snapshot, world: World) -> Iterable[Violation]:
+    """An answer given after its call's deadline never confirms the effect on its own: the
+    evidence of a CONFIRMED effect is never such an answer."""
+    late = {(participant, key) for participant, key, _ in world.late_answers}
+    for effects in snapshot.effects.values():
+        for effect in effects:
+            if effect.state is not EffectState.CONFIRMED:
+                continue
+            if (effect.participant, effect.idempotency_key) not in late:
+                continue
+            evidence = json.loads(effect.evidence or "null")
+            if isinstance(evidence, dict) and evidence.get("late"):
+                yield Violation(
+                    "late-answer-never-confirms",
+                    effect.instance_id,
+                    f"{effect.idempotency_key} was confirmed by the answer its participant gave "
+                    "after the deadline",
+                )
+
+
+def doubt_parked_only_when_lookups_are_spent(
+    snapshot: Snapshot, world: World
+) -> Iterable[Violation]:
+    """A lookup that could not be asked is no answer: an instance is parked for an unknown
+    outcome because of an unreachable lookup only once its lookup policy is spent."""
+    for instance in snapshot.instances:
+        if instance.reason_code != "effect_outcome_unknown":
+            continue
+        for effect in snapshot.effects[instance.instance_id]:
+            misses = world.lookup_misses.get((effect.participant, effect.idempotency_key), 0)
+            bound = world.lookup_attempts_max.get(effect.participant)
+            if effect.state is EffectState.UNKNOWN and bound and 0 < misses < bound:
+                yield Violation(
+                    "doubt-parked-only-when-lookups-are-spent",
+                    instance.instance_id,
+                    f"parked after {misses} unreachable lookup(s) of {effect.idempotency_key}; "
+                    f"its lookup policy allows {bound}",
                 )
 
 

@@ -4,14 +4,22 @@ record of every application, which is what the oracle believes over the engine's
 A participant applies every delivery it accepts (so without deduplication a repeated key is
 applied twice and the record shows it), fences attempts its lookup answered "not applied" for,
 and can be told to misbehave for chosen deliveries: reject, time out, lose the reply after
-applying, apply late, or drift (lose a fact behind the ledger's back).
+applying, apply late, drift (lose a fact behind the ledger's back), hold a delivery while the
+engine's store stalls past its lease, or ignore the engine's cancellation at the deadline and
+answer late; and its lookup can be unreachable for a while (an outage).
+
+It also records, for the oracle, what the engine cannot be trusted to report about itself:
+two calls for one instance in flight at once (two copies of the instance running), answers it
+gave after the caller's deadline, and the lookups it refused in a row.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +30,7 @@ from ledgerflow.model.definition import EffectCall, EffectDeclaration, Participa
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.ids import IdempotencyKey
 from ledgerflow.model.retry import RetryPolicy
+from ledgerflow.testing.clock import FakeClock
 
 
 class Behavior(enum.Enum):
@@ -36,6 +45,19 @@ class Behavior(enum.Enum):
     LOSE_REPLY = "lose-reply"
     # Accepted now, applied later (at the next delivery of late work), reply lost.
     LATE = "late"
+    # Applied, but the answer is held while the engine's store stalls for longer than the
+    # lease (the world's stall hook), then given: the engine may take the instance up again
+    # meanwhile, and must not run a second copy of it.
+    STALL = "stall"
+    # Applied, then the answer is held past the call's deadline; the engine's cancellation is
+    # ignored and the answer comes late, marked so: it must never complete the effect.
+    STUBBORN = "stubborn"
+
+
+class LookupBehavior(enum.Enum):
+    ANSWER = "answer"
+    # The participant cannot be reached: the lookup raises, nothing is asked or fenced.
+    UNREACHABLE = "unreachable"
 
 
 class LostReplyError(ConnectionError):
@@ -54,13 +76,42 @@ class Application:
     payload: Any
 
 
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """Two calls for one instance were in flight at once: two copies of it ran together."""
+
+    instance_id: str
+    first: str
+    second: str
+
+
+Stall = Callable[[], Awaitable[None]]
+
+
 @dataclass(slots=True)
 class World:
-    """What all scripted participants of one run share: the global order of applications."""
+    """What all scripted participants of one run share: the global order of applications, and
+    what the oracle needs to know that only the participants saw."""
 
     applications: list[Application] = field(default_factory=list)
     drifted: set[tuple[str, str]] = field(default_factory=set)
     reversed: set[tuple[str, str]] = field(default_factory=set)
+    # The run's clock (a stubborn participant lets the caller's deadline pass on it) and its
+    # store stall (see Behavior.STALL); set by the simulation.
+    clock: FakeClock | None = None
+    stall: Stall | None = None
+    # Calls in flight per instance (what each is), and every time two overlapped.
+    in_flight: dict[str, list[str]] = field(default_factory=dict)
+    overlaps: list[Overlap] = field(default_factory=list)
+    # Copies of each instance's workflow code running now, and every time two ran at once.
+    executions: dict[str, int] = field(default_factory=dict)
+    # (participant, key, attempt) of every answer given after the caller's deadline.
+    late_answers: list[tuple[str, str, int]] = field(default_factory=list)
+    # Lookups refused in a row per (participant, key), and each participant's lookup policy
+    # bound: an instance parked for doubt before that bound was spent parked too early.
+    lookup_misses: dict[tuple[str, str], int] = field(default_factory=dict)
+    lookup_attempts_max: dict[str, int] = field(default_factory=dict)
+    lookups_refused: int = 0
 
     def record(
         self, participant: str, operation: str, key: str, attempt: int, payload: Any
@@ -68,6 +119,38 @@ class World:
         self.applications.append(
             Application(len(self.applications), participant, operation, key, attempt, payload)
         )
+
+    @contextlib.contextmanager
+    def call(self, instance_id: str, what: str) -> Iterator[None]:
+        """A call of the engine for ``instance_id`` is in flight within the block."""
+        calls = self.in_flight.setdefault(instance_id, [])
+        if calls:
+            self.overlaps.append(Overlap(instance_id, calls[0], what))
+        calls.append(what)
+        try:
+            yield
+        finally:
+            if what in calls:  # An abandoned call was taken off already.
+                calls.remove(what)
+
+    @contextlib.contextmanager
+    def execution(self, instance_id: str) -> Iterator[None]:
+        """One copy of the instance's workflow code runs within the block."""
+        running = self.executions.get(instance_id, 0)
+        if running:
+            self.overlaps.append(Overlap(instance_id, "workflow code", "workflow code"))
+        self.executions[instance_id] = running + 1
+        try:
+            yield
+        finally:
+            self.executions[instance_id] -= 1
+
+    def abandoned(self, instance_id: str, what: str) -> None:
+        """The caller gave up on this call (cancelled it at its deadline): it no longer runs on
+        the instance's behalf, whatever the participant does with it now."""
+        calls = self.in_flight.get(instance_id, [])
+        if what in calls:
+            calls.remove(what)
 
 
 @dataclass(slots=True)
@@ -108,6 +191,7 @@ class ScriptedParticipant:
         retry: RetryPolicy | None = None,
         compensations: Mapping[str, str] | None = None,
         preconditions: bool = False,
+        lookup_retry: RetryPolicy | None = None,
     ) -> None:
         self.name = name
         self.world = world
@@ -119,7 +203,16 @@ class ScriptedParticipant:
         self.fenced: dict[str, int] = {}
         self.late: list[tuple[str, str, int, Any]] = []
         self.misbehaved = 0
-        self.participant = Participant(name, deduplicates=deduplicates)
+        # Lookups: scripted outages and a seeded outage rate (the world counts the misses).
+        self.lookup_rules: list[tuple[LookupBehavior, int]] = []
+        self.lookup_chaos: tuple[random.Random, float] | None = None
+        # The instance each key was delivered for (a lookup names only the key).
+        self.instance_of: dict[str, str] = {}
+        self.participant = Participant(
+            name,
+            deduplicates=deduplicates,
+            **({"lookup_retry": lookup_retry} if lookup_retry is not None else {}),
+        )
         undo = dict(compensations or {})
         for operation, classification in operations.items():
             self.participant.effect(
@@ -136,6 +229,7 @@ class ScriptedParticipant:
             )(self._deliver)
         if lookup:
             self.participant.lookup(self.lookup)
+            world.lookup_attempts_max[name] = self.participant.lookup_retry.attempts_max
 
     @classmethod
     def standing_in_for(cls, participant: Participant, world: World) -> ScriptedParticipant:
@@ -155,6 +249,7 @@ class ScriptedParticipant:
                 d.operation: d.compensation for d in declarations if d.compensation is not None
             },
             preconditions=any(d.precondition is not None for d in declarations),
+            lookup_retry=participant.lookup_retry,
         )
         return twin
 
@@ -191,9 +286,26 @@ class ScriptedParticipant:
     ) -> None:
         self.rules.append(Rule(behavior, operation, key_contains, attempt, times))
 
-    def misbehave_at_random(self, rng: random.Random, rates: Mapping[Behavior, float]) -> None:
-        """Choose a behaviour per delivery from a seeded generator (random mode)."""
+    def misbehave_at_random(
+        self,
+        rng: random.Random,
+        rates: Mapping[Behavior, float],
+        *,
+        lookup_unreachable: float = 0.0,
+    ) -> None:
+        """Choose a behaviour per delivery (and whether its lookup is reachable, per ask) from
+        a seeded generator (random mode)."""
         self.chaos = (rng, rates)
+        if lookup_unreachable:
+            self.lookup_chaos = (rng, lookup_unreachable)
+
+    def lookup_down(self, times: int) -> None:
+        """The next ``times`` lookups find the participant unreachable (an outage)."""
+        self.lookup_rules.append((LookupBehavior.UNREACHABLE, times))
+
+    @property
+    def lookup_retry(self) -> RetryPolicy:
+        return self.participant.lookup_retry
 
     # -- the participant's side --------------------------------------------------------------
 
@@ -212,11 +324,23 @@ class ScriptedParticipant:
         return Behavior.SUCCEED
 
     async def _deliver(self, call: EffectCall) -> dict[str, Any]:
+        what = f"{self.name}.{call.operation} {call.idempotency_key} attempt {call.attempt}"
+        self.instance_of[call.idempotency_key] = call.instance_id
+        with self.world.call(call.instance_id, what):
+            return await self._respond(call, what)
+
+    async def _respond(self, call: EffectCall, what: str) -> dict[str, Any]:
         key, attempt = call.idempotency_key, call.attempt
         self.received.append((key, attempt))
         behavior = self._behavior(call.operation, key, attempt)
         if behavior is not Behavior.SUCCEED:
             self.misbehaved += 1
+        if behavior is Behavior.STALL and self.world.stall is not None:
+            receipt = self._apply(call.operation, key, attempt, call.payload)
+            await self.world.stall()
+            return receipt
+        if behavior is Behavior.STUBBORN and self.world.clock is not None:
+            return await self._answer_late(call, what)
         if behavior is Behavior.REJECT:
             raise EffectRejectedError("scripted rejection", error_code="scripted")
         if behavior is Behavior.REJECT_FINAL:
@@ -230,6 +354,20 @@ class ScriptedParticipant:
         if behavior is Behavior.LOSE_REPLY:
             raise LostReplyError("scripted: applied, reply lost")
         return receipt
+
+    async def _answer_late(self, call: EffectCall, what: str) -> dict[str, Any]:
+        """Apply, let the caller's deadline pass, ignore its cancellation and answer anyway."""
+        key, attempt = call.idempotency_key, call.attempt
+        receipt = self._apply(call.operation, key, attempt, call.payload)
+        assert self.world.clock is not None
+        if call.deadline_at is not None:
+            self.world.clock.advance_to(call.deadline_at)
+        try:
+            await asyncio.get_running_loop().create_future()  # Only a cancellation ends it.
+        except asyncio.CancelledError:
+            self.world.abandoned(call.instance_id, what)
+        self.world.late_answers.append((self.name, key, attempt))
+        return {**receipt, "late": True}
 
     def _apply(self, operation: str, key: str, attempt: int, payload: Any) -> dict[str, Any]:
         if attempt <= self.fenced.get(key, 0):
@@ -246,10 +384,34 @@ class ScriptedParticipant:
         return receipt
 
     async def lookup(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
+        with self.world.call(self.instance_of.get(key, key), f"{self.name} lookup {key}"):
+            return self._look_up(key, attempt)
+
+    def _look_up(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
+        misses = self.world.lookup_misses
+        if self._lookup_behavior() is LookupBehavior.UNREACHABLE:
+            misses[(self.name, key)] = misses.get((self.name, key), 0) + 1
+            self.world.lookups_refused += 1
+            raise ConnectionRefusedError(f"scripted: {self.name} is unreachable")
+        misses.pop((self.name, key), None)
         if key in self.receipts and (self.name, key) not in self.world.drifted:
             return LookupAnswer.applied(self.receipts[key])
         self.fenced[key] = max(self.fenced.get(key, 0), attempt)
         return LookupAnswer.not_applied()
+
+    def _lookup_behavior(self) -> LookupBehavior:
+        if self.lookup_rules:
+            behavior, times = self.lookup_rules[0]
+            if times <= 1:
+                self.lookup_rules.pop(0)
+            else:
+                self.lookup_rules[0] = (behavior, times - 1)
+            return behavior
+        if self.lookup_chaos is not None:
+            rng, rate = self.lookup_chaos
+            if rng.random() < rate:
+                return LookupBehavior.UNREACHABLE
+        return LookupBehavior.ANSWER
 
     async def precondition(self, call: EffectCall) -> Precondition:
         """A compensation may run only for what this participant applied, and need not run for

@@ -6,10 +6,17 @@ store called inline, so a run depends on nothing but its inputs and its fault pl
 same SQLite file afresh after the dead worker's leases have lapsed. After quiescence the dead
 workers come back as stale owners and try to write with their old generation: the store must
 refuse every such write.
+
+Faults from outside the worker are simulated here too: a cancel request or a signal arriving at
+a fault point (as from another process), a store that stalls for longer than the lease while a
+participant holds a delivery (the clock jumps past every lease and the worker is let claim),
+and, in random mode, a connection that drops around a commit or a claim. Each copy of an
+instance's workflow code is counted while it runs, so two at once are seen.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,23 +24,31 @@ from pathlib import Path
 from typing import Any
 
 from ledgerflow.errors import FencedOutError
-from ledgerflow.model.definition import Registry
+from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.effect import EffectState
-from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, Generation, InstanceId, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.runtime import faults
+from ledgerflow.runtime.commands import instance_id_for
 from ledgerflow.runtime.engine import Engine
 from ledgerflow.runtime.faults import SimulatedCrash
+from ledgerflow.runtime.worker import Worker
+from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Commit, Release
 from ledgerflow.testing import oracle
 from ledgerflow.testing.clock import FakeClock
+from ledgerflow.testing.dropping_store import DroppingStore, dropping
 from ledgerflow.testing.participants import ScriptedParticipant, World
-from ledgerflow.testing.plans import RandomPlan, ScheduledPlan
+from ledgerflow.testing.plans import CANCEL, Hit, RandomPlan, ScheduledPlan
 
 # Leases are long so that no lease lapses while a worker lives; a death then moves the clock
 # past them. Worker lives and rounds are bounded so a broken engine cannot loop forever.
 SIMULATED_LEASE_SECONDS = 1_000.0
 ROUNDS_MAX = 500
+# A stall gives the worker this many turns of the loop to claim while the delivery is held.
+STALL_TURNS_MAX = 1_000
+# The name of the signal the explorer sends (a workflow that waits for it takes it).
+PROBE_SIGNAL = "explorer-probe"
 
 
 @dataclass(slots=True)
@@ -46,6 +61,8 @@ class Scenario:
     starts: list[tuple[str, str, Any]]
     # Undo what setting the scenario up changed outside it (see ScriptedParticipant.take_over).
     cleanup: list[Callable[[], None]] = field(default_factory=list)
+    # What a signal arriving from outside is named (default: one no wait takes).
+    signal: str = PROBE_SIGNAL
 
 
 ScenarioFactory = Callable[[], Scenario]
@@ -94,6 +111,17 @@ class RunResult:
     touched_terminal: int
     hits: list[str] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
+    # What arrived from outside, and where ("cancel at #12 ...").
+    arrived: list[str] = field(default_factory=list)
+    # Faults from outside the worker: requests and signals that arrived, store stalls past
+    # the lease, answers given after their deadline, lookups refused by an unreachable
+    # participant, and dropped store connections.
+    cancels: int = 0
+    signals: int = 0
+    stalls: int = 0
+    late_answers: int = 0
+    lookup_misses: int = 0
+    store_drops: int = 0
 
     @property
     def ok(self) -> bool:
@@ -116,7 +144,8 @@ async def simulate(
     scenario = factory()
     if prepare is not None:
         prepare(scenario)
-    run = _Run(scenario, url=f"sqlite:///{folder / (label + '.db')}?synchronous=off")
+    scenario.cleanup.extend(_count_executions(scenario.registry, scenario.world))
+    run = _Run(scenario, plan, url=f"sqlite:///{folder / (label + '.db')}?synchronous=off")
     faults.install(plan)
     try:
         await run.start()
@@ -127,9 +156,10 @@ async def simulate(
             undo()
     run.touched.update(_instances_with_misbehaviour(snapshot))
     terminal = {i.instance_id for i in snapshot.instances if i.status in TERMINAL_STATUSES}
+    world = scenario.world
     return RunResult(
         label=label,
-        violations=oracle.check(snapshot, scenario.world),
+        violations=oracle.check(snapshot, world),
         statuses=Counter(i.status.value for i in snapshot.instances),
         crashes=run.crashes,
         errors=len(plan.errors) if isinstance(plan, RandomPlan) else 0,
@@ -141,51 +171,112 @@ async def simulate(
         hits=[str(h) for h in plan.hits],
         fired=[
             str(h)
-            for h in [*plan.crashed_at, *(plan.errors if isinstance(plan, RandomPlan) else [])]
+            for h in [
+                *plan.crashed_at,
+                *(plan.errors if isinstance(plan, RandomPlan) else []),
+                *(h for _, h in plan.arrivals),
+            ]
         ],
+        arrived=[f"{kind} at {h}" for kind, h in plan.arrivals],
+        cancels=sum(1 for kind, _ in plan.arrivals if kind == CANCEL),
+        signals=sum(1 for kind, _ in plan.arrivals if kind != CANCEL),
+        stalls=run.stalls,
+        late_answers=len(world.late_answers),
+        lookup_misses=run.lookup_misses,
+        store_drops=run.store_drops,
     )
+
+
+def _count_executions(registry: Registry, world: World) -> list[Callable[[], None]]:
+    """Wrap every workflow function so the world counts the copies of each instance running;
+    return how to unwrap them. The fingerprint stays the one of the user's code."""
+    restores: list[Callable[[], None]] = []
+    for definition in registry.definitions():
+        original = definition.function
+        object.__setattr__(definition, "function", _counted(world, original))
+        restores.append(_restore(definition, original))
+    return restores
+
+
+def _counted(world: World, function: WorkflowFunction) -> WorkflowFunction:
+    async def counted(ctx: Any, value: Any) -> Any:
+        with world.execution(ctx.instance_id):
+            return await function(ctx, value)
+
+    return counted
+
+
+def _restore(definition: WorkflowDefinition, function: WorkflowFunction) -> Callable[[], None]:
+    return lambda: object.__setattr__(definition, "function", function)
 
 
 class _Run:
     """The worker lives of one simulated run, on one clock and one journal file."""
 
-    def __init__(self, scenario: Scenario, *, url: str) -> None:
+    def __init__(self, scenario: Scenario, plan: ScheduledPlan, *, url: str) -> None:
         self.scenario = scenario
+        self.plan = plan
         self.url = url
         self.clock = FakeClock()
         self.dead: list[tuple[InstanceId, WorkerId, Generation]] = []
         self.touched: set[str] = set()
         self.crashes = 0
+        self.stalls = 0
+        self.store_drops = 0
+        self.engine: Engine | None = None
+        self.worker: Worker | None = None
+        self.workflow_of = {key: workflow for workflow, key, _ in scenario.starts}
+        plan.arrive = self._arrive
+        scenario.world.clock = self.clock
+        scenario.world.stall = self._stall
+
+    @property
+    def lookup_misses(self) -> int:
+        return self.scenario.world.lookups_refused
 
     def _engine(self) -> Engine:
-        return Engine(self.url, self.scenario.registry, clock=self.clock, inline=True)
+        store = open_store(self.url)
+        if isinstance(self.plan, RandomPlan) and self.plan.rates.store_drop:
+            store = dropping(store, self.plan.rng, self.plan.rates.store_drop)
+        self.engine = Engine(store, self.scenario.registry, clock=self.clock, inline=True)
+        return self.engine
 
     async def start(self) -> None:
-        async with self._engine() as engine:
+        async with Engine(self.url, self.scenario.registry, clock=self.clock, inline=True) as e:
             for workflow, key, value in self.scenario.starts:
-                await engine.start(workflow, key=key, input=value)
+                await e.start(workflow, key=key, input=value)
 
     async def to_quiescence(self, label: str) -> tuple[oracle.Snapshot, tuple[int, int]]:
         """Worker lives until nothing is runnable; then the dead owners try their writes."""
         for _ in range(ROUNDS_MAX):
             async with self._engine() as engine:
-                if not await self._life(engine):
+                alive = await self._life(engine)
+                self._count_drops(engine)
+                if not alive:
                     continue
                 for participant in self.scenario.participants:
                     participant.deliver_late()
                 due = engine.store.next_available_at()
-                if due is None:
-                    stale = _stale_owners_write(engine, self.dead, self.clock.now())
-                    return oracle.Snapshot.of(engine.store), stale
+            if due is None:
+                # Judged on a store of its own: the faults of the lives are over.
+                async with Engine(self.url, self.scenario.registry, clock=self.clock) as final:
+                    stale = _stale_owners_write(final, self.dead, self.clock.now())
+                    return oracle.Snapshot.of(final.store), stale
             self.clock.advance_to(due)
         raise RuntimeError(f"{label}: no quiescence after {ROUNDS_MAX} worker rounds")
 
+    def _count_drops(self, engine: Engine) -> None:
+        store = engine.store
+        if isinstance(store, DroppingStore):
+            self.store_drops += len(store.dropped)
+
     async def _life(self, engine: Engine) -> bool:
         """One worker life until nothing is due; False when it died."""
-        worker = engine.worker(
+        # Room beside every instance, so that a claim during a stall could take any of them.
+        self.worker = worker = engine.worker(
             lease_seconds=SIMULATED_LEASE_SECONDS,
             poll_seconds=3_600.0,
-            concurrency=max(1, min(len(self.scenario.starts), 256)),
+            concurrency=max(2, min(len(self.scenario.starts) + 1, 256)),
         )
         try:
             await worker.run(until_nothing_due=True)
@@ -197,6 +288,46 @@ class _Run:
             self.clock.advance(SIMULATED_LEASE_SECONDS + 1)
             return False
         return True
+
+    async def _stall(self) -> None:
+        """The store stalls for longer than the lease while a delivery is held: every lease of
+        this worker lapses, and the worker gets turns of the loop to claim meanwhile."""
+        self.stalls += 1
+        self.clock.advance(SIMULATED_LEASE_SECONDS + 1)
+        worker = self.worker
+        if worker is None:
+            return
+        claims = worker.claims
+        worker.wake()
+        for _ in range(STALL_TURNS_MAX):
+            if worker.claims > claims:
+                break
+            await asyncio.sleep(0)
+
+    def _arrive(self, kind: str, hit: Hit, key: str) -> None:
+        """A cancel request or a signal arrives for the instance of ``key``, from outside."""
+        engine = self.engine
+        workflow = self.workflow_of.get(key)
+        if engine is None or workflow is None:
+            return
+        instance_id = instance_id_for(DEFAULT_TENANT, workflow, BusinessKey(key))
+        now = self.clock.now()
+        if kind == CANCEL:
+            engine.store.request_cancel(
+                instance_id, reason=f"explorer: at {hit}", compensate=True, now=now
+            )
+            return
+        engine.store.deliver(
+            instance_id=instance_id,
+            event_id=f"probe-{hit.index}",
+            name=self.scenario.signal,
+            payload='{"probe": true}',
+            sender=None,
+            for_seq=None,
+            run=None,
+            refuse=None,
+            now=now,
+        )
 
 
 def _stale_owners_write(

@@ -41,6 +41,7 @@ LIMIT :limit;
 -- (the reason keeps it), so an instance an operator resumes gets the whole bound again.
 UPDATE lf_instances
 SET status = 'MANUAL_INTERVENTION', reason_code = :reason_code, reason = :reason,
+    cause = coalesce(cause, CAST(:reason_code AS text) || ': ' || CAST(:reason AS text)),
     owner = NULL, lease_expires_at = NULL, lease_expiries = 0, updated_at = :now
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 

@@ -38,6 +38,7 @@ LIMIT :limit;
 -- (the reason keeps it), so an instance an operator resumes gets the whole bound again.
 UPDATE lf_instances
 SET status = 'MANUAL_INTERVENTION', reason_code = :reason_code, reason = :reason,
+    cause = coalesce(cause, :reason_code || ': ' || :reason),
     owner = NULL, lease_expires_at = NULL, lease_expiries = 0, updated_at = :now
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 
