@@ -32,8 +32,8 @@ def test_a_cancel_and_a_signal_at_every_point_of_a_compensating_saga(tmp_path: P
     summary = asyncio.run(explorer.arrivals())
     print(json.dumps(summary.figures()))
     assert summary.failures == [], summary.shortest_failure()
-    assert summary.cancels > 0
-    assert summary.signals > 0
+    assert summary.outside.cancels > 0
+    assert summary.outside.signals > 0
 
 
 def test_every_crash_point_of_a_compensating_saga(tmp_path: Path) -> None:

@@ -24,7 +24,13 @@ from pathlib import Path
 
 from ledgerflow.testing.participants import Behavior
 from ledgerflow.testing.plans import RandomPlan, Rates, ScheduledPlan
-from ledgerflow.testing.simulation import RunResult, Scenario, ScenarioFactory, simulate
+from ledgerflow.testing.simulation import (
+    OutsideFaults,
+    RunResult,
+    Scenario,
+    ScenarioFactory,
+    simulate,
+)
 
 # Per delivery: about one in ten deliveries misbehaves; one in a hundred refuses for good, which
 # fails the workflow and sends it down its compensation or forward-recovery path.
@@ -56,12 +62,7 @@ class Summary:
     stale_writes_accepted: int = 0
     touched: int = 0
     touched_terminal: int = 0
-    cancels: int = 0
-    signals: int = 0
-    stalls: int = 0
-    late_answers: int = 0
-    lookup_misses: int = 0
-    store_drops: int = 0
+    outside: OutsideFaults = field(default_factory=OutsideFaults)
     statuses: Counter[str] = field(default_factory=Counter)
     failures: list[RunResult] = field(default_factory=list)
     seconds: float = 0.0
@@ -76,12 +77,7 @@ class Summary:
         self.stale_writes_accepted += result.stale_writes_accepted
         self.touched += result.touched
         self.touched_terminal += result.touched_terminal
-        self.cancels += result.cancels
-        self.signals += result.signals
-        self.stalls += result.stalls
-        self.late_answers += result.late_answers
-        self.lookup_misses += result.lookup_misses
-        self.store_drops += result.store_drops
+        self.outside.add(result.outside)
         self.statuses.update(result.statuses)
         if not result.ok:
             self.failures.append(result)
@@ -108,12 +104,7 @@ class Summary:
             "participant_misbehaviours": self.misbehaviours,
             "stale_writes_refused": self.stale_writes_refused,
             "stale_writes_accepted": self.stale_writes_accepted,
-            "cancel_requests": self.cancels,
-            "signals": self.signals,
-            "store_stalls_past_the_lease": self.stalls,
-            "answers_after_the_deadline": self.late_answers,
-            "lookups_unreachable": self.lookup_misses,
-            "store_connections_dropped": self.store_drops,
+            **self.outside.figures(),
             "executions_touched_by_a_fault": self.touched,
             "non_vacuity": round(self.non_vacuity, 4),
             "statuses": dict(self.statuses),

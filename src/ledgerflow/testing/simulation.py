@@ -98,6 +98,34 @@ def scenario_for(
 
 
 @dataclass(slots=True)
+class OutsideFaults:
+    """Faults from outside the worker in one run (or summed over many): cancel requests and
+    signals that arrived, store stalls past the lease, answers given after their deadline,
+    lookups refused by an unreachable participant, and dropped store connections."""
+
+    cancels: int = 0
+    signals: int = 0
+    stalls: int = 0
+    late_answers: int = 0
+    lookup_misses: int = 0
+    store_drops: int = 0
+
+    def add(self, other: OutsideFaults) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "cancel_requests": self.cancels,
+            "signals": self.signals,
+            "store_stalls_past_the_lease": self.stalls,
+            "answers_after_the_deadline": self.late_answers,
+            "lookups_unreachable": self.lookup_misses,
+            "store_connections_dropped": self.store_drops,
+        }
+
+
+@dataclass(slots=True)
 class RunResult:
     label: str
     violations: list[oracle.Violation]
@@ -113,15 +141,7 @@ class RunResult:
     fired: list[str] = field(default_factory=list)
     # What arrived from outside, and where ("cancel at #12 ...").
     arrived: list[str] = field(default_factory=list)
-    # Faults from outside the worker: requests and signals that arrived, store stalls past
-    # the lease, answers given after their deadline, lookups refused by an unreachable
-    # participant, and dropped store connections.
-    cancels: int = 0
-    signals: int = 0
-    stalls: int = 0
-    late_answers: int = 0
-    lookup_misses: int = 0
-    store_drops: int = 0
+    outside: OutsideFaults = field(default_factory=lambda: OutsideFaults())
 
     @property
     def ok(self) -> bool:
@@ -178,12 +198,14 @@ async def simulate(
             ]
         ],
         arrived=[f"{kind} at {h}" for kind, h in plan.arrivals],
-        cancels=sum(1 for kind, _ in plan.arrivals if kind == CANCEL),
-        signals=sum(1 for kind, _ in plan.arrivals if kind != CANCEL),
-        stalls=run.stalls,
-        late_answers=len(world.late_answers),
-        lookup_misses=run.lookup_misses,
-        store_drops=run.store_drops,
+        outside=OutsideFaults(
+            cancels=sum(1 for kind, _ in plan.arrivals if kind == CANCEL),
+            signals=sum(1 for kind, _ in plan.arrivals if kind != CANCEL),
+            stalls=run.stalls,
+            late_answers=len(world.late_answers),
+            lookup_misses=world.lookups_refused,
+            store_drops=run.store_drops,
+        ),
     )
 
 
@@ -229,10 +251,6 @@ class _Run:
         plan.arrive = self._arrive
         scenario.world.clock = self.clock
         scenario.world.stall = self._stall
-
-    @property
-    def lookup_misses(self) -> int:
-        return self.scenario.world.lookups_refused
 
     def _engine(self) -> Engine:
         store = open_store(self.url)
