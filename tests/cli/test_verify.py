@@ -2,9 +2,10 @@
 
 The command is registered on a click group built here (as ``cli/main.py`` will do) and run
 in-process through click's ``CliRunner`` on the demo order workflow, whose four participants
-cover every way an UNKNOWN outcome is settled. Broken-engine runs switch one mutation on for the
-length of one invocation. The report itself is also checked as data, on registries built in the
-test, including against the real key derivations and ``resolve_unknown``.
+cover every way an UNKNOWN outcome is settled. Broken-engine runs break one guarantee
+(tests/breakages.py) for the length of one invocation. The report itself is also checked as
+data, on registries built in the test, including against the real key derivations and
+``resolve_unknown``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pytest
 from click.testing import CliRunner, Result
 from rich.console import Console
 
+import breakages
 import ledgerflow.cli.verify as verify_module
-from ledgerflow import LookupAnswer, Participant, Registry, mutations
+from ledgerflow import LookupAnswer, Participant, Registry
 from ledgerflow.cli.verify import register
 from ledgerflow.model.effect import ResolutionKind, resolve_unknown
 from ledgerflow.model.ids import (
@@ -111,12 +113,9 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     sys.modules.pop(MODULE_NAME, None)
 
 
-def _broken(invoke: Invoke, mutation: str, *args: str) -> Result:
-    mutations.enable(mutation)
-    try:
+def _broken(invoke: Invoke, breakage: str, *args: str) -> Result:
+    with breakages.broken(breakage):
         return invoke(*args)
-    finally:
-        mutations.disable()
 
 
 def _line_with(output: str, text: str) -> str:
@@ -180,19 +179,19 @@ def test_json_output_has_the_report_and_both_modes_figures(invoke: Invoke) -> No
 def test_a_broken_engine_fails_with_the_shortest_trace(invoke: Invoke) -> None:
     """Goal: with the write-ahead intent skipped, verify exits 1 and shows how it failed.
 
-    Method: switch on the ``skip-intent`` mutation for one exhaustive depth-1 run; the exit
-    code is 1, and the output names the violated invariant ``no-duplicate-effect``, the failing
+    Method: break the engine with ``intent-after-dispatch`` for one exhaustive depth-1 run; the
+    exit code is 1, and the output names the violated invariant ``no-duplicate-effect``, the failing
     run's label, the injected fault (marked in the trace) and a non-zero verdict; with
     ``--json`` the same failure is one entry of ``failures`` with its violations and trace.
     """
-    result = _broken(invoke, mutations.SKIP_INTENT, DEMO, "--depth", "1")
+    result = _broken(invoke, breakages.INTENT_AFTER_DISPATCH, DEMO, "--depth", "1")
     assert result.exit_code == 1, result.output
     assert "no-duplicate-effect" in result.output
     assert "shortest failing run: crash-" in result.output
     assert "shortest failing trace:" in result.output
     assert "<- fault injected" in result.output
     assert "verdict: 0 violations" not in result.output
-    as_json = _broken(invoke, mutations.SKIP_INTENT, DEMO, "--depth", "1", "--json")
+    as_json = _broken(invoke, breakages.INTENT_AFTER_DISPATCH, DEMO, "--depth", "1", "--json")
     assert as_json.exit_code == 1
     failures = json.loads(as_json.stdout)["failures"]
     # The sweep of crashes finds it, and so does the sweep of arrivals (same fault points).
@@ -247,7 +246,7 @@ def test_registry_target_with_input_reports_the_operator_path(
 def test_failing_seeds_are_banked_and_run_first(invoke: Invoke, tmp_path: Path) -> None:
     """Goal: a failing seed is written to the seed bank, and the next run starts with it.
 
-    Method: with the ``skip-intent`` mutation, run random mode only (3 seeds) with a seed
+    Method: with the ``intent-after-dispatch`` breakage, run random mode only (3 seeds) with a seed
     bank file; the run fails and the bank holds exactly the seeds whose runs failed, each named
     in the output. Then run the unbroken engine with 5 seeds: its JSON lists the banked seeds
     first, then the remaining ones of 0..4, and the bank is unchanged (nothing failed).
@@ -255,7 +254,7 @@ def test_failing_seeds_are_banked_and_run_first(invoke: Invoke, tmp_path: Path) 
     bank = tmp_path / "bank.json"
     broken = _broken(
         invoke,
-        mutations.SKIP_INTENT,
+        breakages.INTENT_AFTER_DISPATCH,
         DEMO,
         "--seed-bank",
         str(bank),

@@ -1,4 +1,4 @@
-"""The explorer on a saga: crashes during compensation, random failures, and the fourth mutation.
+"""The explorer on a saga: crashes during compensation, random failures, a broken planner.
 
 The trip saga's car rental refuses, so every run compensates the hotel and the flight; the
 oracle checks that compensations ran only for applied effects, at most once, in reverse order,
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from trip import trip_scenario
 
-from ledgerflow import mutations
+import breakages
 from ledgerflow.testing import Behavior, Explorer
 
 pytestmark = pytest.mark.slow
@@ -73,11 +73,8 @@ def test_random_saga_failures(tmp_path: Path) -> None:
 
 @pytest.fixture
 def compensating_unconfirmed() -> Iterator[None]:
-    mutations.enable(mutations.COMPENSATE_UNCONFIRMED)
-    try:
+    with breakages.broken(breakages.COMPENSATE_UNCONFIRMED):
         yield
-    finally:
-        mutations.disable()
 
 
 @pytest.mark.usefixtures("compensating_unconfirmed")

@@ -18,7 +18,8 @@ from ledgerflow.runtime.engine import Engine
 
 
 def install_faults() -> None:
-    """The fault plan of ``LEDGERFLOW_FAULTS`` (tests), or a clear error if it is not one."""
+    """The fault plan of ``LEDGERFLOW_FAULTS`` (fault tests), or a clear error if it is not
+    one. A worker that has one says so loudly: it will crash or kill itself on purpose."""
     try:
         faults.install_from_environment()
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -26,6 +27,13 @@ def install_faults() -> None:
             f"{faults.ENVIRONMENT_VARIABLE} is not a fault plan (a JSON list of rules, each "
             f'{{"point": ..., "action": ...}}): {type(exc).__name__}: {exc}'
         ) from None
+    if faults.plan is not None:
+        logging.getLogger("ledgerflow.worker").warning(
+            "fault injection is ON (%s): this worker crashes, kills or pauses itself at %d "
+            "named point(s) on purpose; never set it outside a fault test",
+            faults.ENVIRONMENT_VARIABLE,
+            len(faults.plan.rules),
+        )
 
 
 @click.command()

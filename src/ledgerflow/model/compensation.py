@@ -44,15 +44,14 @@ class Plan:
     for_operator: tuple[tuple[ConfirmedEffect, str], ...]
 
 
-def plan(effects: Iterable[ConfirmedEffect], *, include_unconfirmed: bool = False) -> Plan:
-    """Plan the compensations of a failed instance (``include_unconfirmed`` exists only for the
-    mutation test that proves the explorer notices compensating what was never applied)."""
+def plan(effects: Iterable[ConfirmedEffect]) -> Plan:
+    """Plan the compensations of a failed instance: only confirmed effects are undone."""
     chosen: list[ConfirmedEffect] = []
     for_operator: list[tuple[ConfirmedEffect, str]] = []
     for effect in sorted(effects, key=lambda e: e.seq, reverse=True):
         if effect.seq <= 0:
             continue
-        if effect.state is not EffectState.CONFIRMED and not include_unconfirmed:
+        if effect.state is not EffectState.CONFIRMED:
             continue
         if effect.classification is Classification.MANUAL_INTERVENTION:
             for_operator.append((effect, "classified manual-intervention"))

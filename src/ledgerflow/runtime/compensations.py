@@ -10,7 +10,6 @@ with the reason, never COMPENSATED.
 
 from __future__ import annotations
 
-from ledgerflow import mutations
 from ledgerflow.errors import EffectFailedError, RegistrationError
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import ConfirmedEffect, Plan, compensation_seq, plan
@@ -53,10 +52,7 @@ class CompensationRunner:
                     compensation=declaration.compensation if declaration else None,
                 )
             )
-        return plan(
-            described,
-            include_unconfirmed=mutations.COMPENSATE_UNCONFIRMED in mutations.active,
-        )
+        return plan(described)
 
     async def begin(
         self, why: str, *, cause: str, cancelling: bool = False, undo: bool = True

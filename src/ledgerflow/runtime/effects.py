@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from ledgerflow import mutations
 from ledgerflow.errors import EffectFailedError, EffectRejectedError
 from ledgerflow.model.attempts import with_attempt_error
 from ledgerflow.model.classification import Classification
@@ -119,11 +118,6 @@ class EffectDriver(CallbackCompletion):
                 # After a cancel request is accepted no new effect is dispatched: the store
                 # refuses this intent if one arrived, and the instance cancels instead.
                 intent = (*intent, NoCancelRequest())
-            if mutations.SKIP_INTENT in mutations.active:
-                # Broken on purpose (mutation tests): the request leaves before its intent.
-                sent = await self._send(attempt=1)
-                await self.s.commit(*intent)
-                return await self._settle(sent, attempt=1)
             await self.s.commit(*intent)
             return await self._dispatch(attempt=1)
         if effect is None or effect.idempotency_key != self.key:
@@ -233,8 +227,6 @@ class EffectDriver(CallbackCompletion):
         """Call the participant: its evidence as ledger text, or what it raised."""
         faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
         key = self.key
-        if attempt > 1 and mutations.NEW_KEY_ON_REDISPATCH in mutations.active:
-            key = IdempotencyKey(f"{self.key}~{attempt}")  # Broken on purpose.
         deadline_at = self.s.clock.now() + self.d.timeout_seconds
         call = self._call(attempt=attempt, key=key, deadline_at=deadline_at)
         outcome: str | Exception

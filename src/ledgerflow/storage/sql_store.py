@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ledgerflow import mutations
 from ledgerflow.errors import (
     CancelArrivedError,
     FencedOutError,
@@ -58,8 +57,6 @@ log = logging.getLogger("ledgerflow.storage")
 
 
 def _fenced_out(commit: Commit) -> None:
-    if mutations.ACCEPT_STALE_WRITES in mutations.active:
-        return  # A mutation test: the oracle must catch the stale write this lets through.
     raise FencedOutError(
         "write refused: this owner no longer holds the instance at this generation",
         instance_id=commit.instance_id,
