@@ -30,8 +30,8 @@ from ledgerflow.model.reconciliation import EFFECT_DRIFT, RECONCILE_REFUSED
 from ledgerflow.operators.authority import RECONCILER, Authority
 from ledgerflow.operators.reconcile import reconcile, reconcile_task
 from ledgerflow.operators.repairs import Operations
-from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import SYSTEM_CLOCK
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage import open_store
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import EffectRecord

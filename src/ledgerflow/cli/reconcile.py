@@ -24,7 +24,7 @@ from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import Operations
 from ledgerflow.operators.shapes import listing
-from ledgerflow.runtime.astore import AsyncStore
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.reconciliation import ReconciliationRun
 
 RUNS_LISTED_DEFAULT = 20

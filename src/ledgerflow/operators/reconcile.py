@@ -39,10 +39,10 @@ from ledgerflow.model.reconciliation import RECONCILE_REFUSED, Action, decide
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.operators.authority import RECONCILER, Authority
 from ledgerflow.operators.repairs import Operations, RepairRequest
-from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.calls import call_by_deadline
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.periodic import PeriodicTask
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import EffectRecord
 

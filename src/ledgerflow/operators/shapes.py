@@ -26,7 +26,7 @@ import re
 from typing import Any
 
 from ledgerflow.errors import LedgerflowError
-from ledgerflow.runtime.commands import Delivered, InstanceDetail
+from ledgerflow.runtime.core import Delivered, InstanceDetail
 
 JSON_TEXT_FIELDS = frozenset(
     {"input", "result", "output", "error", "evidence", "payload", "retry_policy", "plan"}

@@ -21,17 +21,17 @@ from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
-from ledgerflow.runtime.commands import (
-    Commands,
+from ledgerflow.runtime.core import (
     Delivered,
     DeliveryOutcome,
+    EngineCore,
     InstanceDetail,
     Started,
     detail_of,
     instance_id_for,
 )
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.worker import Worker
 from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
@@ -58,9 +58,9 @@ NO_WORKER_HINT = (
 
 
 def _settled(
-    core: Commands, record: InstanceRecord, *, deadline: float, timeout: float, workers: bool
+    core: EngineCore, record: InstanceRecord, *, deadline: float, timeout: float, workers: bool
 ) -> bool:
-    """:meth:`Commands.settled`, whose timeout says a worker must run when none runs here."""
+    """:meth:`EngineCore.settled`, whose timeout says a worker must run when none runs here."""
     try:
         return core.settled(record, deadline=deadline, timeout=timeout)
     except ResultTimeoutError as error:
@@ -89,13 +89,13 @@ class Engine:
         clock: Clock = SYSTEM_CLOCK,
         inline: bool = False,
     ) -> None:
-        self._core = Commands(store, registry, codec)
+        self._core = EngineCore(store, registry, codec)
         self.registry = registry
         self.codec = codec
         self.clock = clock
         # inline: the store and blocking user code run on the loop's own thread. Slow for a
         # service; it makes a simulation depend on nothing but its seed.
-        self._astore = AsyncStore(self._core.store, inline=inline)
+        self._store_thread = AsyncStore(self._core.store, inline=inline)
         self._workers: list[Worker] = []
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
@@ -114,10 +114,10 @@ class Engine:
         await self.close()
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._astore.close)
+        await asyncio.to_thread(self._store_thread.close)
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self._astore.call(method, *args, **kwargs)
+        return await self._store_thread.call(method, *args, **kwargs)
 
     async def start(
         self,
@@ -137,7 +137,7 @@ class Engine:
         )
         record: InstanceRecord | None = None
         try:
-            record, created = await self._astore.start(new, claim, now=self.clock.now())
+            record, created = await self._store_thread.start(new, claim, now=self.clock.now())
         finally:
             if worker is not None and claim is not None:
                 worker.adopt(record, claim)
@@ -147,7 +147,7 @@ class Engine:
         return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
-        record = await self._astore.get(InstanceId(instance_id))
+        record = await self._store_thread.get(InstanceId(instance_id))
         if record is None:
             raise InstanceNotFoundError(instance_id=instance_id)
         return record
@@ -334,7 +334,7 @@ class Engine:
         ``LEDGERFLOW_DETECTION``, else :class:`~ledgerflow.model.detection.DetectionBounds`)."""
         worker = Worker(
             registry=self.registry,
-            store=self._astore,
+            store=self._store_thread,
             codec=self.codec,
             clock=self.clock,
             concurrency=concurrency,
@@ -358,7 +358,7 @@ class SyncEngine:
     """
 
     def __init__(self, store: Store | str, registry: Registry, *, codec: Codec = JSON) -> None:
-        self._core = Commands(store, registry, codec)
+        self._core = EngineCore(store, registry, codec)
         self.store = self._core.store
         self.registry = registry
 

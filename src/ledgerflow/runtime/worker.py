@@ -32,11 +32,11 @@ from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.operators.detection import bounds_from_environment, scan
-from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.periodic import Periodic, PeriodicTask
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
 
 log = logging.getLogger("ledgerflow.worker")

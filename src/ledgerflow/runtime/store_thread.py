@@ -1,4 +1,4 @@
-"""Runs a synchronous store on one dedicated thread, for the event loop (internal).
+"""The store thread: runs a synchronous store on one dedicated thread, for the loop (internal).
 
 One thread per store keeps driver objects off the loop and serialises access to the
 connection; every call returns only after the store call (and so any commit) is done.

@@ -1,8 +1,10 @@
-"""What both engines do, as plain synchronous calls on the store (internal).
+"""The engine's core: what both engines do, as plain synchronous calls on the store (internal).
 
 Starting by business key, delivering events, completing asynchronous effects, cancelling and
-reading an instance: the rules live here once, and :class:`~ledgerflow.runtime.engine.Engine`
-(asyncio) and :class:`~ledgerflow.runtime.engine.SyncEngine` (blocking) only call them.
+reading an instance: the rules live here once, in :class:`EngineCore`, and
+:class:`~ledgerflow.runtime.engine.Engine` (asyncio) and
+:class:`~ledgerflow.runtime.engine.SyncEngine` (blocking) only call them. (A *command* in the
+ledger's sense is what a step sends a participant; nothing here is one.)
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def _workflow_name(workflow: str | WorkflowFunction) -> str:
     return workflow if isinstance(workflow, str) else getattr(workflow, "__name__", "")
 
 
-class Commands:
+class EngineCore:
     """What both engines share: the start rules and the result rules."""
 
     def __init__(self, store: Store | str, registry: Registry, codec: Codec) -> None:
