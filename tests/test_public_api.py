@@ -34,7 +34,6 @@ LEDGERFLOW_ALL = [
     "EffectRecord",
     "EffectState",
     "Engine",
-    "EventRecord",
     "InstanceDetail",
     "InstanceRecord",
     "InstanceStatus",
@@ -48,6 +47,7 @@ LEDGERFLOW_ALL = [
     "StepRecord",
     "StepStatus",
     "SyncEngine",
+    "TimelineEntry",
     "Worker",
     "WorkflowContext",
 ]

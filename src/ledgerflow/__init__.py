@@ -47,9 +47,9 @@ from ledgerflow.runtime.engine import SyncEngine as SyncEngine
 from ledgerflow.runtime.worker import Worker as Worker
 from ledgerflow.storage.records import Delivery as Delivery
 from ledgerflow.storage.records import EffectRecord as EffectRecord
-from ledgerflow.storage.records import EventRecord as EventRecord
 from ledgerflow.storage.records import InstanceRecord as InstanceRecord
 from ledgerflow.storage.records import StepRecord as StepRecord
+from ledgerflow.storage.records import TimelineEntry as TimelineEntry
 
 __all__ = [
     # Declaring
@@ -75,7 +75,7 @@ __all__ = [
     "InstanceRecord",
     "StepRecord",
     "EffectRecord",
-    "EventRecord",
+    "TimelineEntry",
     "Delivery",
     "InstanceStatus",
     "StepStatus",

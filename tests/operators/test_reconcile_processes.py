@@ -140,7 +140,7 @@ def ledger_snapshot(engine: SyncEngine, instance_id: str) -> tuple[Any, ...]:
         detail.instance,
         detail.steps,
         detail.effects,
-        detail.events,
+        detail.timeline,
         engine.store.audit_records(),
         engine.store.open_flags(),
         engine.store.reconciliations(),

@@ -95,7 +95,7 @@ def ledger_state(store: Store, instance_id: InstanceId) -> dict[str, Any]:
         "instance": instance,
         "steps": dict(journal.steps),
         "effects": dict(journal.effects),
-        "events": store.events(instance_id),
+        "events": store.timeline(instance_id),
         "audit": store.audit_records(instance_id=instance_id),
     }
 
@@ -125,7 +125,7 @@ def assert_one_applied_audit(store: Store, instance_id: InstanceId, result: Repa
     assert (record.actor, record.role) == ("alice", "operator")
     assert json.loads(record.plan)["describe"] == result.plan.describe()
     tagged = [
-        e for e in store.events(instance_id) if f"repair #{result.audit_id} " in (e.detail or "")
+        e for e in store.timeline(instance_id) if f"repair #{result.audit_id} " in (e.detail or "")
     ]
     assert tagged, "every change names its audit record in the timeline"
 

@@ -338,7 +338,7 @@ class Demo:
                 record, effect = self.effect_of(engine, crash)
                 trail = [
                     f"{e.to_state}" + (f" ({e.detail})" if e.detail else "")
-                    for e in engine.detail(record.instance_id).events
+                    for e in engine.detail(record.instance_id).timeline
                     if e.subject == f"effect:{effect.seq}"
                 ]
                 received, applied = self.count_at_participant(effect)

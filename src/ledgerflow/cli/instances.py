@@ -33,9 +33,9 @@ from ledgerflow.runtime.engine import SyncEngine
 from ledgerflow.storage.records import (
     Delivery,
     EffectRecord,
-    EventRecord,
     InstanceRecord,
     StepRecord,
+    TimelineEntry,
 )
 
 LIST_LIMIT_DEFAULT = 50
@@ -370,20 +370,20 @@ def effects_table(effects: Iterable[EffectRecord], *, title: str = "effects") ->
     return table
 
 
-def events_table(events: Iterable[EventRecord], *, title: str = "timeline") -> Table:
+def timeline_table(entries: Iterable[TimelineEntry], *, title: str = "timeline") -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("time")
     table.add_column("gen", justify="right")
     table.add_column("subject")
     table.add_column("from -> to", overflow="fold")
     table.add_column("detail", overflow="fold")
-    for event in events:
+    for entry in entries:
         table.add_row(
-            cell(when(event.at, precise=True)),
-            cell(event.generation),
-            cell(event.subject),
-            cell(f"{event.from_state or '-'} -> {event.to_state}"),
-            cell(short(event.detail, 80)),
+            cell(when(entry.at, precise=True)),
+            cell(entry.generation),
+            cell(entry.subject),
+            cell(f"{entry.from_state or '-'} -> {entry.to_state}"),
+            cell(short(entry.detail, 80)),
         )
     return table
 
@@ -444,7 +444,7 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
         out.print(Text("effects: none"))
     if detail.inbox:
         print_table(out, inbox_table(detail.inbox))
-    print_table(out, events_table(detail.events))
+    print_table(out, timeline_table(detail.timeline))
     if flags:
         out.print(cell("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))
     if audit:

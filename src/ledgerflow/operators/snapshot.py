@@ -46,12 +46,12 @@ class Snapshot:
 def _parked_from(store: Store, instance: InstanceRecord) -> InstanceStatus | None:
     if instance.status is not InstanceStatus.MANUAL_INTERVENTION:
         return None
-    for event in reversed(store.events(instance.instance_id)):
+    for entry in reversed(store.timeline(instance.instance_id)):
         if (
-            event.subject == "instance"
-            and event.to_state == InstanceStatus.MANUAL_INTERVENTION.value
+            entry.subject == "instance"
+            and entry.to_state == InstanceStatus.MANUAL_INTERVENTION.value
         ):
-            return InstanceStatus(event.from_state) if event.from_state else None
+            return InstanceStatus(entry.from_state) if entry.from_state else None
     return None
 
 

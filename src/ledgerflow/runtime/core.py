@@ -36,10 +36,10 @@ from ledgerflow.storage import open_store
 from ledgerflow.storage.records import (
     Delivery,
     EffectRecord,
-    EventRecord,
     InstanceRecord,
     NewInstance,
     StepRecord,
+    TimelineEntry,
 )
 from ledgerflow.storage.store import Store
 
@@ -89,12 +89,13 @@ class Delivered:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceDetail:
-    """An instance with its ledgers, for ``show``."""
+    """An instance with its ledgers, for ``show``: its step and effect journal, its timeline
+    (every change of state) and its inbox (the events delivered to it)."""
 
     instance: InstanceRecord
     steps: list[StepRecord]
     effects: list[EffectRecord]
-    events: list[EventRecord]
+    timeline: list[TimelineEntry]
     inbox: list[Delivery]
 
 
@@ -366,6 +367,6 @@ def detail_of(store: Store, instance_id: str) -> InstanceDetail:
         instance=record,
         steps=[journal.steps[s] for s in sorted(journal.steps)],
         effects=[journal.effects[s] for s in sorted(journal.effects)],
-        events=store.events(record.instance_id),
+        timeline=store.timeline(record.instance_id),
         inbox=store.inbox(record.instance_id),
     )

@@ -148,10 +148,15 @@ class EffectRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EventRecord:
-    """One line of an instance's timeline: what changed, from what, by which generation."""
+class TimelineEntry:
+    """One line of an instance's timeline: what changed, from what, by which generation.
 
-    event_id: int
+    Not to be confused with an event delivered to an instance (a signal, callback or approval:
+    :class:`Delivery`, whose ``event_id`` the sender chose): the timeline is the ledger's own
+    record of its changes, numbered by the store (``entry_id``).
+    """
+
+    entry_id: int
     instance_id: InstanceId
     at: float
     generation: Generation

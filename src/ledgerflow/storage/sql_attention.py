@@ -206,7 +206,7 @@ class AttentionStore(SqlSeam):
                 "now": record.updated_at,
             },
         )
-        self._event(
+        self._timeline(
             record.instance_id,
             record.generation,
             "instance",
@@ -232,7 +232,7 @@ class AttentionStore(SqlSeam):
                 "doubt_inflight_effect",
                 {"effect_id": row["effect_id"], "reason": why, "now": record.updated_at},
             )
-            self._event(
+            self._timeline(
                 record.instance_id,
                 record.generation,
                 f"effect:{row['seq']}",

@@ -103,7 +103,7 @@ class AuditStore(SqlSeam):
                     f"the ledger changed since the repair was planned: {exc.message}",
                     instance_id=repair.instance_id,
                 ) from None
-            self._event(
+            self._timeline(
                 repair.instance_id,
                 generation,
                 "repair",
@@ -196,7 +196,7 @@ class AuditStore(SqlSeam):
                 "a cancel request exists already or the instance has ended",
                 instance_id=instance_id,
             )
-        self._event(
+        self._timeline(
             instance_id, generation, "cancel", None, "requested", now, f"{tag}: {cancel.reason}"
         )
 

@@ -162,4 +162,4 @@ class ClaimStore(AttentionStore):
     def _claimed(self, record: InstanceRecord, owner: WorkerId) -> None:
         # The claim's own time (the database's, where it decides leases).
         at = record.updated_at
-        self._event(record.instance_id, record.generation, "owner", None, owner, at, "claimed")
+        self._timeline(record.instance_id, record.generation, "owner", None, owner, at, "claimed")

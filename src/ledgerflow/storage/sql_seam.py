@@ -47,7 +47,7 @@ class SqlSeam(abc.ABC):
         """Within a write transaction: statements whose checks may wait for the block's end."""
 
     @abc.abstractmethod
-    def _event(
+    def _timeline(
         self,
         instance_id: InstanceId,
         generation: Generation,

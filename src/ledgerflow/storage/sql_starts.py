@@ -156,4 +156,4 @@ class StartStore(ClaimStore):
         return _existing(new, rows, inserted == 1)
 
     def _started(self, new: NewInstance, now: float) -> None:
-        self._event(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")
+        self._timeline(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")

@@ -20,11 +20,11 @@ from ledgerflow.storage.records import (
     Commit,
     Delivery,
     EffectRecord,
-    EventRecord,
     InstanceRecord,
     Journal,
     NewInstance,
     StartClaim,
+    TimelineEntry,
 )
 
 
@@ -169,7 +169,9 @@ class Store(Protocol):
 
     def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...
 
-    def events(self, instance_id: InstanceId) -> list[EventRecord]: ...
+    def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]:
+        """The instance's timeline: every change of state, oldest first."""
+        ...
 
     def next_available_at(self) -> float | None: ...
 

@@ -17,7 +17,7 @@ from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import INSTANCE_MACHINE, TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.machine import Machine
 from ledgerflow.model.step import STEP_MACHINE
-from ledgerflow.storage.records import EffectRecord, EventRecord, InstanceRecord
+from ledgerflow.storage.records import EffectRecord, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.participants import World
 
@@ -41,7 +41,7 @@ class Snapshot:
 
     instances: list[InstanceRecord]
     effects: dict[InstanceId, list[EffectRecord]]
-    events: dict[InstanceId, list[EventRecord]]
+    events: dict[InstanceId, list[TimelineEntry]]
 
     @classmethod
     def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
@@ -49,7 +49,7 @@ class Snapshot:
         return cls(
             instances=instances,
             effects={i.instance_id: store.effects(i.instance_id) for i in instances},
-            events={i.instance_id: store.events(i.instance_id) for i in instances},
+            events={i.instance_id: store.timeline(i.instance_id) for i in instances},
         )
 
 
