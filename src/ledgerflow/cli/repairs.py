@@ -315,7 +315,7 @@ def register(group: click.Group) -> None:
 
 
 def flags_of(store: Store, instance_id: InstanceId) -> list[Any]:
-    """The instance's open attention flags, where the store keeps them (Part D's queue)."""
+    """The instance's open attention flags."""
     open_flags = getattr(store, "open_flags", None)
     if open_flags is None:
         return []

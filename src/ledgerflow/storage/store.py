@@ -177,7 +177,7 @@ class Store(Protocol):
 
     def count_by_status(self) -> dict[InstanceStatus, int]: ...
 
-    # -- Part D: detection and the attention queue (flags, the scan's and the queue's reads) --
+    # -- detection and the attention queue: flags, the scan's and the queue's reads ----------
 
     def raise_flag(
         self,
@@ -235,7 +235,7 @@ class Store(Protocol):
         """A row set aside as damaged that reads cleanly again becomes due; its flag clears."""
         ...
 
-    # -- Part R (issue 7): audited repairs (storage/sql_audit.py) ------------------------------
+    # -- audited repairs (storage/sql_audit.py) -----------------------------------------------
 
     def apply_repair(self, repair: RepairWrite, *, now: float, lease_now: float | None) -> int:
         """Apply one repair with its audit record in one transaction, if the state it was
@@ -260,7 +260,7 @@ class Store(Protocol):
 
     def last_applied_repair(self, fingerprint: str) -> AuditRecord | None: ...
 
-    # -- Part C (issue 7): reconciliation (storage/sql_reconcile.py) ---------------------------
+    # -- reconciliation (storage/sql_reconcile.py) --------------------------------------------
 
     def reconcile_candidates(
         self, *, participants: Sequence[str], limit: int
