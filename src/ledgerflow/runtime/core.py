@@ -339,14 +339,13 @@ class EngineCore:
         message = f"{_how_it_stopped(record.status)}: {record.reason}"
         if record.cause and record.cause not in (record.reason or ""):
             message += f"; cause: {record.cause}"
-        error = WorkflowError(
+        raise WorkflowError(
             message,
             instance_id=record.instance_id,
             status=record.status.value,
             reason_code=record.reason_code,
+            cause=record.cause,
         )
-        error.cause = record.cause
-        raise error
 
 
 def _how_it_stopped(status: InstanceStatus) -> str:

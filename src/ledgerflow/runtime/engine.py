@@ -66,7 +66,9 @@ def _settled(
     except ResultTimeoutError as error:
         if workers:
             raise
-        raise ResultTimeoutError(f"{error.message}; {NO_WORKER_HINT}", **error.ids) from None
+        raise ResultTimeoutError(
+            f"{error.message}; {NO_WORKER_HINT}", instance_id=error.instance_id
+        ) from None
 
 
 class Engine:

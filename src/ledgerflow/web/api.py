@@ -152,7 +152,7 @@ def _answers_errors(handler: Handler) -> Handler:
             return _error(422, "bad_request", str(exc), code=exc.code)
         except InstanceNotFoundError as exc:
             # The engine's message is generic; the caller needs to see which id was unknown.
-            missing = exc.ids.get("instance_id")
+            missing = exc.instance_id
             return _error(404, "not_found", str(exc), code=exc.code, instance_id=missing)
         except StorageError as exc:
             # The journal is unreachable or busy: the caller should retry, nothing was decided.
