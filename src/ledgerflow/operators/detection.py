@@ -18,10 +18,9 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 from ledgerflow.model import detection
-from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds, Finding
+from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds, Finding, SilentEffect
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.storage.store import Store
 
@@ -53,31 +52,33 @@ class ScanReport:
 def _findings(
     store: Store, bounds: DetectionBounds, now: float
 ) -> tuple[dict[str, list[Finding]], list[str]]:
-    cutoffs = {
-        detection.STUCK_STEP: now - bounds.step_deadline_seconds,
-        detection.STUCK_UNCLAIMED: now - bounds.unclaimed_after_seconds,
-        detection.PARTICIPANT_UNRESPONSIVE: now - bounds.participant_silent_seconds,
+    """What each scanned rule finds, and the reasons whose candidates filled the row bound."""
+    limit = bounds.scan_rows_max
+    quiet = store.quiet_instances(now=now, cutoff=now - bounds.step_deadline_seconds, limit=limit)
+    due = store.due_instances(now=now, cutoff=now - bounds.unclaimed_after_seconds, limit=limit)
+    silent = store.silent_effects(
+        now=now, cutoff=now - bounds.participant_silent_seconds, limit=limit
+    )
+    by_instance: dict[str, list[SilentEffect]] = defaultdict(list)
+    for effect in silent:
+        by_instance[effect.instance_id].append(effect)
+    found = {
+        detection.STUCK_STEP: [detection.stuck_step(q, now=now, bounds=bounds) for q in quiet],
+        detection.STUCK_UNCLAIMED: [
+            detection.stuck_unclaimed(d, now=now, bounds=bounds) for d in due
+        ],
+        detection.PARTICIPANT_UNRESPONSIVE: [
+            detection.participant_unresponsive(group, now=now, bounds=bounds)
+            for group in by_instance.values()
+        ],
     }
-    found: dict[str, list[Finding]] = {}
-    truncated: list[str] = []
-    for reason, cutoff in cutoffs.items():
-        rows = store.detection_rows(reason, now=now, cutoff=cutoff, limit=bounds.scan_rows_max)
-        if len(rows) >= bounds.scan_rows_max:
-            truncated.append(reason)
-        if reason == detection.PARTICIPANT_UNRESPONSIVE:
-            by_instance: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            for row in rows:
-                by_instance[row["instance_id"]].append(row)
-            results = [
-                detection.participant_unresponsive(group, now=now, bounds=bounds)
-                for group in by_instance.values()
-            ]
-        elif reason == detection.STUCK_STEP:
-            results = [detection.stuck_step(row, now=now, bounds=bounds) for row in rows]
-        else:
-            results = [detection.stuck_unclaimed(row, now=now, bounds=bounds) for row in rows]
-        found[reason] = [f for f in results if f is not None]
-    return found, truncated
+    read = {
+        detection.STUCK_STEP: len(quiet),
+        detection.STUCK_UNCLAIMED: len(due),
+        detection.PARTICIPANT_UNRESPONSIVE: len(silent),
+    }
+    truncated = [reason for reason, count in read.items() if count >= limit]
+    return {r: [f for f in fs if f is not None] for r, fs in found.items()}, truncated
 
 
 def scan(

@@ -313,21 +313,5 @@ class NewInstance:
     input: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttentionFlag:
-    """Detection (or reconciliation) found that an instance needs a person, while the instance
-    stays where it is; ``cleared_at`` is set when the condition went away or someone settled it."""
-
-    flag_id: int
-    instance_id: InstanceId
-    reason_code: str
-    evidence: str
-    detected_at: float
-    detected_by: str
-    cleared_at: float | None = None
-    cleared_by: str | None = None
-    cleared_reason: str | None = None
-
-
 def _decoded(text: str | None) -> Any:
     return None if text is None else JSON.decode(text)

@@ -1,4 +1,4 @@
-"""The inbox half of the SQL store: keeping deliveries and the writes that settle them
+"""The inbox part of the SQL store: keeping deliveries and the writes that settle them
 (internal).
 
 Events come from outside the owner (a caller, a participant's callback, an operator), so

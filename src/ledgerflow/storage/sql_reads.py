@@ -1,4 +1,4 @@
-"""The read half of the SQL store: instances, journals, effects and timelines (internal).
+"""The read part of the SQL store: instances, journals, effects and timelines (internal).
 
 Every read is one consistent read (:meth:`ReadStore._read`); none of them writes.
 """

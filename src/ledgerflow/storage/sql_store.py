@@ -1,8 +1,10 @@
 """The store logic every SQL backend shares: named queries, row mapping, fenced commits.
 
-A dialect (:mod:`ledgerflow.storage.sqlite`, later PostgreSQL) supplies a connection, how to
-open a write transaction and a savepoint, and how to map driver errors; everything else, and
-in particular the rule that a fenced write touching zero rows is an error, lives here once.
+A dialect (:mod:`ledgerflow.storage.sqlite`, :mod:`ledgerflow.storage.postgres`) supplies a
+connection, how to open a write transaction and a savepoint, and how to map driver errors;
+everything else, and in particular the rule that a fenced write touching zero rows is an error,
+lives here once. :class:`SqlStore` is the parts of the store (one mixin per concern, side by
+side on :class:`~ledgerflow.storage.sql_seam.SqlSeam`) put together, plus the commit itself.
 """
 
 from __future__ import annotations
@@ -48,11 +50,14 @@ from ledgerflow.storage.rows import (
     refuse_broken,
     step_invariant,
 )
+from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
+from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
-from ledgerflow.storage.sql_starts import RefusedError, StartStore
+from ledgerflow.storage.sql_seam import RefusedError
+from ledgerflow.storage.sql_starts import StartStore
 
 log = logging.getLogger("ledgerflow.storage")
 
@@ -67,7 +72,9 @@ def _fenced_out(commit: Commit) -> None:
     )
 
 
-class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, abc.ABC):
+class SqlStore(
+    ReadStore, StartStore, ClaimStore, InboxStore, AttentionStore, AuditStore, ReconcileStore
+):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
     url: str
