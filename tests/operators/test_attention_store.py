@@ -32,7 +32,7 @@ from ledgerflow.model.ids import (
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.operators.attention import attention
-from ledgerflow.operators.detection import scan
+from ledgerflow.runtime.detection import scan
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import (
     Commit,

@@ -23,8 +23,8 @@ from ledgerflow.operators.attention import (
     AttentionItem,
     attention,
 )
-from ledgerflow.operators.detection import ScanReport, bounds_from_environment, scan
 from ledgerflow.operators.shapes import listing
+from ledgerflow.runtime.detection import ScanReport, bounds_from_environment, scan
 
 _REASON_CHARS = 160
 

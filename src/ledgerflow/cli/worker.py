@@ -86,18 +86,25 @@ def worker(
 
     async def main() -> None:
         async with Engine(db, registry) as engine:
-            runner = engine.worker(
-                concurrency=concurrency, lease_seconds=lease_seconds, poll_seconds=poll_seconds
-            )
-            if reconcile_seconds > 0:
-                runner.periodic.add(
+            # The stuck-work scan comes with every worker; reconciliation only where asked.
+            periodic = (
+                [
                     reconcile_task(
-                        runner.store,
+                        engine.store_thread,
                         registry,
-                        clock=runner.clock,
+                        clock=engine.clock,
                         interval_seconds=reconcile_seconds,
                     )
-                )
+                ]
+                if reconcile_seconds > 0
+                else []
+            )
+            runner = engine.worker(
+                concurrency=concurrency,
+                lease_seconds=lease_seconds,
+                poll_seconds=poll_seconds,
+                periodic=periodic,
+            )
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, runner.stop)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -31,8 +31,10 @@ from ledgerflow.runtime.core import (
     detail_of,
     instance_id_for,
 )
+from ledgerflow.runtime.detection import bounds_from_environment, detection_task
+from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
-from ledgerflow.runtime.worker import Worker
+from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
 
@@ -106,6 +108,12 @@ class Engine:
     @property
     def store(self) -> Store:
         return self._core.store
+
+    @property
+    def store_thread(self) -> AsyncStore:
+        """The one thread this engine's store is used from (its workers' too): what shares the
+        store in this process (the operators' service, a periodic task) runs its calls here."""
+        return self._store_thread
 
     async def __aenter__(self) -> Self:
         return self
@@ -331,9 +339,23 @@ class Engine:
         lease_seconds: float = limits.LEASE_SECONDS_DEFAULT,
         poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
         detection: DetectionBounds | None = None,
+        periodic: Sequence[PeriodicTask] = (),
     ) -> Worker:
         """A worker on this engine's store; ``detection`` bounds stuck and poison work (default:
-        ``LEDGERFLOW_DETECTION``, else :class:`~ledgerflow.model.detection.DetectionBounds`)."""
+        ``LEDGERFLOW_DETECTION``, else :class:`~ledgerflow.model.detection.DetectionBounds`).
+
+        The worker runs the stuck-work scan periodically, and the ``periodic`` tasks given
+        (reconciliation, see :func:`ledgerflow.operators.reconcile.reconcile_task`) beside it.
+        """
+        worker_id = new_worker_id()
+        bounds = detection or bounds_from_environment()
+        scan = detection_task(
+            self._store_thread,
+            self.store,
+            bounds,
+            clock=self.clock,
+            detected_by=f"scan:{worker_id}",
+        )
         worker = Worker(
             registry=self.registry,
             store=self._store_thread,
@@ -342,8 +364,10 @@ class Engine:
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
-            detection=detection,
+            worker_id=worker_id,
+            detection=bounds,
             on_released=self._released,
+            periodic=(scan, *periodic),
         )
         self._workers.append(worker)
         return worker

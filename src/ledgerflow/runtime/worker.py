@@ -22,7 +22,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ledgerflow import limits
@@ -31,8 +31,8 @@ from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
-from ledgerflow.operators.detection import bounds_from_environment, scan
 from ledgerflow.runtime.clock import Clock, SystemClock
+from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.periodic import Periodic, PeriodicTask
@@ -81,6 +81,7 @@ class Worker:
         worker_id: WorkerId | None = None,
         detection: DetectionBounds | None = None,
         on_released: Callable[[InstanceId], None] | None = None,
+        periodic: Sequence[PeriodicTask] = (),
     ) -> None:
         if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
             raise ConfigurationError(
@@ -104,15 +105,11 @@ class Worker:
             owner=self.id,
             detection=self.detection,
         )
-        # Housekeeping beside the instances; other parts add their tasks (reconciliation).
+        # Housekeeping beside the instances (the stuck-work scan, reconciliation...): whoever
+        # builds the worker decides which (see Engine.worker), so the worker knows none of them.
         self.periodic = Periodic()
-        self.periodic.add(
-            PeriodicTask(
-                name="detection",
-                interval_seconds=self.detection.scan_interval_seconds,
-                run=self._scan,
-            )
-        )
+        for task in periodic:
+            self.periodic.add(task)
         self._running: dict[InstanceId, _Driven] = {}
         # Running instances one lapse away from the crash-loop bound (see _isolating).
         self._last_chance: set[InstanceId] = set()
@@ -386,19 +383,6 @@ class Worker:
             return
         for instance_id in asked:
             self.executor.cancel_requested(instance_id)
-
-    async def _scan(self) -> None:
-        report = await self.store.call(
-            scan,
-            self.store.store,
-            self.detection,
-            now=self.clock.now(),
-            detected_by=f"scan:{self.id}",
-        )
-        for finding in report.raised:
-            log.warning(
-                "attention: %s %s: %s", finding.instance_id, finding.reason_code, finding.evidence
-            )
 
     async def _drain(self, grace_seconds: float) -> None:
         """Stopping: let in-flight instances finish within the grace period, then stop the

@@ -1,10 +1,14 @@
-"""The stuck-work scan: raise a flag for what needs a person, clear what no longer does.
+"""The stuck-work scan: raise a flag for what needs a person, clear what no longer does (internal).
 
-Every worker runs :func:`scan` periodically (``runtime/periodic.py``) and an operator can run
-it on demand (``ledgerflow attention --scan``). The SQL only narrows the candidates (rows past
-a cutoff); the rules in :mod:`ledgerflow.model.detection` decide and word the evidence. A scan
-never changes an instance: stuck work may still move on by itself, so it is flagged, not
-parked, and a flag whose condition a later scan no longer finds is cleared by ``detector``.
+Detection is the engine watching its own work, with no person and no authority involved: a
+claim parks a crash loop and sets a damaged row aside, the local-step driver parks a poison
+step, and this scan flags stuck work. Every worker runs it periodically (its builder hands the
+worker :func:`detection_task`, see :meth:`~ledgerflow.runtime.engine.Engine.worker`) and an
+operator can run it on demand (``ledgerflow attention --scan``). The SQL only narrows the
+candidates (rows past a cutoff); the rules in :mod:`ledgerflow.model.detection` decide and word
+the evidence. A scan never changes an instance: stuck work may still move on by itself, so it
+is flagged, not parked, and a flag whose condition a later scan no longer finds is cleared by
+``detector``.
 
 Example::
 
@@ -15,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import defaultdict
 from dataclasses import dataclass
@@ -22,7 +27,12 @@ from dataclasses import dataclass
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds, Finding, SilentEffect
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.storage.store import Store
+from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.periodic import PeriodicTask
+from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.storage.store import DetectionStore
+
+log = logging.getLogger("ledgerflow.worker")
 
 # Bounds for workers, e.g. "step_deadline_seconds=60,participant_silent_seconds=30".
 ENVIRONMENT_VARIABLE = "LEDGERFLOW_DETECTION"
@@ -50,7 +60,7 @@ class ScanReport:
 
 
 def _findings(
-    store: Store, bounds: DetectionBounds, now: float
+    store: DetectionStore, bounds: DetectionBounds, now: float
 ) -> tuple[dict[str, list[Finding]], list[str]]:
     """What each scanned rule finds, and the reasons whose candidates filled the row bound."""
     limit = bounds.scan_rows_max
@@ -82,7 +92,7 @@ def _findings(
 
 
 def scan(
-    store: Store,
+    store: DetectionStore,
     bounds: DetectionBounds = DEFAULT_BOUNDS,
     *,
     now: float,
@@ -134,3 +144,24 @@ def scan(
         requeued=tuple(requeued),
         truncated=tuple(truncated),
     )
+
+
+def detection_task(
+    thread: AsyncStore,
+    store: DetectionStore,
+    bounds: DetectionBounds,
+    *,
+    clock: Clock,
+    detected_by: str,
+) -> PeriodicTask:
+    """The scan as a worker's periodic task, every ``bounds.scan_interval_seconds``, run on the
+    worker's store thread; each flag it raises is logged."""
+
+    async def run() -> None:
+        report = await thread.call(scan, store, bounds, now=clock.now(), detected_by=detected_by)
+        for finding in report.raised:
+            log.warning(
+                "attention: %s %s: %s", finding.instance_id, finding.reason_code, finding.evidence
+            )
+
+    return PeriodicTask(name="detection", interval_seconds=bounds.scan_interval_seconds, run=run)
