@@ -381,6 +381,7 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
     astore = AsyncStore(store)
     task = reconcile_task(
         astore,
+        store,
         build_registry(service.url),
         clock=SYSTEM_CLOCK,
         interval_seconds=60,

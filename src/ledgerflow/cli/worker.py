@@ -91,6 +91,7 @@ def worker(
                 [
                     reconcile_task(
                         engine.store_thread,
+                        engine.store,
                         registry,
                         clock=engine.clock,
                         interval_seconds=reconcile_seconds,

@@ -45,6 +45,7 @@ from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import EffectRecord
+from ledgerflow.storage.store import Store
 
 __all__ = ["RECONCILER", "ReconciliationRun", "reconcile", "reconcile_task"]
 
@@ -183,7 +184,7 @@ class _Run:
             "why": why,
         }
         raised = await self.store.call(
-            self.store.store.raise_flag,
+            self.operations.store.raise_flag,
             instance_id=effect.instance_id,
             reason_code=reason_code,
             evidence=json.dumps(evidence, sort_keys=True, default=str),
@@ -251,10 +252,10 @@ async def reconcile(
     """Run one bounded reconciliation and return its record.
 
     At most ``limit`` effects are compared and at most ``max_corrections`` corrected; the
-    participants asked are the registry's that have a lookup. ``operations`` must work on
-    ``store.store`` (its calls run on the store's thread). With ``dry_run`` the participants
-    are asked and the corrections planned, but nothing is written: no repair, no flag, no run
-    record, no comparison stamp.
+    participants asked are the registry's that have a lookup. ``operations`` must work on the
+    store that ``store`` runs (its calls run on the store's thread). With ``dry_run`` the
+    participants are asked and the corrections planned, but nothing is written: no repair, no
+    flag, no run record, no comparison stamp.
     """
     if not 1 <= limit <= limits.RECONCILE_LIMIT_MAX:
         raise ConfigurationError(f"limit must be between 1 and {limits.RECONCILE_LIMIT_MAX}")
@@ -272,11 +273,11 @@ async def reconcile(
     run.started_at = run.clock.now()
     if not dry_run:
         run.run_id = await store.call(
-            store.store.begin_reconciliation, actor=actor, now=run.started_at
+            operations.store.begin_reconciliation, actor=actor, now=run.started_at
         )
     askable = sorted(n for n, p in registry.participants.items() if p.lookup_function is not None)
     candidates = await store.call(
-        store.store.reconcile_candidates, participants=askable, limit=limit
+        operations.store.reconcile_candidates, participants=askable, limit=limit
     )
     for effect in candidates:
         await run.compare(effect)
@@ -285,7 +286,7 @@ async def reconcile(
     if dry_run:
         return finished
     await store.call(
-        store.store.finish_reconciliation,
+        operations.store.finish_reconciliation,
         finished,
         compared_ids=run.compared_ids,
         now=finished_at,
@@ -303,7 +304,8 @@ async def reconcile(
 
 
 def reconcile_task(
-    store: AsyncStore,
+    thread: AsyncStore,
+    store: Store,
     registry: Registry,
     *,
     clock: Clock,
@@ -312,19 +314,21 @@ def reconcile_task(
     max_corrections: int = limits.RECONCILE_CORRECTIONS_DEFAULT,
     authority: Authority | None = None,
 ) -> PeriodicTask:
-    """Reconciliation as a worker's periodic task, attributed to :data:`RECONCILER`.
+    """Reconciliation as a worker's periodic task, attributed to :data:`RECONCILER`, run on the
+    thread of the worker's store.
 
     Example::
 
-        worker.periodic.add(
-            reconcile_task(worker.store, registry, clock=worker.clock, interval_seconds=600)
+        task = reconcile_task(
+            engine.store_thread, engine.store, registry, clock=engine.clock, interval_seconds=600
         )
+        worker = engine.worker(periodic=[task])
     """
-    operations = Operations(store.store, authority or Authority.from_environment(), clock=clock)
+    operations = Operations(store, authority or Authority.from_environment(), clock=clock)
 
     async def run() -> None:
         await reconcile(
-            store,
+            thread,
             registry,
             operations=operations,
             limit=limit,

@@ -80,7 +80,7 @@ class CallbackCompletion:
         step = s.step(self.seq)
         due = step.next_attempt_at if step and step.next_attempt_at else s.clock.now()
         while True:
-            found = await s.store.call(s.store.store.pending_deliveries, s.instance_id, name)
+            found = await s.store.pending_deliveries(s.instance_id, name)
             if found:
                 return await self._completed(found[0], attempt=attempt)
             if s.clock.now() < due:

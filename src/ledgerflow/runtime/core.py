@@ -32,7 +32,6 @@ from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
-from ledgerflow.storage import open_store
 from ledgerflow.storage.records import (
     Delivery,
     EffectRecord,
@@ -41,7 +40,7 @@ from ledgerflow.storage.records import (
     StepRecord,
     TimelineEntry,
 )
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.store import JournalStore, LedgerReads
 
 
 def instance_id_for(tenant: TenantId, workflow: str, key: BusinessKey) -> InstanceId:
@@ -106,8 +105,8 @@ def _workflow_name(workflow: str | WorkflowFunction) -> str:
 class EngineCore:
     """What both engines share: the start rules and the result rules."""
 
-    def __init__(self, store: Store | str, registry: Registry, codec: Codec) -> None:
-        self.store = open_store(store) if isinstance(store, str) else store
+    def __init__(self, store: JournalStore, registry: Registry, codec: Codec) -> None:
+        self.store = store
         self.registry = registry
         self.codec = codec
 
@@ -357,7 +356,7 @@ def _how_it_stopped(status: InstanceStatus) -> str:
     return f"instance ended {status.value}"
 
 
-def detail_of(store: Store, instance_id: str) -> InstanceDetail:
+def detail_of(store: LedgerReads, instance_id: str) -> InstanceDetail:
     record = store.get_instance(InstanceId(instance_id))
     if record is None:
         raise InstanceNotFoundError(instance_id=instance_id)

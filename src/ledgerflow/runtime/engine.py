@@ -35,6 +35,7 @@ from ledgerflow.runtime.detection import bounds_from_environment, detection_task
 from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.worker import Worker, new_worker_id
+from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
 
@@ -93,13 +94,16 @@ class Engine:
         clock: Clock = SYSTEM_CLOCK,
         inline: bool = False,
     ) -> None:
-        self._core = EngineCore(store, registry, codec)
+        # The whole store is opened here and each part is handed the view it needs: the core
+        # and the workers the journal, the stuck-work scan its flags.
+        self._store = open_store(store) if isinstance(store, str) else store
+        self._core = EngineCore(self._store, registry, codec)
         self.registry = registry
         self.codec = codec
         self.clock = clock
         # inline: the store and blocking user code run on the loop's own thread. Slow for a
         # service; it makes a simulation depend on nothing but its seed.
-        self._store_thread = AsyncStore(self._core.store, inline=inline)
+        self._store_thread = AsyncStore(self._store, inline=inline)
         self._workers: list[Worker] = []
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
@@ -107,7 +111,8 @@ class Engine:
 
     @property
     def store(self) -> Store:
-        return self._core.store
+        """The engine's whole store (its workers see only the journal part)."""
+        return self._store
 
     @property
     def store_thread(self) -> AsyncStore:
@@ -384,8 +389,8 @@ class SyncEngine:
     """
 
     def __init__(self, store: Store | str, registry: Registry, *, codec: Codec = JSON) -> None:
-        self._core = EngineCore(store, registry, codec)
-        self.store = self._core.store
+        self.store = open_store(store) if isinstance(store, str) else store
+        self._core = EngineCore(self.store, registry, codec)
         self.registry = registry
 
     def __enter__(self) -> Self:

@@ -203,7 +203,7 @@ class Worker:
                 if until_nothing_due and not claimed and not self._running:
                     return
                 if until_idle and not claimed and not self._running:
-                    due = await self.store.call(self.store.store.next_available_at)
+                    due = await self.store.next_available_at()
                     if due is None:
                         return
                 if claimed and len(self._running) < self.concurrency:
@@ -236,8 +236,7 @@ class Worker:
         self._maybe_more = False
         sent = time.monotonic()
         try:
-            records = await self.store.call(
-                self.store.store.claim,
+            records = await self.store.claim(
                 owner=self.id,
                 now=self._lease_now(),
                 lease_seconds=self.lease_seconds,
@@ -274,7 +273,7 @@ class Worker:
         (many machines share it; a worker's own clock never decides ownership there). A clock
         other than the system's (a test's fake clock) decides on every backend: the database's
         clock would never see the time it makes pass."""
-        if self.store.store.database_clock and isinstance(self.clock, SystemClock):
+        if self.store.database_clock and isinstance(self.clock, SystemClock):
             return None
         return self.clock.now()
 
@@ -354,8 +353,7 @@ class Worker:
         sent = time.monotonic()
         try:
             lost = set(
-                await self.store.call(
-                    self.store.store.renew,
+                await self.store.renew(
                     owner=self.id,
                     leases=leases,
                     now=self._lease_now(),
@@ -378,7 +376,7 @@ class Worker:
             log.warning("lease of %s lost; stopping it here", instance_id)
             entry.task.cancel()
         try:
-            asked = await self.store.call(self.store.store.cancel_requests, owner=self.id)
+            asked = await self.store.cancel_requests(owner=self.id)
         except StorageUnavailableError:
             return
         for instance_id in asked:
@@ -413,4 +411,4 @@ class Worker:
             with contextlib.suppress(StorageError):
                 # A refused release (fenced: it already let go, or another worker took over) is
                 # fine as it is; the results are not errors to raise.
-                await self.store.call(self.store.store.commit, stopped, now=self.clock.now())
+                await self.store.commit_together(stopped, now=self.clock.now())
