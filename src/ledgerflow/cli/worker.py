@@ -8,13 +8,13 @@ import signal
 
 import click
 
-from ledgerflow import limits
-from ledgerflow.cli.loading import db_option, load_registry
+from ledgerflow import Engine, limits
+from ledgerflow.cli.loading import load_registry
+from ledgerflow.cli.options import db_option
 from ledgerflow.errors import ConfigurationError
-from ledgerflow.operators.reconcile import reconcile_task
+from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.engine import Engine
 
 
 def install_faults() -> None:
@@ -89,12 +89,8 @@ def worker(
             # The stuck-work scan comes with every worker; reconciliation only where asked.
             periodic = (
                 [
-                    reconcile_task(
-                        engine.store_thread,
-                        engine.store,
-                        registry,
-                        clock=engine.clock,
-                        interval_seconds=reconcile_seconds,
+                    AsyncOperations(engine).reconcile_task(
+                        registry, interval_seconds=reconcile_seconds
                     )
                 ]
                 if reconcile_seconds > 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgerflow.storage.attention import EffectToSettle, FlaggedInstance, ParkedInstance
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.store import OperatorStore
 
 ATTENTION_LIMIT_DEFAULT = 100
 ATTENTION_LIMIT_MAX = 10_000
@@ -69,7 +69,7 @@ def _effect_line(effect: EffectToSettle) -> str:
     )
 
 
-def _item(row: ParkedInstance | FlaggedInstance, store: Store) -> AttentionItem:
+def _item(row: ParkedInstance | FlaggedInstance, store: OperatorStore) -> AttentionItem:
     effects = store.attention_effects(row.instance_id)
     return AttentionItem(
         kind="parked" if isinstance(row, ParkedInstance) else "flag",
@@ -90,7 +90,7 @@ def _item(row: ParkedInstance | FlaggedInstance, store: Store) -> AttentionItem:
 
 
 def attention(
-    store: Store,
+    store: OperatorStore,
     *,
     tenant: str | None = None,
     workflow: str | None = None,

@@ -33,7 +33,7 @@ from ledgerflow.storage.records import (
     StepRecord,
     StepWrite,
 )
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.store import LedgerReads
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,7 +43,7 @@ class Snapshot:
     ledger: Ledger
 
 
-def _parked_from(store: Store, instance: InstanceRecord) -> InstanceStatus | None:
+def _parked_from(store: LedgerReads, instance: InstanceRecord) -> InstanceStatus | None:
     if instance.status is not InstanceStatus.MANUAL_INTERVENTION:
         return None
     for entry in reversed(store.timeline(instance.instance_id)):
@@ -55,7 +55,7 @@ def _parked_from(store: Store, instance: InstanceRecord) -> InstanceStatus | Non
     return None
 
 
-def read_snapshot(store: Store, instance_id: InstanceId, *, now: float) -> Snapshot:
+def read_snapshot(store: LedgerReads, instance_id: InstanceId, *, now: float) -> Snapshot:
     """The instance and its current run as planning sees them (``now`` judges leases)."""
     instance = store.get_instance(instance_id)
     if instance is None:

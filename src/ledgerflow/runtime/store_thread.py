@@ -403,6 +403,11 @@ class AsyncStore:
         """Group commits done so far."""
         return self._commits.groups
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Stop the thread once its calls are done; the store stays open for its owner."""
         self._thread.executor.shutdown(wait=True)
+
+    def close(self) -> None:
+        """Stop the thread and close the store."""
+        self.stop()
         self._store.close()
