@@ -42,7 +42,7 @@ LONG_FUNCTIONS: dict[str, Allowed] = {
 DRIVER_IMPORTS_ALLOWED = {
     "demo/participant_ledger.py": "the demo participant is a fake external service with its "
     "own ledger; it is not Ledgerflow's journal and must not go through Ledgerflow's store",
-    "participant/reservations.py": "a participant's reservation book lives in the participant's "
+    "demo/reservations.py": "a participant's reservation book lives in the participant's "
     "own database file, not in Ledgerflow's journal, so it must not go through Ledgerflow's store",
 }
 DRIVERS = {"sqlite3", "psycopg", "psycopg2", "psycopg_pool", "asyncpg"}
