@@ -34,7 +34,6 @@ LEDGERFLOW_ALL = [
     "EffectRecord",
     "EffectState",
     "Engine",
-    "EventRecord",
     "InstanceDetail",
     "InstanceRecord",
     "InstanceStatus",
@@ -48,6 +47,7 @@ LEDGERFLOW_ALL = [
     "StepRecord",
     "StepStatus",
     "SyncEngine",
+    "TimelineEntry",
     "Worker",
     "WorkflowContext",
 ]
@@ -276,3 +276,36 @@ def test_the_tree_in_docs_is_the_hierarchy_with_its_codes() -> None:
         parents.append(name)
         drawn.append(name)
     assert sorted(drawn) == sorted(classes)
+
+
+def test_errors_declare_their_identities_as_attributes() -> None:
+    """Goal: each error carries the ids it names as typed attributes, declared on its class,
+    and says in docs/errors.md which ones it adds to its parent's.
+
+    Method: every class built with no arguments has each of its ``ID_NAMES`` as an attribute
+    (``None``: not known) and an ``ids`` of the known ones only; every name a class adds to its
+    parent's ``ID_NAMES`` is written in backticks in the class's section of docs/errors.md.
+    """
+    headings = _error_headings()
+    for name, cls in _error_classes().items():
+        error = cls()
+        for attribute in cls.ID_NAMES:
+            assert hasattr(error, attribute), f"{name} does not set {attribute}"
+        assert set(error.ids) <= set(cls.ID_NAMES), name
+        parent = cls.__bases__[0]
+        inherited = getattr(parent, "ID_NAMES", ())
+        for attribute in set(cls.ID_NAMES) - set(inherited):
+            assert f"`{attribute}`" in headings[cls.code], f"{cls.code} does not name {attribute}"
+
+
+def test_an_error_names_its_known_identities_after_its_message() -> None:
+    """Goal: the ids are part of the text, in their declared order, unknown ones left out.
+
+    Method: a FencedOutError with both ids, and an IllegalTransitionError with some.
+    """
+    fenced = ledgerflow.errors.FencedOutError("refused", instance_id="wf_1", generation=3)
+    assert str(fenced) == "[LF301] refused (instance_id=wf_1, generation=3)"
+    assert (fenced.instance_id, fenced.generation) == ("wf_1", 3)
+    illegal = ledgerflow.errors.IllegalTransitionError("no", machine="step", effect_id="e1")
+    assert str(illegal) == "[LF310] no (machine=step, effect_id=e1)"
+    assert illegal.ids == {"machine": "step", "effect_id": "e1"}

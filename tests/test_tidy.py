@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 
 from ledgerflow.storage import queries
+from source_imports import PACKAGE, ROOT, SRC, imported_modules, relative, sources
 
-ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
-PACKAGE = SRC / "ledgerflow"
 SQL = PACKAGE / "storage" / "sql"
 
 MODULE_LINES_MAX = 600
@@ -42,7 +40,7 @@ LONG_FUNCTIONS: dict[str, Allowed] = {
 DRIVER_IMPORTS_ALLOWED = {
     "demo/participant_ledger.py": "the demo participant is a fake external service with its "
     "own ledger; it is not Ledgerflow's journal and must not go through Ledgerflow's store",
-    "participant/reservations.py": "a participant's reservation book lives in the participant's "
+    "demo/reservations.py": "a participant's reservation book lives in the participant's "
     "own database file, not in Ledgerflow's journal, so it must not go through Ledgerflow's store",
 }
 DRIVERS = {"sqlite3", "psycopg", "psycopg2", "psycopg_pool", "asyncpg"}
@@ -79,35 +77,6 @@ CLOCK_READS = {"now", "utcnow", "today", "time", "time_ns", "monotonic", "perf_c
 VAGUE_NAMES = {"utils", "util", "helpers", "helper", "common", "misc"}
 
 
-def _sources() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
-
-
-def _relative(path: Path) -> str:
-    return path.relative_to(PACKAGE).as_posix()
-
-
-def _imports(path: Path) -> set[str]:
-    """Every module a file imports, absolute, including imports inside functions."""
-    tree = ast.parse(path.read_text())
-    package = ".".join(path.relative_to(SRC).with_suffix("").parts[:-1])
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                anchor = ".".join(parts[: len(parts) - node.level + 1])
-                base = f"{anchor}.{base}" if base else anchor
-            if base == "ledgerflow":
-                found.update(f"ledgerflow.{alias.name}" for alias in node.names)
-            else:
-                found.add(base)
-    return found
-
-
 def _functions(path: Path) -> dict[str, int]:
     """Qualified name -> length in lines (from ``def`` to the last line of the body)."""
     lengths: dict[str, int] = {}
@@ -132,18 +101,18 @@ def test_sources_are_found() -> None:
 
     Method: the source walk finds the package's core modules.
     """
-    names = {_relative(p) for p in _sources()}
+    names = {relative(p) for p in sources()}
     assert {"errors.py", "model/machine.py", "storage/sqlite.py", "runtime/engine.py"} <= names
 
 
-@pytest.mark.parametrize("path", _sources(), ids=_relative)
+@pytest.mark.parametrize("path", sources(), ids=relative)
 def test_no_module_is_too_long(path: Path) -> None:
     """Goal: one concept per module, a few hundred lines at most (STYLE.md point 3).
 
     Method: count the physical lines of the module.
     """
     lines = len(path.read_text().splitlines())
-    assert lines <= MODULE_LINES_MAX, f"{_relative(path)} has {lines} lines: split it by concept"
+    assert lines <= MODULE_LINES_MAX, f"{relative(path)} has {lines} lines: split it by concept"
 
 
 def test_no_function_is_too_long() -> None:
@@ -155,9 +124,9 @@ def test_no_function_is_too_long() -> None:
     """
     too_long: list[str] = []
     seen: dict[str, int] = {}
-    for path in _sources():
+    for path in sources():
         for name, lines in _functions(path).items():
-            key = f"{_relative(path)}::{name}"
+            key = f"{relative(path)}::{name}"
             seen[key] = lines
             allowed = LONG_FUNCTIONS.get(key)
             if lines > FUNCTION_LINES_MAX and (allowed is None or lines > allowed.lines_max):
@@ -176,11 +145,11 @@ def test_database_drivers_are_imported_only_by_storage() -> None:
     only for the modules listed, with their reason.
     """
     offenders = [
-        f"{_relative(path)} imports {sorted(drivers)}"
-        for path in _sources()
-        if not _relative(path).startswith("storage/")
-        and _relative(path) not in DRIVER_IMPORTS_ALLOWED
-        and (drivers := {m for m in _imports(path) if m.split(".")[0] in DRIVERS})
+        f"{relative(path)} imports {sorted(drivers)}"
+        for path in sources()
+        if not relative(path).startswith("storage/")
+        and relative(path) not in DRIVER_IMPORTS_ALLOWED
+        and (drivers := {m for m in imported_modules(path) if m.split(".")[0] in DRIVERS})
     ]
     assert not offenders, offenders
     for allowed in DRIVER_IMPORTS_ALLOWED:
@@ -197,7 +166,7 @@ def test_model_is_pure() -> None:
     """
     problems: list[str] = []
     for path in sorted((PACKAGE / "model").rglob("*.py")):
-        for module in sorted(_imports(path)):
+        for module in sorted(imported_modules(path)):
             if module.startswith("ledgerflow.model") or module in MODEL_IMPORTS_ALLOWED:
                 continue
             problems.append(f"model/{path.name} imports {module}")

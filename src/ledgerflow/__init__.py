@@ -1,10 +1,41 @@
 """Ledgerflow: a consistency-first durable workflow engine (the public front door).
 
-General layout: ``model`` is the pure domain (states, transitions, identities), ``storage``
-the one seam to a database, ``runtime`` the engine, workers and the effect protocol,
-``participant`` how services are declared, ``cli`` the ``ledgerflow`` command. Only this
-module, :mod:`ledgerflow.errors`, :mod:`ledgerflow.participant` and :mod:`ledgerflow.testing`
-are public; everything else may change.
+Only this module, :mod:`ledgerflow.errors`, :mod:`ledgerflow.participant` and
+:mod:`ledgerflow.testing` are public; everything else may change.
+
+The packages stand in layers, lowest first. A module imports only from layers below its own:
+never from a layer above, never from another package of its own layer. ``tests/test_layers.py``
+reads the table below and holds every import to it::
+
+    0  errors limits redaction log_muting extras
+    1  model
+    2  storage
+    3  runtime participant
+    4  operators
+    5  ledgerflow
+    6  testing demo
+    7  cli web
+
+- 0, the foundation: the error tree and the named bounds that every layer raises and keeps, and
+  the small tools storage and the faces share (redacting a URL, muting a library's log, naming
+  a missing extra). They import only each other.
+- 1, ``model``: the pure domain: identities, state machines as tables, classification, retry
+  policies, the detection and repair rules. No I/O, no clock, no SQL.
+- 2, ``storage``: the one seam to a database, split by who uses it (the journal, detection, the
+  operators), and all SQL.
+- 3, ``runtime``: the engine, workers, replay, the effect protocol, the stuck-work scan and the
+  fault points, typed against the journal part of the seam. Beside it, ``participant``: how a
+  service is declared and reached (a remote HTTP adapter), on the model alone; neither
+  imports the other.
+- 4, ``operators``: what a person does: authority, audited repairs, the attention queue,
+  reconciliation, and the one service every face calls (:mod:`ledgerflow.operators.service`).
+- 5, ``ledgerflow``: this front door, which re-exports the engine and its records.
+- 6, ``testing`` (the shipped fake clock, scripted participants, simulation and fault explorer,
+  which drive the whole engine as a user's code would) and ``demo`` (a sample application: its
+  workflow, its participant service, a reservation book), both built on what is below.
+- 7, the faces, ``cli`` and ``web``: they call the engine and the operators' service, import
+  nothing from storage, and reach each other only through a package's front
+  (``ledgerflow.web.create_app``, which ``ledgerflow serve`` runs).
 
 Example::
 
@@ -47,9 +78,9 @@ from ledgerflow.runtime.engine import SyncEngine as SyncEngine
 from ledgerflow.runtime.worker import Worker as Worker
 from ledgerflow.storage.records import Delivery as Delivery
 from ledgerflow.storage.records import EffectRecord as EffectRecord
-from ledgerflow.storage.records import EventRecord as EventRecord
 from ledgerflow.storage.records import InstanceRecord as InstanceRecord
 from ledgerflow.storage.records import StepRecord as StepRecord
+from ledgerflow.storage.records import TimelineEntry as TimelineEntry
 
 __all__ = [
     # Declaring
@@ -75,7 +106,7 @@ __all__ = [
     "InstanceRecord",
     "StepRecord",
     "EffectRecord",
-    "EventRecord",
+    "TimelineEntry",
     "Delivery",
     "InstanceStatus",
     "StepStatus",

@@ -39,7 +39,10 @@
     the effect was *not* applied; any other exception from a dispatch means UNKNOWN.
 
 Each error has a stable ``code`` documented in ``docs/errors.md`` and carries the identities
-involved as attributes. An UNKNOWN effect outcome is data in the ledger, not an exception.
+involved as typed attributes (``error.instance_id``, ``error.generation``...), declared on the
+class that carries them, keyword-only where it is raised, ``None`` when not known. Its text
+names the known ones after the message, in the order ``ID_NAMES`` lists them. An UNKNOWN
+effect outcome is data in the ledger, not an exception.
 """
 
 from __future__ import annotations
@@ -51,17 +54,22 @@ class LedgerflowError(Exception):
     """Something went wrong in Ledgerflow."""
 
     code: ClassVar[str] = "LF000"
+    # The identity attributes this error carries, in the order its text names them.
+    ID_NAMES: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, message: str | None = None, **ids: Any) -> None:
-        self.ids = ids
-        for name, value in ids.items():
-            setattr(self, name, value)
+    def __init__(self, message: str | None = None) -> None:
         text = message or (self.__doc__ or "").strip().splitlines()[0]
         super().__init__(text)
         self.message = text
 
+    @property
+    def ids(self) -> dict[str, Any]:
+        """The identities involved that are known, by attribute name, in ``ID_NAMES`` order."""
+        found = ((name, getattr(self, name, None)) for name in self.ID_NAMES)
+        return {name: value for name, value in found if value is not None}
+
     def __str__(self) -> str:
-        extra = ", ".join(f"{k}={v}" for k, v in self.ids.items() if v is not None)
+        extra = ", ".join(f"{k}={v}" for k, v in self.ids.items())
         suffix = f" ({extra})" if extra else ""
         return f"[{self.code}] {self.message}{suffix}"
 
@@ -82,12 +90,25 @@ class UnknownWorkflowError(ConfigurationError):
     """No workflow of that name is registered."""
 
     code = "LF102"
+    ID_NAMES = ("workflow",)
+
+    def __init__(self, message: str | None = None, *, workflow: str | None = None) -> None:
+        super().__init__(message)
+        self.workflow = workflow
 
 
 class UnknownVersionError(ConfigurationError):
     """The workflow is registered, but not at that version."""
 
     code = "LF103"
+    ID_NAMES = ("workflow", "version")
+
+    def __init__(
+        self, message: str | None = None, *, workflow: str | None = None, version: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.workflow = workflow
+        self.version = version
 
 
 class CommandLineError(ConfigurationError):
@@ -112,6 +133,12 @@ class StorageError(LedgerflowError):
     """The store could not do what was asked."""
 
     code = "LF200"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("path",)
+
+    def __init__(self, message: str | None = None, *, path: str | None = None) -> None:
+        super().__init__(message)
+        # The SQLite file concerned (PostgreSQL errors name their URL in the message).
+        self.path = path
 
 
 class StorageUnavailableError(StorageError):
@@ -124,6 +151,14 @@ class StorageCorruptError(StorageError):
     """The database file cannot be read as a database."""
 
     code = "LF202"
+    ID_NAMES = ("path", "row")
+
+    def __init__(
+        self, message: str | None = None, *, path: str | None = None, row: str | None = None
+    ) -> None:
+        super().__init__(message, path=path)
+        # The key of a row that breaks a ledger invariant (instance, step or effect id).
+        self.row = row
 
 
 class ForeignDatabaseError(StorageError):
@@ -155,12 +190,39 @@ class ConcurrencyError(LedgerflowError):
     """Another party changed what this one meant to change."""
 
     code = "LF300"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "event_id", "run_id")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        event_id: str | None = None,
+        run_id: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        # An event id already used for another event (a delivery).
+        self.event_id = event_id
+        # A reconciliation run finished twice.
+        self.run_id = run_id
 
 
 class FencedOutError(ConcurrencyError):
     """A write carried a stale fencing generation and was rejected by the store."""
 
     code = "LF301"
+    ID_NAMES = ("instance_id", "generation")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        generation: int | None = None,
+    ) -> None:
+        super().__init__(message, instance_id=instance_id)
+        self.generation = generation
 
 
 class EventArrivedError(ConcurrencyError):
@@ -180,18 +242,58 @@ class IllegalTransitionError(LedgerflowError):
     """The state machine does not allow this transition."""
 
     code = "LF310"
+    ID_NAMES = ("machine", "state", "event", "instance_id", "effect_id")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        machine: str | None = None,
+        state: str | None = None,
+        event: str | None = None,
+        instance_id: str | None = None,
+        effect_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.machine = machine
+        self.state = state
+        # The refused event, or the refused target state for a write.
+        self.event = event
+        self.instance_id = instance_id
+        self.effect_id = effect_id
 
 
 class InstanceNotFoundError(LedgerflowError):
     """No workflow instance has this id."""
 
     code = "LF400"
+    ID_NAMES = ("instance_id", "event_id", "key")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        event_id: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        # An event the instance does not hold (a delivery asked for by its id).
+        self.event_id = event_id
+        # An idempotency key no effect has (a callback for an unknown effect).
+        self.key = key
 
 
 class ResultTimeoutError(LedgerflowError):
     """The instance did not reach a terminal state in the time given."""
 
     code = "LF401"
+    ID_NAMES = ("instance_id",)
+
+    def __init__(self, message: str | None = None, *, instance_id: str | None = None) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
 
 
 class WorkflowError(LedgerflowError):
@@ -199,13 +301,38 @@ class WorkflowError(LedgerflowError):
     what led to it (the workflow's own error behind a COMPENSATED instance, say)."""
 
     code = "LF402"
-    cause: str | None = None
+    ID_NAMES = ("instance_id", "status", "reason_code")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        status: str | None = None,
+        reason_code: str | None = None,
+        cause: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        self.status = status
+        self.reason_code = reason_code
+        # Not an identity (so not in the text's suffix): what took the instance off its path.
+        self.cause = cause
 
 
 class StepError(LedgerflowError):
     """A step could not produce a result."""
 
     code = "LF500"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "seq")
+
+    def __init__(
+        self, message: str | None = None, *, instance_id: str | None = None, seq: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        # The step's position in the journal.
+        self.seq = seq
 
 
 class StepFailedError(StepError):
@@ -218,6 +345,17 @@ class EffectFailedError(StepError):
     """The participant proved the effect was not applied, and no attempt is left."""
 
     code = "LF502"
+    ID_NAMES = ("instance_id", "effect_id")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        effect_id: str | None = None,
+    ) -> None:
+        super().__init__(message, instance_id=instance_id)
+        self.effect_id = effect_id
 
 
 class WaitTimeoutError(StepError):
@@ -234,11 +372,12 @@ class EffectRejectedError(LedgerflowError):
     """
 
     code = "LF600"
+    ID_NAMES = ("error_code",)
 
     def __init__(
         self, message: str | None = None, *, error_code: str = "rejected", retryable: bool = True
     ) -> None:
-        super().__init__(message, error_code=error_code)
+        super().__init__(message)
         self.error_code = error_code
         self.retryable = retryable
 
@@ -253,12 +392,26 @@ class NotAuthorizedError(OperatorError):
     """The actor holds no role that allows this command."""
 
     code = "LF701"
+    ID_NAMES = ("actor", "kind")
+
+    def __init__(
+        self, message: str | None = None, *, actor: str | None = None, kind: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.actor = actor
+        # The repair kind asked for (``resume``, ``force-terminal``...).
+        self.kind = kind
 
 
 class RepairRefusedError(OperatorError):
     """The state machine or the ledger forbids this repair from the instance's current state."""
 
     code = "LF702"
+    ID_NAMES = ("instance_id",)
+
+    def __init__(self, message: str | None = None, *, instance_id: str | None = None) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
 
 
 class StalePreconditionError(RepairRefusedError):

@@ -56,7 +56,7 @@ POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 WAIT_FOREVER_AT = 1e15
 # Event ids, signal names and senders.
 EVENT_ID_LENGTH_MAX = 200
-# Reconciliation (issue 7, Part C): effects one run compares with their participants' facts,
+# Reconciliation: effects one run compares with their participants' facts,
 # corrections one run may apply, and runs one listing shows. A run is bounded so that a large
 # ledger is covered over several runs (least recently compared first), never in one burst of
 # lookups against the participants.

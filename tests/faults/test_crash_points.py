@@ -127,8 +127,8 @@ def test_crash_after_apply_before_outcome_persisted(
 
     assert engine.get(started.instance_id).status is InstanceStatus.SUCCEEDED
     details = engine.detail(started.instance_id)
-    assert any(resolved_by in (e.detail or "") for e in details.events), [
-        e.detail for e in details.events
+    assert any(resolved_by in (e.detail or "") for e in details.timeline), [
+        e.detail for e in details.timeline
     ]
     _assert_each_applied_once(workers.service, engine, started.instance_id)
 

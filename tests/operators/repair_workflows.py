@@ -8,10 +8,20 @@ their reply, reject for good, or make a local step fail; tests flip them between
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from ledgerflow import EffectCall, Participant, Registry, RetryPolicy, WorkflowContext
+from ledgerflow import (
+    EffectCall,
+    Engine,
+    Participant,
+    Registry,
+    RetryPolicy,
+    SyncEngine,
+    WorkflowContext,
+)
 from ledgerflow.errors import EffectRejectedError
+from ledgerflow.model.ids import InstanceId
 
 ONCE = RetryPolicy(attempts_max=1)
 registry = Registry()
@@ -84,3 +94,42 @@ async def nap(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
     receipt = await ctx.effect(charge, {"amount": request["amount"]})
     await ctx.wait_for("go")
     return {"receipt": receipt}
+
+
+# -- set-ups the repair tests share ----------------------------------------------------------
+
+POLICY = """
+[roles]
+operator = ["resolve-effect", "retry-step", "skip-step", "run-compensation",
+            "skip-compensation", "resume", "force-terminal", "cancel"]
+viewer = []
+
+[actors]
+alice = ["operator"]
+bob = ["operator"]
+carol = ["viewer"]
+"""
+
+
+def drain(db: str) -> None:
+    """An in-process worker until nothing is runnable."""
+
+    async def run() -> None:
+        async with Engine(db, registry) as engine:
+            await engine.worker(lease_seconds=1, poll_seconds=0.01).run(until_idle=True)
+
+    asyncio.run(run())
+
+
+def started(db: str, workflow: str, key: str, request: dict[str, Any]) -> InstanceId:
+    with SyncEngine(db, registry) as engine:
+        return engine.start(workflow, key=key, input=request).instance_id
+
+
+def parked_unknown(db: str, key: str) -> InstanceId:
+    """A charge whose reply was lost at a participant with no lookup and no dedupe: parked."""
+    FAULTS.add("lose-charge")
+    instance_id = started(db, "pay", key, {"amount": 5})
+    drain(db)
+    FAULTS.discard("lose-charge")
+    return instance_id

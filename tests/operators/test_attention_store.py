@@ -32,7 +32,7 @@ from ledgerflow.model.ids import (
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.operators.attention import attention
-from ledgerflow.operators.detection import scan
+from ledgerflow.runtime.detection import scan
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import (
     Commit,
@@ -196,9 +196,9 @@ def test_a_claim_counts_lease_expiries_and_parks_at_the_bound(store: Store) -> N
     assert parked.reason is not None
     assert "3 times" in parked.reason
     assert all(w in parked.reason for w in (W1, W2, W3))
-    claims = [e for e in store.events(i) if e.subject == "owner" and e.detail == "claimed"]
+    claims = [e for e in store.timeline(i) if e.subject == "owner" and e.detail == "claimed"]
     assert [e.to_state for e in claims] == [W1, W2, W3]
-    assert any(e.detail == detection.POISON_CRASH_LOOP for e in store.events(i))
+    assert any(e.detail == detection.POISON_CRASH_LOOP for e in store.timeline(i))
     assert claim(store, W4, now + 100, lease_expiries_max=3) == []
 
 
@@ -391,7 +391,7 @@ def test_a_crash_loop_parks_an_effect_in_flight_as_unknown(store: Store) -> None
     [effect] = store.effects(i)
     assert effect.state is EffectState.UNKNOWN
     assert effect.doubt == effect.attempt == 1
-    assert [(e.from_state, e.to_state) for e in store.events(i) if e.subject == "effect:2"] == [
+    assert [(e.from_state, e.to_state) for e in store.timeline(i) if e.subject == "effect:2"] == [
         ("NEW", "INTENDED"),
         ("INTENDED", "UNKNOWN"),
     ]

@@ -84,7 +84,7 @@ def test_a_crash_loop_is_parked_at_its_bound_while_healthy_instances_finish(
         assert parked.reason_code == detection.POISON_CRASH_LOOP
         claims = [
             e
-            for e in engine.detail(poison).events
+            for e in engine.detail(poison).timeline
             if e.subject == "owner" and e.detail == "claimed"
         ]
         assert len(claims) <= 3 + 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ledgerflow.errors import ConfigurationError
@@ -64,42 +66,45 @@ def test_stuck_rules_decide_from_row_values() -> None:
     bounds = DetectionBounds(
         step_deadline_seconds=60, unclaimed_after_seconds=30, participant_silent_seconds=10
     )
-    owned = {
-        "instance_id": "i",
-        "status": "RUNNING",
-        "owner": "w",
-        "lease_expires_at": 1005.0,
-        "updated_at": 900.0,
-        "step_seq": 2,
-        "step_name": "price",
-        "step_status": "RETRY_SCHEDULED",
-        "step_attempt": 3,
-    }
+    owned = detection.QuietInstance(
+        instance_id="i",
+        status="RUNNING",
+        owner="w",
+        lease_expires_at=1005.0,
+        updated_at=900.0,
+        step_seq=2,
+        step_name="price",
+        step_status="RETRY_SCHEDULED",
+        step_attempt=3,
+    )
     finding = detection.stuck_step(owned, now=1000.0, bounds=bounds)
     assert finding is not None
     assert "no commit for 100.0s" in finding.evidence
     assert "step 2 (price) is RETRY_SCHEDULED at attempt 3" in finding.evidence
-    assert detection.stuck_step({**owned, "updated_at": 950.0}, now=1000.0, bounds=bounds) is None
-    lapsed = {**owned, "lease_expires_at": 999.0}
+    recently = dataclasses.replace(owned, updated_at=950.0)
+    assert detection.stuck_step(recently, now=1000.0, bounds=bounds) is None
+    lapsed = dataclasses.replace(owned, lease_expires_at=999.0)
     assert detection.stuck_step(lapsed, now=1000.0, bounds=bounds) is None
-    due = {"instance_id": "j", "status": "RUNNING", "owner": None, "lease_expires_at": None}
-    assert (
-        detection.stuck_unclaimed({**due, "available_at": 980.0}, now=1000.0, bounds=bounds) is None
+    due = detection.DueInstance(
+        instance_id="j", status="RUNNING", owner=None, lease_expires_at=None, available_at=980.0
     )
-    late = detection.stuck_unclaimed({**due, "available_at": 900.0}, now=1000.0, bounds=bounds)
+    assert detection.stuck_unclaimed(due, now=1000.0, bounds=bounds) is None
+    late = detection.stuck_unclaimed(
+        dataclasses.replace(due, available_at=900.0), now=1000.0, bounds=bounds
+    )
     assert late is not None
     assert "due for 100.0s" in late.evidence
-    effect = {
-        "instance_id": "k",
-        "participant": "bank",
-        "operation": "charge",
-        "idempotency_key": "key-1",
-        "attempt": 2,
-        "state": "ACCEPTED",
-        "updated_at": 985.0,
-    }
+    effect = detection.SilentEffect(
+        instance_id="k",
+        participant="bank",
+        operation="charge",
+        idempotency_key="key-1",
+        attempt=2,
+        state="ACCEPTED",
+        updated_at=985.0,
+    )
     silent = detection.participant_unresponsive([effect], now=1000.0, bounds=bounds)
     assert silent is not None
     assert "bank.charge key key-1 attempt 2 ACCEPTED since 15.0s ago" in silent.evidence
-    recent = {**effect, "updated_at": 995.0}
+    recent = dataclasses.replace(effect, updated_at=995.0)
     assert detection.participant_unresponsive([recent], now=1000.0, bounds=bounds) is None

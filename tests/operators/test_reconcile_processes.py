@@ -25,16 +25,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from reconcile_workflows import build_registry, registry
 
-from ledgerflow import EffectState, InstanceStatus, SyncEngine
+from ledgerflow import EffectRecord, EffectState, Engine, InstanceStatus, SyncEngine
 from ledgerflow.model.reconciliation import EFFECT_DRIFT, RECONCILE_REFUSED
+from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.operators.authority import RECONCILER, Authority
-from ledgerflow.operators.reconcile import reconcile, reconcile_task
-from ledgerflow.operators.repairs import Operations
-from ledgerflow.runtime.astore import AsyncStore
-from ledgerflow.runtime.clock import SYSTEM_CLOCK
-from ledgerflow.storage import open_store
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import EffectRecord
+from ledgerflow.operators.service import Operations, ReconciliationRun
 from processes import WAIT_SECONDS_MAX, Service, Workers, _first_line
 
 pytestmark = pytest.mark.slow
@@ -111,15 +106,8 @@ def run_reconcile(
     workers: Workers, *, authority: Authority | None = None, **options: Any
 ) -> ReconciliationRun:
     """One reconciliation in this process, with a registry that speaks to the live service."""
-    store = open_store(workers.db_url)
-    astore = AsyncStore(store)
-    operations = Operations(store, authority or Authority.from_environment())
-    try:
-        return asyncio.run(
-            reconcile(astore, build_registry(workers.service.url), operations=operations, **options)
-        )
-    finally:
-        astore.close()
+    with Operations(workers.db_url, authority=authority) as operations:
+        return operations.reconcile(build_registry(workers.service.url), **options)
 
 
 def effects(engine: SyncEngine, instance_id: str) -> dict[str, EffectRecord]:
@@ -140,7 +128,7 @@ def ledger_snapshot(engine: SyncEngine, instance_id: str) -> tuple[Any, ...]:
         detail.instance,
         detail.steps,
         detail.effects,
-        detail.events,
+        detail.timeline,
         engine.store.audit_records(),
         engine.store.open_flags(),
         engine.store.reconciliations(),
@@ -377,18 +365,13 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
     assert (dry["dry_run"], dry["run_id"], dry["escalated"]) == (True, None, 1)
     assert cli("reconcile", "--runs", "--json") == {"items": []}
 
-    store = open_store(workers.db_url)
-    astore = AsyncStore(store)
-    task = reconcile_task(
-        astore,
-        build_registry(service.url),
-        clock=SYSTEM_CLOCK,
-        interval_seconds=60,
-    )
-    try:
-        asyncio.run(task.run())
-    finally:
-        astore.close()
+    async def periodic_run() -> None:
+        async with Engine(workers.db_url, registry) as worker_engine:
+            operations = AsyncOperations(worker_engine)
+            task = operations.reconcile_task(build_registry(service.url), interval_seconds=60)
+            await task.run()
+
+    asyncio.run(periodic_run())
     [flag] = engine.store.open_flags(started.instance_id)
     assert (flag.reason_code, flag.detected_by) == (EFFECT_DRIFT, RECONCILER)
 

@@ -9,17 +9,16 @@ and on PostgreSQL.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import repair_workflows as wf
+from repair_workflows import drain, parked_unknown, started
 
-from ledgerflow import Engine, SyncEngine
+from ledgerflow import SyncEngine
 from ledgerflow.errors import NotAuthorizedError, RepairRefusedError, StalePreconditionError
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, WorkerId
@@ -27,63 +26,16 @@ from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.model.step import StepStatus
 from ledgerflow.operators.authority import RECONCILER, Authority
-from ledgerflow.operators.repairs import Operations, RepairRequest, RepairResult
+from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.storage import open_store
 from ledgerflow.storage.store import Store
-from postgres_schema import postgres_url
 
-POLICY = """
-[roles]
-operator = ["resolve-effect", "retry-step", "skip-step", "run-compensation",
-            "skip-compensation", "resume", "force-terminal", "cancel"]
-viewer = []
-
-[actors]
-alice = ["operator"]
-bob = ["operator"]
-carol = ["viewer"]
-"""
-
-
-@pytest.fixture(autouse=True)
-def _clean_faults() -> Iterator[None]:
-    wf.reset()
-    yield
-    wf.reset()
-
-
-@pytest.fixture
-def authority(tmp_path: Path) -> Authority:
-    path = tmp_path / "authority.toml"
-    path.write_text(POLICY)
-    return Authority.from_file(path)
+pytestmark = pytest.mark.usefixtures("repair_faults")
 
 
 @pytest.fixture
 def sqlite_db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/journal.db"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/journal.db"
-    return postgres_url(request.node.name)
-
-
-def drain(db: str) -> None:
-    """An in-process worker until nothing is runnable."""
-
-    async def run() -> None:
-        async with Engine(db, wf.registry) as engine:
-            await engine.worker(lease_seconds=1, poll_seconds=0.01).run(until_idle=True)
-
-    asyncio.run(run())
-
-
-def started(db: str, workflow: str, key: str, request: dict[str, Any]) -> InstanceId:
-    with SyncEngine(db, wf.registry) as engine:
-        return engine.start(workflow, key=key, input=request).instance_id
 
 
 def ledger_state(store: Store, instance_id: InstanceId) -> dict[str, Any]:
@@ -95,7 +47,7 @@ def ledger_state(store: Store, instance_id: InstanceId) -> dict[str, Any]:
         "instance": instance,
         "steps": dict(journal.steps),
         "effects": dict(journal.effects),
-        "events": store.events(instance_id),
+        "events": store.timeline(instance_id),
         "audit": store.audit_records(instance_id=instance_id),
     }
 
@@ -105,7 +57,7 @@ def request(kind: RepairKind, instance_id: InstanceId, **extra: Any) -> RepairRe
     return RepairRequest(kind=kind, instance_id=instance_id, **fields)
 
 
-def dry_then_apply(ops: Operations, req: RepairRequest) -> RepairResult:
+def dry_then_apply(ops: Repairs, req: RepairRequest) -> RepairResult:
     """The dry run changes nothing at all and shows exactly the plan that is then applied."""
     before = ledger_state(ops.store, req.instance_id)
     dry = ops.plan(req)
@@ -125,39 +77,32 @@ def assert_one_applied_audit(store: Store, instance_id: InstanceId, result: Repa
     assert (record.actor, record.role) == ("alice", "operator")
     assert json.loads(record.plan)["describe"] == result.plan.describe()
     tagged = [
-        e for e in store.events(instance_id) if f"repair #{result.audit_id} " in (e.detail or "")
+        e for e in store.timeline(instance_id) if f"repair #{result.audit_id} " in (e.detail or "")
     ]
     assert tagged, "every change names its audit record in the timeline"
-
-
-def parked_unknown(db: str, key: str) -> InstanceId:
-    """A charge whose reply was lost at a participant with no lookup and no dedupe: parked."""
-    wf.FAULTS.add("lose-charge")
-    instance_id = started(db, "pay", key, {"amount": 5})
-    drain(db)
-    wf.FAULTS.discard("lose-charge")
-    return instance_id
 
 
 # -- resolve-effect, and the store contract (both backends) --------------------------------------
 
 
-def test_resolve_effect_applied_then_a_worker_finishes(any_db: str, authority: Authority) -> None:
+def test_resolve_effect_applied_then_a_worker_finishes(
+    journal_url: str, authority: Authority
+) -> None:
     """Goal: an UNKNOWN effect resolved as applied with evidence, with --resume, is finished by
     a worker, and the workflow sees the evidence as the effect's result; applied once.
 
     Method: lose the charge's reply (parked, effect UNKNOWN); dry run, then apply; check the
     exact change, the audit record and the timeline; drain a worker; compare the result.
     """
-    instance_id = parked_unknown(any_db, "r-1")
-    store = open_store(any_db)
+    instance_id = parked_unknown(journal_url, "r-1")
+    store = open_store(journal_url)
     try:
         parked = store.get_instance(instance_id)
         assert parked is not None
         assert parked.reason_code == "effect_outcome_unknown"
         key = store.effects(instance_id)[0].idempotency_key
         evidence = {"charged": 5, "key": key, "source": "bank ledger row 17"}
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         result = dry_then_apply(
             ops,
             request(
@@ -182,23 +127,23 @@ def test_resolve_effect_applied_then_a_worker_finishes(any_db: str, authority: A
         assert_one_applied_audit(store, instance_id, result)
     finally:
         store.close()
-    drain(any_db)
-    with SyncEngine(any_db, wf.registry) as engine:
+    drain(journal_url)
+    with SyncEngine(journal_url, wf.registry) as engine:
         assert engine.result(instance_id, timeout=0) == {"receipt": evidence}
     assert [a for a in wf.applied if a[1] == key] == [("charge", key, 1)]
 
 
-def test_repeating_a_repair_is_a_no_op_that_says_so(any_db: str, authority: Authority) -> None:
+def test_repeating_a_repair_is_a_no_op_that_says_so(journal_url: str, authority: Authority) -> None:
     """Goal: the same repair twice changes things once; the second says it is a no-op.
 
     Method: resolve an UNKNOWN effect as not applied (no resume), then bob sends the same
     request; the outcome is "no-op" naming the first audit record, nothing changed, both are
     in the audit log.
     """
-    instance_id = parked_unknown(any_db, "r-2")
-    store = open_store(any_db)
+    instance_id = parked_unknown(journal_url, "r-2")
+    store = open_store(journal_url)
     try:
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         args = {"seq": 1, "applied": False, "evidence": {"bank": "no such key"}}
         first = ops.apply(request(RepairKind.RESOLVE_EFFECT, instance_id, **args))
         before = ledger_state(store, instance_id)
@@ -216,16 +161,18 @@ def test_repeating_a_repair_is_a_no_op_that_says_so(any_db: str, authority: Auth
         store.close()
 
 
-def test_a_plan_made_stale_by_another_repair_is_refused(any_db: str, authority: Authority) -> None:
+def test_a_plan_made_stale_by_another_repair_is_refused(
+    journal_url: str, authority: Authority
+) -> None:
     """Goal: a repair whose precondition no longer holds is refused, and both are audited.
 
-    Method: two Operations on one database; alice plans "applied"; bob applies "not applied";
+    Method: two Repairs on one database; alice plans "applied"; bob applies "not applied";
     alice's apply of her plan raises StalePreconditionError naming bob's audit record.
     """
-    instance_id = parked_unknown(any_db, "r-3")
-    alice_store, bob_store = open_store(any_db), open_store(any_db)
+    instance_id = parked_unknown(journal_url, "r-3")
+    alice_store, bob_store = open_store(journal_url), open_store(journal_url)
     try:
-        alice, bob = Operations(alice_store, authority), Operations(bob_store, authority)
+        alice, bob = Repairs(alice_store, authority), Repairs(bob_store, authority)
         mine = request(
             RepairKind.RESOLVE_EFFECT, instance_id, seq=1, applied=True, evidence={"x": 1}
         )
@@ -267,14 +214,12 @@ def test_a_repair_without_the_role_is_refused_and_audited(
     store = open_store(sqlite_db)
     try:
         before = ledger_state(store, instance_id)
-        builtin = Operations(store, Authority.default())
+        builtin = Repairs(store, Authority.default())
         with pytest.raises(NotAuthorizedError) as refused:
             builtin.apply(request(RepairKind.RESUME, instance_id))
         assert "LEDGERFLOW_AUTHORITY" in refused.value.message
         with pytest.raises(NotAuthorizedError):
-            Operations(store, authority).apply(
-                request(RepairKind.RESUME, instance_id, actor="carol")
-            )
+            Repairs(store, authority).apply(request(RepairKind.RESUME, instance_id, actor="carol"))
         after = ledger_state(store, instance_id)
         assert after["instance"] == before["instance"]
         assert after["effects"] == before["effects"]
@@ -301,7 +246,7 @@ def test_repairs_the_machine_or_ledger_forbid_are_refused_with_the_reason(
     instance_id = parked_unknown(sqlite_db, "r-5")
     store = open_store(sqlite_db)
     try:
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         before = ledger_state(store, instance_id)
         cases = [
             (request(RepairKind.RETRY_STEP, instance_id, seq=1), "resolve it with evidence first"),
@@ -361,7 +306,7 @@ def test_retry_step_local_and_effect_under_the_original_identity(
     store = open_store(sqlite_db)
     try:
         assert store.get_instance(local).status is InstanceStatus.FORWARD_RECOVERY_REQUIRED  # type: ignore[union-attr]
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         result = dry_then_apply(ops, request(RepairKind.RETRY_STEP, local, seq=2))
         step = store.journal(local, store.get_instance(local).run).steps[2]  # type: ignore[union-attr, index]
         assert (step.status, step.attempt) == (StepStatus.RETRY_SCHEDULED, 2)
@@ -396,7 +341,7 @@ def test_skip_step_records_the_substitute_the_workflow_then_sees(
     drain(sqlite_db)
     store = open_store(sqlite_db)
     try:
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         dry_then_apply(ops, request(RepairKind.SKIP_STEP, instance_id, seq=2, result=21))
         wf.FAULTS.discard("poison-step")
         drain(sqlite_db)  # the charge of 21 is rejected for good: forward recovery again
@@ -435,7 +380,7 @@ def test_run_compensation_makes_a_failed_one_due_again(
         parked = store.get_instance(instance_id)
         assert parked is not None
         assert parked.reason_code == "compensation_failed"
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         result = dry_then_apply(ops, request(RepairKind.RUN_COMPENSATION, instance_id, seq=-1))
         comp = store.journal(instance_id, parked.run).effects[-1]  # type: ignore[index]
         assert (comp.state, comp.attempt) == (EffectState.INTENDED, 2)
@@ -461,7 +406,7 @@ def test_skip_compensation_and_force_compensated(sqlite_db: str, authority: Auth
     instance_id = _failed_compensation(sqlite_db, "r-9")
     store = open_store(sqlite_db)
     try:
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         force = request(RepairKind.FORCE_TERMINAL, instance_id, status=InstanceStatus.COMPENSATED)
         with pytest.raises(RepairRefusedError, match="not every compensation is done"):
             ops.apply(force)
@@ -490,7 +435,7 @@ def test_resume_and_force_failed(sqlite_db: str, authority: Authority) -> None:
     instance_id = parked_unknown(sqlite_db, "r-10")
     store = open_store(sqlite_db)
     try:
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         resumed = dry_then_apply(ops, request(RepairKind.RESUME, instance_id))
         assert any("still UNKNOWN" in line for line in resumed.plan.describe())
         drain(sqlite_db)
@@ -528,7 +473,7 @@ def test_cancel_is_audited_and_honoured(sqlite_db: str, authority: Authority) ->
     store = open_store(sqlite_db)
     try:
         assert store.get_instance(instance_id).status is InstanceStatus.WAITING  # type: ignore[union-attr]
-        ops = Operations(store, authority)
+        ops = Repairs(store, authority)
         result = dry_then_apply(ops, request(RepairKind.CANCEL, instance_id))
         record = store.get_instance(instance_id)
         assert record is not None

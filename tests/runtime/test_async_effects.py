@@ -113,7 +113,7 @@ def test_no_callback_by_the_deadline_is_unknown_and_settled_by_lookup(scene: Sce
         await scene.work()
         async with scene.engine() as engine:
             assert await engine.result(started.instance_id, timeout=1) == {"ref": "T-10"}
-            events = (await engine.detail(started.instance_id)).events
+            events = (await engine.detail(started.instance_id)).timeline
             assert any(e.to_state == "UNKNOWN" for e in events if e.subject == "effect:1")
         assert scene.bank.accepted[key] == 1
 

@@ -188,7 +188,7 @@ def test_cancel_is_idempotent_and_refused_once_ended(desk: Desk, url: str) -> No
         second = engine.cancel(started.instance_id, reason="two")
         assert first.cancel_requested_at == second.cancel_requested_at
         assert second.cancel_reason == "one"
-        events = [e for e in engine.detail(started.instance_id).events if e.subject == "cancel"]
+        events = [e for e in engine.detail(started.instance_id).timeline if e.subject == "cancel"]
         assert len(events) == 1
 
     async def main() -> None:

@@ -85,7 +85,7 @@ async def _late_answer(engine: lf.Engine, instance_id: str, key: str) -> lf.Deli
 
 
 def _effect_timeline(detail: lf.InstanceDetail) -> list[tuple[str | None, str]]:
-    return [(e.from_state, e.to_state) for e in detail.events if e.subject == "effect:1"]
+    return [(e.from_state, e.to_state) for e in detail.timeline if e.subject == "effect:1"]
 
 
 def test_a_late_answer_never_confirms_the_effect_the_lookup_does(journal_url: str) -> None:
@@ -107,7 +107,7 @@ def test_a_late_answer_never_confirms_the_effect_the_lookup_does(journal_url: st
     ]
     assert json.loads(effect.evidence or "null")["via"] == "lookup"
     assert "deadline" in (effect.reason or "") or any(
-        "deadline" in (e.detail or "") for e in detail.events
+        "deadline" in (e.detail or "") for e in detail.timeline
     )
     assert (late.state, late.refusal) == ("REJECTED", "late")
     assert json.loads(late.payload) == {

@@ -119,7 +119,7 @@ def test_sigkill_during_group_commit_loses_no_acknowledged_step(
         for instance in instances:
             ends = [
                 e
-                for e in engine.store.events(instance.instance_id)
+                for e in engine.store.timeline(instance.instance_id)
                 if e.subject == "instance" and e.to_state == "SUCCEEDED"
             ]
             assert len(ends) == 1, f"{instance.instance_id} finished {len(ends)} times"

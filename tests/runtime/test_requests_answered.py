@@ -99,7 +99,7 @@ def test_a_cancel_during_the_last_step_is_overtaken_and_says_so(journal_url: str
         assert (record.status, record.cancel_outcome) == (lf.InstanceStatus.SUCCEEDED, "overtaken")
         timeline = [
             (e.subject, e.from_state, e.to_state)
-            for e in (await engine.detail(started.instance_id)).events
+            for e in (await engine.detail(started.instance_id)).timeline
             if e.subject == "cancel"
         ]
         assert timeline == [("cancel", None, "requested"), ("cancel", "requested", "overtaken")]

@@ -137,7 +137,7 @@ def test_duplicated_deliveries_change_state_once(world: World, copies: int) -> N
             assert await engine.result(started.instance_id, timeout=1) == "got 7"
             detail = await engine.detail(started.instance_id)
             assert [(d.event_id, d.state) for d in detail.inbox] == [("ev", "CONSUMED")]
-            inbox_events = [e for e in detail.events if e.subject == "inbox"]
+            inbox_events = [e for e in detail.timeline if e.subject == "inbox"]
             assert [e.to_state for e in inbox_events] == ["PENDING", "CONSUMED"]
             again = await engine.signal(started.instance_id, "go", event_id="ev", payload=7)
             assert again.outcome is lf.DeliveryOutcome.DUPLICATE

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
+from ledgerflow.demo.reservations import ReservationBook, ReservationState
 from ledgerflow.errors import EffectRejectedError
 from ledgerflow.participant import Precondition
-from ledgerflow.participant.reservations import ReservationBook, ReservationState
 
 QUICK = lf.RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=1))
 

@@ -216,7 +216,7 @@ def test_crash_during_compensation(
     workers.recover()
 
     assert engine.get(started.instance_id).status is InstanceStatus.COMPENSATED
-    events = engine.detail(started.instance_id).events
+    events = engine.detail(started.instance_id).timeline
     assert any(e.subject == f"effect:-{seq}" and settled_by in (e.detail or "") for e in events), [
         (e.subject, e.detail) for e in events
     ]

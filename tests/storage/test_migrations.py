@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from ledgerflow.storage import open_store, queries
+from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
+from ledgerflow.storage import migrations, open_store, queries
+from ledgerflow.storage.records import NewInstance
+
+# The dialect of a journal URL's scheme (as the journal_url fixture writes them).
+DIALECT = {"sqlite": "sqlite", "postgresql": "postgres"}
 
 # table -> columns, in declaration order.
 DECLARED_TABLES: dict[str, list[str]] = {
@@ -86,8 +91,8 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "attempt_errors",
         "lookup_failures",
     ],
-    "lf_events": [
-        "event_id",
+    "lf_timeline": [
+        "entry_id",
         "instance_id",
         "at",
         "generation",
@@ -160,7 +165,7 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_effects_instance": ("lf_effects", ["instance_id", "run", "seq"]),
     "lf_effects_compensates": ("lf_effects", ["compensates"]),
     "lf_inbox_pending": ("lf_inbox", ["instance_id", "name", "state", "received_at"]),
-    "lf_events_instance": ("lf_events", ["instance_id", "event_id"]),
+    "lf_timeline_instance": ("lf_timeline", ["instance_id", "entry_id"]),
     "lf_audit_instance": ("lf_audit", ["instance_id", "audit_id"]),
     "lf_audit_fingerprint": ("lf_audit", ["fingerprint", "audit_id"]),
     "lf_audit_at": ("lf_audit", ["at"]),
@@ -172,7 +177,7 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_instances": {("instance_id",), ("tenant", "workflow_name", "business_key")},
     "lf_steps": {("instance_id", "run", "seq")},
     "lf_effects": {("effect_id",), ("idempotency_key",)},
-    "lf_events": {("event_id",)},
+    "lf_timeline": {("entry_id",)},
     "lf_inbox": {("instance_id", "event_id")},
     "lf_limits": {("scope",)},
     "lf_audit": {("audit_id",)},
@@ -310,3 +315,95 @@ def test_migrations_apply_to_an_empty_database_on_their_own(tmp_path: Path) -> N
         assert _tables(conn) == set(DECLARED_TABLES) - {"lf_schema_migrations"}
     finally:
         conn.close()
+
+
+def _raw(url: str, *statements: str) -> list[tuple[object, ...]]:
+    """Run statements on the journal behind the store's back (as an older Ledgerflow wrote it);
+    return the last statement's rows."""
+    rows: list[tuple[object, ...]] = []
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            with conn:
+                for statement in statements:
+                    rows = conn.execute(statement).fetchall()
+        finally:
+            conn.close()
+        return rows
+    import psycopg
+
+    base, _, schema = url.partition("?schema=")
+    with psycopg.connect(base, autocommit=True) as pg:
+        pg.execute(f"SET search_path TO {schema}")
+        for statement in statements:
+            cursor = pg.execute(statement)
+            rows = cursor.fetchall() if cursor.description else []
+    return rows
+
+
+def test_the_timeline_migration_keeps_every_entry_and_its_number(
+    journal_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: migration 0008 renames lf_events to lf_timeline (event_id to entry_id) on a journal
+    that already holds a timeline, keeping every entry, its number and its order, and numbering
+    new entries after them.
+
+    Method: build the journal as Ledgerflow stood before 0008 (the newest migration held back),
+    write an instance and three timeline rows with raw SQL under the old names; open the store
+    (it applies 0008); its timeline is those rows, in order, with their numbers; a new start
+    adds an entry numbered higher than all of them.
+    """
+    before = [m for m in migrations.known(DIALECT[journal_url.split(":")[0]]) if m.number < 8]
+    monkeypatch.setattr(migrations, "known", lambda dialect: before)
+    open_store(journal_url).close()
+    monkeypatch.undo()
+    _raw(
+        journal_url,
+        "INSERT INTO lf_instances (instance_id, tenant, workflow_name, workflow_version, "
+        "fingerprint, business_key, run, status, generation, available_at, input, created_at, "
+        "updated_at) VALUES ('wf-old', 'acme', 'order', 1, 'fp', 'old', 1, 'RUNNING', 0, 0, "
+        "'{}', 0, 0)",
+        *(
+            "INSERT INTO lf_events (instance_id, at, generation, subject, from_state, to_state, "
+            f"detail) VALUES ('wf-old', {at}, 0, 'instance', NULL, 'RUNNING', 'line {at}')"
+            for at in (1, 2, 3)
+        ),
+    )
+    numbers = [row[0] for row in _raw(journal_url, "SELECT event_id FROM lf_events ORDER BY 1")]
+    store = open_store(journal_url)
+    try:
+        kept = store.timeline(InstanceId("wf-old"))
+        assert [(e.entry_id, e.detail) for e in kept] == [
+            (n, f"line {at}") for n, at in zip(numbers, (1, 2, 3), strict=True)
+        ]
+        store.start_instance(
+            NewInstance(
+                instance_id=InstanceId("wf-new"),
+                tenant=TenantId("acme"),
+                workflow_name="order",
+                workflow_version=1,
+                fingerprint="fp",
+                business_key=BusinessKey("new"),
+                input="{}",
+            ),
+            now=4.0,
+        )
+        [started] = store.timeline(InstanceId("wf-new"))
+        assert started.entry_id > max(numbers)
+    finally:
+        store.close()
+    assert _old_names(journal_url) == []
+
+
+def _old_names(url: str) -> list[tuple[object, ...]]:
+    """Whatever in the journal's schema is still named after lf_events."""
+    if url.startswith("sqlite:///"):
+        return _raw(
+            url, "SELECT name FROM sqlite_master WHERE name LIKE 'lf\\_events%' ESCAPE '\\'"
+        )
+    return _raw(
+        url,
+        "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace "
+        "AND relname LIKE 'lf\\_events%' UNION ALL SELECT conname FROM pg_constraint "
+        "WHERE connamespace = current_schema()::regnamespace AND conname LIKE 'lf\\_events%'",
+    )

@@ -39,7 +39,6 @@ from ledgerflow.storage.records import (
     Commit,
     EffectRecord,
     EffectWrite,
-    EventRecord,
     InstanceRecord,
     InstanceWrite,
     Journal,
@@ -47,6 +46,7 @@ from ledgerflow.storage.records import (
     Release,
     StepRecord,
     StepWrite,
+    TimelineEntry,
     Write,
 )
 from ledgerflow.storage.store import Store
@@ -172,13 +172,13 @@ def commit_one(store: Store, commit: Commit, *, now: float = 2.0) -> Exception |
 
 def snapshot(
     store: Store, instance: InstanceRecord
-) -> tuple[InstanceRecord | None, Journal, list[EffectRecord], list[EventRecord]]:
+) -> tuple[InstanceRecord | None, Journal, list[EffectRecord], list[TimelineEntry]]:
     """Everything a refused commit must leave as it was."""
     return (
         store.get_instance(instance.instance_id),
         store.journal(instance.instance_id, RunNumber(1)),
         store.effects(instance.instance_id),
-        store.events(instance.instance_id),
+        store.timeline(instance.instance_id),
     )
 
 
@@ -201,7 +201,7 @@ def test_start_is_idempotent_by_business_key(store: Store) -> None:
     assert not created_again
     assert second.instance_id == first.instance_id
     assert second == first
-    assert [e.to_state for e in store.events(first.instance_id)] == ["RUNNING"]
+    assert [e.to_state for e in store.timeline(first.instance_id)] == ["RUNNING"]
 
 
 def test_business_keys_are_scoped_by_tenant_and_workflow(store: Store) -> None:
@@ -253,7 +253,9 @@ def test_claim_fences_with_increasing_generations(store: Store) -> None:
     assert second.owner == W2
     assert second.generation == 2
     owners = [
-        (e.generation, e.to_state) for e in store.events(record.instance_id) if e.subject == "owner"
+        (e.generation, e.to_state)
+        for e in store.timeline(record.instance_id)
+        if e.subject == "owner"
     ]
     assert owners == [(1, W1), (2, W2)]
 
@@ -454,7 +456,7 @@ def test_stale_commit_in_a_batch_is_fenced_alone(store: Store) -> None:
     for good in (a, c):
         steps = store.journal(good.instance_id, RunNumber(1)).steps
         assert steps[StepSeq(1)].status is StepStatus.STARTED
-        last = store.events(good.instance_id)[-1]
+        last = store.timeline(good.instance_id)[-1]
         assert (last.subject, last.from_state, last.to_state) == ("step:1", "NEW", "STARTED")
 
 
@@ -675,9 +677,9 @@ def test_every_successful_write_leaves_an_event(store: Store, kind: str) -> None
     preparing, write = _writes_for(mine)[kind]
     if preparing:
         assert commit_one(store, commit_of(mine, *preparing)) is None
-    before = store.events(mine.instance_id)
+    before = store.timeline(mine.instance_id)
     assert commit_one(store, commit_of(mine, write), now=7.0) is None
-    added = store.events(mine.instance_id)[len(before) :]
+    added = store.timeline(mine.instance_id)[len(before) :]
     assert len(added) == 1
     assert added[0].generation == mine.generation
     assert added[0].at == 7.0

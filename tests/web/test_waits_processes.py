@@ -33,7 +33,7 @@ def engine(processes: Any) -> Iterator[SyncEngine]:
 
 
 def _transitions(engine: SyncEngine, instance_id: str, subject: str) -> list[str]:
-    return [e.to_state for e in engine.detail(instance_id).events if e.subject == subject]
+    return [e.to_state for e in engine.detail(instance_id).timeline if e.subject == subject]
 
 
 def test_timer_fires_after_the_worker_is_sigkilled(processes: Any, engine: SyncEngine) -> None:

@@ -8,22 +8,14 @@ runs the stuck-work scan that workers run periodically, with the bounds of
 
 from __future__ import annotations
 
-import time
-
 import click
 from rich.table import Table
 from rich.text import Text
 
-from ledgerflow.cli.instances import echo_json, json_option, tenant_of
-from ledgerflow.cli.loading import db_option, open_journal
+from ledgerflow.cli.options import db_option, echo_json, json_option, tenant_of
 from ledgerflow.cli.render import cell, console, inert, lines_cell, print_table, short, when
-from ledgerflow.operators.attention import (
-    ATTENTION_LIMIT_DEFAULT,
-    ATTENTION_LIMIT_MAX,
-    AttentionItem,
-    attention,
-)
-from ledgerflow.operators.detection import ScanReport, bounds_from_environment, scan
+from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, ATTENTION_LIMIT_MAX
+from ledgerflow.operators.service import AttentionItem, Operations, ScanReport
 from ledgerflow.operators.shapes import listing
 
 _REASON_CHARS = 160
@@ -86,16 +78,11 @@ def attention_command(
     as_json: bool,
 ) -> None:
     """List what needs a person: parked instances and open flags, oldest first."""
-    store = open_journal(db)
-    try:
-        report = None
-        if run_scan:
-            report = scan(store, bounds_from_environment(), now=time.time(), detected_by="cli")
-        items = attention(
-            store, tenant=tenant_of(tenant), workflow=workflow, reason=reason_code, limit=limit
+    with Operations(db) as operations:
+        report = operations.scan(detected_by="cli") if run_scan else None
+        items = operations.attention(
+            tenant=tenant_of(tenant), workflow=workflow, reason=reason_code, limit=limit
         )
-    finally:
-        store.close()
     if as_json:
         document = listing([item.to_json() for item in items])
         if report is not None:

@@ -39,14 +39,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ledgerflow import (
+    EffectRecord,
+    EffectState,
+    InstanceRecord,
+    InstanceStatus,
+    Registry,
+    SyncEngine,
+)
 from ledgerflow.cli.render import cell, console, print_table, status_cell
 from ledgerflow.extras import require_extra
-from ledgerflow.model.definition import Registry
-from ledgerflow.model.effect import EffectState
-from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.engine import SyncEngine
-from ledgerflow.storage.records import EffectRecord, InstanceRecord
 
 ORDERS_DEFAULT = 5
 ORDERS_MAX = 100
@@ -338,7 +342,7 @@ class Demo:
                 record, effect = self.effect_of(engine, crash)
                 trail = [
                     f"{e.to_state}" + (f" ({e.detail})" if e.detail else "")
-                    for e in engine.detail(record.instance_id).events
+                    for e in engine.detail(record.instance_id).timeline
                     if e.subject == f"effect:{effect.seq}"
                 ]
                 received, applied = self.count_at_participant(effect)

@@ -1,66 +1,48 @@
-"""``ledgerflow start|result|list|show``: start instances and read their ledgers (internal).
+"""``ledgerflow start|result|cancel|list|show``: start instances and read their ledgers
+(internal).
 
 This module owns the operator's view of instances from the command line. Only ``start`` needs
-the user's registry (to pin the definition version and its fingerprint); ``result``, ``list``
-and ``show`` read nothing but the store, so they work on a machine that does not have the
-workflow code, and they never change anything.
+the user's registry (to pin the definition version and its fingerprint), and goes through the
+engine (:class:`~ledgerflow.runtime.engine.SyncEngine`); ``result``, ``cancel``, ``list`` and
+``show`` go through the operators' service (:class:`~ledgerflow.operators.service.Operations`),
+read nothing but the store, so they work on a machine that does not have the workflow code, and
+only ``cancel`` changes anything.
 
-Every command prints rich tables for people and, with ``--json``, one JSON document for
-scripts (shapes: :mod:`ledgerflow.operators.shapes`). Errors are the engine's own (``[LFxxx]``
-codes, exit 1), except input the command itself cannot read, which is a usage error (exit 2).
-``start`` creates and migrates the journal like a worker; ``result``, ``list``, ``show`` and
-``cancel`` open it as it is (:func:`~ledgerflow.cli.loading.open_journal`).
+Every command prints rich tables for people (:mod:`ledgerflow.cli.tables`) and, with
+``--json``, one JSON document for scripts (shapes: :mod:`ledgerflow.operators.shapes`). Errors
+are the engine's own (``[LFxxx]`` codes, exit 1), except input the command itself cannot read,
+which is a usage error (exit 2). ``start`` creates and migrates the journal like a worker; the
+others open it as it is.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
+from ledgerflow import InstanceStatus, SyncEngine
 from ledgerflow.cli.json_input import json_option_value
-from ledgerflow.cli.loading import db_option, load_registry, open_journal
-from ledgerflow.cli.render import cell, console, inert, print_table, short, status_cell, when
-from ledgerflow.model import names
-from ledgerflow.model.attempts import attempt_errors
-from ledgerflow.model.definition import Registry
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.operators.shapes import decoded, detail_json, listing, record_json
-from ledgerflow.runtime.engine import SyncEngine
-from ledgerflow.storage.records import (
-    Delivery,
-    EffectRecord,
-    EventRecord,
-    InstanceRecord,
-    StepRecord,
+from ledgerflow.cli.loading import load_registry
+from ledgerflow.cli.options import db_option, echo_json, json_option, tenant_of
+from ledgerflow.cli.render import cell, console, inert, print_table
+from ledgerflow.cli.tables import (
+    attempt_errors_table,
+    audit_json,
+    audit_table,
+    effects_table,
+    header_table,
+    inbox_table,
+    instances_table,
+    steps_table,
+    timeline_table,
 )
+from ledgerflow.operators.service import Operations
+from ledgerflow.operators.shapes import decoded, detail_json, listing, record_json
 
 LIST_LIMIT_DEFAULT = 50
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-json_option: Callable[[F], F] = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON instead of tables."
-)
-
-
-def echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True))
-
-
-def _store_engine(db: str) -> SyncEngine:
-    # Reading needs no workflow code: an empty registry is enough and pins nothing. The
-    # journal is opened as it is: a read never creates or migrates one.
-    return SyncEngine(open_journal(db), Registry())
-
-
-def tenant_of(text: str | None) -> str | None:
-    """A tenant given on the command line, checked by the one naming rule (None: not given)."""
-    return None if text is None else names.tenant(text)
 
 
 # -- start -------------------------------------------------------------------------------------
@@ -169,8 +151,8 @@ def start(
 @json_option
 def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
     """Print the result of instance ID (exit 1 if it ended without one or is not done)."""
-    with _store_engine(db) as engine:
-        record = engine.wait(instance_id, timeout=timeout)
+    with Operations(db) as operations:
+        record = operations.wait(instance_id, timeout=timeout)
         if record.status is InstanceStatus.SUCCEEDED:
             value = decoded(record.result)
             if as_json:
@@ -184,7 +166,7 @@ def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
             else:
                 console().print(Text(json.dumps(value, indent=2, sort_keys=True)))
             return
-        engine.result(instance_id, timeout=0)
+        operations.result(instance_id, timeout=0)
 
 
 # -- cancel ------------------------------------------------------------------------------------
@@ -207,8 +189,8 @@ def cancel(instance_id: str, reason: str, compensate: bool, db: str, as_json: bo
     The instance stops before its next step, finishes what was started, compensates if asked,
     and ends CANCELLED listing the effects that stay applied.
     """
-    with _store_engine(db) as engine:
-        record = engine.cancel(instance_id, reason=reason, compensate=compensate)
+    with Operations(db) as operations:
+        record = operations.cancel(instance_id, reason=reason, compensate=compensate)
     if as_json:
         echo_json(
             {
@@ -229,30 +211,6 @@ def cancel(instance_id: str, reason: str, compensate: bool, db: str, as_json: bo
 
 
 # -- list --------------------------------------------------------------------------------------
-
-
-def instances_table(records: Iterable[InstanceRecord], *, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("id", no_wrap=True)
-    table.add_column("workflow")
-    table.add_column("business key", overflow="fold")
-    table.add_column("status", no_wrap=True)
-    table.add_column("reason")
-    table.add_column("gen", justify="right")
-    table.add_column("owner", overflow="fold")
-    table.add_column("updated")
-    for record in records:
-        table.add_row(
-            cell(record.instance_id),
-            cell(f"{record.workflow_name}@{record.workflow_version}"),
-            cell(record.business_key),
-            status_cell(record.status),
-            cell(record.reason_code),
-            cell(record.generation),
-            cell(record.owner),
-            cell(when(record.updated_at)),
-        )
-    return table
 
 
 @click.command("list")
@@ -281,8 +239,8 @@ def list_(
     as_json: bool,
 ) -> None:
     """List instances, newest first."""
-    with _store_engine(db) as engine:
-        records = engine.list(
+    with Operations(db) as operations:
+        records = operations.list(
             status=InstanceStatus(status.upper()) if status else None,
             workflow=workflow,
             tenant=tenant_of(tenant),
@@ -301,150 +259,6 @@ def list_(
 # -- show --------------------------------------------------------------------------------------
 
 
-def header_table(instance: InstanceRecord) -> Table:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column(overflow="fold")
-    rows: list[tuple[str, Text]] = [
-        ("instance", cell(instance.instance_id)),
-        ("tenant", cell(instance.tenant)),
-        ("business key", cell(instance.business_key)),
-        ("workflow", cell(f"{instance.workflow_name}@{instance.workflow_version} (pinned)")),
-        ("fingerprint", cell(instance.fingerprint)),
-        ("run", cell(instance.run)),
-        ("status", status_cell(instance.status)),
-        ("reason", cell(" ".join(p for p in (instance.reason_code, instance.reason) if p))),
-        *((("cause", cell(instance.cause)),) if instance.cause else ()),
-        *((("cancel", cell(_cancel_line(instance))),) if instance.cancel_requested_at else ()),
-        ("owner", cell(instance.owner or "(none)")),
-        ("generation", cell(instance.generation)),
-        ("lease expires", cell(when(instance.lease_expires_at))),
-        ("created", cell(when(instance.created_at))),
-        ("updated", cell(when(instance.updated_at))),
-        ("input", cell(short(instance.input, 120))),
-        ("result", cell(short(instance.result, 120))),
-    ]
-    for name, value in rows:
-        grid.add_row(name, value)
-    return grid
-
-
-def _cancel_line(instance: InstanceRecord) -> str:
-    asked = f"requested {when(instance.cancel_requested_at)}: {instance.cancel_reason}"
-    outcome = instance.cancel_outcome or "open"
-    return f"{asked} ({'compensate' if instance.cancel_compensate else 'keep effects'}); {outcome}"
-
-
-def attempt_errors_table(
-    steps: Iterable[StepRecord], effects: Iterable[EffectRecord]
-) -> Table | None:
-    """Every failed attempt's error that steps and effects kept, oldest first; None if none."""
-    table = Table(title="failed attempts", title_justify="left")
-    table.add_column("seq", justify="right")
-    table.add_column("name")
-    table.add_column("att", justify="right")
-    table.add_column("at")
-    table.add_column("error", overflow="fold")
-    rows = [(s.seq, s.name, s.attempt_errors) for s in steps]
-    rows += [(e.seq, f"{e.participant}.{e.operation}", e.attempt_errors) for e in effects]
-    shown = False
-    for seq, name, kept in rows:
-        for entry in attempt_errors(kept):
-            shown = True
-            dropped = entry.get("dropped_after")
-            error = f"{entry.get('type')}: {entry.get('message')}"
-            table.add_row(
-                cell(seq),
-                cell(name),
-                cell(entry.get("attempt")),
-                cell(when(entry.get("at"))),
-                cell(short(error) + (f" (then {dropped} not kept)" if dropped else "")),
-            )
-    return table if shown else None
-
-
-def steps_table(steps: Iterable[StepRecord], *, title: str = "steps") -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("seq", justify="right")
-    table.add_column("kind")
-    table.add_column("name")
-    table.add_column("status")
-    table.add_column("att", justify="right")
-    table.add_column("output / error", overflow="fold")
-    for step in steps:
-        table.add_row(
-            cell(step.seq),
-            cell(step.kind.value),
-            cell(step.name),
-            cell(step.status.value),
-            cell(step.attempt),
-            cell(short(step.error) if step.error else short(step.output)),
-        )
-    return table
-
-
-def effects_table(effects: Iterable[EffectRecord], *, title: str = "effects") -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("seq", justify="right")
-    table.add_column("effect")
-    table.add_column("classification")
-    table.add_column("idempotency key", overflow="fold")
-    table.add_column("state")
-    table.add_column("att", justify="right")
-    table.add_column("evidence", overflow="fold")
-    table.add_column("reason", overflow="fold")
-    for effect in effects:
-        table.add_row(
-            cell(effect.seq),
-            cell(f"{effect.participant}.{effect.operation}"),
-            cell(effect.classification),
-            cell(effect.idempotency_key),
-            cell(effect.state.value),
-            cell(effect.attempt),
-            cell(short(effect.evidence, 40)),
-            cell(short(effect.reason)),
-        )
-    return table
-
-
-def events_table(events: Iterable[EventRecord], *, title: str = "timeline") -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("time")
-    table.add_column("gen", justify="right")
-    table.add_column("subject")
-    table.add_column("from -> to", overflow="fold")
-    table.add_column("detail", overflow="fold")
-    for event in events:
-        table.add_row(
-            cell(when(event.at, precise=True)),
-            cell(event.generation),
-            cell(event.subject),
-            cell(f"{event.from_state or '-'} -> {event.to_state}"),
-            cell(short(event.detail, 80)),
-        )
-    return table
-
-
-def inbox_table(deliveries: Iterable[Delivery]) -> Table:
-    table = Table(title="inbox", title_justify="left")
-    table.add_column("received")
-    table.add_column("event id", overflow="fold")
-    table.add_column("name", overflow="fold")
-    table.add_column("sender")
-    table.add_column("state")
-    table.add_column("reason", overflow="fold")
-    for delivery in deliveries:
-        table.add_row(
-            cell(when(delivery.received_at, precise=True)),
-            cell(delivery.event_id),
-            cell(delivery.name),
-            cell(delivery.sender),
-            cell(delivery.state),
-            cell(short(delivery.reason, 80)),
-        )
-    return table
-
-
 @click.command()
 @click.argument("instance_id", metavar="ID")
 @db_option
@@ -452,13 +266,9 @@ def inbox_table(deliveries: Iterable[Delivery]) -> Table:
 def show(instance_id: str, db: str, as_json: bool) -> None:
     """Show instance ID: its header, step and effect ledgers, inbox, timeline, open attention
     flags and the audit records of its repairs."""
-    # Imported here: the repairs module builds on this one's tables and formatting.
-    from ledgerflow.cli.repairs import audit_json, audit_table, flags_of
-
-    with _store_engine(db) as engine:
-        detail = engine.detail(instance_id)
-        audit = engine.store.audit_records(instance_id=detail.instance.instance_id, limit=1000)
-        flags = flags_of(engine.store, detail.instance.instance_id)
+    with Operations(db) as operations:
+        report = operations.show(instance_id)
+    detail, audit, flags = report.detail, report.audit, report.flags
     if as_json:
         echo_json(
             {
@@ -484,7 +294,7 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
         print_table(out, failed)
     if detail.inbox:
         print_table(out, inbox_table(detail.inbox))
-    print_table(out, events_table(detail.events))
+    print_table(out, timeline_table(detail.timeline))
     if flags:
         out.print(cell("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))
     if audit:

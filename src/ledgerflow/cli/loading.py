@@ -1,14 +1,9 @@
-"""Finding the user's code from ``MODULE:OBJECT`` and the store from ``--db`` (internal).
+"""Finding the user's code from ``MODULE:OBJECT`` (internal).
 
 ``MODULE`` is a module name (``myapp.workflows``) or a Python file (``./quick2.py``), imported
 like ``python -m`` would with the current folder on the path. Whatever goes wrong while
 importing the user's module (it is not there, it raises, the attribute is missing or is not a
 registry) is one line naming the target and the cause, never a traceback.
-
-Commands that create the journal and bring its schema up to date (``worker``, ``start``,
-``serve``, ``migrate``) open the store with :func:`~ledgerflow.storage.open_store`'s defaults;
-every other command opens it with :func:`open_journal`, which never creates a file or migrates
-a schema: a typo in ``--db`` is an error naming the path, not a new, empty journal.
 """
 
 from __future__ import annotations
@@ -22,10 +17,6 @@ from typing import Any
 import click
 
 from ledgerflow.model.definition import Registry
-from ledgerflow.storage import open_store
-from ledgerflow.storage.store import Store
-
-DB_ENVIRONMENT_VARIABLE = "LEDGERFLOW_DB"
 
 
 def import_target(target: str) -> Any:
@@ -84,18 +75,3 @@ def load_registry(target: str) -> Registry:
             param_hint="MODULE:OBJECT",
         )
     return registry
-
-
-def open_journal(db: str) -> Store:
-    """The journal at ``db`` as it is: never created, never migrated."""
-    return open_store(db, migrate=False)
-
-
-db_option = click.option(
-    "--db",
-    "db",
-    envvar=DB_ENVIRONMENT_VARIABLE,
-    required=True,
-    help=f"Store URL, e.g. sqlite:///orders.db or postgresql://user@host/db (or set "
-    f"{DB_ENVIRONMENT_VARIABLE}).",
-)

@@ -14,11 +14,9 @@ from typing import Any
 
 import click
 
-from ledgerflow.cli.loading import db_option
+from ledgerflow.cli.options import db_option
 from ledgerflow.cli.render import inert
-from ledgerflow.storage import open_store
-from ledgerflow.storage.migrations import MigrationStatus
-from ledgerflow.storage.url import migration_status
+from ledgerflow.operators.service import MigrationStatus, migrate_journal, migration_status
 
 
 def _json(before: MigrationStatus, *, applied: bool) -> dict[str, Any]:
@@ -59,9 +57,7 @@ def migrate(db: str, dry_run: bool, as_json: bool) -> None:
     schema: this is the step that brings it up to date. Safe to repeat, and safe while
     workers run (migrations take a lock; each is one transaction).
     """
-    before = migration_status(db)
-    if not dry_run and before.pending:
-        open_store(db, migrate=True).close()
+    before = migration_status(db) if dry_run else migrate_journal(db)
     if as_json:
         click.echo(json.dumps(_json(before, applied=not dry_run), indent=2, sort_keys=True))
     else:

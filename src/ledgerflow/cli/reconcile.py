@@ -9,7 +9,6 @@ needs no workflow code.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from typing import Any
 
@@ -17,15 +16,11 @@ import click
 from rich.table import Table
 
 from ledgerflow import limits
-from ledgerflow.cli.instances import echo_json, json_option
-from ledgerflow.cli.loading import db_option, load_registry, open_journal
+from ledgerflow.cli.loading import load_registry
+from ledgerflow.cli.options import db_option, echo_json, json_option
 from ledgerflow.cli.render import cell, console, inert, print_table, short, when
-from ledgerflow.operators.authority import Authority
-from ledgerflow.operators.reconcile import reconcile
-from ledgerflow.operators.repairs import Operations
+from ledgerflow.operators.service import Operations, ReconciliationRun
 from ledgerflow.operators.shapes import listing
-from ledgerflow.runtime.astore import AsyncStore
-from ledgerflow.storage.reconciliation import ReconciliationRun
 
 RUNS_LISTED_DEFAULT = 20
 _NOTE_CHARS = 120
@@ -85,11 +80,8 @@ def _run_json(run: ReconciliationRun) -> dict[str, Any]:
 
 
 def _list_runs(db: str, limit: int, as_json: bool) -> None:
-    store = open_journal(db)
-    try:
-        runs = store.reconciliations(limit=limit)
-    finally:
-        store.close()
+    with Operations(db) as operations:
+        runs = operations.reconciliations(limit=limit)
     if as_json:
         echo_json(listing([_run_json(r) for r in runs]))
     elif not runs:
@@ -102,23 +94,11 @@ def _run_once(
     target: str, db: str, *, limit: int, max_corrections: int, dry_run: bool
 ) -> ReconciliationRun:
     registry = load_registry(target)
-    store = open_journal(db)
-    astore = AsyncStore(store)
     # The engine checks the reconciler's authority like anyone's (LEDGERFLOW_AUTHORITY).
-    operations = Operations(store, Authority.from_environment())
-    try:
-        return asyncio.run(
-            reconcile(
-                astore,
-                registry,
-                operations=operations,
-                limit=limit,
-                max_corrections=max_corrections,
-                dry_run=dry_run,
-            )
+    with Operations(db) as operations:
+        return operations.reconcile(
+            registry, limit=limit, max_corrections=max_corrections, dry_run=dry_run
         )
-    finally:
-        astore.close()
 
 
 @click.command("reconcile")

@@ -2,33 +2,30 @@
 (internal).
 
 Each repair command builds a :class:`~ledgerflow.operators.repairs.RepairRequest` and hands it
-to :class:`~ledgerflow.operators.repairs.Operations`, which checks authority and state and
-writes the audit record: the CLI decides nothing itself. ``--dry-run`` prints the exact plan
-and changes nothing. The operator's identity comes from ``--actor`` or ``LEDGERFLOW_OPERATOR``;
-without one the command is a usage error (exit 2). Refusals are Ledgerflow errors (exit 1).
+to the operators' service (:class:`~ledgerflow.operators.service.Operations`), whose repairs
+check authority and state and write the audit record: the CLI decides nothing itself.
+``--dry-run`` prints the exact plan and changes nothing. The operator's identity comes from
+``--actor`` or ``LEDGERFLOW_OPERATOR``; without one the command is a usage error (exit 2).
+Refusals are Ledgerflow errors (exit 1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
 import click
-from rich.table import Table
 
-from ledgerflow.cli.instances import echo_json, json_option
 from ledgerflow.cli.json_input import json_option_value
-from ledgerflow.cli.loading import db_option, open_journal
-from ledgerflow.cli.render import cell, console, print_table, short, when
+from ledgerflow.cli.options import db_option, echo_json, json_option
+from ledgerflow.cli.render import cell, console, print_table
+from ledgerflow.cli.tables import audit_json, audit_table
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
-from ledgerflow.model.repair import RepairKind
 from ledgerflow.operators.authority import Authority
-from ledgerflow.operators.repairs import Operations, RepairRequest, RepairResult
-from ledgerflow.operators.shapes import listing, record_json
-from ledgerflow.storage.audit import AuditRecord
-from ledgerflow.storage.store import Store
+from ledgerflow.operators.service import Operations, RepairKind, RepairRequest, RepairResult
+from ledgerflow.operators.shapes import listing
 
 OPERATOR_ENVIRONMENT_VARIABLE = "LEDGERFLOW_OPERATOR"
 AUTHORITY_ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
@@ -76,12 +73,8 @@ def _run(request_fields: dict[str, Any], options: dict[str, Any]) -> None:
         else Authority.default()
     )
     request = RepairRequest(actor=actor, reason=options["reason"], **request_fields)
-    store = open_journal(options["db"])
-    try:
-        operations = Operations(store, authority)
+    with Operations(options["db"], authority=authority) as operations:
         result = operations.plan(request) if options["dry_run"] else operations.apply(request)
-    finally:
-        store.close()
     _print_result(result, as_json=options["as_json"])
 
 
@@ -218,38 +211,6 @@ def _target(kind: RepairKind, instance_id: str, seq: int | None, **extra: Any) -
 # -- audit -------------------------------------------------------------------------------------
 
 
-def audit_json(record: AuditRecord) -> dict[str, Any]:
-    """An audit record; its plan is decoded like every JSON field of a record."""
-    return record_json(record)
-
-
-def audit_table(records: Iterable[AuditRecord], *, title: str = "audit") -> Table:
-    table = Table(title=title, title_justify="left")
-    for name in ("#", "time", "actor", "role", "kind", "instance", "target", "outcome"):
-        table.add_column(name, overflow="fold")
-    table.add_column("gen", justify="right")
-    table.add_column("reason / refusal", overflow="fold")
-    for r in records:
-        generations = (
-            f"{r.generation_before}->{r.generation_after}"
-            if r.generation_before is not None
-            else ""
-        )
-        table.add_row(
-            cell(r.audit_id),
-            cell(when(r.at)),
-            cell(r.actor),
-            cell(r.role),
-            cell(r.kind),
-            cell(r.instance_id),
-            cell(r.target),
-            cell(r.outcome),
-            cell(generations),
-            cell(short(r.reason + (f" | {r.refusal}" if r.refusal else ""), 100)),
-        )
-    return table
-
-
 def _since(text: str | None) -> float | None:
     if text is None:
         return None
@@ -289,17 +250,10 @@ def audit(
     as_json: bool,
 ) -> None:
     """The audit log of repairs: applied, repeated (no-op) and refused, oldest first."""
-    store = open_journal(db)
-    try:
-        records = store.audit_records(
-            instance_id=InstanceId(instance_id) if instance_id else None,
-            actor=actor,
-            kind=kind,
-            since=_since(since),
-            limit=limit,
+    with Operations(db) as operations:
+        records = operations.audit(
+            instance_id=instance_id, actor=actor, kind=kind, since=_since(since), limit=limit
         )
-    finally:
-        store.close()
     if as_json:
         echo_json(listing([audit_json(record) for record in records]))
         return
@@ -312,12 +266,3 @@ def audit(
 def register(group: click.Group) -> None:
     group.add_command(repair)
     group.add_command(audit)
-
-
-def flags_of(store: Store, instance_id: InstanceId) -> list[Any]:
-    """The instance's open attention flags, where the store keeps them (Part D's queue)."""
-    open_flags = getattr(store, "open_flags", None)
-    if open_flags is None:
-        return []
-    flags: list[Any] = open_flags(instance_id)
-    return flags

@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from ledgerflow.cli.loading import db_option
+from ledgerflow.cli.options import db_option
 from ledgerflow.errors import ConfigurationError
 from ledgerflow.extras import require_extra
 
@@ -55,7 +55,7 @@ def serve(db: str, host: str, port: int) -> None:
     """
     require_extra("http", purpose="ledgerflow serve")
     from ledgerflow.cli.http_server import serve_forever
-    from ledgerflow.web.api import create_app
+    from ledgerflow.web import create_app
 
     app = create_app(db)
     sock = _bind(host, port)

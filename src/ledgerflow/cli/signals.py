@@ -1,10 +1,11 @@
 """``ledgerflow signal``: deliver a signal, callback or approval from the command line (internal).
 
 This module owns the operator's way of answering a waiting instance. It goes through the same
-:meth:`SyncEngine.signal` as the HTTP endpoint and prints the same answer, so a refusal reads the
-same wherever it came from. The exit code is for scripts: 0 when the event is (or already was)
-kept for its wait, 1 when it was refused — too late, the instance ended, or a sender who may not
-approve — with the reason printed; 2 for input the command cannot read.
+operators' service (:meth:`~ledgerflow.operators.service.Operations.signal`) as the HTTP
+endpoint and prints the same answer, so a refusal reads the same wherever it came from. The
+exit code is for scripts: 0 when the event is (or already was) kept for its wait, 1 when it
+was refused — too late, the instance ended, or a sender who may not approve — with the reason
+printed; 2 for input the command cannot read.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import sys
 import click
 
 from ledgerflow.cli.json_input import json_option_value
-from ledgerflow.cli.loading import db_option, open_journal
+from ledgerflow.cli.options import db_option
 from ledgerflow.cli.render import inert
-from ledgerflow.model.definition import Registry
+from ledgerflow.operators.service import Operations
 from ledgerflow.operators.shapes import delivery_json, refused
-from ledgerflow.runtime.engine import SyncEngine
 
 
 @click.command()
@@ -53,9 +53,9 @@ def signal(
     Exit 0 when the event was accepted (or already had been), 1 when it was refused.
     """
     payload = json_option_value(payload_text, "--payload")
-    # Delivering needs no workflow code: an empty registry is enough. The journal must exist.
-    with SyncEngine(open_journal(db), Registry()) as engine:
-        delivered = engine.signal(
+    # Delivering needs no workflow code. The journal must exist.
+    with Operations(db) as operations:
+        delivered = operations.signal(
             instance_id,
             name,
             event_id=event_id,

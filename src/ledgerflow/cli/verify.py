@@ -35,9 +35,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ledgerflow import limits
-from ledgerflow.cli.instances import json_option
 from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.loading import import_target
+from ledgerflow.cli.options import json_option
 from ledgerflow.cli.render import cell, console, print_table
 from ledgerflow.errors import LedgerflowError
 from ledgerflow.log_muting import muted

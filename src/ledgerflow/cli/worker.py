@@ -8,13 +8,13 @@ import signal
 
 import click
 
-from ledgerflow import limits
-from ledgerflow.cli.loading import db_option, load_registry
+from ledgerflow import Engine, limits
+from ledgerflow.cli.loading import load_registry
+from ledgerflow.cli.options import db_option
 from ledgerflow.errors import ConfigurationError
-from ledgerflow.operators.reconcile import reconcile_task
+from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.engine import Engine
 
 
 def install_faults() -> None:
@@ -94,18 +94,22 @@ def worker(
 
     async def main() -> None:
         async with Engine(db, registry) as engine:
-            runner = engine.worker(
-                concurrency=concurrency, lease_seconds=lease_seconds, poll_seconds=poll_seconds
-            )
-            if reconcile_seconds > 0:
-                runner.periodic.add(
-                    reconcile_task(
-                        runner.store,
-                        registry,
-                        clock=runner.clock,
-                        interval_seconds=reconcile_seconds,
+            # The stuck-work scan comes with every worker; reconciliation only where asked.
+            periodic = (
+                [
+                    AsyncOperations(engine).reconcile_task(
+                        registry, interval_seconds=reconcile_seconds
                     )
-                )
+                ]
+                if reconcile_seconds > 0
+                else []
+            )
+            runner = engine.worker(
+                concurrency=concurrency,
+                lease_seconds=lease_seconds,
+                poll_seconds=poll_seconds,
+                periodic=periodic,
+            )
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, runner.stop)

@@ -1,6 +1,6 @@
 """Who may repair what: roles grant repair kinds, actors hold roles (pure).
 
-Authority is configuration checked by the engine (``operators.repairs.Operations``), never by
+Authority is configuration checked by the engine (``operators.repairs.Repairs``), never by
 the CLI, so every front door (CLI, HTTP, the reconciler) is held to the same policy.
 Without a policy file only the reconciler, :data:`RECONCILER`, holds a role: a person must be
 granted one explicitly before any repair of theirs is carried out. Loading the file is

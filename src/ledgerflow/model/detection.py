@@ -5,8 +5,9 @@ person? Poison work (the same failure past a bound) is *parked*: the instance go
 MANUAL_INTERVENTION, so it stops consuming workers. Stuck work (no progress past a bound) is
 *flagged*: the instance stays where it is, because it may still move on by itself (a slow
 participant answers, a worker comes back), and the flag is cleared when a later scan finds the
-condition gone. Nothing here reads a clock or a database: callers pass ``now`` and row values,
-so every rule is a plain function a test can call.
+condition gone. Nothing here reads a clock or a database: callers pass ``now`` and the values a
+scan read (:class:`QuietInstance`, :class:`DueInstance`, :class:`SilentEffect`), so every rule
+is a plain function a test can call.
 """
 
 from __future__ import annotations
@@ -159,55 +160,88 @@ def poison_step_reason(*, step: str, seq: int, attempt: int, error: Mapping[str,
     )
 
 
-# -- stuck: rules over rows a scan selected -------------------------------------------------------
+# -- stuck: what a scan selected, and the rules over it -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuietInstance:
+    """An owned instance with no claim or commit since the scan's cutoff, with its latest
+    journaled step (all four ``step_*`` are None when none is journaled)."""
+
+    instance_id: str
+    status: str
+    owner: str | None
+    lease_expires_at: float | None
+    # Its last claim or commit.
+    updated_at: float
+    step_seq: int | None = None
+    step_name: str | None = None
+    step_status: str | None = None
+    step_attempt: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DueInstance:
+    """A runnable instance due since the scan's cutoff that no live lease holds."""
+
+    instance_id: str
+    status: str
+    owner: str | None
+    lease_expires_at: float | None
+    available_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SilentEffect:
+    """An effect sent (INTENDED) or accepted (ACCEPTED) and not answered since the cutoff."""
+
+    instance_id: str
+    participant: str
+    operation: str
+    idempotency_key: str
+    attempt: int
+    state: str
+    # When it was sent or accepted.
+    updated_at: float
 
 
 def _age(now: float, since: float) -> str:
     return f"{max(0.0, now - since):.1f}s"
 
 
-def stuck_step(row: Mapping[str, Any], *, now: float, bounds: DetectionBounds) -> Finding | None:
-    """An owned instance whose lease is renewed but which commits nothing past the deadline.
-
-    ``row`` has instance_id, status, owner, lease_expires_at, updated_at (its last claim or
-    commit) and, when a step is journaled, step_seq, step_name, step_status, step_attempt.
-    """
-    if row["owner"] is None or row["lease_expires_at"] is None:
+def stuck_step(quiet: QuietInstance, *, now: float, bounds: DetectionBounds) -> Finding | None:
+    """An owned instance whose lease is renewed but which commits nothing past the deadline."""
+    if quiet.owner is None or quiet.lease_expires_at is None:
         return None
-    if row["lease_expires_at"] <= now or now - row["updated_at"] < bounds.step_deadline_seconds:
+    if quiet.lease_expires_at <= now or now - quiet.updated_at < bounds.step_deadline_seconds:
         return None
     latest = (
-        f"latest journaled step {row['step_seq']} ({row['step_name']}) is "
-        f"{row['step_status']} at attempt {row['step_attempt']}"
-        if row.get("step_seq") is not None
+        f"latest journaled step {quiet.step_seq} ({quiet.step_name}) is "
+        f"{quiet.step_status} at attempt {quiet.step_attempt}"
+        if quiet.step_seq is not None
         else "no step journaled yet"
     )
     return Finding(
-        instance_id=row["instance_id"],
+        instance_id=quiet.instance_id,
         reason_code=STUCK_STEP,
         evidence=(
-            f"{row['status']} and owned by {row['owner']} (lease renewed), but no commit for "
-            f"{_age(now, row['updated_at'])} (bound {bounds.step_deadline_seconds:g}s); {latest}"
+            f"{quiet.status} and owned by {quiet.owner} (lease renewed), but no commit for "
+            f"{_age(now, quiet.updated_at)} (bound {bounds.step_deadline_seconds:g}s); {latest}"
         ),
     )
 
 
-def stuck_unclaimed(
-    row: Mapping[str, Any], *, now: float, bounds: DetectionBounds
-) -> Finding | None:
-    """A runnable instance, due for longer than the bound, that no live lease holds.
-
-    ``row`` has instance_id, status, owner, lease_expires_at, available_at.
-    """
-    live = row["owner"] is not None and (row["lease_expires_at"] or 0.0) > now
-    if live or now - row["available_at"] < bounds.unclaimed_after_seconds:
+def stuck_unclaimed(due: DueInstance, *, now: float, bounds: DetectionBounds) -> Finding | None:
+    """A runnable instance, due for longer than the bound, that no live lease holds."""
+    live = due.owner is not None and (due.lease_expires_at or 0.0) > now
+    if live or now - due.available_at < bounds.unclaimed_after_seconds:
         return None
-    last = f"; last owner {row['owner']}" if row["owner"] is not None else ""
+    last = f"; last owner {due.owner}" if due.owner is not None else ""
     return Finding(
-        instance_id=row["instance_id"],
+        instance_id=due.instance_id,
         reason_code=STUCK_UNCLAIMED,
         evidence=(
-            f"{row['status']} and due for {_age(now, row['available_at'])} (bound "
+            f"{due.status} and due for {_age(now, due.available_at)} (bound "
             f"{bounds.unclaimed_after_seconds:g}s) with no live lease: no worker is running it "
             f"(none started, all busy, or none has its definition){last}"
         ),
@@ -215,23 +249,19 @@ def stuck_unclaimed(
 
 
 def participant_unresponsive(
-    rows: Sequence[Mapping[str, Any]], *, now: float, bounds: DetectionBounds
+    effects: Sequence[SilentEffect], *, now: float, bounds: DetectionBounds
 ) -> Finding | None:
-    """Effects of one instance sent or accepted and unanswered past the bound.
-
-    Each row has instance_id, participant, operation, idempotency_key, attempt, state and
-    updated_at (when it was sent or accepted).
-    """
-    silent = [r for r in rows if now - r["updated_at"] >= bounds.participant_silent_seconds]
+    """Effects of one instance sent or accepted and unanswered past the bound."""
+    silent = [e for e in effects if now - e.updated_at >= bounds.participant_silent_seconds]
     if not silent:
         return None
     parts = [
-        f"{r['participant']}.{r['operation']} key {r['idempotency_key']} attempt {r['attempt']} "
-        f"{r['state']} since {_age(now, r['updated_at'])} ago"
-        for r in silent
+        f"{e.participant}.{e.operation} key {e.idempotency_key} attempt {e.attempt} "
+        f"{e.state} since {_age(now, e.updated_at)} ago"
+        for e in silent
     ]
     return Finding(
-        instance_id=silent[0]["instance_id"],
+        instance_id=silent[0].instance_id,
         reason_code=PARTICIPANT_UNRESPONSIVE,
         evidence=(f"no answer past {bounds.participant_silent_seconds:g}s: " + "; ".join(parts))[
             :4000

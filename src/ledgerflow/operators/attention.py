@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ledgerflow.model.ids import InstanceId
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.attention import EffectToSettle, FlaggedInstance, ParkedInstance
+from ledgerflow.storage.store import OperatorStore
 
 ATTENTION_LIMIT_DEFAULT = 100
 ATTENTION_LIMIT_MAX = 10_000
@@ -62,37 +62,35 @@ class AttentionItem:
         }
 
 
-def _effect_line(row: dict[str, Any]) -> str:
+def _effect_line(effect: EffectToSettle) -> str:
     return (
-        f"{row['participant']}.{row['operation']} key {row['idempotency_key']} "
-        f"(step {row['seq']}, attempt {row['attempt']}, {row['state']})"
+        f"{effect.participant}.{effect.operation} key {effect.idempotency_key} "
+        f"(step {effect.seq}, attempt {effect.attempt}, {effect.state})"
     )
 
 
-def _item(kind: str, row: dict[str, Any], store: Store) -> AttentionItem:
-    effects = store.attention_effects(InstanceId(row["instance_id"]))
+def _item(row: ParkedInstance | FlaggedInstance, store: OperatorStore) -> AttentionItem:
+    effects = store.attention_effects(row.instance_id)
     return AttentionItem(
-        kind=kind,
-        instance_id=row["instance_id"],
-        tenant=row["tenant"],
-        workflow_name=row["workflow_name"],
-        business_key=row["business_key"],
-        status=row["status"],
-        reason_code=row["reason_code"],
-        reason=row["reason"] if kind == "parked" else row["evidence"],
-        since=float(row["since"]),
-        detected_by=row.get("detected_by"),
-        effects_in_doubt=tuple(_effect_line(e) for e in effects if e["state"] == "UNKNOWN"),
+        kind="parked" if isinstance(row, ParkedInstance) else "flag",
+        instance_id=row.instance_id,
+        tenant=row.tenant,
+        workflow_name=row.workflow_name,
+        business_key=row.business_key,
+        status=row.status,
+        reason_code=row.reason_code,
+        reason=row.reason if isinstance(row, ParkedInstance) else row.evidence,
+        since=row.since,
+        detected_by=None if isinstance(row, ParkedInstance) else row.detected_by,
+        effects_in_doubt=tuple(_effect_line(e) for e in effects if e.state == "UNKNOWN"),
         failed_compensations=tuple(
-            _effect_line(e)
-            for e in effects
-            if e["compensates"] is not None and e["state"] == "FAILED"
+            _effect_line(e) for e in effects if e.compensates is not None and e.state == "FAILED"
         ),
     )
 
 
 def attention(
-    store: Store,
+    store: OperatorStore,
     *,
     tenant: str | None = None,
     workflow: str | None = None,
@@ -105,6 +103,6 @@ def attention(
     parked, flagged = store.attention_rows(
         tenant=tenant, workflow_name=workflow, reason_code=reason, limit=limit
     )
-    rows = [("parked", r) for r in parked] + [("flag", r) for r in flagged]
-    rows.sort(key=lambda pair: (float(pair[1]["since"]), pair[1]["instance_id"]))
-    return [_item(kind, row, store) for kind, row in rows[:limit]]
+    rows: list[ParkedInstance | FlaggedInstance] = [*parked, *flagged]
+    rows.sort(key=lambda row: (row.since, row.instance_id))
+    return [_item(row, store) for row in rows[:limit]]

@@ -27,7 +27,7 @@ __all__ = ["RECONCILER", "Authority"]
 
 
 class Authority(Policy):
-    """The policy :class:`~ledgerflow.operators.repairs.Operations` checks every repair with.
+    """The policy :class:`~ledgerflow.operators.repairs.Repairs` checks every repair with.
 
     Example::
 

@@ -6,7 +6,7 @@ by idempotency key and attempt, and acts on the difference as
 :mod:`ledgerflow.model.reconciliation` decides:
 
 - in doubt, and the participant proves it applied: corrected through the audited, idempotent
-  repair command (:class:`~ledgerflow.operators.repairs.Operations`, resolve-effect with the
+  repair command (:class:`~ledgerflow.operators.repairs.Repairs`, resolve-effect with the
   participant's evidence, resuming the instance parked for it), attributed to the reconciler;
 - any other difference: an attention flag with the evidence, for a person; nothing is changed,
   and nothing is ever sent to a participant again;
@@ -16,10 +16,14 @@ Every run is recorded (``lf_reconciliations``) with its counts and one line per 
 the effects it compared are stamped so that the next bounded run continues with the rest. A
 dry run asks the same questions and plans the same corrections but writes nothing.
 
+The operators' service runs it (``Operations.reconcile``, ``AsyncOperations.reconcile`` and
+its periodic task, ``AsyncOperations.reconcile_task``); a run's store calls go through the
+store thread it is given, its lookups through each participant's own deadline.
+
 Example::
 
-    operations = Operations(store, Authority.from_environment())
-    run = await reconcile(AsyncStore(store), registry, operations=operations, limit=100)
+    repairs = Repairs(store, Authority.from_environment())
+    run = await reconcile(thread, registry, repairs=repairs, limit=100)
     print(run.compared, run.corrected, run.escalated)
 """
 
@@ -37,16 +41,15 @@ from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.ids import EffectId
 from ledgerflow.model.reconciliation import RECONCILE_REFUSED, Action, decide
 from ledgerflow.model.repair import RepairKind
-from ledgerflow.operators.authority import RECONCILER, Authority
-from ledgerflow.operators.repairs import Operations, RepairRequest
-from ledgerflow.runtime.astore import AsyncStore
+from ledgerflow.operators.authority import RECONCILER
+from ledgerflow.operators.repairs import RepairRequest, Repairs
 from ledgerflow.runtime.calls import call_by_deadline
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
-from ledgerflow.runtime.periodic import PeriodicTask
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import EffectRecord
 
-__all__ = ["RECONCILER", "ReconciliationRun", "reconcile", "reconcile_task"]
+__all__ = ["RECONCILER", "ReconciliationRun", "reconcile"]
 
 log = logging.getLogger("ledgerflow.reconcile")
 
@@ -59,9 +62,9 @@ _NOTE_CHARS = 600
 class _Run:
     """One run in progress: its settings, its counts and its lines."""
 
-    store: AsyncStore
+    thread: AsyncStore
     registry: Registry
-    operations: Operations
+    repairs: Repairs
     actor: str
     clock: Clock
     dry_run: bool
@@ -137,9 +140,11 @@ class _Run:
             actor=self.actor,
             reason=f"{self.label}: participant reports applied",
         )
-        ops = self.operations
+        repairs = self.repairs
         try:
-            result = await self.store.call(ops.plan if self.dry_run else ops.apply, request)
+            result = await self.thread.call(
+                repairs.plan if self.dry_run else repairs.apply, request
+            )
         except OperatorError as exc:
             # Refused (stale, not authorized, a live worker): a person looks, and the reconciler
             # never tries another way (a fresh key, a re-dispatch) around the refusal.
@@ -182,8 +187,8 @@ class _Run:
             "participant_evidence": answer.evidence,
             "why": why,
         }
-        raised = await self.store.call(
-            self.store.store.raise_flag,
+        raised = await self.thread.call(
+            self.repairs.store.raise_flag,
             instance_id=effect.instance_id,
             reason_code=reason_code,
             evidence=json.dumps(evidence, sort_keys=True, default=str),
@@ -238,10 +243,10 @@ class _Run:
 
 
 async def reconcile(
-    store: AsyncStore,
+    thread: AsyncStore,
     registry: Registry,
     *,
-    operations: Operations,
+    repairs: Repairs,
     limit: int = limits.RECONCILE_LIMIT_DEFAULT,
     max_corrections: int = limits.RECONCILE_CORRECTIONS_DEFAULT,
     actor: str = RECONCILER,
@@ -251,19 +256,21 @@ async def reconcile(
     """Run one bounded reconciliation and return its record.
 
     At most ``limit`` effects are compared and at most ``max_corrections`` corrected; the
-    participants asked are the registry's that have a lookup. ``operations`` must work on
-    ``store.store`` (its calls run on the store's thread). With ``dry_run`` the participants
-    are asked and the corrections planned, but nothing is written: no repair, no flag, no run
-    record, no comparison stamp.
+    participants asked are the registry's that have a lookup. Every store call (the
+    corrections through ``repairs``, the flags, the run's record) runs on ``thread``, the thread
+    of the store ``repairs`` works on. With ``dry_run`` the
+    participants are asked and the corrections planned, but nothing is written: no repair, no
+    flag, no run record, no comparison stamp.
     """
     if not 1 <= limit <= limits.RECONCILE_LIMIT_MAX:
         raise ConfigurationError(f"limit must be between 1 and {limits.RECONCILE_LIMIT_MAX}")
     if max_corrections < 0:
         raise ConfigurationError("max_corrections must not be negative")
+    store = repairs.store
     run = _Run(
-        store=store,
+        thread=thread,
         registry=registry,
-        operations=operations,
+        repairs=repairs,
         actor=actor,
         clock=clock or SYSTEM_CLOCK,
         dry_run=dry_run,
@@ -271,21 +278,17 @@ async def reconcile(
     )
     run.started_at = run.clock.now()
     if not dry_run:
-        run.run_id = await store.call(
-            store.store.begin_reconciliation, actor=actor, now=run.started_at
-        )
+        run.run_id = await thread.call(store.begin_reconciliation, actor=actor, now=run.started_at)
     askable = sorted(n for n, p in registry.participants.items() if p.lookup_function is not None)
-    candidates = await store.call(
-        store.store.reconcile_candidates, participants=askable, limit=limit
-    )
+    candidates = await thread.call(store.reconcile_candidates, participants=askable, limit=limit)
     for effect in candidates:
         await run.compare(effect)
     finished_at = run.clock.now()
     finished = run.result(finished_at=finished_at)
     if dry_run:
         return finished
-    await store.call(
-        store.store.finish_reconciliation,
+    await thread.call(
+        store.finish_reconciliation,
         finished,
         compared_ids=run.compared_ids,
         now=finished_at,
@@ -300,36 +303,3 @@ async def reconcile(
         finished.unreachable,
     )
     return finished
-
-
-def reconcile_task(
-    store: AsyncStore,
-    registry: Registry,
-    *,
-    clock: Clock,
-    interval_seconds: float,
-    limit: int = limits.RECONCILE_LIMIT_DEFAULT,
-    max_corrections: int = limits.RECONCILE_CORRECTIONS_DEFAULT,
-    authority: Authority | None = None,
-) -> PeriodicTask:
-    """Reconciliation as a worker's periodic task, attributed to :data:`RECONCILER`.
-
-    Example::
-
-        worker.periodic.add(
-            reconcile_task(worker.store, registry, clock=worker.clock, interval_seconds=600)
-        )
-    """
-    operations = Operations(store.store, authority or Authority.from_environment(), clock=clock)
-
-    async def run() -> None:
-        await reconcile(
-            store,
-            registry,
-            operations=operations,
-            limit=limit,
-            max_corrections=max_corrections,
-            clock=clock,
-        )
-
-    return PeriodicTask(name="reconcile", interval_seconds=interval_seconds, run=run)

@@ -1,6 +1,6 @@
-"""The front door of audited repairs: plan (dry run) and apply, on a store (internal).
+"""Audited repairs: plan (dry run) and apply, on a store (internal).
 
-:class:`Operations` checks the actor's authority, reads a snapshot of the instance, has
+:class:`Repairs` checks the actor's authority, reads a snapshot of the instance, has
 :mod:`ledgerflow.model.repair_rules` plan the repair, and hands the store one
 :class:`~ledgerflow.storage.audit.RepairWrite`, applied in one transaction with its audit record
 only if the planned state still holds. Every refusal (not authorized, forbidden, stale) is
@@ -9,10 +9,10 @@ repair whose result is still in place is recorded as a no-op and changes nothing
 
 Example::
 
-    ops = Operations(store, Authority.from_environment())
+    repairs = Repairs(store, Authority.from_environment())
     request = RepairRequest(kind=RepairKind.RESUME, instance_id=iid, actor="alice", reason="...")
-    print("\\n".join(ops.plan(request).plan.describe()))
-    result = ops.apply(request)
+    print("\\n".join(repairs.plan(request).plan.describe()))
+    result = repairs.apply(request)
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.snapshot import Snapshot, read_snapshot, repair_writes
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.storage.audit import AuditEntry, AuditRecord, CancelRequest, RepairWrite
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.store import OperatorStore
 
-__all__ = ["Operations", "RepairKind", "RepairRequest", "RepairResult"]
+__all__ = ["RepairKind", "RepairRequest", "RepairResult", "Repairs"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,12 +81,13 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, tz=UTC).isoformat(timespec="seconds")
 
 
-class Operations:
-    """Audited repairs on one store, under one authority policy."""
+class Repairs:
+    """Audited repairs on one store, under one authority policy (the operators' service,
+    :class:`~ledgerflow.operators.service.Operations`, is how the faces reach them)."""
 
     def __init__(
         self,
-        store: Store,
+        store: OperatorStore,
         authority: Authority,
         *,
         clock: Clock | None = None,

@@ -26,7 +26,8 @@ import re
 from typing import Any
 
 from ledgerflow.errors import LedgerflowError
-from ledgerflow.runtime.commands import Delivered, InstanceDetail
+from ledgerflow.runtime.core import Delivered, InstanceDetail
+from ledgerflow.storage.records import TimelineEntry
 
 JSON_TEXT_FIELDS = frozenset(
     {"input", "result", "output", "error", "evidence", "payload", "retry_policy", "plan"}
@@ -62,13 +63,21 @@ def listing(items: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"items": items, **extra}
 
 
+def timeline_json(entry: TimelineEntry) -> dict[str, Any]:
+    """A timeline entry as published: ``show --json`` and ``GET /instances/ID`` list the
+    timeline under ``events``, each entry numbered ``event_id``. Those outward names predate
+    the timeline's own (``entry_id``) and scripts read them, so they stay as they are."""
+    out = record_json(entry)
+    return {"event_id": out.pop("entry_id"), **out}
+
+
 def detail_json(detail: InstanceDetail) -> dict[str, Any]:
     """An instance with its step and effect ledgers, timeline and inbox."""
     return {
         "instance": record_json(detail.instance),
         "steps": [record_json(s) for s in detail.steps],
         "effects": [record_json(e) for e in detail.effects],
-        "events": [record_json(e) for e in detail.events],
+        "events": [timeline_json(e) for e in detail.timeline],
         "inbox": [record_json(d) for d in detail.inbox],
     }
 

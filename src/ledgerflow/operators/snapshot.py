@@ -33,7 +33,7 @@ from ledgerflow.storage.records import (
     StepRecord,
     StepWrite,
 )
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.store import LedgerReads
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,19 +43,19 @@ class Snapshot:
     ledger: Ledger
 
 
-def _parked_from(store: Store, instance: InstanceRecord) -> InstanceStatus | None:
+def _parked_from(store: LedgerReads, instance: InstanceRecord) -> InstanceStatus | None:
     if instance.status is not InstanceStatus.MANUAL_INTERVENTION:
         return None
-    for event in reversed(store.events(instance.instance_id)):
+    for entry in reversed(store.timeline(instance.instance_id)):
         if (
-            event.subject == "instance"
-            and event.to_state == InstanceStatus.MANUAL_INTERVENTION.value
+            entry.subject == "instance"
+            and entry.to_state == InstanceStatus.MANUAL_INTERVENTION.value
         ):
-            return InstanceStatus(event.from_state) if event.from_state else None
+            return InstanceStatus(entry.from_state) if entry.from_state else None
     return None
 
 
-def read_snapshot(store: Store, instance_id: InstanceId, *, now: float) -> Snapshot:
+def read_snapshot(store: LedgerReads, instance_id: InstanceId, *, now: float) -> Snapshot:
     """The instance and its current run as planning sees them (``now`` judges leases)."""
     instance = store.get_instance(instance_id)
     if instance is None:

@@ -36,7 +36,7 @@ def completion_event(effect: EffectId) -> str:
 class CallbackCompletion:
     """The callback half of :class:`~ledgerflow.runtime.effects.EffectDriver`."""
 
-    s: Session
+    session: Session
     seq: StepSeq
     name: str
     effect_id: EffectId
@@ -75,12 +75,12 @@ class CallbackCompletion:
     async def _await_completion(self, *, attempt: int) -> Any:
         """Wait (durably, WAITING) for the participant's callback; no callback by the
         deadline makes the outcome UNKNOWN, settled like any other."""
-        s = self.s
+        s = self.session
         name = completion_event(self.effect_id)
         step = s.step(self.seq)
         due = step.next_attempt_at if step and step.next_attempt_at else s.clock.now()
         while True:
-            found = await s.store.call(s.store.store.pending_deliveries, s.instance_id, name)
+            found = await s.store.pending_deliveries(s.instance_id, name)
             if found:
                 return await self._completed(found[0], attempt=attempt)
             if s.clock.now() < due:
@@ -111,7 +111,7 @@ class CallbackCompletion:
             return await self._resolve()
 
     async def _completed(self, delivery: Delivery, *, attempt: int) -> Any:
-        s = self.s
+        s = self.session
         body = s.codec.decode(delivery.payload)
         consume = ConsumeDelivery(event_id=delivery.event_id, seq=self.seq)
         if body.get("applied"):

@@ -70,8 +70,8 @@ class EffectDriver(CallbackCompletion):
         wait_until: Callable[[float | None], Awaitable[None]],
         undoes: EffectRecord | None = None,
     ) -> None:
-        self.s = session
-        self.d = declaration
+        self.session = session
+        self.declaration = declaration
         self.seq = seq
         self.name = name
         self.payload_text = payload_text
@@ -96,15 +96,15 @@ class EffectDriver(CallbackCompletion):
 
     def _where(self, attempt: int) -> dict[str, Any]:
         return {
-            "instance": self.s.instance.business_key,
+            "instance": self.session.instance.business_key,
             "seq": abs(self.seq),
             "attempt": attempt,
-            "operation": f"{self.d.participant.name}.{self.d.operation}",
+            "operation": f"{self.declaration.participant.name}.{self.declaration.operation}",
         }
 
     async def run(self) -> Any:
-        effect = self.s.effect(self.seq)
-        step = self.s.step(self.seq)
+        effect = self.session.effect(self.seq)
+        step = self.session.step(self.seq)
         if step is None:
             # A compensation is already PLANNED; an effect of workflow code has no row yet.
             planned = effect.state if effect is not None else EffectState.NEW
@@ -118,7 +118,7 @@ class EffectDriver(CallbackCompletion):
                 # After a cancel request is accepted no new effect is dispatched: the store
                 # refuses this intent if one arrived, and the instance cancels instead.
                 intent = (*intent, NoCancelRequest())
-            await self.s.commit(*intent)
+            await self.session.commit(*intent)
             return await self._dispatch(attempt=1)
         if effect is None or effect.idempotency_key != self.key:
             journaled = effect.idempotency_key if effect else "no effect"
@@ -129,22 +129,22 @@ class EffectDriver(CallbackCompletion):
         if step.status is StepStatus.COMPLETED and effect.state is EffectState.FAILED:
             # An operator skipped the step (repair skip-step): the effect stays FAILED, proven
             # not applied, and the workflow receives the substitute result they recorded.
-            return self.s.codec.decode(step.output or "null")
+            return self.session.codec.decode(step.output or "null")
         if effect.state in (EffectState.CONFIRMED, EffectState.SATISFIED):
-            return self.s.codec.decode(effect.evidence or "null")
+            return self.session.codec.decode(effect.evidence or "null")
         if effect.state is EffectState.FAILED:
             raise self._failed(effect.reason or "proven not applied")
         if effect.state is EffectState.ACCEPTED:
             return await self._await_completion(attempt=effect.attempt)
         if effect.state is EffectState.INTENDED and step.status is StepStatus.RETRY_SCHEDULED:
             await self.wait_until(step.next_attempt_at)
-            await self.s.commit(
+            await self.session.commit(
                 self._step(StepStatus.STARTED, StepStatus.RETRY_SCHEDULED, attempt=effect.attempt)
             )
             return await self._dispatch(attempt=effect.attempt)
         if effect.state is EffectState.INTENDED:
             # A worker died between the intent and the outcome: it may have sent the request.
-            await self.s.commit(
+            await self.session.commit(
                 self._effect(
                     EffectState.UNKNOWN,
                     EffectState.INTENDED,
@@ -159,16 +159,16 @@ class EffectDriver(CallbackCompletion):
         self, *, attempt: int, key: IdempotencyKey, deadline_at: float | None = None
     ) -> EffectCall:
         return EffectCall(
-            participant=self.d.participant.name,
-            operation=self.d.operation,
+            participant=self.declaration.participant.name,
+            operation=self.declaration.operation,
             idempotency_key=key,
             effect_id=self.effect_id,
-            instance_id=self.s.instance_id,
+            instance_id=self.session.instance_id,
             attempt=attempt,
-            payload=self.s.codec.decode(self.payload_text),
+            payload=self.session.codec.decode(self.payload_text),
             original_key=self.undoes.idempotency_key if self.undoes else None,
             original_evidence=(
-                self.s.codec.decode(self.undoes.evidence or "null") if self.undoes else None
+                self.session.codec.decode(self.undoes.evidence or "null") if self.undoes else None
             ),
             deadline_at=deadline_at,
         )
@@ -180,15 +180,15 @@ class EffectDriver(CallbackCompletion):
         return await call_by_deadline(
             function,
             *args,
-            seconds=self.d.timeout_seconds,
-            clock=self.s.clock,
-            inline=self.s.store.inline,
+            seconds=self.declaration.timeout_seconds,
+            clock=self.session.clock,
+            inline=self.session.store.inline,
             on_late=on_late,
         )
 
     async def _precondition_holds(self) -> bool:
         """Ask a compensation's precondition before its intent; False when it is not applied."""
-        check = self.d.precondition
+        check = self.declaration.precondition
         if check is None:
             return True
         call = self._call(attempt=1, key=self.key)
@@ -197,19 +197,21 @@ class EffectDriver(CallbackCompletion):
         except Exception as exc:  # noqa: BLE001 - no answer is no permission to apply.
             raise Park(
                 "compensation_precondition_unavailable",
-                f"{self.d.participant.name}.{self.d.operation} for {call.original_key}: the "
+                f"{self.declaration.participant.name}.{self.declaration.operation} for "
+                f"{call.original_key}: the "
                 f"precondition could not be asked: {type(exc).__name__}: {exc}"[:1000],
             ) from None
         if not isinstance(answer, Precondition) or answer.verdict is PreconditionVerdict.VIOLATED:
             reason = answer.reason if isinstance(answer, Precondition) else repr(answer)
             raise Park(
                 "compensation_precondition_violated",
-                f"{self.d.participant.name}.{self.d.operation} for {call.original_key}: {reason}",
+                f"{self.declaration.participant.name}.{self.declaration.operation} for "
+                f"{call.original_key}: {reason}",
             )
         if answer.verdict is PreconditionVerdict.HOLDS:
             return True
-        evidence = self.s.codec.encode(answer.evidence)
-        await self.s.commit(
+        evidence = self.session.codec.encode(answer.evidence)
+        await self.session.commit(
             self._effect(
                 EffectState.SATISFIED,
                 EffectState.PLANNED,
@@ -227,23 +229,23 @@ class EffectDriver(CallbackCompletion):
         """Call the participant: its evidence as ledger text, or what it raised."""
         faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
         key = self.key
-        deadline_at = self.s.clock.now() + self.d.timeout_seconds
+        deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
         call = self._call(attempt=attempt, key=key, deadline_at=deadline_at)
         outcome: str | Exception
         try:
             evidence = await self._by_deadline(
-                self.d.function,
+                self.declaration.function,
                 call,
                 on_late=late_answer_keeper(
-                    self.s,
+                    self.session,
                     key=self.key,
                     effect_id=self.effect_id,
-                    participant=self.d.participant.name,
+                    participant=self.declaration.participant.name,
                     seq=self.seq,
                     attempt=attempt,
                 ),
             )
-            outcome = self.s.codec.encode(evidence)
+            outcome = self.session.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
             outcome = exc
         faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
@@ -254,7 +256,7 @@ class EffectDriver(CallbackCompletion):
         if isinstance(sent, EffectRejectedError):
             return await self._rejected(sent, attempt=attempt)
         if isinstance(sent, Exception):
-            await self.s.commit(
+            await self.session.commit(
                 self._effect(
                     EffectState.UNKNOWN,
                     EffectState.INTENDED,
@@ -265,10 +267,10 @@ class EffectDriver(CallbackCompletion):
                 )
             )
             return await self._resolve()
-        if self.d.completes_by_callback is not None:
+        if self.declaration.completes_by_callback is not None:
             # Accepted is not done: the participant completes it by calling back.
-            deadline = self.s.clock.now() + self.d.completes_by_callback
-            await self.s.commit(
+            deadline = self.session.clock.now() + self.declaration.completes_by_callback
+            await self.session.commit(
                 self._effect(
                     EffectState.ACCEPTED,
                     EffectState.INTENDED,
@@ -284,27 +286,27 @@ class EffectDriver(CallbackCompletion):
                 ),
             )
             return await self._await_completion(attempt=attempt)
-        await self.s.commit(
+        await self.session.commit(
             self._effect(
                 EffectState.CONFIRMED, EffectState.INTENDED, attempt=attempt, evidence=sent
             ),
             self._step(StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=sent),
         )
         faults.point(f"{self.points}.after_outcome", **self._where(attempt))
-        return self.s.codec.decode(sent)
+        return self.session.codec.decode(sent)
 
     async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Any:
-        error = self.s.codec.encode(describe_error(rejection))
+        error = self.session.codec.encode(describe_error(rejection))
         retry = (
             rejection.retryable
             and self.policy.retries(error_names(rejection))
             and attempt < self.policy.attempts_max
         )
-        previous = self.s.effect(self.seq)
+        previous = self.session.effect(self.seq)
         if not retry and previous is not None and previous.doubt:
             # This attempt was refused, but an earlier one may still land: only a lookup (or an
             # operator) can prove the effect as a whole was never applied.
-            await self.s.commit(
+            await self.session.commit(
                 self._effect(
                     EffectState.UNKNOWN,
                     EffectState.INTENDED,
@@ -319,7 +321,7 @@ class EffectDriver(CallbackCompletion):
             return await self._resolve()
         if not retry:
             reason = f"participant proved not applied: {rejection.error_code}: {rejection.message}"
-            await self.s.commit(
+            await self.session.commit(
                 self._effect(
                     EffectState.FAILED,
                     EffectState.INTENDED,
@@ -351,8 +353,8 @@ class EffectDriver(CallbackCompletion):
         """Commit the next attempt's intent with its due time, wait, then dispatch it."""
         following = attempt + 1
         pause = self.policy.delay_before(following, identity=self.key)
-        due = self.s.clock.now() + pause.total_seconds()
-        await self.s.commit(
+        due = self.session.clock.now() + pause.total_seconds()
+        await self.session.commit(
             self._effect(
                 EffectState.INTENDED,
                 expected,
@@ -370,7 +372,7 @@ class EffectDriver(CallbackCompletion):
             ),
         )
         await self.wait_until(due)
-        await self.s.commit(
+        await self.session.commit(
             self._step(StepStatus.STARTED, StepStatus.RETRY_SCHEDULED, attempt=following)
         )
         return await self._dispatch(attempt=following)
@@ -378,7 +380,7 @@ class EffectDriver(CallbackCompletion):
     async def _ask(self, attempt: int) -> tuple[LookupAnswer | None, Exception | None]:
         """The participant's lookup answer (None without a lookup), or why it could not be
         asked: a lookup that raised gave no answer at all."""
-        lookup = self.d.participant.lookup_function
+        lookup = self.declaration.participant.lookup_function
         if lookup is None:
             return None, None
         faults.point(f"{self.points}.before_lookup", **self._where(attempt))
@@ -396,9 +398,9 @@ class EffectDriver(CallbackCompletion):
         """The lookup's answer (None without a lookup). One that could not be asked is asked
         again on the participant's lookup policy, each miss and its due time durable; when the
         policy is spent the answer is "cannot tell", with why."""
-        policy = self.d.participant.lookup_retry
+        policy = self.declaration.participant.lookup_retry
         while True:
-            step = self.s.step(self.seq)
+            step = self.session.step(self.seq)
             if effect.lookup_failures and step is not None:
                 await self.wait_until(step.next_attempt_at)  # the lookup's durable backoff
             answer, unavailable = await self._ask(effect.attempt)
@@ -411,8 +413,8 @@ class EffectDriver(CallbackCompletion):
                     f"; the lookup could not be asked {failures} times in a row, last: {why}"
                 )[:500]
             pause = policy.delay_before(failures + 1, identity=f"lookup:{self.key}")
-            due = self.s.clock.now() + pause.total_seconds()
-            await self.s.commit(
+            due = self.session.clock.now() + pause.total_seconds()
+            await self.session.commit(
                 self._effect(
                     EffectState.UNKNOWN,
                     EffectState.UNKNOWN,
@@ -430,23 +432,24 @@ class EffectDriver(CallbackCompletion):
                     next_attempt_at=due,
                 ),
             )
-            effect = self.s.effect(self.seq) or effect
+            effect = self.session.effect(self.seq) or effect
 
     async def _resolve(self) -> Any:
-        effect = self.s.effect(self.seq)
+        effect = self.session.effect(self.seq)
         if effect is None or effect.state is not EffectState.UNKNOWN:
             raise AssertionError(f"resolving step {self.seq}, which is not UNKNOWN")
         attempt = effect.attempt
         answer, lookup_error = await self._lookup(effect)
         resolution = resolve_unknown(
             answer=answer,
-            deduplicates=self.d.participant.deduplicates,
-            doubt_goes_to_operator=self.d.classification is Classification.MANUAL_INTERVENTION,
+            deduplicates=self.declaration.participant.deduplicates,
+            doubt_goes_to_operator=self.declaration.classification
+            is Classification.MANUAL_INTERVENTION,
             attempts_left=self.policy.attempts_max - attempt,
         )
         if resolution.kind is ResolutionKind.CONFIRM:
-            evidence_text = self.s.codec.encode(resolution.evidence)
-            await self.s.commit(
+            evidence_text = self.session.codec.encode(resolution.evidence)
+            await self.session.commit(
                 self._effect(
                     EffectState.CONFIRMED,
                     EffectState.UNKNOWN,
@@ -458,7 +461,7 @@ class EffectDriver(CallbackCompletion):
                     StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=evidence_text
                 ),
             )
-            return self.s.codec.decode(evidence_text)
+            return self.session.codec.decode(evidence_text)
         # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
         fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
         if resolution.kind is ResolutionKind.REDISPATCH:
@@ -470,7 +473,7 @@ class EffectDriver(CallbackCompletion):
                 doubt=0 if fenced else None,
             )
         if resolution.kind is ResolutionKind.FAIL:
-            await self.s.commit(
+            await self.session.commit(
                 self._effect(
                     EffectState.FAILED,
                     EffectState.UNKNOWN,
@@ -482,21 +485,23 @@ class EffectDriver(CallbackCompletion):
                     StepStatus.FAILED,
                     StepStatus.STARTED,
                     attempt=attempt,
-                    error=self.s.codec.encode({"message": resolution.reason}),
+                    error=self.session.codec.encode({"message": resolution.reason}),
                 ),
             )
             raise self._failed(resolution.reason)
         raise Park(
             "effect_outcome_unknown",
-            f"effect {self.d.participant.name}.{self.d.operation} (step {self.seq}, "
+            f"effect {self.declaration.participant.name}.{self.declaration.operation} "
+            f"(step {self.seq}, "
             f"key {self.key}, attempt {attempt}): {resolution.reason}{lookup_error}; "
             f"last known: {effect.reason}",
         )
 
     def _failed(self, reason: str) -> EffectFailedError:
         return EffectFailedError(
-            f"effect {self.d.participant.name}.{self.d.operation} failed: {reason}",
-            instance_id=self.s.instance_id,
+            f"effect {self.declaration.participant.name}.{self.declaration.operation} "
+            f"failed: {reason}",
+            instance_id=self.session.instance_id,
             effect_id=self.effect_id,
         )
 
@@ -510,8 +515,8 @@ class EffectDriver(CallbackCompletion):
         error: str | None = None,
         next_attempt_at: float | None = None,
     ) -> StepWrite:
-        instance = self.s.instance
-        previous_step = self.s.step(self.seq)
+        instance = self.session.instance
+        previous_step = self.session.step(self.seq)
         record = StepRecord(
             instance_id=instance.instance_id,
             run=instance.run,
@@ -524,10 +529,10 @@ class EffectDriver(CallbackCompletion):
             input=self.payload_text,
             output=output,
             error=error,
-            retry_policy=self.s.codec.encode(self.policy.to_record()),
+            retry_policy=self.session.codec.encode(self.policy.to_record()),
             next_attempt_at=next_attempt_at,
-            generation=self.s.generation,
-            updated_at=self.s.clock.now(),
+            generation=self.session.generation,
+            updated_at=self.session.clock.now(),
             attempt_errors=previous_step.attempt_errors if previous_step else None,
         )
         return StepWrite(record=record, expected=expected)
@@ -547,21 +552,24 @@ class EffectDriver(CallbackCompletion):
     ) -> EffectWrite:
         """The effect as it becomes; ``failed`` (attempt, error) adds that attempt's error
         to the ones it keeps. Lookups that could not be asked count only while in a row."""
-        instance = self.s.instance
-        previous = self.s.effect(self.seq)
+        instance = self.session.instance
+        previous = self.session.effect(self.seq)
         errors = previous.attempt_errors if previous else None
         if failed is not None:
             errors = with_attempt_error(
-                errors, attempt=failed[0], error=describe_error(failed[1]), at=self.s.clock.now()
+                errors,
+                attempt=failed[0],
+                error=describe_error(failed[1]),
+                at=self.session.clock.now(),
             )
         record = EffectRecord(
             effect_id=self.effect_id,
             instance_id=instance.instance_id,
             run=instance.run,
             seq=self.seq,
-            participant=self.d.participant.name,
-            operation=self.d.operation,
-            classification=self.d.classification.value,
+            participant=self.declaration.participant.name,
+            operation=self.declaration.operation,
+            classification=self.declaration.classification.value,
             idempotency_key=self.key,
             state=state,
             attempt=attempt,
@@ -570,8 +578,8 @@ class EffectDriver(CallbackCompletion):
             evidence=evidence,
             # The reason explains the current state only; the timeline keeps every earlier one.
             reason=reason,
-            generation=self.s.generation,
-            updated_at=self.s.clock.now(),
+            generation=self.session.generation,
+            updated_at=self.session.clock.now(),
             compensates=self.undoes.effect_id if self.undoes else None,
             attempt_errors=errors,
             lookup_failures=lookup_failures,

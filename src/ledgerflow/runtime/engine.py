@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -21,18 +21,21 @@ from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
-from ledgerflow.runtime.commands import (
-    Commands,
+from ledgerflow.runtime.core import (
     Delivered,
     DeliveryOutcome,
+    EngineCore,
     InstanceDetail,
     Started,
     detail_of,
     instance_id_for,
 )
-from ledgerflow.runtime.worker import Worker
+from ledgerflow.runtime.detection import bounds_from_environment, detection_task
+from ledgerflow.runtime.periodic import PeriodicTask
+from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.runtime.worker import Worker, new_worker_id
+from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
 
@@ -58,15 +61,17 @@ NO_WORKER_HINT = (
 
 
 def _settled(
-    core: Commands, record: InstanceRecord, *, deadline: float, timeout: float, workers: bool
+    core: EngineCore, record: InstanceRecord, *, deadline: float, timeout: float, workers: bool
 ) -> bool:
-    """:meth:`Commands.settled`, whose timeout says a worker must run when none runs here."""
+    """:meth:`EngineCore.settled`, whose timeout says a worker must run when none runs here."""
     try:
         return core.settled(record, deadline=deadline, timeout=timeout)
     except ResultTimeoutError as error:
         if workers:
             raise
-        raise ResultTimeoutError(f"{error.message}; {NO_WORKER_HINT}", **error.ids) from None
+        raise ResultTimeoutError(
+            f"{error.message}; {NO_WORKER_HINT}", instance_id=error.instance_id
+        ) from None
 
 
 class Engine:
@@ -89,13 +94,16 @@ class Engine:
         clock: Clock = SYSTEM_CLOCK,
         inline: bool = False,
     ) -> None:
-        self._core = Commands(store, registry, codec)
+        # The whole store is opened here and each part is handed the view it needs: the core
+        # and the workers the journal, the stuck-work scan its flags.
+        self._store = open_store(store) if isinstance(store, str) else store
+        self._core = EngineCore(self._store, registry, codec)
         self.registry = registry
         self.codec = codec
         self.clock = clock
         # inline: the store and blocking user code run on the loop's own thread. Slow for a
         # service; it makes a simulation depend on nothing but its seed.
-        self._astore = AsyncStore(self._core.store, inline=inline)
+        self._store_thread = AsyncStore(self._store, inline=inline)
         self._workers: list[Worker] = []
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
@@ -103,7 +111,14 @@ class Engine:
 
     @property
     def store(self) -> Store:
-        return self._core.store
+        """The engine's whole store (its workers see only the journal part)."""
+        return self._store
+
+    @property
+    def store_thread(self) -> AsyncStore:
+        """The one thread this engine's store is used from (its workers' too): what shares the
+        store in this process (the operators' service, a periodic task) runs its calls here."""
+        return self._store_thread
 
     async def __aenter__(self) -> Self:
         return self
@@ -114,10 +129,10 @@ class Engine:
         await self.close()
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._astore.close)
+        await asyncio.to_thread(self._store_thread.close)
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self._astore.call(method, *args, **kwargs)
+        return await self._store_thread.call(method, *args, **kwargs)
 
     async def start(
         self,
@@ -137,7 +152,7 @@ class Engine:
         )
         record: InstanceRecord | None = None
         try:
-            record, created = await self._astore.start(new, claim, now=self.clock.now())
+            record, created = await self._store_thread.start(new, claim, now=self.clock.now())
         finally:
             if worker is not None and claim is not None:
                 worker.adopt(record, claim)
@@ -147,7 +162,7 @@ class Engine:
         return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
-        record = await self._astore.get(InstanceId(instance_id))
+        record = await self._store_thread.get(InstanceId(instance_id))
         if record is None:
             raise InstanceNotFoundError(instance_id=instance_id)
         return record
@@ -329,19 +344,35 @@ class Engine:
         lease_seconds: float = limits.LEASE_SECONDS_DEFAULT,
         poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
         detection: DetectionBounds | None = None,
+        periodic: Sequence[PeriodicTask] = (),
     ) -> Worker:
         """A worker on this engine's store; ``detection`` bounds stuck and poison work (default:
-        ``LEDGERFLOW_DETECTION``, else :class:`~ledgerflow.model.detection.DetectionBounds`)."""
+        ``LEDGERFLOW_DETECTION``, else :class:`~ledgerflow.model.detection.DetectionBounds`).
+
+        The worker runs the stuck-work scan periodically, and the ``periodic`` tasks given
+        (reconciliation, see :func:`ledgerflow.operators.reconcile.reconcile_task`) beside it.
+        """
+        worker_id = new_worker_id()
+        bounds = detection or bounds_from_environment()
+        scan = detection_task(
+            self._store_thread,
+            self.store,
+            bounds,
+            clock=self.clock,
+            detected_by=f"scan:{worker_id}",
+        )
         worker = Worker(
             registry=self.registry,
-            store=self._astore,
+            store=self._store_thread,
             codec=self.codec,
             clock=self.clock,
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
-            detection=detection,
+            worker_id=worker_id,
+            detection=bounds,
             on_released=self._released,
+            periodic=(scan, *periodic),
         )
         self._workers.append(worker)
         return worker
@@ -358,8 +389,8 @@ class SyncEngine:
     """
 
     def __init__(self, store: Store | str, registry: Registry, *, codec: Codec = JSON) -> None:
-        self._core = Commands(store, registry, codec)
-        self.store = self._core.store
+        self.store = open_store(store) if isinstance(store, str) else store
+        self._core = EngineCore(self.store, registry, codec)
         self.registry = registry
 
     def __enter__(self) -> Self:

@@ -19,13 +19,13 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.calls import describe_error
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend, Waiting
 from ledgerflow.runtime.session import Session
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import InstanceRecord, InstanceWrite, Journal, Release
 
 log = logging.getLogger("ledgerflow.executor")

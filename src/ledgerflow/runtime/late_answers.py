@@ -41,8 +41,7 @@ def late_answer_keeper(
         except Exception:  # noqa: BLE001 - an answer that is not JSON is kept by its repr.
             text = codec.encode({"attempt": attempt, "answer": repr(answer)[:2000]})
         task = asyncio.ensure_future(
-            store.call(
-                store.store.deliver,
+            store.deliver(
                 instance_id=session.instance_id,
                 event_id=f"late-answer:{key}:{attempt}",
                 name=f"late-answer:{effect_id}",

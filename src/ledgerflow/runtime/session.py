@@ -22,9 +22,9 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import (
     Commit,
     EffectRecord,

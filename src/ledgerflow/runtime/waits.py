@@ -136,9 +136,7 @@ class WaitDriver:
         pending, due = self._start(due)
         while True:
             refused: list[Write] = []
-            for delivery in await s.store.call(
-                s.store.store.pending_deliveries, s.instance_id, event
-            ):
+            for delivery in await s.store.pending_deliveries(s.instance_id, event):
                 if approvers and delivery.sender not in approvers:
                     reason = f"{delivery.sender!r} may not approve {event!r}"
                     refused.append(RejectDelivery(event_id=delivery.event_id, reason=reason))

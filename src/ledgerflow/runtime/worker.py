@@ -22,7 +22,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ledgerflow import limits
@@ -31,12 +31,12 @@ from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
-from ledgerflow.operators.detection import bounds_from_environment, scan
-from ledgerflow.runtime.astore import AsyncStore
 from ledgerflow.runtime.clock import Clock, SystemClock
+from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.periodic import Periodic, PeriodicTask
+from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
 
 log = logging.getLogger("ledgerflow.worker")
@@ -81,6 +81,7 @@ class Worker:
         worker_id: WorkerId | None = None,
         detection: DetectionBounds | None = None,
         on_released: Callable[[InstanceId], None] | None = None,
+        periodic: Sequence[PeriodicTask] = (),
     ) -> None:
         if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
             raise ConfigurationError(
@@ -104,15 +105,11 @@ class Worker:
             owner=self.id,
             detection=self.detection,
         )
-        # Housekeeping beside the instances; other parts add their tasks (reconciliation).
+        # Housekeeping beside the instances (the stuck-work scan, reconciliation...): whoever
+        # builds the worker decides which (see Engine.worker), so the worker knows none of them.
         self.periodic = Periodic()
-        self.periodic.add(
-            PeriodicTask(
-                name="detection",
-                interval_seconds=self.detection.scan_interval_seconds,
-                run=self._scan,
-            )
-        )
+        for task in periodic:
+            self.periodic.add(task)
         self._running: dict[InstanceId, _Driven] = {}
         # Running instances one lapse away from the crash-loop bound (see _isolating).
         self._last_chance: set[InstanceId] = set()
@@ -208,7 +205,7 @@ class Worker:
                 if until_nothing_due and not claimed and not self._running:
                     return
                 if until_idle and not claimed and not self._running:
-                    due = await self.store.call(self.store.store.next_available_at)
+                    due = await self.store.next_available_at()
                     if due is None:
                         return
                 if claimed and len(self._running) < self.concurrency:
@@ -241,8 +238,7 @@ class Worker:
         self._maybe_more = False
         sent = time.monotonic()
         try:
-            records = await self.store.call(
-                self.store.store.claim,
+            records = await self.store.claim(
                 owner=self.id,
                 now=self._lease_now(),
                 lease_seconds=self.lease_seconds,
@@ -281,7 +277,7 @@ class Worker:
         (many machines share it; a worker's own clock never decides ownership there). A clock
         other than the system's (a test's fake clock) decides on every backend: the database's
         clock would never see the time it makes pass."""
-        if self.store.store.database_clock and isinstance(self.clock, SystemClock):
+        if self.store.database_clock and isinstance(self.clock, SystemClock):
             return None
         return self.clock.now()
 
@@ -361,8 +357,7 @@ class Worker:
         sent = time.monotonic()
         try:
             lost = set(
-                await self.store.call(
-                    self.store.store.renew,
+                await self.store.renew(
                     owner=self.id,
                     leases=leases,
                     now=self._lease_now(),
@@ -385,24 +380,11 @@ class Worker:
             log.warning("lease of %s lost; stopping it here", instance_id)
             entry.task.cancel()
         try:
-            asked = await self.store.call(self.store.store.cancel_requests, owner=self.id)
+            asked = await self.store.cancel_requests(owner=self.id)
         except StorageUnavailableError:
             return
         for instance_id in asked:
             self.executor.cancel_requested(instance_id)
-
-    async def _scan(self) -> None:
-        report = await self.store.call(
-            scan,
-            self.store.store,
-            self.detection,
-            now=self.clock.now(),
-            detected_by=f"scan:{self.id}",
-        )
-        for finding in report.raised:
-            log.warning(
-                "attention: %s %s: %s", finding.instance_id, finding.reason_code, finding.evidence
-            )
 
     async def _drain(self, grace_seconds: float) -> None:
         """Stopping: let in-flight instances finish within the grace period, then stop the
@@ -433,4 +415,4 @@ class Worker:
             with contextlib.suppress(StorageError):
                 # A refused release (fenced: it already let go, or another worker took over) is
                 # fine as it is; the results are not errors to raise.
-                await self.store.call(self.store.store.commit, stopped, now=self.clock.now())
+                await self.store.commit_together(stopped, now=self.clock.now())

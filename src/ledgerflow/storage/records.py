@@ -148,10 +148,15 @@ class EffectRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EventRecord:
-    """One line of an instance's timeline: what changed, from what, by which generation."""
+class TimelineEntry:
+    """One line of an instance's timeline: what changed, from what, by which generation.
 
-    event_id: int
+    Not to be confused with an event delivered to an instance (a signal, callback or approval:
+    :class:`Delivery`, whose ``event_id`` the sender chose): the timeline is the ledger's own
+    record of its changes, numbered by the store (``entry_id``).
+    """
+
+    entry_id: int
     instance_id: InstanceId
     at: float
     generation: Generation
@@ -306,22 +311,6 @@ class NewInstance:
     fingerprint: str
     business_key: BusinessKey
     input: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttentionFlag:
-    """Detection (or reconciliation) found that an instance needs a person, while the instance
-    stays where it is; ``cleared_at`` is set when the condition went away or someone settled it."""
-
-    flag_id: int
-    instance_id: InstanceId
-    reason_code: str
-    evidence: str
-    detected_at: float
-    detected_by: str
-    cleared_at: float | None = None
-    cleared_by: str | None = None
-    cleared_reason: str | None = None
 
 
 def _decoded(text: str | None) -> Any:

@@ -7,9 +7,10 @@ row, instead of being acted on.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ledgerflow.errors import IllegalTransitionError, StorageCorruptError
 from ledgerflow.model.effect import EffectState
@@ -30,6 +31,15 @@ from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, StepRecord
 
 Row = Mapping[str, Any]
+R = TypeVar("R")
+
+
+def plain_record(kind: type[R], row: Row) -> R:
+    """A record of plain values (no enum, no invariant to check) from the row's columns of the
+    same names, as the driver reads them: both drivers give the schema's integers, reals and
+    texts as int, float and str, which is what these records hold."""
+    build = cast(Callable[..., R], kind)
+    return build(**{item.name: row[item.name] for item in dataclasses.fields(cast(Any, kind))})
 
 
 def fields(record: Any) -> dict[str, Any]:
@@ -113,9 +123,6 @@ def _build_effect(r: Row) -> EffectRecord:
         attempt_errors=r["attempt_errors"],
         lookup_failures=int(r["lookup_failures"]),
     )
-
-
-R = TypeVar("R")
 
 
 def _checked(

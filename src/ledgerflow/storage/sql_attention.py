@@ -1,46 +1,29 @@
-"""The attention half of the SQL store: flags, parking poison work in the claim, and the reads
-behind detection and the operator's queue (internal).
+"""The attention part of the SQL store: flags, and the reads behind detection and the operator's
+queue (internal).
 
-Flags are unfenced writes of their own (detection is not the instance's owner); the two
-decisions taken inside a claim (park a crash loop, set a damaged row aside) run in the claim's
-transaction, so a poison instance is never handed out once the bound is reached.
+Flags are unfenced writes of their own (detection is not the instance's owner). The reads
+return typed records; the queue's take plain columns of the instance, so that a row damaged
+past reading as a record still shows (see :mod:`ledgerflow.storage.attention`).
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
 from ledgerflow import limits
 from ledgerflow.errors import StorageCorruptError
 from ledgerflow.model import detection
-from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
+from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
-from ledgerflow.storage.records import AttentionFlag, InstanceRecord
-from ledgerflow.storage.rows import Row, instance_from_row
+from ledgerflow.storage.attention import (
+    AttentionFlag,
+    EffectToSettle,
+    FlaggedInstance,
+    ParkedInstance,
+)
+from ledgerflow.storage.rows import instance_from_row, plain_record
 from ledgerflow.storage.sql_seam import SqlSeam
 
-log = logging.getLogger("ledgerflow.storage")
-
-# How many of the latest owners a crash-loop reason names.
-CRASH_LOOP_OWNERS_SHOWN = 5
 # Open flags one read returns at most.
 OPEN_FLAGS_MAX = 10_000
-
-
-def _flag(r: Row) -> AttentionFlag:
-    return AttentionFlag(
-        flag_id=int(r["flag_id"]),
-        instance_id=InstanceId(r["instance_id"]),
-        reason_code=r["reason_code"],
-        evidence=r["evidence"],
-        detected_at=float(r["detected_at"]),
-        detected_by=r["detected_by"],
-        cleared_at=r["cleared_at"],
-        cleared_by=r["cleared_by"],
-        cleared_reason=r["cleared_reason"],
-    )
 
 
 class AttentionStore(SqlSeam):
@@ -61,6 +44,7 @@ class AttentionStore(SqlSeam):
     def _raise(
         self, instance_id: str, reason_code: str, evidence: str, detected_by: str, now: float | None
     ) -> bool:
+        # Also a claim's, for a damaged row it sets aside (see sql_claims).
         _, inserted = self._run(
             "raise_flag",
             {
@@ -100,31 +84,35 @@ class AttentionStore(SqlSeam):
             rows, _ = self._run(
                 "select_open_flags", {"instance_id": instance_id, "limit": OPEN_FLAGS_MAX}
             )
-        return [_flag(r) for r in rows]
+        return [plain_record(AttentionFlag, r) for r in rows]
 
     def flags(self, instance_id: InstanceId) -> list[AttentionFlag]:
         """Every flag of one instance, open and cleared, oldest first."""
         with self._read():
             rows, _ = self._run("select_flags", {"instance_id": instance_id})
-        return [_flag(r) for r in rows]
+        return [plain_record(AttentionFlag, r) for r in rows]
 
     # -- what detection and the queue read ----------------------------------------------------
 
-    def detection_rows(
-        self, reason_code: str, *, now: float, cutoff: float, limit: int
-    ) -> list[dict[str, Any]]:
-        """Candidate rows for one scanned reason: past ``cutoff``, at most ``limit``."""
+    def quiet_instances(self, *, now: float, cutoff: float, limit: int) -> list[QuietInstance]:
+        """Owned, live leases, no claim or commit since ``cutoff``, no effect in flight."""
+        with self._read():
+            rows, _ = self._run("scan_stuck_steps", {"now": now, "cutoff": cutoff, "limit": limit})
+        return [plain_record(QuietInstance, r) for r in rows]
+
+    def due_instances(self, *, now: float, cutoff: float, limit: int) -> list[DueInstance]:
+        """Runnable and due since ``cutoff``, with no live lease."""
         params = {"now": now, "cutoff": cutoff, "limit": limit}
         with self._read():
-            if reason_code == detection.STUCK_STEP:
-                rows, _ = self._run("scan_stuck_steps", params)
-            elif reason_code == detection.STUCK_UNCLAIMED:
-                rows, _ = self._run("scan_stuck_unclaimed", params)
-            elif reason_code == detection.PARTICIPANT_UNRESPONSIVE:
-                rows, _ = self._run("scan_silent_effects", params)
-            else:
-                raise ValueError(f"no scan for reason {reason_code!r}")
-        return [dict(r) for r in rows]
+            rows, _ = self._run("scan_stuck_unclaimed", params)
+        return [plain_record(DueInstance, r) for r in rows]
+
+    def silent_effects(self, *, now: float, cutoff: float, limit: int) -> list[SilentEffect]:
+        """Effects of live instances sent or accepted since ``cutoff`` and not answered."""
+        params = {"now": now, "cutoff": cutoff, "limit": limit}
+        with self._read():
+            rows, _ = self._run("scan_silent_effects", params)
+        return [plain_record(SilentEffect, r) for r in rows]
 
     def attention_rows(
         self,
@@ -133,7 +121,7 @@ class AttentionStore(SqlSeam):
         workflow_name: str | None,
         reason_code: str | None,
         limit: int,
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[list[ParkedInstance], list[FlaggedInstance]]:
         """Parked instances and open flags (plain columns: a damaged row must still show)."""
         params = {
             "tenant": tenant,
@@ -144,13 +132,14 @@ class AttentionStore(SqlSeam):
         with self._read():
             parked, _ = self._run("attention_parked", params)
             flagged, _ = self._run("attention_flagged", params)
-        return [dict(r) for r in parked], [dict(r) for r in flagged]
+        parked_instances = [plain_record(ParkedInstance, r) for r in parked]
+        return parked_instances, [plain_record(FlaggedInstance, r) for r in flagged]
 
-    def attention_effects(self, instance_id: InstanceId) -> list[dict[str, Any]]:
+    def attention_effects(self, instance_id: InstanceId) -> list[EffectToSettle]:
         """Effects in doubt and failed compensations of one instance."""
         with self._read():
             rows, _ = self._run("attention_effects", {"instance_id": instance_id})
-        return [dict(r) for r in rows]
+        return [plain_record(EffectToSettle, r) for r in rows]
 
     def requeue_repaired(self, instance_id: InstanceId, *, cleared_by: str, now: float) -> bool:
         """A row set aside as damaged that now reads cleanly: make it due again and clear its
@@ -178,91 +167,3 @@ class AttentionStore(SqlSeam):
                 },
             )
         return changed == 1
-
-    # -- inside a claim ------------------------------------------------------------------------
-
-    def _park_crash_loop(self, row: Row, record: InstanceRecord, lease_expiries_max: int) -> bool:
-        """Park the instance just claimed if its leases ran out ``lease_expiries_max`` times in
-        a row: handing it out again would only kill another worker."""
-        expiries = int(row["lease_expiries"])
-        if not detection.is_crash_loop(expiries, lease_expiries_max=lease_expiries_max):
-            return False
-        INSTANCE_MACHINE.check(record.status, InstanceEvent.PARK)
-        owners, _ = self._run(
-            "select_recent_claimers",
-            {"instance_id": record.instance_id, "limit": CRASH_LOOP_OWNERS_SHOWN + 1},
-        )
-        # The newest claim is this one, not an owner that died.
-        died = [r["owner"] for r in owners if r["owner"] != record.owner][:CRASH_LOOP_OWNERS_SHOWN]
-        reason = detection.crash_loop_reason(expiries, died)
-        self._run(
-            "park_crash_loop",
-            {
-                "instance_id": record.instance_id,
-                "owner": record.owner,
-                "generation": record.generation,
-                "reason_code": detection.POISON_CRASH_LOOP,
-                "reason": reason,
-                "now": record.updated_at,
-            },
-        )
-        self._event(
-            record.instance_id,
-            record.generation,
-            "instance",
-            record.status.value,
-            InstanceStatus.MANUAL_INTERVENTION.value,
-            record.updated_at,
-            detection.POISON_CRASH_LOOP,
-        )
-        self._doubt_inflight_effects(record)
-        log.error("parked %s instead of claiming it: %s", record.instance_id, reason)
-        return True
-
-    def _doubt_inflight_effects(self, record: InstanceRecord) -> None:
-        """An effect still INTENDED may have reached its participant before the owner died: it
-        is parked as UNKNOWN, never left looking as if nothing had been sent."""
-        EFFECT_MACHINE.check_edge(EffectState.INTENDED, EffectState.UNKNOWN)
-        rows, _ = self._run(
-            "select_inflight_effects", {"instance_id": record.instance_id, "run": record.run}
-        )
-        why = "in flight while its owners kept dying (crash loop); the outcome is unknown"
-        for row in rows:
-            self._run(
-                "doubt_inflight_effect",
-                {"effect_id": row["effect_id"], "reason": why, "now": record.updated_at},
-            )
-            self._event(
-                record.instance_id,
-                record.generation,
-                f"effect:{row['seq']}",
-                EffectState.INTENDED.value,
-                EffectState.UNKNOWN.value,
-                record.updated_at,
-                detection.POISON_CRASH_LOOP,
-            )
-
-    def _last_chance_refused(
-        self, record: InstanceRecord, lease_expiries_max: int, *, alone: bool
-    ) -> bool:
-        """An instance one lapse away from parking runs alone in its worker: if that worker
-        dies, the instance is the one that killed it, and instances that merely died beside a
-        poison one never reach the bound. Refused unless the claimer holds nothing else."""
-        return detection.is_last_chance(record.lease_expiries, lease_expiries_max) and not alone
-
-    def _set_aside_damaged(
-        self, instance_id: str, error: StorageCorruptError, *, owner: str, now: float | None
-    ) -> None:
-        """A damaged row stays unclaimed: flag it once and stop re-reading it every poll."""
-        with self._savepoint("damaged"):
-            self._run(
-                "defer_damaged_instance",
-                {"instance_id": instance_id, "never": limits.WAIT_FOREVER_AT},
-            )
-            self._raise(
-                instance_id,
-                detection.POISON_CORRUPT_ROW,
-                f"claims skip this row, which fails its invariants: {error.message}",
-                f"claim:{owner}",
-                now,
-            )

@@ -1,4 +1,4 @@
-"""The audit half of the SQL store: repairs applied in one transaction with their audit record
+"""The audit part of the SQL store: repairs applied in one transaction with their audit record
 (internal).
 
 A repair is not a worker's commit: it has no lease to prove. It proves instead that the state
@@ -11,9 +11,7 @@ entry naming the audit record. Refusals and repeats are appended on their own.
 
 from __future__ import annotations
 
-import abc
 import dataclasses
-from typing import Any
 
 from ledgerflow.errors import IllegalTransitionError, RepairRefusedError, StalePreconditionError
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
@@ -22,54 +20,15 @@ from ledgerflow.storage.records import (
     Commit,
     EffectWrite,
     InstanceRecord,
-    InstanceWrite,
     StepWrite,
 )
-from ledgerflow.storage.rows import Row, fields, instance_from_row
+from ledgerflow.storage.rows import fields, instance_from_row, plain_record
 from ledgerflow.storage.sql_seam import SqlSeam
 
 AUDIT_LIST_LIMIT_MAX = 10_000
 
 
-def _audit_from_row(r: Row) -> AuditRecord:
-    def generation(value: Any) -> Generation | None:
-        return Generation(int(value)) if value is not None else None
-
-    return AuditRecord(
-        audit_id=int(r["audit_id"]),
-        at=float(r["at"]),
-        actor=r["actor"],
-        role=r["role"],
-        kind=r["kind"],
-        instance_id=InstanceId(r["instance_id"]) if r["instance_id"] is not None else None,
-        target=r["target"],
-        fingerprint=r["fingerprint"],
-        outcome=r["outcome"],
-        reason=r["reason"],
-        evidence=r["evidence"],
-        plan=r["plan"],
-        refusal=r["refusal"],
-        generation_before=generation(r["generation_before"]),
-        generation_after=generation(r["generation_after"]),
-    )
-
-
 class AuditStore(SqlSeam):
-    @abc.abstractmethod
-    def _write_step(
-        self, write: StepWrite, generation: Generation, now: float, *, by_operator: bool = False
-    ) -> None: ...
-
-    @abc.abstractmethod
-    def _write_effect(
-        self, write: EffectWrite, generation: Generation, now: float, *, by_operator: bool = False
-    ) -> None: ...
-
-    @abc.abstractmethod
-    def _write_instance(
-        self, write: InstanceWrite, commit: Commit, now: float, *, by_operator: bool = False
-    ) -> None: ...
-
     # -- writes ------------------------------------------------------------------------------
 
     def append_audit(self, entry: AuditEntry, *, now: float) -> int:
@@ -103,7 +62,7 @@ class AuditStore(SqlSeam):
                     f"the ledger changed since the repair was planned: {exc.message}",
                     instance_id=repair.instance_id,
                 ) from None
-            self._event(
+            self._timeline(
                 repair.instance_id,
                 generation,
                 "repair",
@@ -196,7 +155,7 @@ class AuditStore(SqlSeam):
                 "a cancel request exists already or the instance has ended",
                 instance_id=instance_id,
             )
-        self._event(
+        self._timeline(
             instance_id, generation, "cancel", None, "requested", now, f"{tag}: {cancel.reason}"
         )
 
@@ -223,10 +182,10 @@ class AuditStore(SqlSeam):
                     "limit": max(1, min(limit, AUDIT_LIST_LIMIT_MAX)),
                 },
             )
-        return [_audit_from_row(r) for r in reversed(rows)]
+        return [plain_record(AuditRecord, r) for r in reversed(rows)]
 
     def last_applied_repair(self, fingerprint: str) -> AuditRecord | None:
         """The latest applied repair with this fingerprint, to recognise a repeat."""
         with self._read():
             rows, _ = self._run("last_applied_audit", {"fingerprint": fingerprint})
-        return _audit_from_row(rows[0]) if rows else None
+        return plain_record(AuditRecord, rows[0]) if rows else None

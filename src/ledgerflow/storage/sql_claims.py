@@ -1,8 +1,9 @@
-"""The claim half of the SQL store: handing runnable instances to a worker (internal).
+"""The claim part of the SQL store: handing runnable instances to a worker (internal).
 
 A claim takes ownership with a new generation, counted against concurrency limits, and hands
-out no instance that has reached its crash-loop bound (:mod:`ledgerflow.storage.sql_attention`
-parks it instead) or whose row is damaged (set aside and flagged).
+out no instance that has reached its crash-loop bound (it parks it instead) or whose row is
+damaged (set aside and flagged). Both decisions run in the claim's own transaction, so a poison
+instance is never handed out once the bound is reached.
 """
 
 from __future__ import annotations
@@ -12,15 +13,21 @@ import logging
 from collections.abc import Collection
 from typing import Any
 
+from ledgerflow import limits
 from ledgerflow.errors import StorageCorruptError
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DEFAULT_BOUNDS
+from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import InstanceId, WorkerId
+from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.rows import Row, instance_from_row
-from ledgerflow.storage.sql_attention import AttentionStore
+from ledgerflow.storage.sql_seam import SqlSeam
 
 log = logging.getLogger("ledgerflow.storage")
+
+# How many of the latest owners a crash-loop reason names.
+CRASH_LOOP_OWNERS_SHOWN = 5
 
 
 class _NotNow(Exception):  # noqa: N818 - a signal inside the claim loop, not an error
@@ -43,7 +50,7 @@ def claim_params(
     }
 
 
-class ClaimStore(AttentionStore):
+class ClaimStore(SqlSeam):
     def claim(
         self,
         *,
@@ -162,4 +169,92 @@ class ClaimStore(AttentionStore):
     def _claimed(self, record: InstanceRecord, owner: WorkerId) -> None:
         # The claim's own time (the database's, where it decides leases).
         at = record.updated_at
-        self._event(record.instance_id, record.generation, "owner", None, owner, at, "claimed")
+        self._timeline(record.instance_id, record.generation, "owner", None, owner, at, "claimed")
+
+    # -- what a claim refuses to hand out ----------------------------------------------------
+
+    def _park_crash_loop(self, row: Row, record: InstanceRecord, lease_expiries_max: int) -> bool:
+        """Park the instance just claimed if its leases ran out ``lease_expiries_max`` times in
+        a row: handing it out again would only kill another worker."""
+        expiries = int(row["lease_expiries"])
+        if not detection.is_crash_loop(expiries, lease_expiries_max=lease_expiries_max):
+            return False
+        INSTANCE_MACHINE.check(record.status, InstanceEvent.PARK)
+        owners, _ = self._run(
+            "select_recent_claimers",
+            {"instance_id": record.instance_id, "limit": CRASH_LOOP_OWNERS_SHOWN + 1},
+        )
+        # The newest claim is this one, not an owner that died.
+        died = [r["owner"] for r in owners if r["owner"] != record.owner][:CRASH_LOOP_OWNERS_SHOWN]
+        reason = detection.crash_loop_reason(expiries, died)
+        self._run(
+            "park_crash_loop",
+            {
+                "instance_id": record.instance_id,
+                "owner": record.owner,
+                "generation": record.generation,
+                "reason_code": detection.POISON_CRASH_LOOP,
+                "reason": reason,
+                "now": record.updated_at,
+            },
+        )
+        self._timeline(
+            record.instance_id,
+            record.generation,
+            "instance",
+            record.status.value,
+            InstanceStatus.MANUAL_INTERVENTION.value,
+            record.updated_at,
+            detection.POISON_CRASH_LOOP,
+        )
+        self._doubt_inflight_effects(record)
+        log.error("parked %s instead of claiming it: %s", record.instance_id, reason)
+        return True
+
+    def _doubt_inflight_effects(self, record: InstanceRecord) -> None:
+        """An effect still INTENDED may have reached its participant before the owner died: it
+        is parked as UNKNOWN, never left looking as if nothing had been sent."""
+        EFFECT_MACHINE.check_edge(EffectState.INTENDED, EffectState.UNKNOWN)
+        rows, _ = self._run(
+            "select_inflight_effects", {"instance_id": record.instance_id, "run": record.run}
+        )
+        why = "in flight while its owners kept dying (crash loop); the outcome is unknown"
+        for row in rows:
+            self._run(
+                "doubt_inflight_effect",
+                {"effect_id": row["effect_id"], "reason": why, "now": record.updated_at},
+            )
+            self._timeline(
+                record.instance_id,
+                record.generation,
+                f"effect:{row['seq']}",
+                EffectState.INTENDED.value,
+                EffectState.UNKNOWN.value,
+                record.updated_at,
+                detection.POISON_CRASH_LOOP,
+            )
+
+    def _last_chance_refused(
+        self, record: InstanceRecord, lease_expiries_max: int, *, alone: bool
+    ) -> bool:
+        """An instance one lapse away from parking runs alone in its worker: if that worker
+        dies, the instance is the one that killed it, and instances that merely died beside a
+        poison one never reach the bound. Refused unless the claimer holds nothing else."""
+        return detection.is_last_chance(record.lease_expiries, lease_expiries_max) and not alone
+
+    def _set_aside_damaged(
+        self, instance_id: str, error: StorageCorruptError, *, owner: str, now: float | None
+    ) -> None:
+        """A damaged row stays unclaimed: flag it once and stop re-reading it every poll."""
+        with self._savepoint("damaged"):
+            self._run(
+                "defer_damaged_instance",
+                {"instance_id": instance_id, "never": limits.WAIT_FOREVER_AT},
+            )
+            self._raise(
+                instance_id,
+                detection.POISON_CORRUPT_ROW,
+                f"claims skip this row, which fails its invariants: {error.message}",
+                f"claim:{owner}",
+                now,
+            )

@@ -1,4 +1,4 @@
-"""The inbox half of the SQL store: keeping deliveries and the writes that settle them
+"""The inbox part of the SQL store: keeping deliveries and the writes that settle them
 (internal).
 
 Events come from outside the owner (a caller, a participant's callback, an operator), so
@@ -60,7 +60,7 @@ class InboxStore(SqlSeam):
                 event=outcome,
                 instance_id=commit.instance_id,
             )
-        self._event(
+        self._timeline(
             commit.instance_id, commit.generation, "inbox", "PENDING", outcome, now, write.event_id
         )
 
@@ -107,7 +107,7 @@ class InboxStore(SqlSeam):
             )
             if state == "PENDING":
                 self._run("wake_instance", {"instance_id": instance_id, "now": now})
-            self._event(
+            self._timeline(
                 instance_id,
                 instance.generation,
                 "inbox",

@@ -1,4 +1,4 @@
-"""The read half of the SQL store: instances, journals, effects and timelines (internal).
+"""The read part of the SQL store: instances, journals, effects and timelines (internal).
 
 Every read is one consistent read (:meth:`ReadStore._read`); none of them writes.
 """
@@ -13,10 +13,10 @@ from ledgerflow.model.ids import Generation, InstanceId, RunNumber, StepSeq, Ten
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.storage.records import (
     EffectRecord,
-    EventRecord,
     InstanceRecord,
     Journal,
     StepRecord,
+    TimelineEntry,
 )
 from ledgerflow.storage.rows import effect_from_row, instance_from_row, step_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
@@ -98,12 +98,12 @@ class ReadStore(SqlSeam):
             rows, _ = self._run("find_effect_by_key", {"idempotency_key": idempotency_key})
         return effect_from_row(rows[0]) if rows else None
 
-    def events(self, instance_id: InstanceId) -> list[EventRecord]:
+    def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]:
         with self._read():
-            rows, _ = self._run("select_events", {"instance_id": instance_id})
+            rows, _ = self._run("select_timeline", {"instance_id": instance_id})
         return [
-            EventRecord(
-                event_id=int(r["event_id"]),
+            TimelineEntry(
+                entry_id=int(r["entry_id"]),
                 instance_id=InstanceId(r["instance_id"]),
                 at=float(r["at"]),
                 generation=Generation(int(r["generation"])),

@@ -1,4 +1,4 @@
-"""The reconciliation half of the SQL store: which effects to compare, and each run's record
+"""The reconciliation part of the SQL store: which effects to compare, and each run's record
 (internal).
 
 Nothing here changes what the ledger claims about an effect: a run only stamps when it last

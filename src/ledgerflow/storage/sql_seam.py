@@ -1,9 +1,18 @@
 """What every part of the SQL store stands on (internal).
 
-A dialect supplies the first four (running a named query, a write transaction, a consistent
-read, a savepoint); :class:`~ledgerflow.storage.sql_store.SqlStore` supplies the rest once for
-all dialects. The store's parts (reads, starts, claims, inbox, attention, audit,
-reconciliation) are mixins that declare nothing of this again.
+The SQL store is one class made of parts that sit side by side on this seam, each a mixin of
+one concern (reads, starts, claims, inbox, attention, audit, reconciliation), none built on
+another. What one part needs from elsewhere is declared here, once, and supplied by whoever
+owns it:
+
+- a dialect (:mod:`~ledgerflow.storage.sqlite`, :mod:`~ledgerflow.storage.postgres`) supplies
+  running a named query, a write transaction, a consistent read and a savepoint;
+- :class:`~ledgerflow.storage.sql_store.SqlStore` supplies, once for all dialects, sending a
+  checked statement, batching, the timeline and the checked step, effect and instance writes;
+- the parts offer each other the two hooks at the end (a claim's timeline entry, a flag).
+
+:class:`RefusedError` is how a group write (commits, starts) abandons its transaction to be done
+again one savepoint at a time.
 """
 
 from __future__ import annotations
@@ -13,11 +22,29 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ledgerflow.model.ids import Generation, InstanceId
+from ledgerflow.errors import LedgerflowError
+from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.storage.records import (
+    Commit,
+    EffectWrite,
+    InstanceRecord,
+    InstanceWrite,
+    StepWrite,
+)
 from ledgerflow.storage.rows import Row
 
 
+class RefusedError(Exception):
+    """A commit or start of a group was refused: roll the group's transaction back (internal)."""
+
+    def __init__(self, error: LedgerflowError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class SqlSeam(abc.ABC):
+    # -- a dialect supplies ------------------------------------------------------------------
+
     @abc.abstractmethod
     def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
         """Run a named query; return its rows and the number of rows it changed."""
@@ -33,6 +60,8 @@ class SqlSeam(abc.ABC):
     @abc.abstractmethod
     def _savepoint(self, name: str) -> contextlib.AbstractContextManager[None]: ...
 
+    # -- SqlStore supplies for every dialect -------------------------------------------------
+
     @abc.abstractmethod
     def _send(
         self,
@@ -47,7 +76,7 @@ class SqlSeam(abc.ABC):
         """Within a write transaction: statements whose checks may wait for the block's end."""
 
     @abc.abstractmethod
-    def _event(
+    def _timeline(
         self,
         instance_id: InstanceId,
         generation: Generation,
@@ -58,3 +87,35 @@ class SqlSeam(abc.ABC):
         detail: str | None,
     ) -> None:
         """A line on the instance's timeline, in the current write transaction."""
+
+    @abc.abstractmethod
+    def _write_step(
+        self, write: StepWrite, generation: Generation, now: float, *, by_operator: bool = False
+    ) -> None:
+        """A checked step write (the machine's edge, the row's invariants, the state it
+        replaces), with its timeline entry."""
+
+    @abc.abstractmethod
+    def _write_effect(
+        self, write: EffectWrite, generation: Generation, now: float, *, by_operator: bool = False
+    ) -> None:
+        """A checked effect write, as :meth:`_write_step`."""
+
+    @abc.abstractmethod
+    def _write_instance(
+        self, write: InstanceWrite, commit: Commit, now: float, *, by_operator: bool = False
+    ) -> None:
+        """A checked status change of the instance, as :meth:`_write_step`."""
+
+    # -- the parts offer each other ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def _claimed(self, record: InstanceRecord, owner: WorkerId) -> None:
+        """The timeline entry of a claim (claims; a start that claims uses it too)."""
+
+    @abc.abstractmethod
+    def _raise(
+        self, instance_id: str, reason_code: str, evidence: str, detected_by: str, now: float | None
+    ) -> bool:
+        """Open a flag in the current transaction; False when one of that reason is open
+        (attention; a claim that sets a damaged row aside uses it too)."""

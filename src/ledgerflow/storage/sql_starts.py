@@ -1,4 +1,4 @@
-"""The start half of the SQL store: new instances, claimed for a worker where asked (internal).
+"""The start part of the SQL store: new instances, claimed for a worker where asked (internal).
 
 A start inserts the instance unless its business key exists, and may claim it in the same
 transaction for a worker in the caller's process. Starts of many callers share a
@@ -16,15 +16,8 @@ from ledgerflow.errors import ConcurrencyError, LedgerflowError
 from ledgerflow.model.ids import Generation
 from ledgerflow.storage.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.storage.rows import Row, fields, instance_from_row
-from ledgerflow.storage.sql_claims import ClaimStore, claim_params
-
-
-class RefusedError(Exception):
-    """A commit or start of a group was refused: roll the group's transaction back (internal)."""
-
-    def __init__(self, error: LedgerflowError) -> None:
-        super().__init__(str(error))
-        self.error = error
+from ledgerflow.storage.sql_claims import claim_params
+from ledgerflow.storage.sql_seam import RefusedError, SqlSeam
 
 
 def _keep(into: dict[int, list[Row]], index: int, rows: list[Row], _: int) -> None:
@@ -57,7 +50,7 @@ def _existing(new: NewInstance, rows: list[Row], inserted: bool) -> tuple[Instan
     return instance_from_row(rows[0]), inserted
 
 
-class StartStore(ClaimStore):
+class StartStore(SqlSeam):
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
             return self._start_one(new, None, now)
@@ -156,4 +149,4 @@ class StartStore(ClaimStore):
         return _existing(new, rows, inserted == 1)
 
     def _started(self, new: NewInstance, now: float) -> None:
-        self._event(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")
+        self._timeline(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")

@@ -1,8 +1,10 @@
 """The store logic every SQL backend shares: named queries, row mapping, fenced commits.
 
-A dialect (:mod:`ledgerflow.storage.sqlite`, later PostgreSQL) supplies a connection, how to
-open a write transaction and a savepoint, and how to map driver errors; everything else, and
-in particular the rule that a fenced write touching zero rows is an error, lives here once.
+A dialect (:mod:`ledgerflow.storage.sqlite`, :mod:`ledgerflow.storage.postgres`) supplies a
+connection, how to open a write transaction and a savepoint, and how to map driver errors;
+everything else, and in particular the rule that a fenced write touching zero rows is an error,
+lives here once. :class:`SqlStore` is the parts of the store (one mixin per concern, side by
+side on :class:`~ledgerflow.storage.sql_seam.SqlSeam`) put together, plus the commit itself.
 """
 
 from __future__ import annotations
@@ -47,11 +49,14 @@ from ledgerflow.storage.rows import (
     refuse_broken,
     step_invariant,
 )
+from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
+from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
-from ledgerflow.storage.sql_starts import RefusedError, StartStore
+from ledgerflow.storage.sql_seam import RefusedError
+from ledgerflow.storage.sql_starts import StartStore
 
 log = logging.getLogger("ledgerflow.storage")
 
@@ -64,7 +69,9 @@ def _fenced_out(commit: Commit) -> None:
     )
 
 
-class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, abc.ABC):
+class SqlStore(
+    ReadStore, StartStore, ClaimStore, InboxStore, AttentionStore, AuditStore, ReconcileStore
+):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
     url: str
@@ -74,7 +81,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
 
     def __init__(self, queries: Mapping[str, str]) -> None:
         self._q = queries
-        # Per thread: the events a batch holds back until its end (see _batch).
+        # Per thread: the timeline entries a batch holds back until its end (see _batch).
         self._batched = threading.local()
 
     # -- statements sent in batches (a dialect's pipeline hooks in at _pipeline) -------------
@@ -103,26 +110,26 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
     @contextlib.contextmanager
     def _batch(self, *, hold: bool = True) -> Iterator[None]:
         """Within a write transaction: :meth:`_send` may defer its checks to the block's end,
-        and (with ``hold``) the block's events and new steps go in as one statement each at
-        its end (in their order), not one statement each. Nothing inside a batch reads the
-        timeline, and a step held back is inserted before anything updates it, so holding them
+        and (with ``hold``) the block's timeline entries and new steps go in as one statement
+        each at its end (in their order), not one statement each. Nothing inside a batch reads
+        the timeline, and a step held back is inserted before anything updates it, so holding them
         changes no answer; an error in them is the whole block's, as any other."""
         # Batches do not nest: a dialect's pipeline and the held writes belong to one block.
         assert not getattr(self._batched, "open", False), "a batch inside a batch"
         self._batched.open = True
-        events: list[dict[str, Any]] = []
+        timeline: list[dict[str, Any]] = []
         steps: list[dict[str, Any]] = []
         if hold:
-            self._batched.events, self._batched.steps = events, steps
+            self._batched.timeline, self._batched.steps = timeline, steps
         try:
             with self._pipeline():
                 yield
                 self._insert_held_steps(steps)
-                self._batched.events = self._batched.steps = None
-                if events:
-                    self._send("insert_events", {"events": json.dumps(events)})
+                self._batched.timeline = self._batched.steps = None
+                if timeline:
+                    self._send("insert_timeline_entries", {"entries": json.dumps(timeline)})
         finally:
-            self._batched.events = self._batched.steps = None
+            self._batched.timeline = self._batched.steps = None
             self._batched.open = False
 
     def _insert_held_steps(self, steps: list[dict[str, Any]]) -> None:
@@ -154,7 +161,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
             rows, _ = self._run("get_instance", {"instance_id": instance_id})
             record = instance_from_row(rows[0]) if rows else None
             if changed and record is not None:
-                self._event(
+                self._timeline(
                     instance_id, record.generation, "cancel", None, "requested", now, reason[:500]
                 )
         return record, changed == 1
@@ -301,7 +308,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
             if held:
                 self._insert_held_steps(held)  # the step to update may be among them
             self._send("update_step", {**params, "expected": write.expected.value}, updated)
-        self._event(
+        self._timeline(
             r.instance_id,
             generation,
             f"step:{r.seq}",
@@ -333,7 +340,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
             self._send("insert_effect", params)
         else:
             self._send("update_effect", {**params, "expected": write.expected.value}, updated)
-        self._event(
+        self._timeline(
             r.instance_id,
             generation,
             f"effect:{r.seq}",
@@ -397,7 +404,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
             },
             changed_one,
         )
-        self._event(
+        self._timeline(
             commit.instance_id,
             commit.generation,
             "instance",
@@ -408,8 +415,8 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
         )
         if write.release:
             available = write.available_at if write.available_at is not None else now
-            # The status change's own event already records the end of ownership.
-            self._release(Release(available_at=available), commit, now, with_event=False)
+            # The status change's own entry already records the end of ownership.
+            self._release(Release(available_at=available), commit, now, with_entry=False)
         # The row is the old row merged with this write: check what it became before commit.
         self._send("get_instance", {"instance_id": commit.instance_id}, well_formed)
 
@@ -433,7 +440,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
         self._send("close_inbox", ending)
 
     def _release(
-        self, write: Release, commit: Commit, now: float, *, with_event: bool = True
+        self, write: Release, commit: Commit, now: float, *, with_entry: bool = True
     ) -> None:
         self._send(
             "release_instance",
@@ -444,10 +451,10 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
                 "now": now,
             },
         )
-        if not with_event:
+        if not with_entry:
             return
         # Giving up ownership is a change of state too: the timeline shows who let go, when.
-        self._event(
+        self._timeline(
             commit.instance_id,
             commit.generation,
             "owner",
@@ -457,7 +464,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
             f"released until {write.available_at:.3f}",
         )
 
-    def _event(
+    def _timeline(
         self,
         instance_id: InstanceId,
         generation: Generation,
@@ -467,7 +474,7 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
         now: float,
         detail: str | None,
     ) -> None:
-        event = {
+        entry = {
             "instance_id": instance_id,
             "generation": generation,
             "subject": subject,
@@ -476,8 +483,8 @@ class SqlStore(ReadStore, InboxStore, StartStore, AuditStore, ReconcileStore, ab
             "detail": detail,
             "now": now,
         }
-        held: list[dict[str, Any]] | None = getattr(self._batched, "events", None)
+        held: list[dict[str, Any]] | None = getattr(self._batched, "timeline", None)
         if held is not None:
-            held.append(event)
+            held.append(entry)
         else:
-            self._send("insert_event", event)
+            self._send("insert_timeline_entry", entry)

@@ -1,34 +1,54 @@
-"""The storage seam: what the engine needs from any database (internal).
+"""The storage seam: what the engine needs from any database, split by who needs it (internal).
 
 Every backend implements :class:`Store` and passes the same contract suite
 (``tests/storage``). Methods are synchronous: the runtime calls them from one dedicated thread
 per store, which keeps driver objects off the event loop and gives a natural place to group
 the commits of many instances into one durable write.
+
+Each part of the engine is typed against the part of the seam it uses, so that mypy refuses
+what it has no business calling:
+
+- :class:`JournalStore`, the runtime's: start, claim, renew, commit (fenced), deliver, cancel
+  requests, concurrency limits, and the reads of instances, journals, timelines and inboxes
+  (:class:`LedgerReads`);
+- :class:`DetectionStore`, the stuck-work scan's: flags, and the candidates each rule judges;
+- :class:`OperatorStore`, the operators': the reads and flags above, the attention queue,
+  audited repairs and reconciliation.
+
+:class:`Store` is all three, what :func:`~ledgerflow.storage.open_store` returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
+from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.storage.attention import (
+    AttentionFlag,
+    EffectToSettle,
+    FlaggedInstance,
+    ParkedInstance,
+)
 from ledgerflow.storage.audit import AuditEntry, AuditRecord, RepairWrite
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import (
-    AttentionFlag,
     Commit,
     Delivery,
     EffectRecord,
-    EventRecord,
     InstanceRecord,
     Journal,
     NewInstance,
     StartClaim,
+    TimelineEntry,
 )
 
 
-class Store(Protocol):
+class LedgerReads(Protocol):
+    """Which store this is, and what anyone may read of the ledgers."""
+
     url: str
     # True when leases are measured by the database's clock: the runtime then passes now=None
     # to claim and renew, and the database decides (a test may still pass an explicit now).
@@ -38,6 +58,55 @@ class Store(Protocol):
     embedded: bool
 
     def close(self) -> None: ...
+
+    def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None: ...
+
+    def get_instances(self, instance_ids: Sequence[InstanceId]) -> dict[InstanceId, InstanceRecord]:
+        """Many instances in one read; unknown ones are absent from the answer."""
+        ...
+
+    def find_instance(
+        self, *, tenant: TenantId, workflow_name: str, business_key: str
+    ) -> InstanceRecord | None: ...
+
+    def list_instances(
+        self,
+        *,
+        status: InstanceStatus | None = None,
+        workflow_name: str | None = None,
+        tenant: TenantId | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]: ...
+
+    def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal: ...
+
+    def journals(
+        self, wanted: Sequence[tuple[InstanceId, RunNumber]]
+    ) -> dict[tuple[InstanceId, RunNumber], Journal]:
+        """The journals of many instances' runs in one read, keyed as asked."""
+        ...
+
+    def effects(self, instance_id: InstanceId) -> list[EffectRecord]: ...
+
+    def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...
+
+    def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]:
+        """The instance's timeline: every change of state, oldest first."""
+        ...
+
+    def delivery(self, instance_id: InstanceId, event_id: str) -> Delivery | None:
+        """One event as the inbox holds it now (what became of it), by its id."""
+        ...
+
+    def inbox(self, instance_id: InstanceId) -> list[Delivery]: ...
+
+    def next_available_at(self) -> float | None: ...
+
+    def count_by_status(self) -> dict[InstanceStatus, int]: ...
+
+
+class JournalStore(LedgerReads, Protocol):
+    """What the runtime needs: the fenced journal, and what callers and participants send in."""
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         """Insert the instance unless its business key exists; return it and whether it is new."""
@@ -75,11 +144,34 @@ class Store(Protocol):
         """
         ...
 
+    def renew(
+        self,
+        *,
+        owner: WorkerId,
+        leases: Sequence[tuple[InstanceId, Generation]],
+        now: float | None,
+        lease_seconds: float,
+    ) -> list[InstanceId]:
+        """Extend leases; return the instances this owner no longer holds."""
+        ...
+
+    def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
+        """Apply many instances' commits in one durable transaction.
+
+        Each commit is applied all or nothing; a commit refused (stale generation, unexpected
+        state) is rolled back alone and its error returned at its position.
+        """
+        ...
+
     def request_cancel(
         self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float
     ) -> tuple[InstanceRecord | None, bool]:
         """Record a cancel request unless one exists or the instance has ended; return the
         instance (None if unknown) and whether this call recorded the request."""
+        ...
+
+    def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
+        """Instances this owner drives that someone asked to cancel."""
         ...
 
     def deliver(
@@ -100,13 +192,7 @@ class Store(Protocol):
         a waiting instance. None when the instance does not exist."""
         ...
 
-    def delivery(self, instance_id: InstanceId, event_id: str) -> Delivery | None:
-        """One event as the inbox holds it now (what became of it), by its id."""
-        ...
-
     def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...
-
-    def inbox(self, instance_id: InstanceId) -> list[Delivery]: ...
 
     def set_limit(self, scope: str, in_flight_max: int | None) -> None:
         """At most ``in_flight_max`` owned instances of ``scope`` ('workflow:NAME' or
@@ -115,67 +201,10 @@ class Store(Protocol):
 
     def limits(self) -> dict[str, int]: ...
 
-    def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
-        """Instances this owner drives that someone asked to cancel."""
-        ...
 
-    def renew(
-        self,
-        *,
-        owner: WorkerId,
-        leases: Sequence[tuple[InstanceId, Generation]],
-        now: float | None,
-        lease_seconds: float,
-    ) -> list[InstanceId]:
-        """Extend leases; return the instances this owner no longer holds."""
-        ...
-
-    def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
-        """Apply many instances' commits in one durable transaction.
-
-        Each commit is applied all or nothing; a commit refused (stale generation, unexpected
-        state) is rolled back alone and its error returned at its position.
-        """
-        ...
-
-    def get_instance(self, instance_id: InstanceId) -> InstanceRecord | None: ...
-
-    def get_instances(self, instance_ids: Sequence[InstanceId]) -> dict[InstanceId, InstanceRecord]:
-        """Many instances in one read; unknown ones are absent from the answer."""
-        ...
-
-    def find_instance(
-        self, *, tenant: TenantId, workflow_name: str, business_key: str
-    ) -> InstanceRecord | None: ...
-
-    def list_instances(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow_name: str | None = None,
-        tenant: TenantId | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]: ...
-
-    def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal: ...
-
-    def journals(
-        self, wanted: Sequence[tuple[InstanceId, RunNumber]]
-    ) -> dict[tuple[InstanceId, RunNumber], Journal]:
-        """The journals of many instances' runs in one read, keyed as asked."""
-        ...
-
-    def effects(self, instance_id: InstanceId) -> list[EffectRecord]: ...
-
-    def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...
-
-    def events(self, instance_id: InstanceId) -> list[EventRecord]: ...
-
-    def next_available_at(self) -> float | None: ...
-
-    def count_by_status(self) -> dict[InstanceStatus, int]: ...
-
-    # -- Part D: detection and the attention queue (flags, the scan's and the queue's reads) --
+class DetectionStore(Protocol):
+    """What the stuck-work scan needs: flags, and the candidates of each rule (storage/
+    sql_attention.py). A claim raises its own flags inside the claim."""
 
     def raise_flag(
         self,
@@ -203,15 +232,31 @@ class Store(Protocol):
 
     def open_flags(self, instance_id: InstanceId | None = None) -> list[AttentionFlag]: ...
 
-    def flags(self, instance_id: InstanceId) -> list[AttentionFlag]:
-        """Every flag of one instance, open and cleared, oldest first."""
+    def quiet_instances(self, *, now: float, cutoff: float, limit: int) -> list[QuietInstance]:
+        """Owned instances with a live lease but no claim or commit since ``cutoff`` and no
+        effect in flight, oldest first, at most ``limit`` (the stuck-step scan)."""
         ...
 
-    def detection_rows(
-        self, reason_code: str, *, now: float, cutoff: float, limit: int
-    ) -> list[dict[str, Any]]:
-        """Candidate rows of one scanned reason (stuck_step, stuck_unclaimed,
-        participant_unresponsive) whose time is at or before ``cutoff``."""
+    def due_instances(self, *, now: float, cutoff: float, limit: int) -> list[DueInstance]:
+        """Runnable instances due since ``cutoff`` with no live lease (the unclaimed scan)."""
+        ...
+
+    def silent_effects(self, *, now: float, cutoff: float, limit: int) -> list[SilentEffect]:
+        """Effects of live instances sent or accepted since ``cutoff`` and not answered (the
+        unresponsive-participant scan)."""
+        ...
+
+    def requeue_repaired(self, instance_id: InstanceId, *, cleared_by: str, now: float) -> bool:
+        """A row set aside as damaged that reads cleanly again becomes due; its flag clears."""
+        ...
+
+
+class OperatorStore(LedgerReads, DetectionStore, Protocol):
+    """What the operators need: the ledgers and flags, the attention queue, audited repairs and
+    reconciliation."""
+
+    def flags(self, instance_id: InstanceId) -> list[AttentionFlag]:
+        """Every flag of one instance, open and cleared, oldest first."""
         ...
 
     def attention_rows(
@@ -221,19 +266,15 @@ class Store(Protocol):
         workflow_name: str | None,
         reason_code: str | None,
         limit: int,
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[list[ParkedInstance], list[FlaggedInstance]]:
         """Parked instances and open flags, each oldest first, at most ``limit`` of each."""
         ...
 
-    def attention_effects(self, instance_id: InstanceId) -> list[dict[str, Any]]:
+    def attention_effects(self, instance_id: InstanceId) -> list[EffectToSettle]:
         """Effects in doubt (UNKNOWN) and failed compensations of one instance."""
         ...
 
-    def requeue_repaired(self, instance_id: InstanceId, *, cleared_by: str, now: float) -> bool:
-        """A row set aside as damaged that reads cleanly again becomes due; its flag clears."""
-        ...
-
-    # -- Part R (issue 7): audited repairs (storage/sql_audit.py) ------------------------------
+    # -- audited repairs (storage/sql_audit.py) -----------------------------------------------
 
     def apply_repair(self, repair: RepairWrite, *, now: float, lease_now: float | None) -> int:
         """Apply one repair with its audit record in one transaction, if the state it was
@@ -258,7 +299,7 @@ class Store(Protocol):
 
     def last_applied_repair(self, fingerprint: str) -> AuditRecord | None: ...
 
-    # -- Part C (issue 7): reconciliation (storage/sql_reconcile.py) ---------------------------
+    # -- reconciliation (storage/sql_reconcile.py) --------------------------------------------
 
     def reconcile_candidates(
         self, *, participants: Sequence[str], limit: int
@@ -280,3 +321,7 @@ class Store(Protocol):
     def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:
         """The newest ``limit`` runs, newest first."""
         ...
+
+
+class Store(JournalStore, OperatorStore, Protocol):
+    """A whole store, as a backend implements it: every part of the seam."""

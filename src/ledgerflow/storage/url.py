@@ -47,7 +47,7 @@ def migration_status(url: str) -> MigrationStatus:
     try:
         store = _open(url, migrate=False, inspect=True)
     except StoreNotFoundError as missing:
-        path = missing.ids.get("path")
+        path = missing.path
         if path is None:
             raise  # a PostgreSQL database: Ledgerflow creates schemas, never databases
         # A missing SQLite file is one that migrating would create.

@@ -23,7 +23,7 @@ from ledgerflow.model.instance import (
 )
 from ledgerflow.model.machine import Machine
 from ledgerflow.model.step import STEP_MACHINE
-from ledgerflow.storage.records import Delivery, EffectRecord, EventRecord, InstanceRecord
+from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.participants import World
 
@@ -47,7 +47,7 @@ class Snapshot:
 
     instances: list[InstanceRecord]
     effects: dict[InstanceId, list[EffectRecord]]
-    events: dict[InstanceId, list[EventRecord]]
+    events: dict[InstanceId, list[TimelineEntry]]
     inbox: dict[InstanceId, list[Delivery]] = field(default_factory=dict)
 
     @classmethod
@@ -56,7 +56,7 @@ class Snapshot:
         return cls(
             instances=instances,
             effects={i.instance_id: store.effects(i.instance_id) for i in instances},
-            events={i.instance_id: store.events(i.instance_id) for i in instances},
+            events={i.instance_id: store.timeline(i.instance_id) for i in instances},
             inbox={i.instance_id: store.inbox(i.instance_id) for i in instances},
         )
 

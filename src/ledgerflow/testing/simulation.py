@@ -29,7 +29,7 @@ from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, Generation, InstanceId, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.commands import instance_id_for
+from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.engine import Engine
 from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.worker import Worker

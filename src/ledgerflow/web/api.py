@@ -1,18 +1,20 @@
 """The HTTP callback endpoint: deliver events to instances and read instances back.
 
-This module owns the mapping between HTTP and :meth:`SyncEngine.signal`. External services and
-people answer a waiting workflow here (by instance id or by business key), and every answer a
-caller can get is one of a small, stable set: accepted (202), a repeat of an accepted event
-(200), refused as too late (409), refused because the instance ended (410), refused because the
-sender may not approve (403), no such instance (404), or unreadable input (422). A caller that
-retries therefore always learns the same fate for the same event id, and bad input is never a
-500.
+This module owns the mapping between HTTP and the operators' service
+(:class:`~ledgerflow.operators.service.Operations`, the one the ``ledgerflow`` command calls).
+External services and people answer a waiting workflow here (by instance id or by business
+key), and every answer a caller can get is one of a small, stable set: accepted (202), a repeat
+of an accepted event (200), refused as too late (409), refused because the instance ended
+(410), refused because the sender may not approve (403), no such instance (404), or unreadable
+input (422). A caller that retries therefore always learns the same fate for the same event
+id, and bad input is never a 500.
 
 Delivering and reading need only the store, never the workflow code, so the app is built from a
-store URL alone; the engine's synchronous calls run in Starlette's thread pool because the store
-blocks. Business keys, tenants and workflow names in a path or query follow the one naming rule
-(:mod:`ledgerflow.model.names`), as they do in the library and on the command line; bodies are
-read with their nesting bounded. Answers have the shapes of :mod:`ledgerflow.operators.shapes`.
+store URL alone; the service's synchronous calls run in Starlette's thread pool because the
+store blocks. Business keys, tenants and workflow names in a path or query follow the one
+naming rule (:mod:`ledgerflow.model.names`), as they do in the library and on the command line;
+bodies are read with their nesting bounded. Answers have the shapes of
+:mod:`ledgerflow.operators.shapes`.
 
 This module needs the ``http`` extra (Starlette); :func:`ledgerflow.cli.serve` says so when it
 is missing.
@@ -39,9 +41,8 @@ from ledgerflow.errors import (
     StorageError,
 )
 from ledgerflow.model import json_text, names
-from ledgerflow.model.definition import Registry
+from ledgerflow.operators.service import Delivered, DeliveryOutcome, Operations
 from ledgerflow.operators.shapes import delivery_json, detail_json, refused
-from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 _BODY_FIELDS = frozenset({"event_id", "payload", "sender", "step", "run"})
@@ -152,7 +153,7 @@ def _answers_errors(handler: Handler) -> Handler:
             return _error(422, "bad_request", str(exc), code=exc.code)
         except InstanceNotFoundError as exc:
             # The engine's message is generic; the caller needs to see which id was unknown.
-            missing = exc.ids.get("instance_id")
+            missing = exc.instance_id
             return _error(404, "not_found", str(exc), code=exc.code, instance_id=missing)
         except StorageError as exc:
             # The journal is unreachable or busy: the caller should retry, nothing was decided.
@@ -167,15 +168,16 @@ def _answers_errors(handler: Handler) -> Handler:
 
 
 class _Routes:
-    """The endpoints, over one engine for the app's life."""
+    """The endpoints, over one operators' service for the app's life."""
 
     def __init__(self, store_url: str) -> None:
-        # An empty registry: delivering and reading touch only the store, never workflow code.
-        self.engine = SyncEngine(store_url, Registry())
+        # The server's own journal: created and migrated on open unless its URL says
+        # ?migrate=false, as a worker's is.
+        self.operations = Operations(store_url, migrate=None)
 
     async def deliver(self, instance_id: str, name: str, parsed: SignalRequest) -> Response:
         delivered = await run_in_threadpool(
-            self.engine.signal,
+            self.operations.signal,
             instance_id,
             name,
             event_id=parsed.event_id,
@@ -204,9 +206,7 @@ class _Routes:
         workflow = names.workflow_name(params["workflow"])
         key = names.business_key(params["key"])
         found = await run_in_threadpool(
-            lambda: self.engine.store.find_instance(
-                tenant=tenant, workflow_name=workflow, business_key=key
-            )
+            lambda: self.operations.find(tenant=tenant, workflow=workflow, key=key)
         )
         if found is None:
             return _error(
@@ -217,7 +217,7 @@ class _Routes:
         return await self.deliver(found.instance_id, params["name"], parsed)
 
     async def show(self, request: Request) -> Response:
-        detail = await run_in_threadpool(self.engine.detail, request.path_params["instance_id"])
+        detail = await run_in_threadpool(self.operations.detail, request.path_params["instance_id"])
         return JSONResponse(detail_json(detail))
 
     @staticmethod
@@ -226,7 +226,7 @@ class _Routes:
 
 
 def create_app(store_url: str) -> Starlette:
-    """The HTTP app for the store at ``store_url`` (one engine, closed when the app stops)."""
+    """The HTTP app for the store at ``store_url`` (one service, closed when the app stops)."""
     routes = _Routes(store_url)
 
     @asynccontextmanager
@@ -234,7 +234,7 @@ def create_app(store_url: str) -> Starlette:
         try:
             yield
         finally:
-            await run_in_threadpool(routes.engine.close)
+            await run_in_threadpool(routes.operations.close)
 
     return Starlette(
         routes=[

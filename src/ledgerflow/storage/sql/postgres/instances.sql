@@ -113,7 +113,7 @@ WHERE instance_id = :instance_id AND generation = :generation AND status = :expe
 
 -- name: note_cancel_settled
 -- The timeline's entry for settle_cancel_request, sent just before it (same condition).
-INSERT INTO lf_events (instance_id, at, generation, subject, from_state, to_state, detail)
+INSERT INTO lf_timeline (instance_id, at, generation, subject, from_state, to_state, detail)
 SELECT instance_id, :now, :generation, 'cancel', 'requested',
        CASE WHEN CAST(:status AS text) = 'CANCELLED' THEN 'honoured' ELSE 'overtaken' END,
        CASE WHEN CAST(:status AS text) = 'CANCELLED' THEN 'the instance ended CANCELLED'

@@ -27,9 +27,9 @@ SELECT * FROM lf_attention WHERE instance_id = :instance_id ORDER BY flag_id;
 
 -- name: select_recent_claimers
 -- Who claimed the instance most recently (the owners a crash loop went through), newest first.
-SELECT to_state AS owner FROM lf_events
+SELECT to_state AS owner FROM lf_timeline
 WHERE instance_id = :instance_id AND subject = 'owner' AND detail = 'claimed'
-ORDER BY event_id DESC
+ORDER BY entry_id DESC
 LIMIT :limit;
 
 -- name: park_crash_loop

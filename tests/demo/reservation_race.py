@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ledgerflow.participant.reservations import (
+from ledgerflow.demo.reservations import (
     Outcome,
     ReservationBook,
     UnknownReservationError,

@@ -1,4 +1,4 @@
-"""Runs a synchronous store on one dedicated thread, for the event loop (internal).
+"""The store thread: runs a synchronous store on one dedicated thread, for the loop (internal).
 
 One thread per store keeps driver objects off the loop and serialises access to the
 connection; every call returns only after the store call (and so any commit) is done.
@@ -24,14 +24,21 @@ import concurrent.futures
 import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Generic, TypeVar
 
 from ledgerflow import limits
-from ledgerflow.model.ids import InstanceId, RunNumber
+from ledgerflow.model.ids import Generation, InstanceId, RunNumber, WorkerId
 from ledgerflow.runtime import faults
-from ledgerflow.storage.records import Commit, InstanceRecord, Journal, NewInstance, StartClaim
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.records import (
+    Commit,
+    Delivery,
+    InstanceRecord,
+    Journal,
+    NewInstance,
+    StartClaim,
+)
+from ledgerflow.storage.store import JournalStore
 
 # A start's answer: the instance and whether this start created it, or the start's error.
 StartOutcome = tuple[InstanceRecord, bool] | Exception
@@ -201,11 +208,16 @@ class _Group(Generic[ItemT, ResultT]):
 
 
 class AsyncStore:
-    """``inline=True`` runs store calls on the event loop's own thread: slower for a service,
-    but it makes a simulation's interleaving depend on nothing but its seed."""
+    """The journal store, for the event loop: every call the runtime makes on its store, typed,
+    run on the store's one thread (reads and commits many at a time where they can be).
 
-    def __init__(self, store: Store, *, inline: bool = False) -> None:
-        self.store = store
+    ``inline=True`` runs store calls on the event loop's own thread: slower for a service,
+    but it makes a simulation's interleaving depend on nothing but its seed. :meth:`call` runs
+    any other synchronous function of the store's on the same thread.
+    """
+
+    def __init__(self, store: JournalStore, *, inline: bool = False) -> None:
+        self._store = store
         self.inline = inline
         self._thread = _StoreThread(embedded=store.embedded)
         self._commits: _Group[tuple[Commit, float], Exception | None] = _Group(
@@ -233,25 +245,31 @@ class AsyncStore:
     async def get(self, instance_id: InstanceId) -> InstanceRecord | None:
         """Read one instance, in one read with the other reads queued (result waiters)."""
         if self.inline:
-            return self.store.get_instance(instance_id)
+            return self._store.get_instance(instance_id)
         return await self._gets.submit(instance_id)
 
     def _get_group(self, batch: list[InstanceId]) -> list[InstanceRecord | None]:
-        found = self.store.get_instances(batch)
+        found = self._store.get_instances(batch)
         return [found.get(instance_id) for instance_id in batch]
 
     async def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
         """Read one run's journal, in one read with the others queued (instances recovered
         together replay together)."""
         if self.inline:
-            return self.store.journal(instance_id, run)
+            return self._store.journal(instance_id, run)
         return await self._journals.submit((instance_id, run))
 
     def _journal_group(self, batch: list[tuple[InstanceId, RunNumber]]) -> list[Journal]:
-        found = self.store.journals(batch)
+        found = self._store.journals(batch)
         return [found[key] for key in batch]
 
+    @property
+    def database_clock(self) -> bool:
+        """Whether the database's clock measures leases (claims and renewals then pass None)."""
+        return self._store.database_clock
+
     async def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a synchronous function on the store's thread (the engine's core, a scan...)."""
         if self.inline:
             return method(*args, **kwargs)
         loop = asyncio.get_running_loop()
@@ -271,13 +289,13 @@ class AsyncStore:
         """
         if self.inline:
             # A simulation commits alone, on the loop's thread, in the order of its seed.
-            [error] = self.store.commit([commit], now=now)
+            [error] = self._store.commit([commit], now=now)
             return error
         return await self._commits.submit((commit, now))
 
     def _commit_group(self, batch: list[tuple[Commit, float]]) -> list[Exception | None]:
         # One time for the whole transaction: the latest any of its commits asked for.
-        return self.store.commit([c for c, _ in batch], now=max(n for _, n in batch))
+        return self._store.commit([c for c, _ in batch], now=max(n for _, n in batch))
 
     async def start(
         self, new: NewInstance, claim: StartClaim | None, *, now: float
@@ -285,7 +303,7 @@ class AsyncStore:
         """Start an instance (claimed for ``claim`` when given), sharing the transaction with
         other starts queued; raises the start's own error."""
         if self.inline:
-            [started] = self.store.start_instances([(new, claim)], now=now)
+            [started] = self._store.start_instances([(new, claim)], now=now)
         else:
             started = await self._starts.submit((new, claim, now))
         if isinstance(started, Exception):
@@ -296,13 +314,100 @@ class AsyncStore:
         self, batch: list[tuple[NewInstance, StartClaim | None, float]]
     ) -> list[StartOutcome]:
         starts = [(new, claim) for new, claim, _ in batch]
-        return self.store.start_instances(starts, now=max(n for _, _, n in batch))
+        return self._store.start_instances(starts, now=max(n for _, _, n in batch))
+
+    async def claim(
+        self,
+        *,
+        owner: WorkerId,
+        now: float | None,
+        lease_seconds: float,
+        limit: int,
+        lease_expiries_max: int,
+        alone: bool,
+        running: Collection[InstanceId],
+    ) -> list[InstanceRecord]:
+        """Take up to ``limit`` due instances for ``owner`` (see :meth:`JournalStore.claim`)."""
+        return await self.call(
+            self._store.claim,
+            owner=owner,
+            now=now,
+            lease_seconds=lease_seconds,
+            limit=limit,
+            lease_expiries_max=lease_expiries_max,
+            alone=alone,
+            running=running,
+        )
+
+    async def renew(
+        self,
+        *,
+        owner: WorkerId,
+        leases: Sequence[tuple[InstanceId, Generation]],
+        now: float | None,
+        lease_seconds: float,
+    ) -> list[InstanceId]:
+        """Extend leases; the instances ``owner`` no longer holds."""
+        return await self.call(
+            self._store.renew, owner=owner, leases=leases, now=now, lease_seconds=lease_seconds
+        )
+
+    async def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
+        """Instances ``owner`` drives that someone asked to cancel."""
+        return await self.call(self._store.cancel_requests, owner=owner)
+
+    async def next_available_at(self) -> float | None:
+        """When the earliest instance that is not ended becomes due (None: nothing will)."""
+        return await self.call(self._store.next_available_at)
+
+    async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]:
+        """Events of that name kept for the instance and not yet taken, oldest first."""
+        return await self.call(self._store.pending_deliveries, instance_id, name)
+
+    async def deliver(
+        self,
+        *,
+        instance_id: InstanceId,
+        event_id: str,
+        name: str,
+        payload: str,
+        sender: str | None,
+        for_seq: int | None,
+        run: int | None,
+        refuse: tuple[str, str] | None,
+        now: float,
+    ) -> tuple[Delivery, bool] | None:
+        """Keep an event for the instance (see :meth:`JournalStore.deliver`)."""
+        return await self.call(
+            self._store.deliver,
+            instance_id=instance_id,
+            event_id=event_id,
+            name=name,
+            payload=payload,
+            sender=sender,
+            for_seq=for_seq,
+            run=run,
+            refuse=refuse,
+            now=now,
+        )
+
+    async def commit_together(
+        self, commits: Sequence[Commit], *, now: float
+    ) -> list[Exception | None]:
+        """Many commits in one transaction now, each refused alone, outside the group that
+        :meth:`commit` gathers (a worker giving back every lease it holds, say)."""
+        return await self.call(self._store.commit, commits, now=now)
 
     @property
     def groups(self) -> int:
         """Group commits done so far."""
         return self._commits.groups
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Stop the thread once its calls are done; the store stays open for its owner."""
         self._thread.executor.shutdown(wait=True)
-        self.store.close()
+
+    def close(self) -> None:
+        """Stop the thread and close the store."""
+        self.stop()
+        self._store.close()

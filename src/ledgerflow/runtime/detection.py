@@ -1,10 +1,14 @@
-"""The stuck-work scan: raise a flag for what needs a person, clear what no longer does.
+"""The stuck-work scan: raise a flag for what needs a person, clear what no longer does (internal).
 
-Every worker runs :func:`scan` periodically (``runtime/periodic.py``) and an operator can run
-it on demand (``ledgerflow attention --scan``). The SQL only narrows the candidates (rows past
-a cutoff); the rules in :mod:`ledgerflow.model.detection` decide and word the evidence. A scan
-never changes an instance: stuck work may still move on by itself, so it is flagged, not
-parked, and a flag whose condition a later scan no longer finds is cleared by ``detector``.
+Detection is the engine watching its own work, with no person and no authority involved: a
+claim parks a crash loop and sets a damaged row aside, the local-step driver parks a poison
+step, and this scan flags stuck work. Every worker runs it periodically (its builder hands the
+worker :func:`detection_task`, see :meth:`~ledgerflow.runtime.engine.Engine.worker`) and an
+operator can run it on demand (``ledgerflow attention --scan``). The SQL only narrows the
+candidates (rows past a cutoff); the rules in :mod:`ledgerflow.model.detection` decide and word
+the evidence. A scan never changes an instance: stuck work may still move on by itself, so it
+is flagged, not parked, and a flag whose condition a later scan no longer finds is cleared by
+``detector``.
 
 Example::
 
@@ -15,15 +19,20 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 from ledgerflow.model import detection
-from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds, Finding
+from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds, Finding, SilentEffect
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.storage.store import Store
+from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.periodic import PeriodicTask
+from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.storage.store import DetectionStore
+
+log = logging.getLogger("ledgerflow.worker")
 
 # Bounds for workers, e.g. "step_deadline_seconds=60,participant_silent_seconds=30".
 ENVIRONMENT_VARIABLE = "LEDGERFLOW_DETECTION"
@@ -51,37 +60,39 @@ class ScanReport:
 
 
 def _findings(
-    store: Store, bounds: DetectionBounds, now: float
+    store: DetectionStore, bounds: DetectionBounds, now: float
 ) -> tuple[dict[str, list[Finding]], list[str]]:
-    cutoffs = {
-        detection.STUCK_STEP: now - bounds.step_deadline_seconds,
-        detection.STUCK_UNCLAIMED: now - bounds.unclaimed_after_seconds,
-        detection.PARTICIPANT_UNRESPONSIVE: now - bounds.participant_silent_seconds,
+    """What each scanned rule finds, and the reasons whose candidates filled the row bound."""
+    limit = bounds.scan_rows_max
+    quiet = store.quiet_instances(now=now, cutoff=now - bounds.step_deadline_seconds, limit=limit)
+    due = store.due_instances(now=now, cutoff=now - bounds.unclaimed_after_seconds, limit=limit)
+    silent = store.silent_effects(
+        now=now, cutoff=now - bounds.participant_silent_seconds, limit=limit
+    )
+    by_instance: dict[str, list[SilentEffect]] = defaultdict(list)
+    for effect in silent:
+        by_instance[effect.instance_id].append(effect)
+    found = {
+        detection.STUCK_STEP: [detection.stuck_step(q, now=now, bounds=bounds) for q in quiet],
+        detection.STUCK_UNCLAIMED: [
+            detection.stuck_unclaimed(d, now=now, bounds=bounds) for d in due
+        ],
+        detection.PARTICIPANT_UNRESPONSIVE: [
+            detection.participant_unresponsive(group, now=now, bounds=bounds)
+            for group in by_instance.values()
+        ],
     }
-    found: dict[str, list[Finding]] = {}
-    truncated: list[str] = []
-    for reason, cutoff in cutoffs.items():
-        rows = store.detection_rows(reason, now=now, cutoff=cutoff, limit=bounds.scan_rows_max)
-        if len(rows) >= bounds.scan_rows_max:
-            truncated.append(reason)
-        if reason == detection.PARTICIPANT_UNRESPONSIVE:
-            by_instance: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            for row in rows:
-                by_instance[row["instance_id"]].append(row)
-            results = [
-                detection.participant_unresponsive(group, now=now, bounds=bounds)
-                for group in by_instance.values()
-            ]
-        elif reason == detection.STUCK_STEP:
-            results = [detection.stuck_step(row, now=now, bounds=bounds) for row in rows]
-        else:
-            results = [detection.stuck_unclaimed(row, now=now, bounds=bounds) for row in rows]
-        found[reason] = [f for f in results if f is not None]
-    return found, truncated
+    read = {
+        detection.STUCK_STEP: len(quiet),
+        detection.STUCK_UNCLAIMED: len(due),
+        detection.PARTICIPANT_UNRESPONSIVE: len(silent),
+    }
+    truncated = [reason for reason, count in read.items() if count >= limit]
+    return {r: [f for f in fs if f is not None] for r, fs in found.items()}, truncated
 
 
 def scan(
-    store: Store,
+    store: DetectionStore,
     bounds: DetectionBounds = DEFAULT_BOUNDS,
     *,
     now: float,
@@ -133,3 +144,24 @@ def scan(
         requeued=tuple(requeued),
         truncated=tuple(truncated),
     )
+
+
+def detection_task(
+    thread: AsyncStore,
+    store: DetectionStore,
+    bounds: DetectionBounds,
+    *,
+    clock: Clock,
+    detected_by: str,
+) -> PeriodicTask:
+    """The scan as a worker's periodic task, every ``bounds.scan_interval_seconds``, run on the
+    worker's store thread; each flag it raises is logged."""
+
+    async def run() -> None:
+        report = await thread.call(scan, store, bounds, now=clock.now(), detected_by=detected_by)
+        for finding in report.raised:
+            log.warning(
+                "attention: %s %s: %s", finding.instance_id, finding.reason_code, finding.evidence
+            )
+
+    return PeriodicTask(name="detection", interval_seconds=bounds.scan_interval_seconds, run=run)

@@ -1,8 +1,10 @@
-"""What both engines do, as plain synchronous calls on the store (internal).
+"""The engine's core: what both engines do, as plain synchronous calls on the store (internal).
 
 Starting by business key, delivering events, completing asynchronous effects, cancelling and
-reading an instance: the rules live here once, and :class:`~ledgerflow.runtime.engine.Engine`
-(asyncio) and :class:`~ledgerflow.runtime.engine.SyncEngine` (blocking) only call them.
+reading an instance: the rules live here once, in :class:`EngineCore`, and
+:class:`~ledgerflow.runtime.engine.Engine` (asyncio) and
+:class:`~ledgerflow.runtime.engine.SyncEngine` (blocking) only call them. (A *command* in the
+ledger's sense is what a step sends a participant; nothing here is one.)
 """
 
 from __future__ import annotations
@@ -30,16 +32,15 @@ from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
-from ledgerflow.storage import open_store
 from ledgerflow.storage.records import (
     Delivery,
     EffectRecord,
-    EventRecord,
     InstanceRecord,
     NewInstance,
     StepRecord,
+    TimelineEntry,
 )
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.store import JournalStore, LedgerReads
 
 
 def instance_id_for(tenant: TenantId, workflow: str, key: BusinessKey) -> InstanceId:
@@ -87,12 +88,13 @@ class Delivered:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceDetail:
-    """An instance with its ledgers, for ``show``."""
+    """An instance with its ledgers, for ``show``: its step and effect journal, its timeline
+    (every change of state) and its inbox (the events delivered to it)."""
 
     instance: InstanceRecord
     steps: list[StepRecord]
     effects: list[EffectRecord]
-    events: list[EventRecord]
+    timeline: list[TimelineEntry]
     inbox: list[Delivery]
 
 
@@ -100,11 +102,11 @@ def _workflow_name(workflow: str | WorkflowFunction) -> str:
     return workflow if isinstance(workflow, str) else getattr(workflow, "__name__", "")
 
 
-class Commands:
+class EngineCore:
     """What both engines share: the start rules and the result rules."""
 
-    def __init__(self, store: Store | str, registry: Registry, codec: Codec) -> None:
-        self.store = open_store(store) if isinstance(store, str) else store
+    def __init__(self, store: JournalStore, registry: Registry, codec: Codec) -> None:
+        self.store = store
         self.registry = registry
         self.codec = codec
 
@@ -336,14 +338,13 @@ class Commands:
         message = f"{_how_it_stopped(record.status)}: {record.reason}"
         if record.cause and record.cause not in (record.reason or ""):
             message += f"; cause: {record.cause}"
-        error = WorkflowError(
+        raise WorkflowError(
             message,
             instance_id=record.instance_id,
             status=record.status.value,
             reason_code=record.reason_code,
+            cause=record.cause,
         )
-        error.cause = record.cause
-        raise error
 
 
 def _how_it_stopped(status: InstanceStatus) -> str:
@@ -355,7 +356,7 @@ def _how_it_stopped(status: InstanceStatus) -> str:
     return f"instance ended {status.value}"
 
 
-def detail_of(store: Store, instance_id: str) -> InstanceDetail:
+def detail_of(store: LedgerReads, instance_id: str) -> InstanceDetail:
     record = store.get_instance(InstanceId(instance_id))
     if record is None:
         raise InstanceNotFoundError(instance_id=instance_id)
@@ -364,6 +365,6 @@ def detail_of(store: Store, instance_id: str) -> InstanceDetail:
         instance=record,
         steps=[journal.steps[s] for s in sorted(journal.steps)],
         effects=[journal.effects[s] for s in sorted(journal.effects)],
-        events=store.events(record.instance_id),
+        timeline=store.timeline(record.instance_id),
         inbox=store.inbox(record.instance_id),
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from ledgerflow.participant.reservations import (
+from ledgerflow.demo.reservations import (
     CapacityInUseError,
     InsufficientCapacityError,
     Reservation,

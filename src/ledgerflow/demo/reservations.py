@@ -2,8 +2,9 @@
 
 This module owns what a stock, seat or credit service keeps so that a saga can hold capacity
 before it commits to it: one row per reservation in the participant's *own* SQLite file (not
-Ledgerflow's journal), and an append-only record of every transition. It is internal: the
-compensation tests and demos build participants on it; it is not part of the public API.
+Ledgerflow's journal), and an append-only record of every transition. It is a sample of a
+participant, not part of Ledgerflow's participant package: the saga tests and demos build their
+participants on it; it is not part of the public API.
 
 The promise it exists for is DESIGN.md's "an expiry and a confirmation cannot both win". Every
 transition is one conditional ``UPDATE`` on the reservation's current state *and* version, under
