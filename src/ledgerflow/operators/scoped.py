@@ -25,9 +25,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ledgerflow import limits
-from ledgerflow.errors import InstanceNotFoundError, NotAuthorizedError, PayloadError
+from ledgerflow.errors import (
+    InstanceNotFoundError,
+    NotAuthorizedError,
+    PayloadError,
+    ResultTimeoutError,
+)
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
+from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.operators import actions
 from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, AttentionItem, attention
 from ledgerflow.operators.authority import Authority
@@ -151,6 +157,20 @@ class ScopedOperations:
         self.require(ApiRole.VIEWER)
         return self._visible(instance_id)
 
+    def result(self, instance_id: str) -> InstanceRecord:
+        """A SUCCEEDED instance (its result decoded by ``result_value``); otherwise
+        :class:`~ledgerflow.errors.WorkflowError` saying how it ended or where it stopped, or
+        :class:`~ledgerflow.errors.ResultTimeoutError` while it is still on its way."""
+        record = self.get(instance_id)
+        if record.status is InstanceStatus.SUCCEEDED:
+            return record
+        if record.status in TERMINAL_STATUSES:
+            self._engine.result(instance_id, timeout=0)
+        raise ResultTimeoutError(
+            f"the instance is {record.status.value}: it has no result yet",
+            instance_id=record.instance_id,
+        )
+
     def flags_and_audit(self, instance_id: str) -> tuple[list[Any], list[AuditRecord]]:
         """An instance's open attention flags and its audit records (oldest first)."""
         self.require(ApiRole.VIEWER)
@@ -227,7 +247,7 @@ class ScopedOperations:
         self.require(ApiRole.VIEWER)
         return self._store.version_counts(tenant=self.principal.tenant_filter)
 
-    def workers(self) -> None:
+    def workers(self) -> list[dict[str, Any]] | None:
         """EXTENSION POINT: the live workers and what they can run.
 
         The journal keeps no worker registry yet (it is being added with deploys and
