@@ -137,7 +137,7 @@ def home() -> Response:
 def instances(
     request: Request,
     workflow: Annotated[str | None, Query(max_length=limits.NAME_LENGTH_MAX)] = None,
-    version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    version: Annotated[str | None, Query(max_length=10)] = None,
     status: Annotated[str | None, Query(max_length=40)] = None,
     tenant: Annotated[str | None, Query(max_length=limits.TENANT_LENGTH_MAX)] = None,
     key_prefix: Annotated[str | None, Query(max_length=limits.BUSINESS_KEY_LENGTH_MAX)] = None,
@@ -148,7 +148,7 @@ def instances(
     chosen = InstanceStatus(status) if status in {s.value for s in InstanceStatus} else None
     query = InstanceQuery(
         workflow_name=workflow or None,
-        workflow_version=version,
+        workflow_version=form_int(version or "", "version"),
         status=chosen.value if chosen else None,
         tenant=tenant or None,
         key_prefix=key_prefix or None,
