@@ -81,7 +81,7 @@ class ReadStore(SqlSeam):
                 "page_instances",
                 {
                     **params,
-                    # SQLite compares EXISTS with 0/1; PostgreSQL casts the same to boolean.
+                    # 1/0: both dialects compare it with whether an open flag exists.
                     "flagged": None if flagged is None else int(flagged),
                     "after_at": after_at,
                     "after_id": after_id,

@@ -117,9 +117,11 @@ def api_route(
     response_model: Any,
     status_code: int = 200,
     errors: tuple[int, ...] = (),
+    also: dict[int, str] | None = None,
     summary: str,
 ) -> Callable[[F], F]:
-    """Declare a route of the API with its minimum role, response model and problems."""
+    """Declare a route of the API with its minimum role, response model and problems
+    (``also``: other success statuses it answers with the same model, and what they mean)."""
     posting = method == "POST"
     dependencies = [Depends(authorized(role))]
     if posting:
@@ -134,7 +136,10 @@ def api_route(
             dependencies=dependencies,
             response_model=response_model,
             status_code=status_code,
-            responses=problem_responses(*sorted(set(statuses))),
+            responses={
+                **problem_responses(*sorted(set(statuses))),
+                **{s: {"model": response_model, "description": d} for s, d in (also or {}).items()},
+            },
             openapi_extra={ROLE_EXTENSION: role.value},
             summary=summary,
             description=f"Needs a token with the `{role.value}` role or above.",

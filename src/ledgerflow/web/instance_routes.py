@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from ledgerflow import InstanceStatus, limits
-from ledgerflow.errors import EventRefusedError, NotAuthorizedError, PayloadError
+from ledgerflow.errors import EventRefusedError, NotAuthorizedError
 from ledgerflow.model import names
 from ledgerflow.operators.service import (
     ApiRole,
@@ -80,7 +80,8 @@ def list_instances(
 
 @api_route(
     router, "POST", "/instances", role=ApiRole.SIGNALLER, response_model=StartedOut,
-    status_code=201, errors=(), summary="Start the instance of a business key (or find it)",
+    status_code=201, also={200: "the business key had started it already"},
+    summary="Start the instance of a business key (or find it)",
 )  # fmt: skip
 def start_instance(request: Request, scoped: Scoped, body: StartBody) -> Response:
     def carry_out() -> Outcome:
@@ -158,6 +159,7 @@ def cancel_instance(
 @api_route(
     router, "POST", "/instances/{instance_id}/signals/{name}", role=ApiRole.SIGNALLER,
     response_model=DeliveryOut, status_code=202, errors=(404, 410),
+    also={200: "a repeat of an accepted event"},
     summary="Deliver a signal or an approval, sent by the authenticated principal",
 )  # fmt: skip
 def signal_instance(
@@ -165,23 +167,17 @@ def signal_instance(
     scoped: Scoped,
     instance_id: InstanceIdPath,
     name: NamePath,
-    body: SignalBody | None = None,
+    body: SignalBody,
 ) -> Response:
-    sent = body or SignalBody.model_validate({})
-    header = getattr(request.state, "idempotency_key", None)
-    event_id = sent.event_id or header
-    if event_id is None:
-        raise PayloadError("an event id is required: 'event_id' in the body or Idempotency-Key")
-
     def carry_out() -> Outcome:
         delivered = scoped.signal(
             instance_id,
             name,
-            event_id=event_id,
-            payload=sent.payload,
-            sender=sent.sender,
-            for_step=sent.step,
-            run=sent.run,
+            event_id=body.event_id,
+            payload=body.payload,
+            sender=body.sender,
+            for_step=body.step,
+            run=body.run,
         )
         return _delivery_answer(request, delivered)
 
@@ -190,7 +186,7 @@ def signal_instance(
 
 @api_route(
     router, "POST", "/effects/completion", role=ApiRole.SIGNALLER, response_model=DeliveryOut,
-    status_code=202, errors=(404, 410),
+    status_code=202, errors=(404, 410), also={200: "a repeat of an accepted callback"},
     summary="A participant's callback for an asynchronous effect, by its idempotency key",
 )  # fmt: skip
 def complete_effect(request: Request, scoped: Scoped, body: CompletionBody) -> Response:

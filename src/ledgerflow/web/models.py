@@ -17,6 +17,8 @@ from ledgerflow import limits
 from ledgerflow.model.authority import ACTOR_LENGTH_MAX
 
 INT32_MAX = 2**31 - 1
+# The largest integer every JSON reader keeps exactly (a double's 53 bits).
+JSON_INTEGER_MAX = 2**53 - 1
 Name = Annotated[str, Field(min_length=1, max_length=limits.NAME_LENGTH_MAX)]
 EventText = Annotated[str, Field(min_length=1, max_length=limits.EVENT_ID_LENGTH_MAX)]
 Key = Annotated[str, Field(min_length=1, max_length=limits.BUSINESS_KEY_LENGTH_MAX)]
@@ -58,9 +60,7 @@ class CancelBody(Body):
 
 
 class SignalBody(Body):
-    event_id: EventText | None = Field(
-        None, description="the event's id (default: the Idempotency-Key header)"
-    )
+    event_id: EventText = Field(description="the event's id: sending it again is a no-op")
     payload: Any = None
     sender: Annotated[str, Field(max_length=ACTOR_LENGTH_MAX)] | None = Field(
         None, description="only the authenticated principal's own name is accepted"

@@ -25,7 +25,7 @@ from ledgerflow.operators.service import (
 )
 from ledgerflow.operators.shapes import listing, record_json
 from ledgerflow.web.declare import Outcome, Scoped, answer, api_route
-from ledgerflow.web.models import ListingOut, RepairBody, RepairOut
+from ledgerflow.web.models import JSON_INTEGER_MAX, ListingOut, RepairBody, RepairOut
 
 router = APIRouter(prefix="/v1", tags=["operators"])
 
@@ -117,7 +117,7 @@ def audit(
     actor: Text = None,
     kind: Annotated[str | None, Query(pattern=f"^({AUDIT_KINDS})$")] = None,
     since: Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False)] = None,
-    before_id: Annotated[int | None, Query(ge=1, le=limits.REQUEST_INTEGER_MAX)] = None,
+    before_id: Annotated[int | None, Query(ge=1, le=JSON_INTEGER_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=limits.PAGE_SIZE_MAX)] = limits.PAGE_SIZE_DEFAULT,
 ) -> Any:
     records = scoped.audit(

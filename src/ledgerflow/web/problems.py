@@ -84,6 +84,11 @@ class Problem(BaseModel):
     code: str = Field(description="the Ledgerflow error code (docs/errors.md)")
 
 
+# An error's ids go into the problem as extension members; one that would shadow a member of
+# RFC 9457 is renamed (a WorkflowError's ``status`` is the instance's).
+_RENAMED = {"status": "instance_status", "type": "error_type", "title": "error_title"}
+
+
 def status_for(error: LedgerflowError) -> int | None:
     """The 4xx a client's error is answered with; None for a server error."""
     for kind, status in STATUS_BY_ERROR:
@@ -123,7 +128,7 @@ def problem_of(
         status=status,
         detail=error.message,
         instance=instance,
-        **{k: v for k, v in error.ids.items() if isinstance(v, str | int)},
+        **{_RENAMED.get(k, k): v for k, v in error.ids.items() if isinstance(v, str | int)},
         **extra,
     )
     return status, body

@@ -181,7 +181,7 @@ SELECT * FROM lf_instances WHERE instance_id = :instance_id FOR UPDATE;
 -- name: page_instances
 -- One page of a filtered listing, newest first, after the (created_at, instance_id) position
 -- the previous page ended at (keyset paging: stable while new instances arrive). Every filter
--- is optional; :flagged asks for instances with (true) or without (false) an open flag.
+-- is optional; :flagged asks for instances with (1) or without (0) an open attention flag.
 SELECT * FROM lf_instances i
 WHERE (CAST(:tenant AS text) IS NULL OR i.tenant = :tenant)
   AND (CAST(:workflow_name AS text) IS NULL OR i.workflow_name = :workflow_name)
@@ -189,8 +189,9 @@ WHERE (CAST(:tenant AS text) IS NULL OR i.tenant = :tenant)
   AND (CAST(:status AS text) IS NULL OR i.status = :status)
   AND (CAST(:key_prefix AS text) IS NULL
        OR left(i.business_key, length(CAST(:key_prefix AS text))) = :key_prefix)
-  AND (CAST(:flagged AS boolean) IS NULL OR CAST(:flagged AS boolean) = EXISTS (
-      SELECT 1 FROM lf_attention a WHERE a.instance_id = i.instance_id AND a.cleared_at IS NULL))
+  AND (CAST(:flagged AS integer) IS NULL OR CAST(:flagged AS integer) = CASE WHEN EXISTS (
+      SELECT 1 FROM lf_attention a WHERE a.instance_id = i.instance_id AND a.cleared_at IS NULL)
+      THEN 1 ELSE 0 END)
   AND (CAST(:created_from AS double precision) IS NULL OR i.created_at >= :created_from)
   AND (CAST(:created_until AS double precision) IS NULL OR i.created_at < :created_until)
   AND (CAST(:after_at AS double precision) IS NULL OR i.created_at < :after_at
