@@ -21,7 +21,7 @@ from typing import Any
 from ledgerflow.errors import LedgerflowError
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.engine import SyncEngine
+from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
 from ledgerflow.storage.audit import AuditEntry
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import OperatorStore
@@ -117,3 +117,32 @@ def audited_cancel(
         arguments=arguments,
     )
     return record
+
+
+def record_delivery(
+    store: OperatorStore,
+    clock: Clock,
+    delivered: Delivered,
+    *,
+    actor: str,
+    role: str | None,
+    kind: str = SIGNAL,
+) -> int:
+    """Record a signal or a callback and what became of it: ``applied`` (accepted),
+    ``no-op`` (a repeat) or ``refused`` (too late, ended, not an approver)."""
+    delivery = delivered.delivery
+    outcome = {DeliveryOutcome.ACCEPTED: "applied", DeliveryOutcome.DUPLICATE: "no-op"}
+    refused = delivery.state == "REJECTED" and delivered.outcome is not DeliveryOutcome.DUPLICATE
+    return record_action(
+        store,
+        clock,
+        actor=actor,
+        role=role,
+        kind=kind,
+        instance_id=delivery.instance_id,
+        target=f"{delivery.name} {delivery.event_id}",
+        outcome="refused" if refused else outcome.get(delivered.outcome, "refused"),
+        reason=f"{kind} {delivery.name}: {delivered.outcome.value}",
+        arguments={"name": delivery.name, "event_id": delivery.event_id, "sender": delivery.sender},
+        refusal=delivery.reason if refused else None,
+    )

@@ -41,7 +41,6 @@ from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.engine import (
     Delivered,
-    DeliveryOutcome,
     InstanceDetail,
     Started,
     SyncEngine,
@@ -333,7 +332,7 @@ class ScopedOperations:
             for_step=for_step,
             run=run,
         )
-        self._delivered(actions.SIGNAL, instance_id, delivered)
+        self._delivered(actions.SIGNAL, delivered)
         return delivered
 
     def complete_effect(
@@ -356,23 +355,18 @@ class ScopedOperations:
         delivered = self._engine.complete_effect(
             idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
         )
-        self._delivered(actions.COMPLETE_EFFECT, effect.instance_id, delivered)
+        self._delivered(actions.COMPLETE_EFFECT, delivered)
         return delivered
 
-    def _delivered(self, kind: str, instance_id: str, delivered: Delivered) -> None:
-        delivery = delivered.delivery
-        outcome = {
-            DeliveryOutcome.ACCEPTED: "applied",
-            DeliveryOutcome.DUPLICATE: "no-op",
-        }.get(delivered.outcome, "refused")
-        self._audit(
-            kind,
-            instance_id,
-            f"{delivery.name} {delivery.event_id}",
-            outcome=outcome,
-            reason=f"{kind} {delivery.name}: {delivered.outcome.value}",
-            arguments={"name": delivery.name, "event_id": delivery.event_id},
-            refusal=delivery.reason if outcome == "refused" else None,
+    def _delivered(self, kind: str, delivered: Delivered) -> None:
+        principal = self.principal
+        actions.record_delivery(
+            self._store,
+            self._clock,
+            delivered,
+            actor=principal.name,
+            role=principal.role.value,
+            kind=kind,
         )
 
     # -- repairs -------------------------------------------------------------------------------

@@ -115,8 +115,6 @@ __all__ = [
 
 ACTION_KINDS = actions.ACTION_KINDS
 
-_ACTION_OUTCOME = {DeliveryOutcome.ACCEPTED: "applied", DeliveryOutcome.DUPLICATE: "no-op"}
-
 # The audit records ``show`` lists under an instance's timeline, at most.
 SHOW_AUDIT_MAX = 1000
 
@@ -304,19 +302,8 @@ class Operations:
             for_step=for_step,
             run=run,
         )
-        refused = delivered.outcome not in (DeliveryOutcome.ACCEPTED, DeliveryOutcome.DUPLICATE)
-        actions.record_action(
-            self._store,
-            self._clock,
-            actor=actor or local_actor(),
-            role=None,
-            kind=actions.SIGNAL,
-            instance_id=delivered.delivery.instance_id,
-            target=f"{delivered.delivery.name} {delivered.delivery.event_id}",
-            outcome="refused" if refused else _ACTION_OUTCOME[delivered.outcome],
-            reason=f"signal {delivered.delivery.name}: {delivered.outcome.value}",
-            arguments={"name": name, "event_id": event_id, "sender": sender},
-            refusal=delivered.delivery.reason if refused else None,
+        actions.record_delivery(
+            self._store, self._clock, delivered, actor=actor or local_actor(), role=None
         )
         return delivered
 

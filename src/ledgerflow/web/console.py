@@ -19,7 +19,7 @@ import secrets
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Form, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -190,11 +190,7 @@ def instance(request: Request, instance_id: str, done: str | None = None) -> Res
     )
 
 
-@router.post("/instances/{instance_id}/repairs/plan")
-def plan(
-    request: Request,
-    instance_id: str,
-    csrf: Annotated[str, Form(max_length=200)],
+def repair_form(
     kind: Annotated[str, Form(max_length=40)],
     reason: Annotated[str, Form(max_length=1000)],
     seq: Field = None,
@@ -204,14 +200,22 @@ def plan(
     status: Field = None,
     compensate: Field = None,
     resume: Field = None,
-) -> Response:
+) -> dict[str, str]:
+    """A repair form's fields, as typed (blank: not given); the plan page carries them on to
+    the confirmation form unchanged."""
+    fields = {"seq": seq, "applied": applied, "evidence": evidence, "result": result,
+              "status": status, "compensate": compensate, "resume": resume}  # fmt: skip
+    return {"kind": kind, "reason": reason, **{k: v or "" for k, v in fields.items()}}
+
+
+RepairForm = Annotated[dict[str, str], Depends(repair_form)]
+Csrf = Annotated[str, Form(max_length=200)]
+
+
+@router.post("/instances/{instance_id}/repairs/plan")
+def plan(request: Request, instance_id: str, csrf: Csrf, form: RepairForm) -> Response:
     session = signed_in(request)
     check_csrf(session, csrf)
-    form = {
-        "kind": kind, "reason": reason, "seq": seq or "", "applied": applied or "",
-        "evidence": evidence or "", "result": result or "", "status": status or "",
-        "compensate": compensate or "", "resume": resume or "",
-    }  # fmt: skip
     outcome = scoped(request, session).plan(_repair(instance_id, form))
     return _page(
         request, "plan.html", instance_id=instance_id, form=form, outcome=outcome,
@@ -223,25 +227,12 @@ def plan(
 def apply(
     request: Request,
     instance_id: str,
-    csrf: Annotated[str, Form(max_length=200)],
-    kind: Annotated[str, Form(max_length=40)],
-    reason: Annotated[str, Form(max_length=1000)],
+    csrf: Csrf,
+    form: RepairForm,
     planned_generation: Annotated[int, Form(ge=0, le=limits.REQUEST_INTEGER_MAX)],
-    seq: Field = None,
-    applied: Field = None,
-    evidence: Field = None,
-    result: Field = None,
-    status: Field = None,
-    compensate: Field = None,
-    resume: Field = None,
 ) -> Response:
     session = signed_in(request)
     check_csrf(session, csrf)
-    form = {
-        "kind": kind, "reason": reason, "seq": seq or "", "applied": applied or "",
-        "evidence": evidence or "", "result": result or "", "status": status or "",
-        "compensate": compensate or "", "resume": resume or "",
-    }  # fmt: skip
     done: RepairResult = scoped(request, session).apply(
         _repair(instance_id, form), planned_generation=planned_generation
     )
