@@ -128,3 +128,30 @@ def test_versions_count_what_the_journal_holds_and_workers_are_not_guessed(
         total = sum(c.instances for c in operations.acting_as(ADMIN).versions())
         assert total == 7
         assert operations.acting_as(acme).workers() is None
+
+
+def test_the_asynchronous_service_scopes_alike(journal_url: str) -> None:
+    """Goal: code on an engine (asyncio) gets the same scoped answers as the synchronous
+    service: another tenant's instances stay out of sight.
+
+    Method: fill the journal; through an Engine's AsyncOperations, acme's viewer pages the
+    listing (acme's five only) and reads globex's instance: not found.
+    """
+    import asyncio
+
+    from ledgerflow import Engine, Registry
+    from ledgerflow.errors import InstanceNotFoundError
+    from ledgerflow.operators.async_service import AsyncOperations
+
+    ids = _fill(journal_url)
+    viewer = Principal(name="v", role=ApiRole.VIEWER, tenant="acme")
+
+    async def run() -> None:
+        async with Engine(journal_url, Registry()) as engine:
+            operations = AsyncOperations(engine)
+            page = await operations.as_principal(viewer, lambda ops: ops.page(InstanceQuery()))
+            assert sorted(r.instance_id for r in page.items) == sorted(ids)
+            with pytest.raises(InstanceNotFoundError):
+                await operations.as_principal(viewer, lambda ops: ops.get("wf_globex_0"))
+
+    asyncio.run(run())
