@@ -98,6 +98,8 @@ def test_an_operator_repairs_a_parked_instance(processes: Any, tmp_path: Path) -
         # The workers page says the journal keeps no registry yet, rather than guessing.
         assert page.locator("#workers-missing").is_visible()
     assert dialogs == []
+    # Tokens are secrets: the server never writes one to its log.
+    assert all(token not in processes.tail() for token in world.tokens.values())
     for name in SHOTS:
         assert (shots / name).stat().st_size > 0, name
     keep_for_docs(shots, SHOTS)

@@ -8,9 +8,12 @@ The app runs in-process (Starlette's TestClient) over a real journal built by
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 import tracemalloc
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -330,3 +333,98 @@ def test_the_openapi_document_is_3_1_and_describes_problems(api: Api) -> None:
                 names = {p["name"] for p in op.get("parameters", [])}
                 assert "Idempotency-Key" in names, path
     assert json.dumps(doc)
+
+
+def test_readyz_is_503_only_when_the_journal_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: /readyz proves the journal can be read and written, and is the only 503; while
+    the journal is locked a change is a 500 problem naming LF201 with no SQL, and /healthz
+    still answers.
+
+    Method: a SQLite journal (busy timeout shortened to 0.2 s for the test); another
+    connection holds its write lock (BEGIN EXCLUSIVE): /readyz 503, a cancel 500 LF201 whose
+    body holds no SQL word, /healthz 200; once the lock is released /readyz is 200 again.
+    """
+    monkeypatch.setattr(limits, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    url = f"sqlite:///{tmp_path}/ready.db"
+    world = build(url)
+    with TestClient(create_app(url), raise_server_exceptions=False) as client:
+        api = Api(world, client)
+        assert client.get("/readyz").status_code == 200
+        holder = sqlite3.connect(tmp_path / "ready.db", timeout=0)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            assert client.get("/readyz").status_code == 503
+            assert client.get("/healthz").status_code == 200
+            cancel = api.call(
+                "POST", f"/v1/instances/{world.waiting}/cancel", by="olga", json={"reason": "r"}
+            )
+            body = _problem(cancel, 500, "LF201")
+            assert not re.search(r"SQLite|UPDATE|INSERT|lf_", json.dumps(body))
+        finally:
+            holder.rollback()
+            holder.close()
+        assert client.get("/readyz").status_code == 200
+
+
+def test_serve_refuses_no_auth_off_loopback(tmp_path: Path) -> None:
+    """Goal: a server without authentication is never reachable from another machine.
+    Method: `ledgerflow serve --insecure-no-auth --host 0.0.0.0` is a usage error (LF104);
+    is_loopback accepts 127.0.0.1, ::1 and localhost only."""
+    from click.testing import CliRunner
+
+    from ledgerflow.cli.main import cli
+    from ledgerflow.cli.serve import is_loopback
+    from ledgerflow.errors import CommandLineError
+
+    runner = CliRunner()
+    db = f"sqlite:///{tmp_path}/x.db"
+    refused = runner.invoke(cli, ["serve", "--db", db, "--host", "0.0.0.0", "--insecure-no-auth"])
+    assert isinstance(refused.exception, CommandLineError)
+    assert "loopback" in str(refused.exception)
+    assert [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "10.0.0.1")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_start_and_callback_through_the_api(journal_url: str) -> None:
+    """Goal: with the workflows it carries (serve --registry), the API starts an instance in
+    the token's tenant (201, then 200 for the same key), refuses another tenant (403), and a
+    participant's callback by idempotency key reaches only an effect of the token's tenant
+    (that effect completed long ago: the callback is kept and refused as late, the same answer
+    when repeated); both are audited under the principal.
+
+    Method: an app with perimeter_world's registry; sam (signaller, acme) starts 'pay' twice,
+    then for tenant globex; gail (globex) sends a callback for acme's effect: 404; sam's is
+    kept and refused (409 late, twice); the audit log names sam for the start and callback.
+    """
+    from perimeter_world import registry
+
+    world = build(journal_url)
+    with TestClient(create_app(journal_url, registry=registry)) as client:
+        api = Api(world, client)
+        body = {"workflow": "pay", "key": "api-1", "input": {"amount": 3}}
+        first = api.call("POST", "/v1/instances", by="sam", json=body)
+        again = api.call("POST", "/v1/instances", by="sam", json=body)
+        assert (first.status_code, again.status_code) == (201, 200), first.text
+        assert first.json()["instance"]["tenant"] == "acme"
+        elsewhere = api.call("POST", "/v1/instances", by="sam", json={**body, "tenant": "globex"})
+        _problem(elsewhere, 403, "LF701")
+        key = api.call("GET", f"/v1/instances/{world.waiting}", by="sam").json()["effects"][0]
+        callback = {"idempotency_key": key["idempotency_key"], "applied": True, "evidence": {}}
+        _problem(api.call("POST", "/v1/effects/completion", by="gail", json=callback), 404, "LF400")
+        kept = api.call("POST", "/v1/effects/completion", by="sam", json=callback)
+        assert _problem(kept, 409, "LF305")["delivery"]["outcome"] == "late"
+        repeat = api.call("POST", "/v1/effects/completion", by="sam", json=callback)
+        assert _problem(repeat, 409, "LF305")["delivery"]["outcome"] == "duplicate"
+        audit = api.call("GET", "/v1/audit?actor=sam", by="olga").json()["items"]
+        assert {(a["kind"], a["outcome"]) for a in audit} >= {
+            ("start", "applied"),
+            ("start", "no-op"),
+            ("complete-effect", "refused"),
+        }

@@ -98,7 +98,9 @@ def status_for(error: LedgerflowError) -> int | None:
 
 
 def title_of(kind: type[LedgerflowError]) -> str:
-    return (kind.__doc__ or kind.__name__).strip().splitlines()[0]
+    """What the code means: the first paragraph of its class's docstring, on one line."""
+    paragraph = (kind.__doc__ or kind.__name__).strip().split("\n\n", 1)[0]
+    return " ".join(paragraph.split())
 
 
 def problem_body(
