@@ -10,6 +10,11 @@
     │   ├── CommandLineError          a ``ledgerflow`` command line that cannot be understood
     │   └── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     ├── PayloadError                  input/output that cannot be encoded or is too large
+    │   └── PayloadTooLargeError      a request body past its bound, refused before it is read
+    ├── RequestError                  an HTTP request the API cannot take as it was sent
+    │   ├── RouteNotFoundError        no route has this path
+    │   ├── MethodNotAllowedError     the route exists, not with this method
+    │   └── UnsupportedMediaTypeError a body that is not the media type the route reads
     ├── StorageError                  the store could not do what was asked
     │   ├── StorageUnavailableError   transient: busy, locked, unreachable
     │   ├── StorageCorruptError       the file is not a readable database
@@ -20,7 +25,9 @@
     ├── ConcurrencyError
     │   ├── FencedOutError            a write from an owner whose generation is stale
     │   ├── EventArrivedError         a wait's timeout lost the race to an event
-    │   └── CancelArrivedError        a new step lost the race to a cancel request
+    │   ├── CancelArrivedError        a new step lost the race to a cancel request
+    │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
+    │   └── EventRefusedError         an event kept but refused: too late, or the instance ended
     ├── IllegalTransitionError        a state change the state machine does not allow
     ├── InstanceNotFoundError
     ├── ResultTimeoutError            waited for a result that did not come in time
@@ -32,6 +39,7 @@
 
     OperatorError                 an operator command could not be carried out; nothing changed
     ├── NotAuthorizedError        the actor holds no role that allows this command
+    ├── NotAuthenticatedError     no valid credentials: a missing, unknown or revoked token
     └── RepairRefusedError        the state machine or the ledger forbids this repair here
         └── StalePreconditionError  the state the repair expected is gone (someone acted first)
 
@@ -127,6 +135,36 @@ class PayloadError(LedgerflowError):
     """A payload cannot be encoded as JSON or is larger than allowed."""
 
     code = "LF110"
+
+
+class PayloadTooLargeError(PayloadError):
+    """A request body is larger than its bound; it was refused before being read past it."""
+
+    code = "LF111"
+
+
+class RequestError(LedgerflowError):
+    """An HTTP request the API cannot take as it was sent (its route, method or media type)."""
+
+    code = "LF120"
+
+
+class RouteNotFoundError(RequestError):
+    """No route of the API has this path."""
+
+    code = "LF121"
+
+
+class MethodNotAllowedError(RequestError):
+    """The route exists, but does not take this method."""
+
+    code = "LF122"
+
+
+class UnsupportedMediaTypeError(RequestError):
+    """The body is not in the media type the route reads (application/json)."""
+
+    code = "LF123"
 
 
 class StorageError(LedgerflowError):
@@ -236,6 +274,39 @@ class CancelArrivedError(ConcurrencyError):
     the request wins, nothing new starts."""
 
     code = "LF303"
+
+
+class IdempotencyKeyReusedError(ConcurrencyError):
+    """An Idempotency-Key was sent again with another request (or while its first request is
+    still being answered); the new request was not carried out."""
+
+    code = "LF304"
+    ID_NAMES = ("key",)
+
+    def __init__(self, message: str | None = None, *, key: str | None = None) -> None:
+        super().__init__(message)
+        # The Idempotency-Key header's value.
+        self.key = key
+
+
+class EventRefusedError(ConcurrencyError):
+    """An event was kept in the inbox but refused: it came too late for its step or run, or
+    the instance had ended. It changed nothing and never will."""
+
+    code = "LF305"
+    ID_NAMES = ("instance_id", "event_id", "refusal")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        event_id: str | None = None,
+        refusal: str | None = None,
+    ) -> None:
+        super().__init__(message, instance_id=instance_id, event_id=event_id)
+        # Why: "late" or "ended".
+        self.refusal = refusal
 
 
 class IllegalTransitionError(LedgerflowError):
@@ -401,6 +472,12 @@ class NotAuthorizedError(OperatorError):
         self.actor = actor
         # The repair kind asked for (``resume``, ``force-terminal``...).
         self.kind = kind
+
+
+class NotAuthenticatedError(OperatorError):
+    """No valid credentials came with the request: no token, an unknown one or a revoked one."""
+
+    code = "LF704"
 
 
 class RepairRefusedError(OperatorError):

@@ -2,8 +2,8 @@
 
 The core (the engine, SQLite journals, the ``ledgerflow`` command) needs no server libraries.
 ``pip install 'ledgerflow[postgres]'`` adds psycopg and its pool for PostgreSQL journals;
-``pip install 'ledgerflow[http]'`` adds Starlette and uvicorn for ``ledgerflow serve``, the demo
-and its participant service. Each is imported only where it is used, after
+``pip install 'ledgerflow[http]'`` adds Starlette, uvicorn, FastAPI and Jinja2 for ``ledgerflow
+serve``, the demo and its participant service. Each is imported only where it is used, after
 :func:`require_extra` has said, by name, which extra is missing.
 """
 
@@ -16,7 +16,7 @@ from ledgerflow.errors import MissingExtraError
 # Each extra (as pyproject.toml names it) and the modules it installs.
 EXTRAS = {
     "postgres": ("psycopg", "psycopg_pool"),
-    "http": ("starlette", "uvicorn"),
+    "http": ("starlette", "uvicorn", "fastapi", "pydantic", "jinja2", "multipart"),
 }
 
 

@@ -64,3 +64,19 @@ RECONCILE_LIMIT_DEFAULT = 100
 RECONCILE_LIMIT_MAX = 10_000
 RECONCILE_CORRECTIONS_DEFAULT = 20
 RECONCILE_RUNS_LISTED_MAX = 1_000
+# The HTTP API and console (`ledgerflow serve`). A request body larger than this is refused
+# (413) from its Content-Length, or as soon as the bytes read pass it: never read whole first.
+# Room for a PAYLOAD_BYTES_MAX payload and the JSON around it.
+REQUEST_BODY_BYTES_MAX = 2 * PAYLOAD_BYTES_MAX
+# How long the first answer to a POST with an Idempotency-Key is kept to be replayed.
+IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600
+# An Idempotency-Key header's length (printable ASCII).
+IDEMPOTENCY_KEY_LENGTH_MAX = 200
+# Instances one page of a listing holds (API and console), and audit records likewise.
+PAGE_SIZE_DEFAULT = 50
+PAGE_SIZE_MAX = 500
+# A console sign-in lasts this long (the token stays the authority: revoking it ends sessions).
+CONSOLE_SESSION_SECONDS = 8 * 3600
+# Integers a request body may hold: those a 64-bit signed integer can (SQLite's and
+# PostgreSQL's bigint); anything larger is refused (422), never passed to the journal.
+REQUEST_INTEGER_MAX = 2**63 - 1

@@ -29,6 +29,7 @@ from ledgerflow import Engine, Registry, SyncEngine, WorkflowContext
 from ledgerflow.cli.main import cli
 from ledgerflow.errors import (
     InstanceNotFoundError,
+    NotAuthorizedError,
     ResultTimeoutError,
     SchemaVersionError,
     StoreNotFoundError,
@@ -360,10 +361,13 @@ def test_start_wait_prints_the_result_or_how_it_ended(
 
 
 def test_cancel_from_the_command_line_is_recorded_once(tmp_path: Path) -> None:
-    """Goal: `ledgerflow cancel` records a durable request; repeating it keeps the first.
+    """Goal: `ledgerflow cancel` records a durable request; repeating it keeps the first. Like
+    a repair, it needs an actor whose role allows ``cancel``, and every try is on the audit log.
 
-    Method: start an instance in a store, cancel it twice through the CLI with --json, and
-    compare the recorded request; an unknown id is LF400.
+    Method: start an instance in a store; a cancel without --actor is a usage error, one by an
+    actor without the role is LF701; then cancel it twice as an actor the authority file grants
+    ``cancel`` and compare the recorded request; the audit log holds the refusal, the request
+    and the repeat (no-op), each with its actor; an unknown id is LF400.
     """
     db = f"sqlite:///{tmp_path}/cancel.db"
     registry = Registry()
@@ -374,16 +378,30 @@ def test_cancel_from_the_command_line_is_recorded_once(tmp_path: Path) -> None:
 
     with SyncEngine(db, registry) as engine:
         started = engine.start("noop", key="k", input=1)
+    policy = tmp_path / "authority.toml"
+    policy.write_text('[roles]\nstopper = ["cancel"]\n[actors]\nalice = ["stopper"]\n')
     runner = CliRunner()
-    first = runner.invoke(
-        cli, ["cancel", started.instance_id, "--reason", "first", "--db", db, "--json"]
-    )
-    second = runner.invoke(
-        cli, ["cancel", started.instance_id, "--reason", "second", "--db", db, "--json"]
-    )
+    base = ["cancel", started.instance_id, "--db", db, "--authority", str(policy)]
+    anonymous = runner.invoke(cli, [*base, "--reason", "who?"])
+    assert anonymous.exit_code == 2
+    assert "--actor" in anonymous.output
+    mallory = runner.invoke(cli, [*base, "--reason", "no role", "--actor", "mallory"])
+    assert isinstance(mallory.exception, NotAuthorizedError)
+    first = runner.invoke(cli, [*base, "--reason", "first", "--actor", "alice", "--json"])
+    second = runner.invoke(cli, [*base, "--reason", "second", "--actor", "alice", "--json"])
     assert first.exit_code == 0, first.output
     assert json.loads(first.output) == json.loads(second.output)
     assert json.loads(second.output)["cancel_reason"] == "first"
-    missing = runner.invoke(cli, ["cancel", "wf_nope", "--reason", "x", "--db", db])
+    audit = runner.invoke(cli, ["audit", "--kind", "cancel", "--db", db, "--json"])
+    records = json.loads(audit.output)["items"]
+    assert [(r["actor"], r["outcome"]) for r in records] == [
+        ("mallory", "refused"),
+        ("alice", "applied"),
+        ("alice", "no-op"),
+    ]
+    assert {r["instance_id"] for r in records} == {started.instance_id}
+    missing = runner.invoke(
+        cli, ["cancel", "wf_nope", "--reason", "x", "--db", db, "--actor", "alice"]
+    )
     assert missing.exit_code != 0
     assert isinstance(missing.exception, InstanceNotFoundError)

@@ -164,7 +164,7 @@ def test_read_only_commands_never_create_a_journal(
         ("attention",),
         ("attention", "--scan"),
         ("reconcile", "--runs"),
-        ("cancel", "wf_x", "--reason", "typo"),
+        ("cancel", "wf_x", "--reason", "typo", "--actor", "alice"),
         ("signal", "wf_x", "go", "--event-id", "e1"),
         ("repair", "resume", "wf_x", "--reason", "r", "--actor", "alice"),
     ]

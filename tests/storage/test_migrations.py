@@ -156,6 +156,32 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "unreachable",
         "details",
     ],
+    "lf_api_tokens": [
+        "token_id",
+        "name",
+        "role",
+        "tenant",
+        "secret_hash",
+        "created_at",
+        "created_by",
+        "revoked_at",
+        "revoked_by",
+    ],
+    "lf_idempotency": [
+        "scope",
+        "idempotency_key",
+        "request_hash",
+        "status",
+        "body",
+        "created_at",
+    ],
+    "lf_console_sessions": [
+        "session_hash",
+        "token_id",
+        "csrf_token",
+        "created_at",
+        "expires_at",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -171,6 +197,8 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_audit_at": ("lf_audit", ["at"]),
     "lf_attention_open": ("lf_attention", ["instance_id", "reason_code"]),
     "lf_attention_detected": ("lf_attention", ["detected_at"]),
+    "lf_idempotency_created": ("lf_idempotency", ["created_at"]),
+    "lf_instances_created": ("lf_instances", ["created_at", "instance_id"]),
 }
 # Uniqueness the protocol depends on: table -> unique column sets (primary keys included).
 DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
@@ -184,6 +212,10 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     # At most one open flag per instance and reason (a partial index: cleared flags are kept).
     "lf_attention": {("flag_id",), ("instance_id", "reason_code")},
     "lf_reconciliations": {("run_id",)},
+    "lf_api_tokens": {("token_id",)},
+    # One stored answer per key and token.
+    "lf_idempotency": {("scope", "idempotency_key")},
+    "lf_console_sessions": {("session_hash",)},
     "lf_schema_migrations": {("version",)},
 }
 

@@ -95,14 +95,14 @@ class Processes:
         self.started.append(process)
         return process
 
-    def server(self) -> tuple[str, subprocess.Popen[str]]:
-        """Start ``ledgerflow serve --port 0``; return its URL (once it accepts connections)
-        and the process."""
+    def server(self, *extra: str, db_url: str | None = None) -> tuple[str, subprocess.Popen[str]]:
+        """Start ``ledgerflow serve --port 0`` (with ``extra`` options, on ``db_url`` or this
+        world's journal); return its URL (once it accepts connections) and the process."""
         # The serve command object directly: it works whether or not the entry point's group
         # has registered it yet.
         command = [
             *(sys.executable, "-c", "from ledgerflow.cli.serve import serve; serve()"),
-            *("--db", self.db_url, "--port", "0"),
+            *("--db", db_url or self.db_url, "--port", "0", *extra),
         ]
         with self.log.open("ab") as log:
             process = subprocess.Popen(

@@ -1,9 +1,10 @@
-"""The HTTP callback endpoint and ``ledgerflow signal``: every answer a caller can get.
+"""Signals over the HTTP API (``/v1``) and ``ledgerflow signal``: every answer a caller can get.
 
 The status matrix runs the app in-process through Starlette's TestClient against a real SQLite
-file, with the worker driven in-process until nothing is due, so no test waits on time. One
-test goes over real HTTP: ``ledgerflow serve`` and a worker, each in its own process, and the
-signal sent with httpx.
+file, with the worker driven in-process until nothing is due, so no test waits on time. Every
+request carries an API token (a signaller of the default tenant, unless a test says otherwise).
+One test goes over real HTTP: ``ledgerflow serve`` and a worker, each in its own process, and
+the signal sent with httpx.
 """
 
 from __future__ import annotations
@@ -27,13 +28,20 @@ from wait_workflows import registry
 from ledgerflow import Engine, InstanceStatus, SyncEngine
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signal
-from ledgerflow.web.api import create_app
+from ledgerflow.operators.service import Operations
+from ledgerflow.web import create_app
 
 with warnings.catch_warnings():
     # Starlette now prefers the httpx2 fork for its test client; plain httpx (a declared
     # dependency) works the same, and the suite turns warnings into errors.
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from starlette.testclient import TestClient
+
+
+def make_token(url: str, name: str, role: str = "signaller", tenant: str = "default") -> str:
+    with Operations(url) as operations:
+        text, _ = operations.tokens().create(name=name, role=role, tenant=tenant, created_by="t")
+    return text
 
 
 class World:
@@ -43,6 +51,12 @@ class World:
         self.url = f"sqlite:///{path}"
         self.engine = SyncEngine(self.url, registry)
         self.client = TestClient(create_app(self.url))
+        self.tokens: dict[str, str] = {}
+
+    def auth(self, name: str = "app") -> dict[str, str]:
+        if name not in self.tokens:
+            self.tokens[name] = make_token(self.url, name)
+        return {"Authorization": f"Bearer {self.tokens[name]}"}
 
     def start(self, workflow: str, key: str, input: Any = None) -> str:
         return str(self.engine.start(workflow, key=key, input=input).instance_id)
@@ -54,8 +68,16 @@ class World:
 
         asyncio.run(main())
 
-    def post(self, instance_id: str, name: str, body: Any, **kwargs: Any) -> httpx.Response:
-        return self.client.post(f"/instances/{instance_id}/signals/{name}", json=body, **kwargs)
+    def post(
+        self, instance_id: str, name: str, body: Any, *, by: str = "app", **kwargs: Any
+    ) -> httpx.Response:
+        headers = {**self.auth(by), **kwargs.pop("headers", {})}
+        return self.client.post(
+            f"/v1/instances/{instance_id}/signals/{name}", json=body, headers=headers, **kwargs
+        )
+
+    def get(self, path: str, *, by: str = "app") -> httpx.Response:
+        return self.client.get(path, headers=self.auth(by))
 
 
 @pytest.fixture
@@ -83,7 +105,7 @@ def test_accepted_then_taken_by_the_wait(world: World) -> None:
         "reason": None,
     }
     world.work()
-    shown = world.client.get(f"/instances/{instance_id}").json()
+    shown = world.get(f"/v1/instances/{instance_id}").json()
     assert shown["instance"]["status"] == "SUCCEEDED"
     assert shown["instance"]["result"] == {"n": 1}
     assert [(d["event_id"], d["state"], d["payload"]) for d in shown["inbox"]] == [
@@ -95,14 +117,18 @@ def test_accepted_then_taken_by_the_wait(world: World) -> None:
 def test_duplicates_answer_200_and_keep_one_row(world: World, copies: int) -> None:
     """Goal: the same event delivered 1..5 times changes state once.
     Method: POST it ``copies`` times (the first 202, the rest 200 duplicate), the event id
-    alternately in the body and in the Idempotency-Key header; one inbox row, consumed once."""
+    every other one with an Idempotency-Key (replayed after its first answer); one inbox row,
+    consumed once."""
     instance_id = world.start("forever", f"dup-{copies}")
     world.work()
     codes = []
     for copy in range(copies):
         if copy % 2:
             response = world.post(
-                instance_id, "go", {"payload": 7}, headers={"Idempotency-Key": "ev"}
+                instance_id,
+                "go",
+                {"event_id": "ev", "payload": 7},
+                headers={"Idempotency-Key": "k"},
             )
         else:
             response = world.post(instance_id, "go", {"event_id": "ev", "payload": 7})
@@ -124,29 +150,33 @@ def test_event_id_reused_for_another_event_is_a_conflict(world: World) -> None:
     assert world.post(instance_id, "go", {"event_id": "e1", "payload": 1}).status_code == 202
     response = world.post(instance_id, "go", {"event_id": "e1", "payload": 2})
     assert response.status_code == 409
-    assert response.json()["error"] == "event_id_reused"
-    assert "payload" in response.json()["message"]
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "LF300"
+    assert "payload" in response.json()["detail"]
     assert [d.payload for d in world.engine.detail(instance_id).inbox] == ["1"]
 
 
 def test_closed_step_409_and_ended_instance_410(world: World) -> None:
     """Goal: late events are refused with the reason and change nothing.
-    Method: 'two' waits for a then b; after a is taken, an event naming step 1 is 409 LATE;
-    an event for an older run is 409; after the instance ends, any event is 410 ENDED; a
-    repeat of a refused event stays refused (409), never 200."""
+    Method: 'two' waits for a then b; after a is taken, an event naming step 1 is 409 late;
+    an event for an older run is 409; after the instance ends, any event is 410 ended; a
+    repeat of a refused event stays refused (409), never 200. Each refusal is a problem
+    document (LF305) that carries the delivery as the inbox keeps it."""
     instance_id = world.start("two", "late-1")
     assert world.post(instance_id, "a", {"event_id": "a1", "payload": "x"}).status_code == 202
     world.work()
     late = world.post(instance_id, "a", {"event_id": "a2", "step": 1})
     assert late.status_code == 409
-    assert late.json()["outcome"] == "late"
-    assert late.json()["state"] == "REJECTED"
-    assert "step 1 is closed" in late.json()["reason"]
+    assert late.headers["content-type"] == "application/problem+json"
+    assert (late.json()["code"], late.json()["refusal"]) == ("LF305", "late")
+    assert late.json()["delivery"]["outcome"] == "late"
+    assert late.json()["delivery"]["state"] == "REJECTED"
+    assert "step 1 is closed" in late.json()["delivery"]["reason"]
     old_run = world.post(instance_id, "b", {"event_id": "b0", "run": 7})
     assert old_run.status_code == 409
-    assert "run 7" in old_run.json()["reason"]
+    assert "run 7" in old_run.json()["delivery"]["reason"]
     repeat = world.post(instance_id, "a", {"event_id": "a2", "step": 1})
-    assert (repeat.status_code, repeat.json()["outcome"]) == (409, "duplicate")
+    assert (repeat.status_code, repeat.json()["delivery"]["outcome"]) == (409, "duplicate")
     assert world.engine.get(instance_id).status is InstanceStatus.WAITING
 
     assert world.post(instance_id, "b", {"event_id": "b1", "payload": "y"}).status_code == 202
@@ -154,8 +184,8 @@ def test_closed_step_409_and_ended_instance_410(world: World) -> None:
     assert world.engine.result(instance_id, timeout=1) == ["x", "y"]
     ended = world.post(instance_id, "b", {"event_id": "b2", "payload": "z"})
     assert ended.status_code == 410
-    assert ended.json()["outcome"] == "ended"
-    assert "has ended" in ended.json()["reason"]
+    assert (ended.json()["status"], ended.json()["refusal"]) == (410, "ended")
+    assert "has ended" in ended.json()["delivery"]["reason"]
     states = {d.event_id: d.state for d in world.engine.detail(instance_id).inbox}
     assert states == {
         "a1": "CONSUMED",
@@ -166,130 +196,141 @@ def test_closed_step_409_and_ended_instance_410(world: World) -> None:
     }
 
 
-def test_unauthorised_approver_403(world: World) -> None:
-    """Goal: an approval from someone not named is refused (403) and recorded; a named
-    approver's decision is taken.
-    Method: mallory then bob answer an open approval; the result names bob."""
+def test_the_approver_is_the_authenticated_principal(world: World) -> None:
+    """Goal: an approval counts for the principal that sent it, never for a name in its body:
+    a body ``sender`` naming someone else is refused (403) before anything is kept; a principal
+    the approval does not name is refused (403, kept as refused); a named approver's decision
+    is taken and the result names it; each delivery is on the audit log with its principal.
+
+    Method: the issue's attack: mallory (a signaller) posts {"sender": "bob"}: 403 LF701, the
+    inbox stays empty; mallory posts as herself: 403 not-approver; bob posts (no sender): 202;
+    the result names bob; the audit log holds mallory's refusal and bob's delivery.
+    """
     instance_id = world.start("approve", "appr-1")
     world.work()
-    mallory = world.post(
-        instance_id, "refund", {"event_id": "m", "payload": "yes", "sender": "mallory"}
+    spoofed = world.post(
+        instance_id, "refund", {"event_id": "s", "payload": "yes", "sender": "bob"}, by="mallory"
     )
+    assert spoofed.status_code == 403, spoofed.text
+    assert spoofed.json()["code"] == "LF701"
+    assert world.engine.detail(instance_id).inbox == []
+    mallory = world.post(instance_id, "refund", {"event_id": "m", "payload": "yes"}, by="mallory")
     assert mallory.status_code == 403
-    assert mallory.json()["outcome"] == "not-approver"
-    assert "may not approve" in mallory.json()["reason"]
-    bob = world.post(instance_id, "refund", {"event_id": "b", "payload": "yes", "sender": "bob"})
+    assert mallory.json()["delivery"]["outcome"] == "not-approver"
+    assert "may not approve" in mallory.json()["delivery"]["reason"]
+    bob = world.post(instance_id, "refund", {"event_id": "b", "payload": "yes"}, by="bob")
     assert bob.status_code == 202
     world.work()
     assert world.engine.result(instance_id, timeout=1) == {"by": "bob", "decision": "yes"}
+    audit = world.get(f"/v1/audit?instance_id={instance_id}&kind=signal").json()["items"]
+    assert [(a["actor"], a["role"], a["outcome"]) for a in audit] == [
+        ("mallory", "signaller", "refused"),
+        ("bob", "signaller", "applied"),
+    ]
 
 
 def test_by_business_key(world: World) -> None:
     """Goal: the business-key route finds the instance in its tenant, keys with '/' included.
-    Method: deliver by key (202), by the same key in another tenant (404), by an unknown key
-    (404)."""
+    Method: look the key up (200, then signal by its id: 202), the same key in another tenant
+    (404), an unknown key (404)."""
     instance_id = world.start("forever", "order/42")
-    response = world.client.post(
-        "/workflows/forever/keys/order/42/signals/go", json={"event_id": "k1", "payload": 3}
-    )
-    assert response.status_code == 202, response.text
-    assert response.json()["instance_id"] == instance_id
-    other_tenant = world.client.post(
-        "/workflows/forever/keys/order/42/signals/go?tenant=acme", json={"event_id": "k2"}
-    )
+    found = world.get("/v1/workflows/forever/keys/order/42")
+    assert found.status_code == 200, found.text
+    assert found.json()["instance_id"] == instance_id
+    assert world.post(instance_id, "go", {"event_id": "k1", "payload": 3}).status_code == 202
+    other_tenant = world.get("/v1/workflows/forever/keys/order/42?tenant=acme")
     assert other_tenant.status_code == 404
-    unknown = world.client.post("/workflows/forever/keys/nope/signals/go", json={"event_id": "k3"})
+    unknown = world.get("/v1/workflows/forever/keys/nope")
     assert unknown.status_code == 404
-    assert "nope" in unknown.json()["message"]
+    assert "nope" in unknown.json()["detail"]
     world.work()
     assert world.engine.result(instance_id, timeout=1) == 3
 
 
 def test_by_business_key_follows_the_naming_rule(world: World) -> None:
     """Goal: the key and tenant in the route follow the one naming rule, as the library and
-    the CLI do (issue 15, item 6): an NFD spelling finds the instance its NFC spelling
-    started, an empty tenant is refused (422), not taken for the default one.
+    the CLI do: an NFD spelling finds the instance its NFC spelling started, an empty tenant is
+    refused (422), not taken for the default one.
 
-    Method: start with "café" in NFC; deliver by the NFD spelling (202, same instance); then
+    Method: start with "café" in NFC; look it up by the NFD spelling (same instance); then
     with ?tenant= (422 naming the rule) and a key holding U+202E (422).
     """
     nfc = unicodedata.normalize("NFC", "café-1")
     instance_id = world.start("forever", nfc)
     nfd = quote(unicodedata.normalize("NFD", "café-1"))
-    response = world.client.post(
-        f"/workflows/forever/keys/{nfd}/signals/go", json={"event_id": "n1", "payload": 1}
-    )
-    assert response.status_code == 202, response.text
+    response = world.get(f"/v1/workflows/forever/keys/{nfd}")
+    assert response.status_code == 200, response.text
     assert response.json()["instance_id"] == instance_id
-    empty = world.client.post(
-        f"/workflows/forever/keys/{nfd}/signals/go?tenant=", json={"event_id": "n2"}
-    )
+    empty = world.get(f"/v1/workflows/forever/keys/{nfd}?tenant=")
     assert empty.status_code == 422
-    assert "tenant must not be empty" in empty.json()["message"]
-    hidden_key = quote("ab\u202ecd")
-    hidden = world.client.post(
-        f"/workflows/forever/keys/{hidden_key}/signals/go", json={"event_id": "n3"}
-    )
+    hidden = world.get(f"/v1/workflows/forever/keys/{quote('ab' + chr(0x202E) + 'cd')}")
     assert hidden.status_code == 422
-    assert "U+202E" in hidden.json()["message"]
+    assert "U+202E" in hidden.json()["detail"]
 
 
 def test_unknown_instance_404(world: World) -> None:
-    """Goal: an unknown instance id is 404 for delivery and for reading.
+    """Goal: an unknown instance id is 404 for delivery and for reading, as a problem.
     Method: POST and GET an id that was never started."""
     response = world.post("wf_missing", "go", {"event_id": "e"})
     assert response.status_code == 404
-    assert response.json()["error"] == "not_found"
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "LF400"
     assert response.json()["instance_id"] == "wf_missing"
-    assert world.client.get("/instances/wf_missing").status_code == 404
+    assert world.get("/v1/instances/wf_missing").status_code == 404
 
 
 @pytest.mark.parametrize(
     ("content", "headers", "needle"),
     [
         (b"{not json", {}, "not valid JSON"),
-        (b"\xff\xfe", {}, "not valid JSON"),
-        (b"[1, 2]", {}, "JSON object"),
-        (b"", {}, "event id is required"),
-        (b'{"payload": 1}', {}, "event id is required"),
-        (b'{"event_id": ""}', {}, "event id is required"),
-        (b'{"event_id": 5}', {}, "'event_id' must be a string"),
-        (b'{"event_id": "e", "step": "1"}', {}, "'step' must be an integer"),
-        (b'{"event_id": "e", "step": true}', {}, "'step' must be an integer"),
-        (b'{"event_id": "e", "run": 1.5}', {}, "'run' must be an integer"),
-        (b'{"event_id": "e", "sender": 5}', {}, "'sender' must be a string"),
-        (b'{"event_id": "e", "for_step": 1}', {}, "unknown field(s) for_step"),
-        (b'{"event_id": "e"}', {"Idempotency-Key": "f"}, "name different events"),
-        (json.dumps({"event_id": "e" * 201}).encode(), {}, "event id has 201 characters"),
+        (b"\xff\xfe", {}, "not UTF-8"),
+        (b"[1, 2]", {}, "valid dictionary"),
+        (b"", {}, "Field required"),
+        (b'{"payload": 1}', {}, "Field required"),
+        (b'{"event_id": ""}', {}, "at least 1 character"),
+        (b'{"event_id": 5}', {}, "valid string"),
+        (b'{"event_id": "e", "step": "1"}', {}, "valid integer"),
+        (b'{"event_id": "e", "step": true}', {}, "valid integer"),
+        (b'{"event_id": "e", "step": 1e29}', {}, "valid integer"),
+        (b'{"event_id": "e", "step": 100000000000000000000000000000}', {}, "outside 64 bits"),
+        (b'{"event_id": "e", "run": 1.5}', {}, "valid integer"),
+        (b'{"event_id": "e", "sender": 5}', {}, "valid string"),
+        (b'{"event_id": "e", "for_step": 1}', {}, "Extra inputs are not permitted"),
+        (json.dumps({"event_id": "e" * 201}).encode(), {}, "at most 200 characters"),
         (json.dumps({"event_id": "e\u202e1"}).encode(), {}, "bidirectional character"),
+        (b'{"event_id": "e\\u0000x"}', {}, "NUL character"),
+        (b'{"event_id": "\\ud800"}', {}, "lone surrogate"),
         (b"[" * 5000 + b"]" * 5000, {}, "the body nests 5000 levels deep"),
-        (b'{"event_id": "e", "payload": NaN}', {}, "not JSON-serialisable"),
+        (b'{"event_id": "e", "payload": NaN}', {}, "NaN is not JSON"),
+        (b'{"event_id": "e"}', {"Idempotency-Key": "has space"}, "Idempotency-Key"),
     ],
 )
 def test_bad_input_422(world: World, content: bytes, headers: dict[str, str], needle: str) -> None:
-    """Goal: unreadable input is 422 with a message that says what is wrong, never a 500, and
+    """Goal: unreadable input is 422 with a problem that says what is wrong, never a 500, and
     nothing is stored.
     Method: POST each malformed request to a waiting instance; the inbox stays empty."""
     instance_id = world.start("forever", "bad-1")
     response = world.client.post(
-        f"/instances/{instance_id}/signals/go",
+        f"/v1/instances/{instance_id}/signals/go",
         content=content,
-        headers={"Content-Type": "application/json", **headers},
+        headers={"Content-Type": "application/json", **world.auth(), **headers},
     )
     assert response.status_code == 422, response.text
-    assert response.json()["error"] == "bad_request"
-    assert needle in response.json()["message"]
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "LF110"
+    assert needle in response.text
     assert world.engine.detail(instance_id).inbox == []
 
 
 def test_health(world: World) -> None:
-    """Goal: the health route answers. Method: GET /health."""
-    assert world.client.get("/health").json() == {"status": "ok"}
+    """Goal: the health routes answer without a token. Method: GET /healthz and /readyz."""
+    assert world.client.get("/healthz").json() == {"status": "ok"}
+    assert world.client.get("/readyz").json() == {"status": "ok"}
 
 
 def test_signal_command_exit_codes(world: World) -> None:
     """Goal: ``ledgerflow signal`` exits 0 for accepted and duplicate, 1 for refused with the
-    reason, 2 for a payload that is not JSON.
+    reason, 2 for a payload that is not JSON; each delivery is audited against --actor.
     Method: the command registered into a fresh click group, run with CliRunner."""
 
     @click.group()
@@ -305,7 +346,9 @@ def test_signal_command_exit_codes(world: World) -> None:
     def run(*args: str) -> Any:
         return runner.invoke(group, ["signal", instance_id, "refund", "--db", world.url, *args])
 
-    first = run("--event-id", "e1", "--payload", '"yes"', "--sender", "alice", "--json")
+    first = run(
+        "--event-id", "e1", "--payload", '"yes"', "--sender", "alice", "--json", "--actor", "ops"
+    )
     assert first.exit_code == 0, first.output
     assert json.loads(first.output)["outcome"] == "accepted"
     again = run("--event-id", "e1", "--payload", '"yes"', "--sender", "alice")
@@ -322,6 +365,11 @@ def test_signal_command_exit_codes(world: World) -> None:
     ended = run("--event-id", "e4", "--sender", "bob")
     assert ended.exit_code == 1
     assert "has ended" in ended.output
+    with Operations(world.url) as operations:
+        audit = operations.audit(instance_id=instance_id, kind="signal")
+    assert [a.outcome for a in audit] == ["applied", "no-op", "refused", "refused"]
+    assert audit[0].actor == "ops"
+    assert audit[1].actor.startswith("local:")
 
 
 @pytest.mark.slow
@@ -329,8 +377,8 @@ def test_over_real_http(processes: Any) -> None:
     """Goal: a signal sent over real HTTP to ``ledgerflow serve`` resumes an instance that a
     worker in another process is waiting on.
     Method: start an instance, a worker process (not --until-idle) and the server process;
-    once the instance is WAITING, POST the event with httpx; bounded wait for SUCCEEDED; then
-    SIGTERM both processes, which must exit cleanly."""
+    once the instance is WAITING, POST the event with httpx and a token; bounded wait for
+    SUCCEEDED; then SIGTERM both processes, which must exit cleanly."""
     with SyncEngine(processes.db_url, registry) as engine:
         instance_id = engine.start("forever", key="http-1").instance_id
         worker = processes.worker()
@@ -338,21 +386,24 @@ def test_over_real_http(processes: Any) -> None:
             lambda: engine.get(instance_id).status is InstanceStatus.WAITING,
             what="the instance to wait",
         )
+        auth = {"Authorization": f"Bearer {make_token(processes.db_url, 'payments')}"}
         url, server = processes.server()
-        assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}
+        assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
+        signal_url = f"{url}/v1/instances/{instance_id}/signals/go"
+        anonymous = httpx.post(signal_url, json={"event_id": "x"}, timeout=10)
+        assert anonymous.status_code == 401
         response = httpx.post(
-            f"{url}/instances/{instance_id}/signals/go",
+            signal_url,
             json={"event_id": "http-e1", "payload": {"paid": 12}},
+            headers=auth,
             timeout=10,
         )
         assert response.status_code == 202, response.text
         assert engine.result(instance_id, timeout=30) == {"paid": 12}
-        shown = httpx.get(f"{url}/instances/{instance_id}", timeout=10).json()
+        shown = httpx.get(f"{url}/v1/instances/{instance_id}", headers=auth, timeout=10).json()
         assert shown["instance"]["status"] == "SUCCEEDED"
         assert [(d["event_id"], d["state"]) for d in shown["inbox"]] == [("http-e1", "CONSUMED")]
-        late = httpx.post(
-            f"{url}/instances/{instance_id}/signals/go", json={"event_id": "http-e2"}, timeout=10
-        )
+        late = httpx.post(signal_url, json={"event_id": "http-e2"}, headers=auth, timeout=10)
         assert late.status_code == 410
     assert processes.stop(worker) == 0, processes.tail()
     assert processes.stop(server) == 0, processes.tail()

@@ -6,7 +6,7 @@ the user's registry (to pin the definition version and its fingerprint), and goe
 engine (:class:`~ledgerflow.runtime.engine.SyncEngine`); ``result``, ``cancel``, ``list`` and
 ``show`` go through the operators' service (:class:`~ledgerflow.operators.service.Operations`),
 read nothing but the store, so they work on a machine that does not have the workflow code, and
-only ``cancel`` changes anything.
+only ``cancel`` changes anything (on an actor's authority, like a repair, and audited).
 
 Every command prints rich tables for people (:mod:`ledgerflow.cli.tables`) and, with
 ``--json``, one JSON document for scripts (shapes: :mod:`ledgerflow.operators.shapes`). Errors
@@ -23,10 +23,19 @@ from typing import Any
 import click
 from rich.text import Text
 
-from ledgerflow import InstanceStatus, SyncEngine
+from ledgerflow import InstanceStatus
 from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.loading import load_registry
-from ledgerflow.cli.options import db_option, echo_json, json_option, tenant_of
+from ledgerflow.cli.options import (
+    actor_option,
+    authority_of,
+    authority_option,
+    db_option,
+    echo_json,
+    json_option,
+    required_actor,
+    tenant_of,
+)
 from ledgerflow.cli.render import cell, console, inert, print_table
 from ledgerflow.cli.tables import (
     attempt_errors_table,
@@ -39,7 +48,7 @@ from ledgerflow.cli.tables import (
     steps_table,
     timeline_table,
 )
-from ledgerflow.operators.service import Operations
+from ledgerflow.operators.service import Operations, Started
 from ledgerflow.operators.shapes import decoded, detail_json, listing, record_json
 
 LIST_LIMIT_DEFAULT = 50
@@ -65,6 +74,7 @@ LIST_LIMIT_DEFAULT = 50
     type=click.FloatRange(min=0),
     help="Wait up to SECONDS for the instance to end and print its result.",
 )
+@actor_option
 @db_option
 @json_option
 def start(
@@ -75,41 +85,30 @@ def start(
     version: int | None,
     tenant: str | None,
     wait_seconds: float | None,
+    actor: str | None,
     db: str,
     as_json: bool,
 ) -> None:
     """Start WORKFLOW of MODULE:OBJECT for a business key, or find the one it already started.
 
     A repeated start with the same key, input and version returns the existing instance; the
-    same key with another input or version is refused.
+    same key with another input or version is refused. The start is on the audit log, against
+    --actor (default: local:USER).
     """
     value = json_option_value(input_text, "--input")
     registry = load_registry(target)
-    with SyncEngine(db, registry) as engine:
+    # The journal is created and migrated like a worker's (migrate=None: as the URL says).
+    with Operations(db, registry=registry, migrate=None) as engine:
         started = engine.start(
-            workflow, key=key, input=value, version=version, tenant=tenant_of(tenant)
+            workflow,
+            key=key,
+            input=value,
+            version=version,
+            tenant=tenant_of(tenant),
+            actor=(actor or "").strip() or None,
         )
         instance = started.instance
-        summary: dict[str, Any] = {
-            "instance_id": instance.instance_id,
-            "created": started.created,
-            "workflow": instance.workflow_name,
-            "version": instance.workflow_version,
-            "business_key": instance.business_key,
-            "tenant": instance.tenant,
-            "status": instance.status.value,
-        }
-        if not as_json:
-            verb = "created" if started.created else "already existed"
-            console().print(
-                Text.assemble(
-                    (instance.instance_id, "bold"),
-                    cell(
-                        f"  {instance.workflow_name}@{instance.workflow_version}"
-                        f"  key {instance.business_key!r}: {verb} ({instance.status.value})"
-                    ),
-                )
-            )
+        summary = _started_summary(started, as_json=as_json)
         if wait_seconds is None:
             if as_json:
                 echo_json(summary)
@@ -133,6 +132,31 @@ def start(
             console().print(Text(json.dumps(summary["result"], indent=2, sort_keys=True)))
         # A run that ended otherwise is an error of the command: the engine says how it ended.
         engine.result(instance.instance_id, timeout=0)
+
+
+def _started_summary(started: Started, *, as_json: bool) -> dict[str, Any]:
+    """What ``start`` says of the instance (printed now, unless the answer is JSON)."""
+    instance = started.instance
+    if not as_json:
+        verb = "created" if started.created else "already existed"
+        console().print(
+            Text.assemble(
+                (instance.instance_id, "bold"),
+                cell(
+                    f"  {instance.workflow_name}@{instance.workflow_version}"
+                    f"  key {instance.business_key!r}: {verb} ({instance.status.value})"
+                ),
+            )
+        )
+    return {
+        "instance_id": instance.instance_id,
+        "created": started.created,
+        "workflow": instance.workflow_name,
+        "version": instance.workflow_version,
+        "business_key": instance.business_key,
+        "tenant": instance.tenant,
+        "status": instance.status.value,
+    }
 
 
 # -- result ------------------------------------------------------------------------------------
@@ -181,16 +205,28 @@ def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
     show_default=True,
     help="Undo the confirmed effects (unless a forward-recovery-only one forbids it).",
 )
+@actor_option
+@authority_option
 @db_option
 @json_option
-def cancel(instance_id: str, reason: str, compensate: bool, db: str, as_json: bool) -> None:
+def cancel(
+    instance_id: str,
+    reason: str,
+    compensate: bool,
+    actor: str | None,
+    authority_file: str | None,
+    db: str,
+    as_json: bool,
+) -> None:
     """Ask for instance ID to be cancelled (durable; repeating it changes nothing).
 
     The instance stops before its next step, finishes what was started, compensates if asked,
-    and ends CANCELLED listing the effects that stay applied.
+    and ends CANCELLED listing the effects that stay applied. Like a repair, it needs an actor
+    whose role allows ``cancel`` in the authority file, and it is on the audit log.
     """
-    with Operations(db) as operations:
-        record = operations.cancel(instance_id, reason=reason, compensate=compensate)
+    who = required_actor(actor, doing="cancelling")
+    with Operations(db, authority=authority_of(authority_file)) as operations:
+        record = operations.cancel(instance_id, reason=reason, compensate=compensate, actor=who)
     if as_json:
         echo_json(
             {

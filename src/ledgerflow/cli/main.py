@@ -23,6 +23,7 @@ from ledgerflow.cli.render import inert
 from ledgerflow.cli.repairs import register as register_repairs
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signals
+from ledgerflow.cli.tokens import register as register_tokens
 from ledgerflow.cli.verify import register as register_verify
 from ledgerflow.cli.worker import worker
 from ledgerflow.errors import CommandLineError, LedgerflowError
@@ -49,6 +50,7 @@ register_signals(cli)
 register_repairs(cli)
 register_attention(cli)
 register_reconcile(cli)
+register_tokens(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:

@@ -1,8 +1,10 @@
 """The options many ``ledgerflow`` commands share, and how they read them (internal).
 
-``--db`` names the journal (or ``LEDGERFLOW_DB``); ``--json`` asks for one JSON document
-instead of tables (:func:`echo_json` prints it); a ``--tenant`` is checked by the one naming
-rule, as the library and the HTTP endpoint check it.
+``--db`` names the journal (or ``LEDGERFLOW_DB``); ``--actor`` who acts (or
+``LEDGERFLOW_OPERATOR``) and ``--authority`` the roles file (or ``LEDGERFLOW_AUTHORITY``) for
+the commands that change something on someone's authority (repairs, cancel); ``--json`` asks
+for one JSON document instead of tables (:func:`echo_json` prints it); a ``--tenant`` is checked
+by the one naming rule, as the library and the HTTP endpoint check it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from typing import Any, TypeVar
 import click
 
 from ledgerflow.model import names
+from ledgerflow.operators.authority import Authority
 
 DB_ENVIRONMENT_VARIABLE = "LEDGERFLOW_DB"
+OPERATOR_ENVIRONMENT_VARIABLE = "LEDGERFLOW_OPERATOR"
+AUTHORITY_ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,6 +36,37 @@ db_option: Callable[[F], F] = click.option(
 json_option: Callable[[F], F] = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON instead of tables."
 )
+
+
+actor_option: Callable[[F], F] = click.option(
+    "--actor",
+    envvar=OPERATOR_ENVIRONMENT_VARIABLE,
+    help=f"Who is acting, for the audit log (or set {OPERATOR_ENVIRONMENT_VARIABLE}).",
+)
+
+authority_option: Callable[[F], F] = click.option(
+    "--authority",
+    "authority_file",
+    envvar=AUTHORITY_ENVIRONMENT_VARIABLE,
+    type=click.Path(dir_okay=False),
+    help="Roles file (TOML); default: the built-in policy, where no person holds a role (or set "
+    f"{AUTHORITY_ENVIRONMENT_VARIABLE}).",
+)
+
+
+def required_actor(actor: str | None, *, doing: str) -> str:
+    """The ``--actor`` of a command that changes something on someone's authority."""
+    name = (actor or "").strip()
+    if not name:
+        raise click.UsageError(
+            f"who is {doing}? pass --actor NAME or set {OPERATOR_ENVIRONMENT_VARIABLE}"
+        )
+    return name
+
+
+def authority_of(authority_file: str | None) -> Authority:
+    """The roles file named, or the built-in policy (no person holds a role)."""
+    return Authority.from_file(authority_file) if authority_file else Authority.default()
 
 
 def echo_json(value: Any) -> None:

@@ -18,17 +18,28 @@ from typing import Any, TypeVar
 import click
 
 from ledgerflow.cli.json_input import json_option_value
-from ledgerflow.cli.options import db_option, echo_json, json_option
+from ledgerflow.cli.options import (
+    actor_option,
+    authority_of,
+    authority_option,
+    db_option,
+    echo_json,
+    json_option,
+    required_actor,
+)
 from ledgerflow.cli.render import cell, console, print_table
 from ledgerflow.cli.tables import audit_json, audit_table
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
-from ledgerflow.operators.authority import Authority
-from ledgerflow.operators.service import Operations, RepairKind, RepairRequest, RepairResult
+from ledgerflow.operators.service import (
+    ACTION_KINDS,
+    Operations,
+    RepairKind,
+    RepairRequest,
+    RepairResult,
+)
 from ledgerflow.operators.shapes import listing
 
-OPERATOR_ENVIRONMENT_VARIABLE = "LEDGERFLOW_OPERATOR"
-AUTHORITY_ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
 AUDIT_LIMIT_DEFAULT = 100
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,19 +50,8 @@ def _repair_options(command: F) -> F:
     for option in reversed(
         [
             click.option("--reason", required=True, help="Why; recorded in the audit log."),
-            click.option(
-                "--actor",
-                envvar=OPERATOR_ENVIRONMENT_VARIABLE,
-                help=f"Who is repairing (or set {OPERATOR_ENVIRONMENT_VARIABLE}).",
-            ),
-            click.option(
-                "--authority",
-                "authority_file",
-                envvar=AUTHORITY_ENVIRONMENT_VARIABLE,
-                type=click.Path(dir_okay=False),
-                help="Roles file (TOML); default: the built-in policy, where no person holds "
-                f"a role (or set {AUTHORITY_ENVIRONMENT_VARIABLE}).",
-            ),
+            actor_option,
+            authority_option,
             click.option("--dry-run", is_flag=True, help="Print the exact plan; change nothing."),
             db_option,
             json_option,
@@ -62,16 +62,8 @@ def _repair_options(command: F) -> F:
 
 
 def _run(request_fields: dict[str, Any], options: dict[str, Any]) -> None:
-    actor = (options["actor"] or "").strip()
-    if not actor:
-        raise click.UsageError(
-            f"who is repairing? pass --actor NAME or set {OPERATOR_ENVIRONMENT_VARIABLE}"
-        )
-    authority = (
-        Authority.from_file(options["authority_file"])
-        if options["authority_file"]
-        else Authority.default()
-    )
+    actor = required_actor(options["actor"], doing="repairing")
+    authority = authority_of(options["authority_file"])
     request = RepairRequest(actor=actor, reason=options["reason"], **request_fields)
     with Operations(options["db"], authority=authority) as operations:
         result = operations.plan(request) if options["dry_run"] else operations.apply(request)
@@ -229,7 +221,11 @@ def _since(text: str | None) -> float | None:
 @click.command()
 @click.option("--instance", "instance_id", help="Only records of this instance.")
 @click.option("--actor", help="Only records of this actor.")
-@click.option("--kind", type=click.Choice([k.value for k in RepairKind]), help="Only this kind.")
+@click.option(
+    "--kind",
+    type=click.Choice([k.value for k in RepairKind] + list(ACTION_KINDS)),
+    help="Only this kind (a repair, or start, cancel, signal, complete-effect, token-...).",
+)
 @click.option("--since", help="Only records at or after this time (epoch seconds or ISO).")
 @click.option(
     "--limit",
@@ -249,7 +245,8 @@ def audit(
     db: str,
     as_json: bool,
 ) -> None:
-    """The audit log of repairs: applied, repeated (no-op) and refused, oldest first."""
+    """The audit log: repairs, and every start, cancel, signal, callback and token change made
+    through the service; applied, repeated (no-op) and refused, oldest first."""
     with Operations(db) as operations:
         records = operations.audit(
             instance_id=instance_id, actor=actor, kind=kind, since=_since(since), limit=limit

@@ -1,23 +1,29 @@
-"""``ledgerflow serve``: the HTTP callback endpoint over one store (internal).
+"""``ledgerflow serve``: the HTTP API and the operator console over one journal (internal).
 
-This module owns running :func:`ledgerflow.web.api.create_app` under uvicorn (the ``http``
-extra: without it the command says which extra to install). The socket is
-bound here, before serving, so that ``--port 0`` has a real port to announce, and the single
-line ``LISTENING http://HOST:PORT`` is printed only once connections are accepted: a script or
-test that reads it can send at once. SIGTERM (exit 0) and Ctrl-C stop it gracefully, which
-closes the store.
+This module owns running :func:`ledgerflow.web.create_app` under uvicorn (the ``http`` extra:
+without it the command says which extra to install). The socket is bound here, before
+serving, so that ``--port 0`` has a real port to announce, and the single line
+``LISTENING http://HOST:PORT`` is printed only once connections are accepted: a script or test
+that reads it can send at once. SIGTERM (exit 0) and Ctrl-C stop it gracefully, which closes
+the store.
+
+Every route but ``/healthz`` and ``/readyz`` needs a token (``ledgerflow tokens create``).
+``--insecure-no-auth`` turns that off, and is refused unless the address is a loopback one:
+a server without authentication must not be reachable from another machine.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import signal
 import socket
 import sys
 
 import click
 
+from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.options import db_option
-from ledgerflow.errors import ConfigurationError
+from ledgerflow.errors import CommandLineError, ConfigurationError
 from ledgerflow.extras import require_extra
 
 
@@ -34,6 +40,16 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1 or localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @click.command()
 @db_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -44,25 +60,44 @@ def _bind(host: str, port: int) -> socket.socket:
     show_default=True,
     help="Port to listen on (0 picks a free one).",
 )
-def serve(db: str, host: str, port: int) -> None:
-    """Serve the HTTP callback endpoint: deliver signals, callbacks and approvals, read
-    instances.
+@click.option(
+    "--registry",
+    "target",
+    metavar="MODULE:OBJECT",
+    help="The workflows POST /v1/instances may start (without it the server starts none).",
+)
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    help="Serve without authentication (everyone is an admin of every tenant); only on a "
+    "loopback address.",
+)
+def serve(db: str, host: str, port: int, target: str | None, insecure_no_auth: bool) -> None:
+    """Serve the HTTP API (/v1, OpenAPI at /v1/openapi.json) and the operator console
+    (/console) over one journal.
 
-    POST /instances/ID/signals/NAME and POST /workflows/W/keys/KEY/signals/NAME take
-    {"event_id", "payload", "sender", "step", "run"} (or an Idempotency-Key header) and answer
-    202 accepted, 200 duplicate, 409 late, 410 ended, 403 not an approver, 404 or 422.
-    GET /instances/ID shows an instance with its inbox; GET /health answers when serving.
+    Every route but /healthz and /readyz needs a token: make one with `ledgerflow tokens
+    create --name NAME --role ROLE --tenant TENANT` and send it as `Authorization: Bearer
+    TOKEN` (or sign in to the console with it). docs/http-api.md lists every route.
     """
     require_extra("http", purpose="ledgerflow serve")
+    if insecure_no_auth and not is_loopback(host):
+        raise CommandLineError(
+            f"--insecure-no-auth serves without authentication: only on a loopback address "
+            f"(127.0.0.1, ::1, localhost), not {host}"
+        )
     from ledgerflow.cli.http_server import serve_forever
     from ledgerflow.web import create_app
 
-    app = create_app(db)
+    registry = load_registry(target) if target else None
+    app = create_app(db, registry=registry, insecure_no_auth=insecure_no_auth)
     sock = _bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
 
     def announce() -> None:
         click.echo(f"LISTENING {url}")
+        if insecure_no_auth:
+            click.echo("WARNING: no authentication: every caller is an admin", err=True)
         # Piped stdout is block-buffered; the reader waits for this line.
         sys.stdout.flush()
 

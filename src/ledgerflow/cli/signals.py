@@ -16,7 +16,7 @@ import sys
 import click
 
 from ledgerflow.cli.json_input import json_option_value
-from ledgerflow.cli.options import db_option
+from ledgerflow.cli.options import actor_option, db_option
 from ledgerflow.cli.render import inert
 from ledgerflow.operators.service import Operations
 from ledgerflow.operators.shapes import delivery_json, refused
@@ -35,6 +35,7 @@ from ledgerflow.operators.shapes import delivery_json, refused
 @click.option("--sender", help="Who sends it (an approval's approver).")
 @click.option("--step", type=int, help="Only for this step: refused if the step is closed.")
 @click.option("--run", type=int, help="Only for this run: refused if the instance moved on.")
+@actor_option
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a sentence.")
 def signal(
@@ -45,12 +46,14 @@ def signal(
     sender: str | None,
     step: int | None,
     run: int | None,
+    actor: str | None,
     db: str,
     as_json: bool,
 ) -> None:
     """Deliver event NAME to instance INSTANCE_ID; safe to repeat with the same --event-id.
 
-    Exit 0 when the event was accepted (or already had been), 1 when it was refused.
+    Exit 0 when the event was accepted (or already had been), 1 when it was refused. The
+    delivery is on the audit log, against --actor (default: local:USER).
     """
     payload = json_option_value(payload_text, "--payload")
     # Delivering needs no workflow code. The journal must exist.
@@ -63,6 +66,7 @@ def signal(
             sender=sender,
             for_step=step,
             run=run,
+            actor=(actor or "").strip() or None,
         )
     body = delivery_json(delivered)
     failed = refused(delivered)

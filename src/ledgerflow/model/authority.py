@@ -1,4 +1,10 @@
-"""Who may repair what: roles grant repair kinds, actors hold roles (pure).
+"""Who may do what: roles grant repair kinds, actors hold roles; principals of the API (pure).
+
+Two sources of authority meet here. A person at the command line is an *actor* whose roles
+come from the authority file (:class:`Policy`). A caller of the HTTP API or the console is a
+:class:`Principal`: the name, :class:`ApiRole` and tenant of the token it presented; its role
+grants the repair kinds :data:`API_ROLE_REPAIRS` lists, as a policy of its own
+(:meth:`Policy.for_principal`), so repairs are checked by the same code whoever asks.
 
 Authority is configuration checked by the engine (``operators.repairs.Repairs``), never by
 the CLI, so every front door (CLI, HTTP, the reconciler) is held to the same policy.
@@ -9,6 +15,7 @@ granted one explicitly before any repair of theirs is carried out. Loading the f
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +44,56 @@ def checked_actor(actor: str | None) -> str:
     return name
 
 
+class ApiRole(enum.Enum):
+    """A token's role, each allowing what the ones before it allow and more."""
+
+    VIEWER = "viewer"  # reads everything of its tenant
+    SIGNALLER = "signaller"  # and starts instances, sends signals, approvals, callbacks
+    OPERATOR = "operator"  # and cancels and repairs (all but force)
+    ADMIN = "admin"  # and forces a terminal state; may be scoped to every tenant
+
+    @property
+    def rank(self) -> int:
+        return list(ApiRole).index(self)
+
+    def allows(self, needed: ApiRole) -> bool:
+        return self.rank >= needed.rank
+
+
+# The tenant scope of a principal that sees every tenant (an admin token only).
+ALL_TENANTS = "*"
+
+API_ROLE_REPAIRS: Mapping[ApiRole, frozenset[RepairKind]] = {
+    ApiRole.VIEWER: frozenset(),
+    ApiRole.SIGNALLER: frozenset(),
+    ApiRole.OPERATOR: frozenset(set(RepairKind) - {RepairKind.FORCE_TERMINAL}),
+    ApiRole.ADMIN: frozenset(RepairKind),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Principal:
+    """Who is calling through the API or the console: a token's name, role and tenant.
+
+    ``tenant`` is one tenant, or :data:`ALL_TENANTS` for an admin that sees them all.
+    ``token_id`` names the token (None for a server run with ``--insecure-no-auth``).
+    """
+
+    name: str
+    role: ApiRole
+    tenant: str
+    token_id: str | None = None
+
+    def sees(self, tenant: str) -> bool:
+        """Whether this principal may see and touch an instance of ``tenant``."""
+        return self.tenant in (ALL_TENANTS, tenant)
+
+    @property
+    def tenant_filter(self) -> str | None:
+        """The tenant a listing is limited to (None: every tenant)."""
+        return None if self.tenant == ALL_TENANTS else self.tenant
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:
     """Roles (name -> the repair kinds they allow) and actors (name -> the roles they hold)."""
@@ -52,6 +109,16 @@ class Policy:
             roles={RECONCILER_ROLE: RECONCILER_KINDS},
             actors={RECONCILER: frozenset({RECONCILER_ROLE})},
             source="built-in policy",
+        )
+
+    @classmethod
+    def for_principal(cls, principal: Principal) -> Policy:
+        """The policy an API principal is held to: its token's role, and what it grants."""
+        role = principal.role.value
+        return cls(
+            roles={role: API_ROLE_REPAIRS[principal.role]},
+            actors={checked_actor(principal.name): frozenset({role})},
+            source=f"the {role} role of {principal.token_id or 'the unauthenticated server'}",
         )
 
     @classmethod

@@ -18,7 +18,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.model.definition import Registry
@@ -29,7 +30,7 @@ from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, AttentionIte
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult
-from ledgerflow.operators.service import InstanceReport, Operations
+from ledgerflow.operators.service import InstanceReport, Operations, Principal, ScopedOperations
 from ledgerflow.runtime.detection import ScanReport
 from ledgerflow.runtime.engine import Delivered, Engine, InstanceDetail
 from ledgerflow.runtime.periodic import PeriodicTask
@@ -38,6 +39,8 @@ from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
 
 __all__ = ["AsyncOperations"]
+
+T = TypeVar("T")
 
 
 class AsyncOperations:
@@ -55,6 +58,17 @@ class AsyncOperations:
     @property
     def authority(self) -> Authority:
         return self._operations.authority
+
+    async def as_principal(self, principal: Principal, call: Callable[[ScopedOperations], T]) -> T:
+        """``call`` on the service as ``principal`` sees it (its tenant, its role, its name on
+        the audit record: :meth:`Operations.acting_as`), on the store thread.
+
+        Example::
+
+            page = await operations.as_principal(principal, lambda ops: ops.page(query))
+        """
+        scoped = self._operations.acting_as(principal)
+        return await self._thread.call(call, scoped)
 
     # -- instances: the engine answers ---------------------------------------------------------
 

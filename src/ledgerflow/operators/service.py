@@ -12,6 +12,11 @@ from storage.
 :class:`Operations` is for synchronous code; :class:`~ledgerflow.operators.async_service.
 AsyncOperations` is the same for asyncio, on an engine's store.
 
+The HTTP API and the console call it through :meth:`Operations.acting_as`, which scopes every
+call to one authenticated principal (:class:`~ledgerflow.operators.scoped.ScopedOperations`):
+its tenant, its role, its name on the audit record. Tokens and console sessions are
+:meth:`Operations.tokens`, stored idempotent answers :meth:`Operations.answers`.
+
 A store named by its URL is opened as it is (``migrate=False``): never created, never migrated,
 so a mistyped ``--db`` is an error naming it, not a new, empty journal.
 
@@ -29,26 +34,41 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import getpass
+import secrets
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow import limits
+from ledgerflow.errors import NotAuthorizedError
+from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import RepairKind
+from ledgerflow.operators import actions
+from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, AttentionItem, attention
 from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
+from ledgerflow.operators.scoped import InstancePage, ScopedOperations
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.detection import ScanReport, bounds_from_environment, scan
-from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, InstanceDetail, SyncEngine
+from ledgerflow.runtime.engine import (
+    Delivered,
+    DeliveryOutcome,
+    InstanceDetail,
+    Started,
+    SyncEngine,
+)
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage import open_store
+from ledgerflow.storage.access import ApiToken, InstanceQuery, VersionCount
 from ledgerflow.storage.attention import AttentionFlag
 from ledgerflow.storage.audit import AuditRecord
 from ledgerflow.storage.migrations import MigrationStatus
@@ -58,23 +78,42 @@ from ledgerflow.storage.store import Store
 from ledgerflow.storage.url import migration_status
 
 __all__ = [
+    "ACTION_KINDS",
+    "ALL_TENANTS",
+    "ApiRole",
+    "ApiToken",
     "AttentionFlag",
     "AttentionItem",
     "AuditRecord",
     "Delivered",
     "DeliveryOutcome",
+    "IdempotentAnswers",
     "InstanceDetail",
+    "InstancePage",
+    "InstanceQuery",
+    "InstanceRecord",
     "InstanceReport",
     "MigrationStatus",
     "Operations",
+    "Principal",
     "ReconciliationRun",
     "RepairKind",
     "RepairRequest",
     "RepairResult",
+    "Replay",
     "ScanReport",
+    "ScopedOperations",
+    "SignedIn",
+    "Started",
+    "Tokens",
+    "VersionCount",
+    "local_actor",
     "migrate_journal",
     "migration_status",
+    "request_hash",
 ]
+
+ACTION_KINDS = actions.ACTION_KINDS
 
 # The audit records ``show`` lists under an instance's timeline, at most.
 SHOW_AUDIT_MAX = 1000
@@ -90,6 +129,11 @@ class InstanceReport:
     flags: list[AttentionFlag]
 
 
+def local_actor() -> str:
+    """Whom a command-line change is recorded against when no ``--actor`` is given."""
+    return f"local:{getpass.getuser()}"
+
+
 def migrate_journal(url: str) -> MigrationStatus:
     """Bring the journal at ``url`` to this Ledgerflow's schema (creating a missing SQLite
     journal); return where it stood before."""
@@ -102,10 +146,12 @@ def migrate_journal(url: str) -> MigrationStatus:
 class Operations:
     """What an operator may do to one store, for synchronous code (the CLI, web handlers).
 
-    ``authority`` decides who may repair (default: ``LEDGERFLOW_AUTHORITY``, read when first
-    needed, so that reading never depends on it). ``migrate`` says how a store named by its URL
-    is opened: ``False`` as it is (every operator command), ``None`` as the URL says (a server's
-    own journal, created and migrated unless ``?migrate=false``).
+    ``authority`` decides who may repair or cancel (default: ``LEDGERFLOW_AUTHORITY``, read
+    when first needed, so that reading never depends on it). ``registry`` carries the workflow
+    definitions :meth:`start` may start (reading and repairing need none). ``migrate`` says
+    how a store named by its URL is opened: ``False`` as it is (every operator command),
+    ``None`` as the URL says (a server's own journal, created and migrated unless
+    ``?migrate=false``).
     """
 
     def __init__(
@@ -113,6 +159,7 @@ class Operations:
         store: Store | str,
         *,
         authority: Authority | None = None,
+        registry: Registry | None = None,
         migrate: bool | None = False,
         clock: Clock = SYSTEM_CLOCK,
         codec: Codec = JSON,
@@ -120,7 +167,7 @@ class Operations:
         self._store = open_store(store, migrate=migrate) if isinstance(store, str) else store
         # Reading, cancelling and signalling need no workflow code: an empty registry pins
         # nothing and starts nothing.
-        self._engine = SyncEngine(self._store, Registry(), codec=codec)
+        self._engine = SyncEngine(self._store, registry or Registry(), codec=codec)
         self._authority = authority
         self._clock = clock
         self._codec = codec
@@ -162,6 +209,34 @@ class Operations:
         """The instance a business key started, if any."""
         return self._store.find_instance(tenant=tenant, workflow_name=workflow, business_key=key)
 
+    def start(
+        self,
+        workflow: str,
+        *,
+        key: str,
+        input: Any = None,
+        version: int | None = None,
+        tenant: str | None = None,
+        actor: str | None = None,
+    ) -> Started:
+        """Start (or find) the instance of a business key, pinned to a definition of this
+        service's registry; recorded against ``actor`` (default: :func:`local_actor`)."""
+        started = self._engine.start(workflow, key=key, input=input, version=version, tenant=tenant)
+        instance = started.instance
+        actions.record_action(
+            self._store,
+            self._clock,
+            actor=actor or local_actor(),
+            role=None,
+            kind=actions.START,
+            instance_id=instance.instance_id,
+            target=f"{instance.workflow_name}:{instance.business_key}",
+            outcome="applied" if started.created else "no-op",
+            reason=f"start {instance.workflow_name} for key {instance.business_key}",
+            arguments={"workflow": workflow, "version": version, "tenant": instance.tenant},
+        )
+        return started
+
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
         """The instance once it has ended, or :class:`ResultTimeoutError` after ``timeout``."""
         return self._engine.wait(instance_id, timeout=timeout)
@@ -170,9 +245,39 @@ class Operations:
         """The workflow's result, or :class:`WorkflowError` saying how it ended otherwise."""
         return self._engine.result(instance_id, timeout=timeout)
 
-    def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:
-        """Ask for the instance to be cancelled (durable; the first request wins)."""
-        return self._engine.cancel(instance_id, reason=reason, compensate=compensate)
+    def cancel(
+        self, instance_id: str, *, reason: str, actor: str, compensate: bool = True
+    ) -> InstanceRecord:
+        """Ask for the instance to be cancelled (durable; the first request wins), as ``actor``,
+        who must hold a role that allows ``cancel`` (the repairs' authority); audited."""
+        try:
+            role = self.authority.role_for(actor, RepairKind.CANCEL)
+        except NotAuthorizedError as exc:
+            record = self._engine.get(instance_id)
+            actions.record_action(
+                self._store,
+                self._clock,
+                actor=actor.strip() or "(anonymous)",
+                role=None,
+                kind=actions.CANCEL,
+                instance_id=record.instance_id,
+                target=None,
+                outcome="refused",
+                reason=reason,
+                arguments={"compensate": compensate},
+                refusal=str(exc),
+            )
+            raise
+        return actions.audited_cancel(
+            self._store,
+            self._engine,
+            self._clock,
+            actor=actor,
+            role=role,
+            instance_id=instance_id,
+            reason=reason,
+            compensate=compensate,
+        )
 
     def signal(
         self,
@@ -184,9 +289,11 @@ class Operations:
         sender: str | None = None,
         for_step: int | None = None,
         run: int | None = None,
+        actor: str | None = None,
     ) -> Delivered:
-        """Deliver a signal, callback or approval; safe to repeat with the same ``event_id``."""
-        return self._engine.signal(
+        """Deliver a signal, callback or approval; safe to repeat with the same ``event_id``.
+        Recorded in the audit log against ``actor`` (default: :func:`local_actor`)."""
+        delivered = self._engine.signal(
             instance_id,
             name,
             event_id=event_id,
@@ -195,6 +302,10 @@ class Operations:
             for_step=for_step,
             run=run,
         )
+        actions.record_delivery(
+            self._store, self._clock, delivered, actor=actor or local_actor(), role=None
+        )
+        return delivered
 
     def complete_effect(
         self,
@@ -209,6 +320,34 @@ class Operations:
         return self._engine.complete_effect(
             idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
         )
+
+    # -- the perimeter: principals, tokens, sessions, idempotent answers -----------------------
+
+    def acting_as(self, principal: Principal) -> ScopedOperations:
+        """This service as ``principal`` may use it: its tenant, its role, its name on the
+        audit record (what the HTTP API and the console call)."""
+        return ScopedOperations(
+            store=self._store, engine=self._engine, clock=self._clock, principal=principal
+        )
+
+    def tokens(self) -> Tokens:
+        """API tokens and console sessions on this journal."""
+        return Tokens(self._store, clock=self._clock)
+
+    def answers(self) -> IdempotentAnswers:
+        """The stored answers of idempotent POSTs."""
+        return IdempotentAnswers(self._store, clock=self._clock)
+
+    def ready(self) -> None:
+        """Prove the journal can be read and written now (a readiness probe): a row is
+        written and removed again; any storage error is raised as it is."""
+        self._store.count_by_status()
+        scope, key = "ledgerflow:ready", secrets.token_hex(8)
+        now = self._clock.now()
+        self._store.reserve_idempotency(
+            scope=scope, key=key, request_hash="", now=now, cutoff=now - 1
+        )
+        self._store.release_idempotency(scope=scope, key=key)
 
     # -- what needs a person ---------------------------------------------------------------------
 

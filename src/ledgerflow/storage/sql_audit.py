@@ -168,9 +168,12 @@ class AuditStore(SqlSeam):
         actor: str | None = None,
         kind: str | None = None,
         since: float | None = None,
+        tenant: str | None = None,
+        before_id: int | None = None,
         limit: int = 100,
     ) -> list[AuditRecord]:
-        """Audit records, oldest first: the newest ``limit`` that match every filter given."""
+        """Audit records, oldest first: the newest ``limit`` that match every filter given
+        (``tenant``: of that tenant's instances; ``before_id``: older than that record)."""
         with self._read():
             rows, _ = self._run(
                 "select_audit",
@@ -179,6 +182,8 @@ class AuditStore(SqlSeam):
                     "actor": actor,
                     "kind": kind,
                     "since": since,
+                    "tenant": tenant,
+                    "before_id": before_id,
                     "limit": max(1, min(limit, AUDIT_LIST_LIMIT_MAX)),
                 },
             )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from ledgerflow import limits
 from ledgerflow.model.ids import Generation, InstanceId, RunNumber, StepSeq, TenantId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.storage.access import InstanceQuery, VersionCount
 from ledgerflow.storage.records import (
     EffectRecord,
     InstanceRecord,
@@ -18,7 +19,13 @@ from ledgerflow.storage.records import (
     StepRecord,
     TimelineEntry,
 )
-from ledgerflow.storage.rows import effect_from_row, instance_from_row, step_from_row
+from ledgerflow.storage.rows import (
+    effect_from_row,
+    fields,
+    instance_from_row,
+    plain_record,
+    step_from_row,
+)
 from ledgerflow.storage.sql_seam import SqlSeam
 
 
@@ -63,6 +70,31 @@ class ReadStore(SqlSeam):
                 },
             )
         return [instance_from_row(r) for r in rows]
+
+    def page_instances(self, query: InstanceQuery) -> list[InstanceRecord]:
+        """One page of a filtered listing, newest first (keyset: after ``query.after``)."""
+        params = fields(query)
+        after_at, after_id = params.pop("after") or (None, None)
+        flagged = params["flagged"]
+        with self._read():
+            rows, _ = self._run(
+                "page_instances",
+                {
+                    **params,
+                    # 1/0: both dialects compare it with whether an open flag exists.
+                    "flagged": None if flagged is None else int(flagged),
+                    "after_at": after_at,
+                    "after_id": after_id,
+                    "limit": max(1, min(query.limit, limits.READ_BATCH_MAX)),
+                },
+            )
+        return [instance_from_row(r) for r in rows]
+
+    def version_counts(self, *, tenant: str | None) -> list[VersionCount]:
+        """Instances per workflow, version, fingerprint and status."""
+        with self._read():
+            rows, _ = self._run("count_versions", {"tenant": tenant})
+        return [plain_record(VersionCount, r) for r in rows]
 
     def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
         return self.journals([(instance_id, run)])[instance_id, run]

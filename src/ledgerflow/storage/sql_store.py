@@ -49,6 +49,7 @@ from ledgerflow.storage.rows import (
     refuse_broken,
     step_invariant,
 )
+from ledgerflow.storage.sql_access import AccessStore
 from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
 from ledgerflow.storage.sql_claims import ClaimStore
@@ -70,7 +71,14 @@ def _fenced_out(commit: Commit) -> None:
 
 
 class SqlStore(
-    ReadStore, StartStore, ClaimStore, InboxStore, AttentionStore, AuditStore, ReconcileStore
+    ReadStore,
+    StartStore,
+    ClaimStore,
+    InboxStore,
+    AttentionStore,
+    AuditStore,
+    ReconcileStore,
+    AccessStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 

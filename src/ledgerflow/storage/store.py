@@ -26,6 +26,13 @@ from typing import Protocol
 from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.storage.access import (
+    ApiToken,
+    ConsoleSession,
+    IdempotencyRecord,
+    InstanceQuery,
+    VersionCount,
+)
 from ledgerflow.storage.attention import (
     AttentionFlag,
     EffectToSettle,
@@ -292,6 +299,8 @@ class OperatorStore(LedgerReads, DetectionStore, Protocol):
         actor: str | None = None,
         kind: str | None = None,
         since: float | None = None,
+        tenant: str | None = None,
+        before_id: int | None = None,
         limit: int = 100,
     ) -> list[AuditRecord]:
         """The newest ``limit`` audit records matching every filter given, oldest first."""
@@ -321,6 +330,45 @@ class OperatorStore(LedgerReads, DetectionStore, Protocol):
     def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:
         """The newest ``limit`` runs, newest first."""
         ...
+
+    # -- the operators' listings (storage/sql_reads.py) ---------------------------------------
+
+    def page_instances(self, query: InstanceQuery) -> list[InstanceRecord]:
+        """One page of a filtered listing, newest first, after ``query.after``."""
+        ...
+
+    def version_counts(self, *, tenant: str | None) -> list[VersionCount]:
+        """Instances per workflow, version, fingerprint and status (one tenant's, or all)."""
+        ...
+
+    # -- the perimeter (storage/sql_access.py) ------------------------------------------------
+
+    def insert_token(self, token: ApiToken) -> None: ...
+
+    def get_token(self, token_id: str) -> ApiToken | None: ...
+
+    def tokens(self) -> list[ApiToken]: ...
+
+    def revoke_token(self, token_id: str, *, revoked_by: str, now: float) -> bool:
+        """Revoke a live token and end its console sessions; False when none was live."""
+        ...
+
+    def insert_session(self, session: ConsoleSession) -> None: ...
+
+    def get_session(self, session_hash: str, *, now: float) -> ConsoleSession | None: ...
+
+    def delete_session(self, session_hash: str) -> None: ...
+
+    def reserve_idempotency(
+        self, *, scope: str, key: str, request_hash: str, now: float, cutoff: float
+    ) -> IdempotencyRecord | None:
+        """Claim ``key`` (None), or the record that already holds it; records older than
+        ``cutoff`` are swept first."""
+        ...
+
+    def finish_idempotency(self, *, scope: str, key: str, status: int, body: str) -> None: ...
+
+    def release_idempotency(self, *, scope: str, key: str) -> None: ...
 
 
 class Store(JournalStore, OperatorStore, Protocol):

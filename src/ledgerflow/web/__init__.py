@@ -1,12 +1,13 @@
-"""The HTTP front door: signal, callback and approval delivery, and instance reads (internal).
+"""The HTTP front door: the authenticated, tenant-scoped API under ``/v1`` and the operator
+console under ``/console`` (internal).
 
-:func:`create_app` is its one entry point (``ledgerflow serve`` runs it under uvicorn); it
-calls the operators' service, as the ``ledgerflow`` command does. Importing this package needs
-the ``http`` extra (Starlette).
+:func:`create_app` is its one entry point (``ledgerflow serve`` runs it under uvicorn); every
+request goes through the operators' service, scoped to the principal that made it, as the
+``ledgerflow`` command goes through it. Importing this package needs the ``http`` extra.
 """
 
 from __future__ import annotations
 
-from ledgerflow.web.api import create_app
+from ledgerflow.web.app import create_app
 
 __all__ = ["create_app"]

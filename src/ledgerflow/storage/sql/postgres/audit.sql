@@ -32,6 +32,10 @@ WHERE (CAST(:instance_id AS text) IS NULL OR instance_id = :instance_id)
   AND (CAST(:actor AS text) IS NULL OR actor = :actor)
   AND (CAST(:kind AS text) IS NULL OR kind = :kind)
   AND (CAST(:since AS double precision) IS NULL OR at >= :since)
+  AND (CAST(:before_id AS bigint) IS NULL OR audit_id < :before_id)
+  -- A tenant sees the records of its own instances only.
+  AND (CAST(:tenant AS text) IS NULL
+       OR instance_id IN (SELECT instance_id FROM lf_instances WHERE tenant = :tenant))
 ORDER BY audit_id DESC
 LIMIT :limit;
 

@@ -177,3 +177,34 @@ WHERE owner = :owner AND cancel_requested_at IS NOT NULL
 -- Read an instance and hold its row until the transaction ends: a delivery or a cancel request
 -- then serialises with the owner's commits, which lock the same row.
 SELECT * FROM lf_instances WHERE instance_id = :instance_id FOR UPDATE;
+
+-- name: page_instances
+-- One page of a filtered listing, newest first, after the (created_at, instance_id) position
+-- the previous page ended at (keyset paging: stable while new instances arrive). Every filter
+-- is optional; :flagged asks for instances with (1) or without (0) an open attention flag.
+SELECT * FROM lf_instances i
+WHERE (CAST(:tenant AS text) IS NULL OR i.tenant = :tenant)
+  AND (CAST(:workflow_name AS text) IS NULL OR i.workflow_name = :workflow_name)
+  AND (CAST(:workflow_version AS bigint) IS NULL OR i.workflow_version = :workflow_version)
+  AND (CAST(:status AS text) IS NULL OR i.status = :status)
+  AND (CAST(:key_prefix AS text) IS NULL
+       OR left(i.business_key, length(CAST(:key_prefix AS text))) = :key_prefix)
+  AND (CAST(:flagged AS integer) IS NULL OR CAST(:flagged AS integer) = CASE WHEN EXISTS (
+      SELECT 1 FROM lf_attention a WHERE a.instance_id = i.instance_id AND a.cleared_at IS NULL)
+      THEN 1 ELSE 0 END)
+  AND (CAST(:created_from AS double precision) IS NULL OR i.created_at >= :created_from)
+  AND (CAST(:created_until AS double precision) IS NULL OR i.created_at < :created_until)
+  AND (CAST(:after_at AS double precision) IS NULL OR i.created_at < :after_at
+       OR (i.created_at = :after_at AND i.instance_id < CAST(:after_id AS text)))
+ORDER BY i.created_at DESC, i.instance_id DESC
+LIMIT :limit;
+
+-- name: count_versions
+-- What the journal holds of each definition: instances per workflow, version, fingerprint and
+-- status (of one tenant, or of all).
+SELECT workflow_name, workflow_version, fingerprint, status, count(*) AS instances,
+       min(created_at) AS first_created_at, max(created_at) AS last_created_at
+FROM lf_instances
+WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+GROUP BY workflow_name, workflow_version, fingerprint, status
+ORDER BY workflow_name, workflow_version DESC, fingerprint, status;

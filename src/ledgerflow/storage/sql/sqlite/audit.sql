@@ -29,6 +29,9 @@ WHERE (:instance_id IS NULL OR instance_id = :instance_id)
   AND (:actor IS NULL OR actor = :actor)
   AND (:kind IS NULL OR kind = :kind)
   AND (:since IS NULL OR at >= :since)
+  AND (:before_id IS NULL OR audit_id < :before_id)
+  -- A tenant sees the records of its own instances only.
+  AND (:tenant IS NULL OR instance_id IN (SELECT instance_id FROM lf_instances WHERE tenant = :tenant))
 ORDER BY audit_id DESC
 LIMIT :limit;
 

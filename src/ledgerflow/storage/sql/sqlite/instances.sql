@@ -173,3 +173,32 @@ WHERE owner = :owner AND cancel_requested_at IS NOT NULL
 -- Read an instance inside a write transaction (SQLite's BEGIN IMMEDIATE already holds the one
 -- write lock, so this is a plain read here; PostgreSQL locks the row).
 SELECT * FROM lf_instances WHERE instance_id = :instance_id;
+
+-- name: page_instances
+-- One page of a filtered listing, newest first, after the (created_at, instance_id) position
+-- the previous page ended at (keyset paging: stable while new instances arrive). Every filter
+-- is optional; :flagged asks for instances with (1) or without (0) an open attention flag.
+SELECT * FROM lf_instances i
+WHERE (:tenant IS NULL OR i.tenant = :tenant)
+  AND (:workflow_name IS NULL OR i.workflow_name = :workflow_name)
+  AND (:workflow_version IS NULL OR i.workflow_version = :workflow_version)
+  AND (:status IS NULL OR i.status = :status)
+  AND (:key_prefix IS NULL OR substr(i.business_key, 1, length(:key_prefix)) = :key_prefix)
+  AND (:flagged IS NULL OR :flagged = EXISTS (
+      SELECT 1 FROM lf_attention a WHERE a.instance_id = i.instance_id AND a.cleared_at IS NULL))
+  AND (:created_from IS NULL OR i.created_at >= :created_from)
+  AND (:created_until IS NULL OR i.created_at < :created_until)
+  AND (:after_at IS NULL OR i.created_at < :after_at
+       OR (i.created_at = :after_at AND i.instance_id < :after_id))
+ORDER BY i.created_at DESC, i.instance_id DESC
+LIMIT :limit;
+
+-- name: count_versions
+-- What the journal holds of each definition: instances per workflow, version, fingerprint and
+-- status (of one tenant, or of all).
+SELECT workflow_name, workflow_version, fingerprint, status, count(*) AS instances,
+       min(created_at) AS first_created_at, max(created_at) AS last_created_at
+FROM lf_instances
+WHERE (:tenant IS NULL OR tenant = :tenant)
+GROUP BY workflow_name, workflow_version, fingerprint, status
+ORDER BY workflow_name, workflow_version DESC, fingerprint, status;

@@ -1,0 +1,148 @@
+"""The audit records of what is not a repair: starts, cancels, signals, callbacks, tokens
+(internal).
+
+Repairs write their own audit records (:mod:`ledgerflow.operators.repairs`). Everything else
+that changes state from outside -- a start, a cancel request, a signal or approval, an effect's
+callback, a token made or revoked -- is recorded here by whoever carried it out (the operators'
+service), with the principal that asked, the role it acted under and what came of it, so that
+the audit log answers "who did this" for every change, whichever face it came through.
+
+An action's record has the shape of a repair's: ``kind`` is one of :data:`ACTION_KINDS`,
+``outcome`` is ``applied``, ``no-op`` (a repeat that changed nothing) or ``refused``, and
+``plan`` holds the request's arguments as JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ledgerflow.errors import LedgerflowError
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
+from ledgerflow.storage.audit import AuditEntry
+from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.store import OperatorStore
+
+START = "start"
+CANCEL = "cancel"
+SIGNAL = "signal"
+COMPLETE_EFFECT = "complete-effect"
+TOKEN_CREATE = "token-create"
+TOKEN_REVOKE = "token-revoke"
+ACTION_KINDS = (START, CANCEL, SIGNAL, COMPLETE_EFFECT, TOKEN_CREATE, TOKEN_REVOKE)
+# An action's reason and refusal are kept to this many characters.
+ACTION_TEXT_MAX = 1000
+
+
+def record_action(
+    store: OperatorStore,
+    clock: Clock,
+    *,
+    actor: str,
+    role: str | None,
+    kind: str,
+    instance_id: str | None,
+    target: str | None,
+    outcome: str,
+    reason: str,
+    arguments: dict[str, Any],
+    refusal: str | None = None,
+) -> int:
+    """Append one action's audit record; return its id."""
+    plan = json.dumps(arguments, sort_keys=True, default=str)
+    identity = json.dumps([kind, instance_id, target, plan], sort_keys=True)
+    entry = AuditEntry(
+        actor=actor,
+        role=role,
+        kind=kind,
+        instance_id=InstanceId(instance_id) if instance_id is not None else None,
+        target=target,
+        fingerprint=hashlib.sha256(identity.encode()).hexdigest(),
+        outcome=outcome,
+        reason=(reason.strip() or "(none given)")[:ACTION_TEXT_MAX],
+        evidence=None,
+        plan=plan,
+        refusal=refusal[:ACTION_TEXT_MAX] if refusal else None,
+    )
+    return store.append_audit(entry, now=clock.now())
+
+
+def audited_cancel(
+    store: OperatorStore,
+    engine: SyncEngine,
+    clock: Clock,
+    *,
+    actor: str,
+    role: str | None,
+    instance_id: str,
+    reason: str,
+    compensate: bool,
+) -> InstanceRecord:
+    """Ask for a cancel (the engine's rules: durable, the first request wins) and record who
+    asked: ``applied`` when this call made the request, ``no-op`` when one stood already,
+    ``refused`` (then re-raised) when the instance had ended or the request was not valid."""
+    arguments = {"compensate": compensate}
+    before = engine.get(instance_id)
+    try:
+        record = engine.cancel(instance_id, reason=reason, compensate=compensate)
+    except LedgerflowError as exc:
+        record_action(
+            store,
+            clock,
+            actor=actor,
+            role=role,
+            kind=CANCEL,
+            instance_id=before.instance_id,
+            target=None,
+            outcome="refused",
+            reason=reason,
+            arguments=arguments,
+            refusal=str(exc),
+        )
+        raise
+    made = before.cancel_requested_at is None and record.cancel_requested_at is not None
+    record_action(
+        store,
+        clock,
+        actor=actor,
+        role=role,
+        kind=CANCEL,
+        instance_id=record.instance_id,
+        target=None,
+        outcome="applied" if made else "no-op",
+        reason=reason,
+        arguments=arguments,
+    )
+    return record
+
+
+def record_delivery(
+    store: OperatorStore,
+    clock: Clock,
+    delivered: Delivered,
+    *,
+    actor: str,
+    role: str | None,
+    kind: str = SIGNAL,
+) -> int:
+    """Record a signal or a callback and what became of it: ``applied`` (accepted),
+    ``no-op`` (a repeat) or ``refused`` (too late, ended, not an approver)."""
+    delivery = delivered.delivery
+    outcome = {DeliveryOutcome.ACCEPTED: "applied", DeliveryOutcome.DUPLICATE: "no-op"}
+    refused = delivery.state == "REJECTED" and delivered.outcome is not DeliveryOutcome.DUPLICATE
+    return record_action(
+        store,
+        clock,
+        actor=actor,
+        role=role,
+        kind=kind,
+        instance_id=delivery.instance_id,
+        target=f"{delivery.name} {delivery.event_id}",
+        outcome="refused" if refused else outcome.get(delivered.outcome, "refused"),
+        reason=f"{kind} {delivery.name}: {delivered.outcome.value}",
+        arguments={"name": delivery.name, "event_id": delivery.event_id, "sender": delivery.sender},
+        refusal=delivery.reason if refused else None,
+    )

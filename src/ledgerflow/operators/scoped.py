@@ -1,0 +1,399 @@
+"""The operators' service as one principal sees it: its tenant, its role, its name on the
+record (internal).
+
+The HTTP API and the console never call the service unscoped: each request is answered by
+``Operations.acting_as(principal)``, a :class:`ScopedOperations` that
+
+- shows only the principal's tenant: an instance of another tenant is *not found*
+  (:class:`~ledgerflow.errors.InstanceNotFoundError`, the same answer as an unknown id, so ids
+  do not leak), and listings, the attention queue, the audit log and the versions are limited
+  to it; reconciliation runs, which span tenants, only to a principal that sees them all;
+- holds each call to the principal's role (:class:`~ledgerflow.model.authority.ApiRole`): the
+  faces check the role a route declares first, this is the same rule again where it matters;
+- acts under the principal's name: a signal's sender is the principal (a different ``sender``
+  is refused, an approval cannot be spoofed), a repair's actor is the principal, and every
+  change is on the audit record with it (:mod:`ledgerflow.operators.actions`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.errors import (
+    InstanceNotFoundError,
+    NotAuthorizedError,
+    PayloadError,
+    ResultTimeoutError,
+)
+from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
+from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
+from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.operators import actions
+from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, AttentionItem, attention
+from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
+from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.engine import (
+    Delivered,
+    InstanceDetail,
+    Started,
+    SyncEngine,
+)
+from ledgerflow.storage.access import InstanceQuery, VersionCount
+from ledgerflow.storage.audit import AuditRecord
+from ledgerflow.storage.reconciliation import ReconciliationRun
+from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.store import Store
+
+__all__ = ["InstancePage", "ScopedOperations", "decode_cursor", "encode_cursor"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstancePage:
+    """One page of a listing and the cursor of the next (None: this was the last)."""
+
+    items: list[InstanceRecord]
+    next_cursor: str | None
+
+
+def encode_cursor(record: InstanceRecord) -> str:
+    """An opaque cursor: the position after ``record`` in the newest-first order."""
+    text = json.dumps([record.created_at, record.instance_id])
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """The position a cursor names, or :class:`PayloadError` for one not made here."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, instance_id = json.loads(raw.decode())
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise PayloadError("the cursor is not one this API gave") from None
+    if not isinstance(at, int | float) or not isinstance(instance_id, str) or not math.isfinite(at):
+        raise PayloadError("the cursor is not one this API gave")
+    return float(at), instance_id
+
+
+def authority_for(principal: Principal) -> Authority:
+    """The repair authority a principal's role grants, as the repairs check it."""
+    policy = Authority.for_principal(principal)
+    return Authority(roles=policy.roles, actors=policy.actors, source=policy.source)
+
+
+class ScopedOperations:
+    """What one principal may do, through the same calls the operators' service makes."""
+
+    def __init__(
+        self, *, store: Store, engine: SyncEngine, clock: Clock, principal: Principal
+    ) -> None:
+        self._store = store
+        self._engine = engine
+        self._clock = clock
+        self.principal = principal
+
+    # -- rules ---------------------------------------------------------------------------------
+
+    def require(self, needed: ApiRole) -> None:
+        """:class:`NotAuthorizedError` unless the principal's role allows ``needed``'s calls."""
+        if not self.principal.role.allows(needed):
+            raise NotAuthorizedError(
+                f"{self.principal.name} holds the {self.principal.role.value} role; this needs "
+                f"{needed.value} or above",
+                actor=self.principal.name,
+            )
+
+    def _visible(self, instance_id: str) -> InstanceRecord:
+        record = self._store.get_instance(InstanceId(instance_id))
+        if record is None or not self.principal.sees(record.tenant):
+            raise InstanceNotFoundError(instance_id=instance_id)
+        return record
+
+    def _audit(self, kind: str, instance_id: str | None, target: str | None, **what: Any) -> int:
+        return actions.record_action(
+            self._store,
+            self._clock,
+            actor=self.principal.name,
+            role=self.principal.role.value,
+            kind=kind,
+            instance_id=instance_id,
+            target=target,
+            **what,
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def page(self, query: InstanceQuery, *, cursor: str | None = None) -> InstancePage:
+        """Instances matching ``query`` in this principal's tenant, newest first, a page at a
+        time (``cursor``: where the previous page ended)."""
+        self.require(ApiRole.VIEWER)
+        scope = self.principal.tenant_filter
+        if scope is not None and query.tenant not in (None, scope):
+            return InstancePage(items=[], next_cursor=None)
+        limit = max(1, min(query.limit, limits.PAGE_SIZE_MAX))
+        wanted = replace(
+            query,
+            tenant=scope if scope is not None else query.tenant,
+            after=decode_cursor(cursor) if cursor else None,
+            limit=limit + 1,
+        )
+        found = self._store.page_instances(wanted)
+        more = len(found) > limit
+        items = found[:limit]
+        return InstancePage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
+
+    def detail(self, instance_id: str) -> InstanceDetail:
+        self.require(ApiRole.VIEWER)
+        self._visible(instance_id)
+        return self._engine.detail(instance_id)
+
+    def get(self, instance_id: str) -> InstanceRecord:
+        self.require(ApiRole.VIEWER)
+        return self._visible(instance_id)
+
+    def result(self, instance_id: str) -> InstanceRecord:
+        """A SUCCEEDED instance (its result decoded by ``result_value``); otherwise
+        :class:`~ledgerflow.errors.WorkflowError` saying how it ended or where it stopped, or
+        :class:`~ledgerflow.errors.ResultTimeoutError` while it is still on its way."""
+        record = self.get(instance_id)
+        if record.status is InstanceStatus.SUCCEEDED:
+            return record
+        if record.status in TERMINAL_STATUSES:
+            self._engine.result(instance_id, timeout=0)
+        raise ResultTimeoutError(
+            f"the instance is {record.status.value}: it has no result yet",
+            instance_id=record.instance_id,
+        )
+
+    def flags_and_audit(self, instance_id: str) -> tuple[list[Any], list[AuditRecord]]:
+        """An instance's open attention flags and its audit records (oldest first)."""
+        self.require(ApiRole.VIEWER)
+        record = self._visible(instance_id)
+        return (
+            self._store.open_flags(record.instance_id),
+            self._store.audit_records(instance_id=record.instance_id, limit=limits.PAGE_SIZE_MAX),
+        )
+
+    def find(self, *, tenant: str | None, workflow: str, key: str) -> InstanceRecord:
+        """The instance a business key started in a tenant (default: the principal's)."""
+        self.require(ApiRole.VIEWER)
+        tenant_id = self._tenant(tenant)
+        found = self._store.find_instance(
+            tenant=TenantId(tenant_id), workflow_name=workflow, business_key=key
+        )
+        if found is None or not self.principal.sees(found.tenant):
+            raise InstanceNotFoundError(
+                f"no {workflow!r} instance has business key {key!r} in tenant {tenant_id!r}"
+            )
+        return found
+
+    def attention(
+        self,
+        *,
+        workflow: str | None = None,
+        reason: str | None = None,
+        limit: int = ATTENTION_LIMIT_DEFAULT,
+    ) -> list[AttentionItem]:
+        self.require(ApiRole.VIEWER)
+        items = attention(
+            self._store,
+            tenant=self.principal.tenant_filter,
+            workflow=workflow,
+            reason=reason,
+            limit=limit,
+        )
+        # A flag may name an instance that is gone (no tenant): only a principal that sees
+        # every tenant sees those.
+        return [i for i in items if self.principal.sees(i.tenant or ALL_TENANTS)]
+
+    def audit(
+        self,
+        *,
+        instance_id: str | None = None,
+        actor: str | None = None,
+        kind: str | None = None,
+        since: float | None = None,
+        before_id: int | None = None,
+        limit: int = limits.PAGE_SIZE_DEFAULT,
+    ) -> list[AuditRecord]:
+        """The newest audit records of the principal's tenant, oldest first."""
+        self.require(ApiRole.VIEWER)
+        return self._store.audit_records(
+            instance_id=InstanceId(instance_id) if instance_id else None,
+            actor=actor,
+            kind=kind,
+            since=since,
+            tenant=self.principal.tenant_filter,
+            before_id=before_id,
+            limit=max(1, min(limit, limits.PAGE_SIZE_MAX)),
+        )
+
+    def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:
+        """Reconciliation runs compare effects of every tenant: shown only to a principal
+        that sees every tenant."""
+        self.require(ApiRole.VIEWER)
+        if self.principal.tenant != ALL_TENANTS:
+            return []
+        return self._store.reconciliations(limit=max(1, min(limit, limits.PAGE_SIZE_MAX)))
+
+    def versions(self) -> list[VersionCount]:
+        """Instances per workflow, version, fingerprint and status, as the journal holds them."""
+        self.require(ApiRole.VIEWER)
+        return self._store.version_counts(tenant=self.principal.tenant_filter)
+
+    def workers(self) -> list[dict[str, Any]] | None:
+        """EXTENSION POINT: the live workers and what they can run.
+
+        The journal keeps no worker registry yet (it is being added with deploys and
+        versions); until it does this answers None, and the console says so instead of
+        guessing from leases. When the registry lands, return its rows here, limited to what
+        this principal may see, and the console's workers page shows them.
+        """
+        self.require(ApiRole.VIEWER)
+        return None
+
+    def _tenant(self, tenant: str | None) -> str:
+        if tenant is None:
+            scope = self.principal.tenant_filter
+            return scope if scope is not None else DEFAULT_TENANT
+        return tenant
+
+    # -- changing ------------------------------------------------------------------------------
+
+    def start(
+        self, workflow: str, *, key: str, input: Any, version: int | None, tenant: str | None
+    ) -> Started:
+        """Start (or find) the instance of a business key, in the principal's tenant."""
+        self.require(ApiRole.SIGNALLER)
+        tenant_id = self._tenant(tenant)
+        if not self.principal.sees(tenant_id):
+            raise NotAuthorizedError(
+                f"{self.principal.name} acts only in tenant {self.principal.tenant!r}",
+                actor=self.principal.name,
+            )
+        started = self._engine.start(
+            workflow, key=key, input=input, version=version, tenant=tenant_id
+        )
+        self._audit(
+            actions.START,
+            started.instance_id,
+            f"{workflow}:{key}",
+            outcome="applied" if started.created else "no-op",
+            reason=f"start {workflow} for key {key}",
+            arguments={"workflow": workflow, "key": key, "version": version, "tenant": tenant_id},
+        )
+        return started
+
+    def cancel(self, instance_id: str, *, reason: str, compensate: bool) -> InstanceRecord:
+        self.require(ApiRole.OPERATOR)
+        self._visible(instance_id)
+        return actions.audited_cancel(
+            self._store,
+            self._engine,
+            self._clock,
+            actor=self.principal.name,
+            role=self.principal.role.value,
+            instance_id=instance_id,
+            reason=reason,
+            compensate=compensate,
+        )
+
+    def signal(
+        self,
+        instance_id: str,
+        name: str,
+        *,
+        event_id: str,
+        payload: Any,
+        sender: str | None,
+        for_step: int | None,
+        run: int | None,
+    ) -> Delivered:
+        """Deliver an event sent by the principal: ``sender``, when given, must name it."""
+        self.require(ApiRole.SIGNALLER)
+        self._visible(instance_id)
+        if sender is not None and sender != self.principal.name:
+            raise NotAuthorizedError(
+                f"the sender of an event is the authenticated principal "
+                f"({self.principal.name}); a request may not speak for {sender!r}",
+                actor=self.principal.name,
+            )
+        delivered = self._engine.signal(
+            instance_id,
+            name,
+            event_id=event_id,
+            payload=payload,
+            sender=self.principal.name,
+            for_step=for_step,
+            run=run,
+        )
+        self._delivered(actions.SIGNAL, delivered)
+        return delivered
+
+    def complete_effect(
+        self,
+        idempotency_key: str,
+        *,
+        applied: bool,
+        evidence: Any,
+        reason: str | None,
+        event_id: str | None,
+    ) -> Delivered:
+        """A participant's callback for an asynchronous effect of the principal's tenant."""
+        self.require(ApiRole.SIGNALLER)
+        effect = self._store.find_effect(idempotency_key)
+        record = self._store.get_instance(effect.instance_id) if effect else None
+        if effect is None or record is None or not self.principal.sees(record.tenant):
+            raise InstanceNotFoundError(
+                f"no effect has the idempotency key {idempotency_key!r}", key=idempotency_key
+            )
+        delivered = self._engine.complete_effect(
+            idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
+        )
+        self._delivered(actions.COMPLETE_EFFECT, delivered)
+        return delivered
+
+    def _delivered(self, kind: str, delivered: Delivered) -> None:
+        principal = self.principal
+        actions.record_delivery(
+            self._store,
+            self._clock,
+            delivered,
+            actor=principal.name,
+            role=principal.role.value,
+            kind=kind,
+        )
+
+    # -- repairs -------------------------------------------------------------------------------
+
+    def _repairs(self) -> Repairs:
+        return Repairs(self._store, authority_for(self.principal), clock=self._clock)
+
+    def _as_principal(self, request: RepairRequest) -> RepairRequest:
+        self.require(ApiRole.OPERATOR)
+        self._visible(request.instance_id)
+        return replace(request, actor=self.principal.name)
+
+    def plan(self, request: RepairRequest) -> RepairResult:
+        """The repair's dry run, by the principal: nothing is written."""
+        return self._repairs().plan(self._as_principal(request))
+
+    def apply(
+        self, request: RepairRequest, *, planned_generation: int | None = None
+    ) -> RepairResult:
+        """Apply the repair as the principal; with ``planned_generation`` (a plan shown
+        earlier), only if planning now still starts from that generation and gives the same
+        plan (else :class:`~ledgerflow.errors.StalePreconditionError`)."""
+        request = self._as_principal(request)
+        repairs = self._repairs()
+        if planned_generation is None:
+            return repairs.apply(request)
+        shown = repairs.plan(request).plan
+        if shown.generation != planned_generation:
+            shown = replace(shown, generation=planned_generation)
+        return repairs.apply(request, planned=shown)

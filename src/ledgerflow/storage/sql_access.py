@@ -1,0 +1,88 @@
+"""The perimeter part of the SQL store: API tokens, console sessions and idempotent answers
+(internal).
+
+Each call is one short transaction. Purges are bounded (``ACCESS_PURGE_BATCH``) so that no
+request pays for sweeping a backlog; the rows they leave behind are swept by the next ones.
+"""
+
+from __future__ import annotations
+
+from ledgerflow.storage.access import ApiToken, ConsoleSession, IdempotencyRecord
+from ledgerflow.storage.rows import fields, plain_record
+from ledgerflow.storage.sql_seam import SqlSeam
+
+# Rows one purge deletes at most (expired sessions, idempotency records past retention).
+ACCESS_PURGE_BATCH = 100
+
+
+class AccessStore(SqlSeam):
+    # -- tokens ------------------------------------------------------------------------------
+
+    def insert_token(self, token: ApiToken) -> None:
+        with self._write_transaction():
+            self._run("insert_token", fields(token))
+
+    def get_token(self, token_id: str) -> ApiToken | None:
+        with self._read():
+            rows, _ = self._run("get_token", {"token_id": token_id})
+        return plain_record(ApiToken, rows[0]) if rows else None
+
+    def tokens(self) -> list[ApiToken]:
+        with self._read():
+            rows, _ = self._run("select_tokens", {})
+        return [plain_record(ApiToken, r) for r in rows]
+
+    def revoke_token(self, token_id: str, *, revoked_by: str, now: float) -> bool:
+        """Revoke a live token and end its console sessions; False when none was live."""
+        with self._write_transaction():
+            _, changed = self._run(
+                "revoke_token", {"token_id": token_id, "revoked_by": revoked_by, "now": now}
+            )
+            self._run("end_token_sessions", {"token_id": token_id})
+        return changed == 1
+
+    # -- console sessions --------------------------------------------------------------------
+
+    def insert_session(self, session: ConsoleSession) -> None:
+        with self._write_transaction():
+            self._run("purge_sessions", {"now": session.created_at, "limit": ACCESS_PURGE_BATCH})
+            self._run("insert_session", fields(session))
+
+    def get_session(self, session_hash: str, *, now: float) -> ConsoleSession | None:
+        with self._read():
+            rows, _ = self._run("get_session", {"session_hash": session_hash, "now": now})
+        return plain_record(ConsoleSession, rows[0]) if rows else None
+
+    def delete_session(self, session_hash: str) -> None:
+        with self._write_transaction():
+            self._run("delete_session", {"session_hash": session_hash})
+
+    # -- idempotent answers ------------------------------------------------------------------
+
+    def reserve_idempotency(
+        self, *, scope: str, key: str, request_hash: str, now: float, cutoff: float
+    ) -> IdempotencyRecord | None:
+        """Claim ``key`` for this request (None), or return the record that holds it already
+        (an answer to replay, or a request still being answered). Records older than
+        ``cutoff`` are past retention: swept first, so a key past it is free again."""
+        where = {"scope": scope, "idempotency_key": key}
+        with self._write_transaction():
+            self._run("purge_idempotency", {"cutoff": cutoff, "limit": ACCESS_PURGE_BATCH})
+            _, inserted = self._run(
+                "reserve_idempotency", {**where, "request_hash": request_hash, "now": now}
+            )
+            if inserted == 1:
+                return None
+            rows, _ = self._run("get_idempotency", where)
+        return plain_record(IdempotencyRecord, rows[0]) if rows else None
+
+    def finish_idempotency(self, *, scope: str, key: str, status: int, body: str) -> None:
+        with self._write_transaction():
+            self._run(
+                "finish_idempotency",
+                {"scope": scope, "idempotency_key": key, "status": status, "body": body},
+            )
+
+    def release_idempotency(self, *, scope: str, key: str) -> None:
+        with self._write_transaction():
+            self._run("release_idempotency", {"scope": scope, "idempotency_key": key})

@@ -1,0 +1,313 @@
+"""The operator console: server-rendered pages over the operators' service (internal).
+
+Pages (under ``/console``): the instance list with its filters, an instance with every ledger
+(timeline, steps, effects with their keys and evidence, UNKNOWN outcomes highlighted,
+compensations, inbox, flags, audit), the attention queue, the audit log, the versions the
+journal holds (and, marked as such, the workers page the journal cannot fill yet). Repairs
+are two steps: a dry run shown as a diff of the ledger, then apply on confirmation, only if the
+instance is still at the generation the diff was made from.
+
+No script runs in these pages: plain links and forms, one stylesheet shipped in the package,
+nothing fetched from elsewhere. Sessions, CSRF and escaping are
+:mod:`ledgerflow.web.console_session`'s.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from ledgerflow import InstanceStatus, limits
+from ledgerflow.errors import LedgerflowError
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.operators.service import (
+    ApiRole,
+    InstanceQuery,
+    RepairKind,
+    RepairRequest,
+    RepairResult,
+)
+from ledgerflow.operators.shapes import decoded
+from ledgerflow.web.console_session import (
+    CONSOLE_PATH,
+    SESSION_COOKIE,
+    SIGN_IN_COOKIE,
+    SignInRequiredError,
+    check_csrf,
+    is_https,
+    may,
+    render,
+    scoped,
+    set_session,
+    sign_in_redirect,
+    signed_in,
+)
+from ledgerflow.web.console_views import (
+    form_choice,
+    form_int,
+    form_json,
+    instance_view,
+    plan_diff,
+    when,
+)
+from ledgerflow.web.declare import server_of
+
+router = APIRouter(prefix=CONSOLE_PATH, include_in_schema=False)
+STATIC = Path(__file__).parent / "static"
+Field = Annotated[str | None, Form(max_length=limits.PAYLOAD_BYTES_MAX)]
+
+
+def is_console(request: Request) -> bool:
+    return request.url.path == CONSOLE_PATH or request.url.path.startswith(CONSOLE_PATH + "/")
+
+
+def error_page(request: Request, status: int, problem: dict[str, Any]) -> Response:
+    if status == 401:
+        return sign_in_redirect()
+    return render(request, "error.html", status=status, problem=problem, session=None)
+
+
+def _page(request: Request, name: str, **context: Any) -> Response:
+    session = signed_in(request)
+    return render(
+        request, name, session=session, may_operate=may(session, ApiRole.OPERATOR), **context
+    )
+
+
+# -- sign-in ---------------------------------------------------------------------------------
+
+
+@router.get("/sign-in")
+def sign_in_form(request: Request, failed: bool = False) -> Response:
+    token = secrets.token_urlsafe(32)
+    response = render(request, "sign_in.html", session=None, csrf=token, failed=failed)
+    response.set_cookie(
+        SIGN_IN_COOKIE, token, httponly=True, samesite="strict", secure=is_https(request),
+        path=CONSOLE_PATH,
+    )  # fmt: skip
+    return response
+
+
+@router.post("/sign-in")
+def sign_in(
+    request: Request,
+    token: Annotated[str, Form(max_length=200)],
+    csrf: Annotated[str, Form(max_length=200)],
+) -> Response:
+    expected = request.cookies.get(SIGN_IN_COOKIE, "")
+    if not expected or not hmac.compare_digest(expected, csrf):
+        return RedirectResponse(f"{CONSOLE_PATH}/sign-in?failed=true", status_code=303)
+    try:
+        cookie, _ = server_of(request).operations.tokens().sign_in(token.strip())
+    except LedgerflowError:
+        return RedirectResponse(f"{CONSOLE_PATH}/sign-in?failed=true", status_code=303)
+    response = RedirectResponse(f"{CONSOLE_PATH}/instances", status_code=303)
+    set_session(response, request, cookie)
+    response.delete_cookie(SIGN_IN_COOKIE, path=CONSOLE_PATH)
+    return response
+
+
+@router.post("/sign-out")
+def sign_out(request: Request, csrf: Annotated[str, Form(max_length=200)]) -> Response:
+    session = signed_in(request)
+    check_csrf(session, csrf)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        server_of(request).operations.tokens().sign_out(cookie)
+    response = sign_in_redirect()
+    response.delete_cookie(SESSION_COOKIE, path=CONSOLE_PATH)
+    return response
+
+
+# -- pages -----------------------------------------------------------------------------------
+
+
+@router.get("")
+def home() -> Response:
+    return RedirectResponse(f"{CONSOLE_PATH}/instances", status_code=303)
+
+
+@router.get("/instances")
+def instances(
+    request: Request,
+    workflow: Annotated[str | None, Query(max_length=limits.NAME_LENGTH_MAX)] = None,
+    version: Annotated[str | None, Query(max_length=10)] = None,
+    status: Annotated[str | None, Query(max_length=40)] = None,
+    tenant: Annotated[str | None, Query(max_length=limits.TENANT_LENGTH_MAX)] = None,
+    key_prefix: Annotated[str | None, Query(max_length=limits.BUSINESS_KEY_LENGTH_MAX)] = None,
+    flagged: Annotated[str | None, Query(pattern="^(|yes|no)$")] = None,
+    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+) -> Response:
+    session = signed_in(request)
+    chosen = InstanceStatus(status) if status in {s.value for s in InstanceStatus} else None
+    query = InstanceQuery(
+        workflow_name=workflow or None,
+        workflow_version=form_int(version or "", "version"),
+        status=chosen.value if chosen else None,
+        tenant=tenant or None,
+        key_prefix=key_prefix or None,
+        flagged={"yes": True, "no": False}.get(flagged or ""),
+        limit=limits.PAGE_SIZE_DEFAULT,
+    )
+    page = scoped(request, session).page(query, cursor=cursor or None)
+    filters = {
+        "workflow": workflow or "",
+        "version": version or "",
+        "status": chosen.value if chosen else "",
+        "tenant": tenant or "",
+        "key_prefix": key_prefix or "",
+        "flagged": flagged or "",
+    }
+    return _page(
+        request,
+        "instances.html",
+        page=page,
+        filters=filters,
+        statuses=[s.value for s in InstanceStatus],
+        when=when,
+    )
+
+
+@router.get("/instances/{instance_id}")
+def instance(request: Request, instance_id: str, done: str | None = None) -> Response:
+    session = signed_in(request)
+    ops = scoped(request, session)
+    view = instance_view(ops.detail(instance_id), *ops.flags_and_audit(instance_id))
+    return _page(
+        request,
+        "instance.html",
+        view=view,
+        done=done,
+        kinds=[k.value for k in RepairKind],
+        terminal=["SUCCEEDED", "COMPENSATED", "FAILED", "CANCELLED", "FORWARD_RECOVERY_REQUIRED"],
+        when=when,
+    )
+
+
+def repair_form(
+    kind: Annotated[str, Form(max_length=40)],
+    reason: Annotated[str, Form(max_length=1000)],
+    seq: Field = None,
+    applied: Field = None,
+    evidence: Field = None,
+    result: Field = None,
+    status: Field = None,
+    compensate: Field = None,
+    resume: Field = None,
+) -> dict[str, str]:
+    """A repair form's fields, as typed (blank: not given); the plan page carries them on to
+    the confirmation form unchanged."""
+    fields = {"seq": seq, "applied": applied, "evidence": evidence, "result": result,
+              "status": status, "compensate": compensate, "resume": resume}  # fmt: skip
+    return {"kind": kind, "reason": reason, **{k: v or "" for k, v in fields.items()}}
+
+
+RepairForm = Annotated[dict[str, str], Depends(repair_form)]
+Csrf = Annotated[str, Form(max_length=200)]
+
+
+@router.post("/instances/{instance_id}/repairs/plan")
+def plan(request: Request, instance_id: str, csrf: Csrf, form: RepairForm) -> Response:
+    session = signed_in(request)
+    check_csrf(session, csrf)
+    outcome = scoped(request, session).plan(_repair(instance_id, form))
+    return _page(
+        request, "plan.html", instance_id=instance_id, form=form, outcome=outcome,
+        diff=plan_diff(outcome.plan),
+    )  # fmt: skip
+
+
+@router.post("/instances/{instance_id}/repairs")
+def apply(
+    request: Request,
+    instance_id: str,
+    csrf: Csrf,
+    form: RepairForm,
+    planned_generation: Annotated[int, Form(ge=0, le=limits.REQUEST_INTEGER_MAX)],
+) -> Response:
+    session = signed_in(request)
+    check_csrf(session, csrf)
+    done: RepairResult = scoped(request, session).apply(
+        _repair(instance_id, form), planned_generation=planned_generation
+    )
+    return RedirectResponse(
+        f"{CONSOLE_PATH}/instances/{instance_id}?done={done.audit_id}", status_code=303
+    )
+
+
+@router.post("/instances/{instance_id}/cancel")
+def cancel(
+    request: Request,
+    instance_id: str,
+    csrf: Annotated[str, Form(max_length=200)],
+    reason: Annotated[str, Form(min_length=1, max_length=1000)],
+    compensate: Field = None,
+) -> Response:
+    session = signed_in(request)
+    check_csrf(session, csrf)
+    scoped(request, session).cancel(instance_id, reason=reason, compensate=bool(compensate))
+    return RedirectResponse(f"{CONSOLE_PATH}/instances/{instance_id}", status_code=303)
+
+
+@router.get("/attention")
+def attention(request: Request) -> Response:
+    session = signed_in(request)
+    items = scoped(request, session).attention(limit=limits.PAGE_SIZE_MAX)
+    return _page(request, "attention.html", items=items, when=when)
+
+
+@router.get("/audit")
+def audit(
+    request: Request,
+    before_id: Annotated[int | None, Query(ge=1, le=limits.REQUEST_INTEGER_MAX)] = None,
+) -> Response:
+    session = signed_in(request)
+    records = scoped(request, session).audit(before_id=before_id, limit=limits.PAGE_SIZE_DEFAULT)
+    older = records[0].audit_id if len(records) == limits.PAGE_SIZE_DEFAULT else None
+    return _page(
+        request, "audit.html", records=list(reversed(records)), older=older, when=when,
+        decoded=decoded,
+    )  # fmt: skip
+
+
+@router.get("/versions")
+def versions(request: Request) -> Response:
+    session = signed_in(request)
+    ops = scoped(request, session)
+    return _page(
+        request, "versions.html", versions=ops.versions(), workers=ops.workers(), when=when
+    )
+
+
+def _repair(instance_id: str, form: dict[str, str]) -> RepairRequest:
+    """A repair from the console's form: JSON fields decoded, blanks as not given."""
+    return RepairRequest(
+        kind=form_choice(RepairKind, form["kind"], "kind"),
+        instance_id=InstanceId(instance_id),
+        actor="(the principal)",
+        reason=form["reason"],
+        seq=form_int(form["seq"], "seq"),
+        applied={"yes": True, "no": False}.get(form["applied"]),
+        evidence=form_json(form["evidence"], "evidence"),
+        result=form_json(form["result"], "result"),
+        status=form_choice(InstanceStatus, form["status"], "status") if form["status"] else None,
+        compensate=form["compensate"] != "no",
+        resume=form["resume"] == "yes",
+    )
+
+
+def install(app: FastAPI) -> None:
+    """The console's routes, its stylesheet, and the redirect to sign-in for a page opened
+    without a session."""
+    app.include_router(router)
+    app.mount(f"{CONSOLE_PATH}/static", StaticFiles(directory=STATIC), name="console-static")
+
+    @app.exception_handler(SignInRequiredError)
+    def _sign_in(request: Request, error: SignInRequiredError) -> Response:
+        return sign_in_redirect()

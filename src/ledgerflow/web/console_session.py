@@ -1,0 +1,139 @@
+"""The console's sign-in, sessions, CSRF and pages' rendering (internal).
+
+- **Sign-in** takes an API token once and answers with a session cookie: ``HttpOnly`` (no
+  script reads it), ``SameSite=Strict`` (no other site's page sends it), ``Secure`` when served
+  over https, scoped to ``/console``. The cookie holds a random secret; the journal keeps its
+  hash and the token behind it (:meth:`~ledgerflow.operators.access.Tokens.sign_in`).
+- **CSRF**: every form that changes something carries the session's CSRF token, compared in
+  constant time before anything is done; the sign-in form carries one of its own (a
+  double-submit cookie), so a foreign page cannot sign a browser in as someone else.
+- **Rendering**: Jinja2 with autoescape on, and every value printed made inert first
+  (:func:`inert`): a business key holding markup is shown as text, one holding a terminal
+  escape or a bidirectional override is shown with that character as a visible escape.
+  Every page goes out with a content security policy that allows no script at all.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from ledgerflow.errors import LedgerflowError, NotAuthorizedError
+from ledgerflow.model.names import refused_character
+from ledgerflow.operators.service import ApiRole, ScopedOperations, SignedIn
+from ledgerflow.web.declare import INSECURE_PRINCIPAL, server_of
+
+SESSION_COOKIE = "lf_session"
+SIGN_IN_COOKIE = "lf_sign_in"
+CONSOLE_PATH = "/console"
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class SignInRequiredError(Exception):
+    """No session: the page answers with a redirect to the sign-in form."""
+
+
+def inert(value: Any) -> Any:
+    """A value as printed: control, bidirectional and line-breaking characters as visible
+    escapes (``\\x1b``, ``\\u202e``); markup is escaped after this, by autoescape."""
+    if value is None:
+        return ""
+    if isinstance(value, Markup):
+        return value
+    text = str(value)
+    if not any(refused_character(c) for c in text):
+        return text
+    return "".join(
+        (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+        if refused_character(c)
+        else c
+        for c in text
+    )
+
+
+templates = Environment(
+    loader=PackageLoader("ledgerflow.web", "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    finalize=inert,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    page = templates.get_template(name).render(request=request, **context)
+    return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
+
+
+def is_https(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def signed_in(request: Request) -> SignedIn:
+    """Who holds this request's session (:class:`SignInRequiredError` when nobody does)."""
+    server = server_of(request)
+    if server.insecure:
+        return SignedIn(principal=INSECURE_PRINCIPAL, csrf_token=_insecure_csrf(request))
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if not cookie:
+        raise SignInRequiredError
+    try:
+        return server.operations.tokens().session(cookie)
+    except LedgerflowError as error:  # an ended session and a bad one read alike
+        raise SignInRequiredError from error
+
+
+def _insecure_csrf(request: Request) -> str:
+    # Without sign-in there is no session to hold a CSRF token: the server holds one.
+    token: str | None = getattr(request.app.state, "insecure_csrf", None)
+    if token is None:
+        token = secrets.token_urlsafe(32)
+        request.app.state.insecure_csrf = token
+    return token
+
+
+def scoped(request: Request, session: SignedIn) -> ScopedOperations:
+    return server_of(request).operations.acting_as(session.principal)
+
+
+def check_csrf(session: SignedIn, sent: str | None) -> None:
+    """A form that changes something must carry the session's CSRF token."""
+    if not sent or not hmac.compare_digest(sent, session.csrf_token):
+        raise NotAuthorizedError(
+            "the form did not carry this session's CSRF token: a forged or stale request was "
+            "refused (reload the page and try again)",
+            actor=session.principal.name,
+        )
+
+
+def may(session: SignedIn, role: ApiRole) -> bool:
+    return session.principal.role.allows(role)
+
+
+def sign_in_redirect() -> Response:
+    return RedirectResponse(f"{CONSOLE_PATH}/sign-in", status_code=303, headers=SECURITY_HEADERS)
+
+
+def set_session(response: Response, request: Request, cookie: str) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        cookie,
+        httponly=True,
+        samesite="strict",
+        secure=is_https(request),
+        path=CONSOLE_PATH,
+    )

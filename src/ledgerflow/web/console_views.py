@@ -1,0 +1,141 @@
+"""What the console's pages show, prepared from the ledgers (internal).
+
+The templates only lay out; this module decides what a person sees: an instance's ledgers with
+the decoded payloads, the UNKNOWN effects and their age picked out, the compensation plan (the
+compensations, each beside the effect it undoes), and a repair plan as a diff of the ledger
+(each change as the line it removes and the line it adds).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from ledgerflow.errors import PayloadError
+from ledgerflow.model import json_text
+from ledgerflow.operators.service import AuditRecord, InstanceDetail
+from ledgerflow.operators.shapes import decoded
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def when(at: float | None) -> str:
+    """A ledger time, in UTC (the console's readers are anywhere)."""
+    if at is None:
+        return ""
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def pretty(text: str | None) -> str:
+    """A JSON field of the ledger, indented for reading (as stored when it is not JSON)."""
+    if text is None:
+        return ""
+    value = decoded(text)
+    return text if isinstance(value, str) and value == text else json.dumps(value, indent=1)
+
+
+def form_json(text: str, what: str) -> Any:
+    """A JSON field of a form (blank: not given)."""
+    if not text.strip():
+        return None
+    return json_text.loads(text, what=f"the {what} field")
+
+
+def form_int(text: str, what: str) -> int | None:
+    if not text.strip():
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise PayloadError(f"the {what} field must be a whole number") from None
+
+
+def form_choice(kind: type[E], text: str, what: str) -> E:
+    for member in kind:
+        if member.value == text:
+            return member
+    raise PayloadError(f"the {what} field must be one of {', '.join(m.value for m in kind)}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceView:
+    detail: InstanceDetail
+    flags: list[Any]
+    audit: list[AuditRecord]
+    unknown: list[Any] = field(default_factory=list)
+    compensations: list[tuple[Any, Any]] = field(default_factory=list)
+
+    @property
+    def instance(self) -> Any:
+        return self.detail.instance
+
+
+def instance_view(
+    detail: InstanceDetail, flags: list[Any], audit: list[AuditRecord]
+) -> InstanceView:
+    effects = {e.effect_id: e for e in detail.effects}
+    return InstanceView(
+        detail=detail,
+        flags=flags,
+        audit=audit,
+        unknown=[e for e in detail.effects if e.state.value == "UNKNOWN"],
+        compensations=[
+            (c, effects.get(c.compensates)) for c in detail.effects if c.compensates is not None
+        ],
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiffLine:
+    sign: str  # "-", "+" or " "
+    text: str
+
+
+def plan_diff(plan: Any) -> list[DiffLine]:
+    """A repair plan as the lines of the ledger it removes and adds."""
+    lines = [
+        DiffLine(
+            sign=" ", text=f"precondition: {plan.status.value} at generation {plan.generation}"
+        )
+    ]
+    if plan.fence:
+        lines += [
+            DiffLine(sign="-", text=f"generation {plan.generation}"),
+            DiffLine(sign="+", text=f"generation {plan.generation_after} (workers fenced out)"),
+        ]
+    if plan.instance is not None:
+        change = plan.instance
+        lines += [
+            DiffLine(sign="-", text=f"instance: {change.expected.value}"),
+            DiffLine(
+                sign="+",
+                text=f"instance: {change.status.value} ({change.reason_code}: {change.reason})",
+            ),
+        ]
+    for effect in plan.effects:
+        lines += [
+            DiffLine(sign="-", text=f"effect {effect.seq}: {effect.expected.value}"),
+            DiffLine(
+                sign="+",
+                text=f"effect {effect.seq}: {effect.state.value}, attempt {effect.attempt}"
+                + (f", evidence {effect.evidence}" if effect.evidence is not None else ""),
+            ),
+        ]
+    for step in plan.steps:
+        lines += [
+            DiffLine(sign="-", text=f"step {step.seq}: {step.expected.value}"),
+            DiffLine(
+                sign="+",
+                text=f"step {step.seq}: {step.status.value}, attempt {step.attempt}"
+                + (f", output {step.output}" if step.output is not None else "")
+                + (", due now" if step.due_now else ""),
+            ),
+        ]
+    if plan.cancel is not None:
+        undo = "with" if plan.cancel.compensate else "without"
+        lines.append(DiffLine(sign="+", text=f"cancel requested {undo} compensation"))
+    lines += [DiffLine(sign=" ", text=f"note: {note}") for note in plan.notes]
+    return lines

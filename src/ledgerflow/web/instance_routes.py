@@ -1,0 +1,229 @@
+"""The API's instance routes: list, start, show, result, cancel, signal, callbacks (internal).
+
+Each handler is a thin translation: it reads the validated request, calls the principal's
+scoped operators' service (:class:`~ledgerflow.operators.scoped.ScopedOperations`) and shapes
+the answer (:mod:`ledgerflow.operators.shapes`). Handlers are plain functions: FastAPI runs
+them in its thread pool, since the store blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response
+
+from ledgerflow import InstanceStatus, limits
+from ledgerflow.errors import EventRefusedError, NotAuthorizedError
+from ledgerflow.model import names
+from ledgerflow.operators.service import (
+    ApiRole,
+    Delivered,
+    DeliveryOutcome,
+    InstanceQuery,
+)
+from ledgerflow.operators.shapes import delivery_json, detail_json, record_json
+from ledgerflow.web.declare import Outcome, Scoped, answer, api_route
+from ledgerflow.web.models import (
+    CancelBody,
+    CompletionBody,
+    DeliveryOut,
+    DetailOut,
+    InstanceOut,
+    InstancePageOut,
+    ResultOut,
+    SignalBody,
+    StartBody,
+    StartedOut,
+)
+from ledgerflow.web.problems import problem_of
+
+router = APIRouter(prefix="/v1", tags=["instances"])
+
+InstanceIdPath = Annotated[str, Path(min_length=1, max_length=300)]
+NamePath = Annotated[str, Path(min_length=1, max_length=limits.EVENT_ID_LENGTH_MAX)]
+Text = Annotated[str | None, Query(min_length=1, max_length=limits.BUSINESS_KEY_LENGTH_MAX)]
+Moment = Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False)]
+
+
+@api_route(
+    router, "GET", "/instances", role=ApiRole.VIEWER, response_model=InstancePageOut,
+    summary="List instances, newest first, a page at a time",
+)  # fmt: skip
+def list_instances(
+    scoped: Scoped,
+    workflow: Text = None,
+    version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    status: InstanceStatus | None = None,
+    tenant: Text = None,
+    key_prefix: Text = None,
+    flagged: bool | None = None,
+    created_from: Moment = None,
+    created_until: Moment = None,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=limits.PAGE_SIZE_MAX)] = limits.PAGE_SIZE_DEFAULT,
+) -> Any:
+    query = InstanceQuery(
+        tenant=tenant,
+        workflow_name=workflow,
+        workflow_version=version,
+        status=status.value if status else None,
+        key_prefix=key_prefix,
+        flagged=flagged,
+        created_from=created_from,
+        created_until=created_until,
+        limit=limit,
+    )
+    page = scoped.page(query, cursor=cursor)
+    return {"items": [record_json(r) for r in page.items], "next_cursor": page.next_cursor}
+
+
+@api_route(
+    router, "POST", "/instances", role=ApiRole.SIGNALLER, response_model=StartedOut,
+    status_code=201, also={200: "the business key had started it already"},
+    summary="Start the instance of a business key (or find it)",
+)  # fmt: skip
+def start_instance(request: Request, scoped: Scoped, body: StartBody) -> Response:
+    def carry_out() -> Outcome:
+        started = scoped.start(
+            body.workflow,
+            key=body.key,
+            input=body.input,
+            version=body.version,
+            tenant=body.tenant,
+        )
+        answer_body = {"created": started.created, "instance": record_json(started.instance)}
+        return (201 if started.created else 200), answer_body
+
+    return answer(request, carry_out)
+
+
+@api_route(
+    router, "GET", "/instances/{instance_id}", role=ApiRole.VIEWER, response_model=DetailOut,
+    errors=(404,), summary="An instance with its ledgers, flags and audit records",
+)  # fmt: skip
+def show_instance(scoped: Scoped, instance_id: InstanceIdPath) -> Any:
+    detail = scoped.detail(instance_id)
+    flags, audit = scoped.flags_and_audit(instance_id)
+    return {
+        **detail_json(detail),
+        "flags": [record_json(f) for f in flags],
+        "audit": [record_json(a) for a in audit],
+    }
+
+
+@api_route(
+    router, "GET", "/instances/{instance_id}/result", role=ApiRole.VIEWER,
+    response_model=ResultOut, errors=(404, 409),
+    summary="The result of a SUCCEEDED instance (409 with how it ended otherwise)",
+)  # fmt: skip
+def instance_result(scoped: Scoped, instance_id: InstanceIdPath) -> Any:
+    record = scoped.result(instance_id)
+    return {"instance_id": record.instance_id, "status": "SUCCEEDED", "result": record.result_value}
+
+
+@api_route(
+    router, "GET", "/workflows/{workflow}/keys/{key:path}", role=ApiRole.VIEWER,
+    response_model=InstanceOut, errors=(404,),
+    summary="The instance a business key started (the key may hold '/')",
+)  # fmt: skip
+def find_by_key(
+    scoped: Scoped,
+    workflow: Annotated[str, Path(min_length=1, max_length=limits.NAME_LENGTH_MAX)],
+    key: Annotated[str, Path(min_length=1, max_length=limits.BUSINESS_KEY_LENGTH_MAX)],
+    tenant: Text = None,
+) -> Any:
+    found = scoped.find(
+        tenant=names.tenant(tenant) if tenant is not None else None,
+        workflow=names.workflow_name(workflow),
+        key=names.business_key(key),
+    )
+    return record_json(found)
+
+
+@api_route(
+    router, "POST", "/instances/{instance_id}/cancel", role=ApiRole.OPERATOR,
+    response_model=InstanceOut, errors=(404,),
+    summary="Ask for the instance to be cancelled (durable; the first request wins)",
+)  # fmt: skip
+def cancel_instance(
+    request: Request, scoped: Scoped, instance_id: InstanceIdPath, body: CancelBody
+) -> Response:
+    def carry_out() -> Outcome:
+        record = scoped.cancel(instance_id, reason=body.reason, compensate=body.compensate)
+        return 200, record_json(record)
+
+    return answer(request, carry_out)
+
+
+@api_route(
+    router, "POST", "/instances/{instance_id}/signals/{name}", role=ApiRole.SIGNALLER,
+    response_model=DeliveryOut, status_code=202, errors=(404, 410),
+    also={200: "a repeat of an accepted event"},
+    summary="Deliver a signal or an approval, sent by the authenticated principal",
+)  # fmt: skip
+def signal_instance(
+    request: Request,
+    scoped: Scoped,
+    instance_id: InstanceIdPath,
+    name: NamePath,
+    body: SignalBody,
+) -> Response:
+    def carry_out() -> Outcome:
+        delivered = scoped.signal(
+            instance_id,
+            name,
+            event_id=body.event_id,
+            payload=body.payload,
+            sender=body.sender,
+            for_step=body.step,
+            run=body.run,
+        )
+        return _delivery_answer(request, delivered)
+
+    return answer(request, carry_out)
+
+
+@api_route(
+    router, "POST", "/effects/completion", role=ApiRole.SIGNALLER, response_model=DeliveryOut,
+    status_code=202, errors=(404, 410), also={200: "a repeat of an accepted callback"},
+    summary="A participant's callback for an asynchronous effect, by its idempotency key",
+)  # fmt: skip
+def complete_effect(request: Request, scoped: Scoped, body: CompletionBody) -> Response:
+    def carry_out() -> Outcome:
+        delivered = scoped.complete_effect(
+            body.idempotency_key,
+            applied=body.applied,
+            evidence=body.evidence,
+            reason=body.reason,
+            event_id=body.event_id,
+        )
+        return _delivery_answer(request, delivered)
+
+    return answer(request, carry_out)
+
+
+def _delivery_answer(request: Request, delivered: Delivered) -> Outcome:
+    """202 accepted, 200 a repeat; a refused event (a repeat of one too) is a problem that
+    carries the delivery as the inbox keeps it."""
+    body = delivery_json(delivered)
+    refusal = delivered.delivery.refusal if delivered.delivery.state == "REJECTED" else None
+    if refusal is None:
+        return (202 if delivered.outcome is DeliveryOutcome.ACCEPTED else 200), body
+    delivery = delivered.delivery
+    reason = delivery.reason or refusal
+    error: EventRefusedError | NotAuthorizedError
+    if refusal == "not-approver":
+        error = NotAuthorizedError(f"the event was refused: {reason}", actor=delivery.sender)
+    else:
+        error = EventRefusedError(
+            f"the event was refused: {reason}",
+            instance_id=delivery.instance_id,
+            event_id=delivery.event_id,
+            refusal=refusal,
+        )
+    status, problem = problem_of(error, instance=request.url.path, delivery=body)
+    if refusal == "ended":
+        # Gone for good: the instance will never take an event again.
+        status = problem["status"] = 410
+    return status, problem

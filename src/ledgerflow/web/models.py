@@ -1,0 +1,170 @@
+"""The API's request and response bodies, as pydantic models (internal).
+
+These models are the declarations: FastAPI validates each request body against its model and
+writes the same model into ``/v1/openapi.json``, so the document cannot drift from what is
+enforced. Every integer and string has its bound here (the ids' own rules are applied again by
+the naming rule behind the service); responses carry the ledger's records in the shapes of
+:mod:`ledgerflow.operators.shapes`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ledgerflow import limits
+from ledgerflow.model.authority import ACTOR_LENGTH_MAX
+
+INT32_MAX = 2**31 - 1
+# The largest integer every JSON reader keeps exactly (a double's 53 bits).
+JSON_INTEGER_MAX = 2**53 - 1
+Name = Annotated[str, Field(min_length=1, max_length=limits.NAME_LENGTH_MAX)]
+EventText = Annotated[str, Field(min_length=1, max_length=limits.EVENT_ID_LENGTH_MAX)]
+Key = Annotated[str, Field(min_length=1, max_length=limits.BUSINESS_KEY_LENGTH_MAX)]
+Reason = Annotated[str, Field(min_length=1, max_length=1000)]
+Seq = Annotated[int, Field(strict=True, ge=-INT32_MAX, le=INT32_MAX)]
+Positive = Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)]
+TerminalStatus = Literal[
+    "SUCCEEDED", "COMPENSATED", "FAILED", "CANCELLED", "FORWARD_RECOVERY_REQUIRED"
+]
+RepairKindName = Literal[
+    "resolve-effect",
+    "retry-step",
+    "skip-step",
+    "run-compensation",
+    "skip-compensation",
+    "resume",
+    "force-terminal",
+    "cancel",
+]
+
+
+class Body(BaseModel):
+    """A request body: unknown fields are refused, not ignored (a typo must not pass)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartBody(Body):
+    workflow: Name
+    key: Key = Field(description="the business key: starting it again returns the same instance")
+    input: Any = None
+    version: Positive | None = Field(None, description="default: the newest the server carries")
+    tenant: Name | None = Field(None, description="default: the token's tenant")
+
+
+class CancelBody(Body):
+    reason: Reason
+    compensate: bool = True
+
+
+class SignalBody(Body):
+    event_id: EventText = Field(description="the event's id: sending it again is a no-op")
+    payload: Any = None
+    sender: Annotated[str, Field(max_length=ACTOR_LENGTH_MAX)] | None = Field(
+        None, description="only the authenticated principal's own name is accepted"
+    )
+    step: Seq | None = None
+    run: Positive | None = None
+
+
+class CompletionBody(Body):
+    idempotency_key: Key
+    applied: bool
+    evidence: Any = None
+    reason: Reason | None = None
+    event_id: EventText | None = None
+
+
+class RepairBody(Body):
+    kind: RepairKindName
+    reason: Reason
+    seq: Seq | None = None
+    applied: bool | None = None
+    evidence: Any = None
+    result: Any = None
+    status: TerminalStatus | None = None
+    compensate: bool = True
+    resume: bool = False
+    planned_generation: (
+        Annotated[int, Field(strict=True, ge=0, le=limits.REQUEST_INTEGER_MAX)] | None
+    ) = Field(
+        None,
+        description="apply only if the instance is still at the generation a dry run showed",
+    )
+
+
+# -- responses -----------------------------------------------------------------------------------
+
+
+class Record(BaseModel):
+    """A ledger record: its fields, enums by value, JSON text fields decoded."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class InstanceOut(Record):
+    instance_id: str
+    tenant: str
+    workflow_name: str
+    workflow_version: int
+    fingerprint: str
+    business_key: str
+    run: int
+    status: str
+    generation: int
+    created_at: float
+    updated_at: float
+
+
+class InstancePageOut(BaseModel):
+    items: list[InstanceOut]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+class DetailOut(BaseModel):
+    instance: InstanceOut
+    steps: list[Record]
+    effects: list[Record]
+    events: list[Record] = Field(description="the timeline, oldest first")
+    inbox: list[Record]
+    flags: list[Record]
+    audit: list[Record]
+
+
+class StartedOut(BaseModel):
+    created: bool
+    instance: InstanceOut
+
+
+class ResultOut(BaseModel):
+    instance_id: str
+    status: Literal["SUCCEEDED"]
+    result: Any
+
+
+class DeliveryOut(BaseModel):
+    outcome: str
+    event_id: str
+    instance_id: str
+    name: str
+    state: str
+    reason: str | None
+
+
+class ListingOut(BaseModel):
+    items: list[Record]
+
+
+class RepairOut(BaseModel):
+    outcome: Literal["dry-run", "applied", "no-op"]
+    audit_id: int | None
+    message: str
+    generation: int = Field(description="the generation the plan starts from")
+    plan: list[str] = Field(description="the plan, line by line")
+    changes: Record
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
