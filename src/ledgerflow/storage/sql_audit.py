@@ -22,7 +22,7 @@ from ledgerflow.storage.records import (
     InstanceRecord,
     StepWrite,
 )
-from ledgerflow.storage.rows import fields, instance_from_row, plain_record
+from ledgerflow.storage.rows import fields, instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
 AUDIT_LIST_LIMIT_MAX = 10_000
@@ -182,10 +182,10 @@ class AuditStore(SqlSeam):
                     "limit": max(1, min(limit, AUDIT_LIST_LIMIT_MAX)),
                 },
             )
-        return [plain_record(AuditRecord, r) for r in reversed(rows)]
+        return [record_from_row(AuditRecord, r) for r in reversed(rows)]
 
     def last_applied_repair(self, fingerprint: str) -> AuditRecord | None:
         """The latest applied repair with this fingerprint, to recognise a repeat."""
         with self._read():
             rows, _ = self._run("last_applied_audit", {"fingerprint": fingerprint})
-        return plain_record(AuditRecord, rows[0]) if rows else None
+        return record_from_row(AuditRecord, rows[0]) if rows else None
