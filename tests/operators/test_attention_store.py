@@ -34,6 +34,7 @@ from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.operators.attention import attention
 from ledgerflow.runtime.detection import scan
 from ledgerflow.storage import open_store
+from ledgerflow.storage.attention import AttentionQuery
 from ledgerflow.storage.records import (
     Commit,
     EffectRecord,
@@ -302,10 +303,14 @@ def test_queue_lists_parked_and_flagged_oldest_first_with_filters(store: Store) 
     assert items[1].detected_by == "test"
     assert items[0].status == "MANUAL_INTERVENTION"
     assert items[0].tenant == "t1"
-    assert [i.instance_id for i in attention(store, tenant="t1")] == [parked, other]
-    assert [i.instance_id for i in attention(store, workflow="refund")] == [flagged, other]
-    assert [i.instance_id for i in attention(store, reason="stuck_step")] == [flagged]
-    assert [i.instance_id for i in attention(store, limit=2)] == [parked, flagged]
+
+    def ids(**query: Any) -> list[str]:
+        return [i.instance_id for i in attention(store, AttentionQuery(**query))]
+
+    assert ids(tenant="t1") == [parked, other]
+    assert ids(workflow="refund") == [flagged, other]
+    assert ids(reason="stuck_step") == [flagged]
+    assert ids(limit=2) == [parked, flagged]
 
 
 def test_a_damaged_row_is_flagged_once_and_set_aside(tmp_path: Path) -> None:

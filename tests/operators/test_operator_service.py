@@ -15,11 +15,11 @@ import pytest
 import repair_workflows as wf
 from repair_workflows import drain, parked_unknown
 
-from ledgerflow import Engine, InstanceStatus
+from ledgerflow import InstanceStatus
 from ledgerflow.errors import InstanceNotFoundError, StoreNotFoundError
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.operators.authority import Authority
-from ledgerflow.operators.service import Operations, RepairKind, RepairRequest
+from ledgerflow.operators.service import AuditQuery, Operations, RepairKind, RepairRequest
 
 pytestmark = pytest.mark.usefixtures("repair_faults")
 
@@ -32,7 +32,7 @@ def test_both_services_answer_alike_and_repair_through_the_audit(
 
     Method: park an instance (a lost reply: its effect is UNKNOWN); the synchronous service
     lists it in the queue with the effect in doubt and shows it with no audit yet; the
-    asynchronous service, on an engine over the same journal, gives equal answers, plans the
+    asynchronous service (an engine over the same journal) gives equal answers, plans the
     resolve-effect (nothing written) and applies it; both then list the one audit record, and
     a worker finishes the instance.
     """
@@ -60,8 +60,7 @@ def test_both_services_answer_alike_and_repair_through_the_audit(
         assert [r.instance_id for r in operations.list()] == [instance_id]
 
         async def asynchronously() -> None:
-            async with Engine(journal_url, wf.registry) as engine:
-                ops = AsyncOperations(engine, authority=authority)
+            async with AsyncOperations(journal_url, wf.registry, authority=authority) as ops:
                 assert await ops.attention() == [item]
                 assert await ops.show(instance_id) == report
                 assert await ops.list() == operations.list()
@@ -70,7 +69,7 @@ def test_both_services_answer_alike_and_repair_through_the_audit(
                 assert await ops.audit() == []
                 applied = await ops.apply(request)
                 assert applied.outcome == "applied"
-                [record] = await ops.audit(instance_id=instance_id)
+                [record] = await ops.audit(AuditQuery(instance_id=instance_id))
                 assert record.audit_id == applied.audit_id
 
         asyncio.run(asynchronously())

@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from reconcile_workflows import build_registry, registry
 
-from ledgerflow import EffectRecord, EffectState, Engine, InstanceStatus, SyncEngine
+from ledgerflow import EffectRecord, EffectState, InstanceStatus, SyncEngine
 from ledgerflow.model.reconciliation import EFFECT_DRIFT, RECONCILE_REFUSED
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.operators.authority import RECONCILER, Authority
-from ledgerflow.operators.service import Operations, ReconciliationRun
+from ledgerflow.operators.service import AuditQuery, Operations, ReconciliationRun
 from processes import WAIT_SECONDS_MAX, Service, Workers, _first_line
 
 pytestmark = pytest.mark.slow
@@ -204,7 +204,7 @@ def test_an_effect_the_participant_applied_but_the_ledger_doubts_is_corrected(
         "key": key,
         "applied_seq": receipt["seq"],
     }
-    [audit] = engine.store.audit_records(instance_id=reserve.instance_id)
+    [audit] = engine.store.audit_records(AuditQuery(instance_id=reserve.instance_id))
     assert (audit.actor, audit.role, audit.kind, audit.outcome) == (
         RECONCILER,
         "reconciler",
@@ -366,8 +366,7 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
     assert cli("reconcile", "--runs", "--json") == {"items": []}
 
     async def periodic_run() -> None:
-        async with Engine(workers.db_url, registry) as worker_engine:
-            operations = AsyncOperations(worker_engine)
+        async with AsyncOperations(workers.db_url, registry) as operations:
             task = operations.reconcile_task(build_registry(service.url), interval_seconds=60)
             await task.run()
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ledgerflow import EffectState, InstanceStatus, SyncEngine
+from ledgerflow.storage.audit import AuditQuery
 from processes import Service, Workers, running_service
 
 FAULTS_FOLDER = Path(__file__).resolve().parents[1] / "faults"
@@ -94,7 +95,7 @@ def test_operator_resolves_a_lost_reply_with_the_participants_ledger(
     workers.recover()
     with SyncEngine(workers.db_url, registry) as engine:
         assert engine.result(instance_id, timeout=0) == {"receipt": row}
-        [audit] = engine.store.audit_records(instance_id=instance_id)
+        [audit] = engine.store.audit_records(AuditQuery(instance_id=instance_id))
         assert (audit.actor, audit.role, audit.outcome) == ("dana", "operator", "applied")
     assert workers.service.received_count("legacy", effect.idempotency_key) == 1
     assert workers.service.applied_count("legacy", effect.idempotency_key) == 1

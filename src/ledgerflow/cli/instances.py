@@ -26,7 +26,7 @@ from rich.text import Text
 from ledgerflow import InstanceStatus, SyncEngine
 from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.loading import load_registry
-from ledgerflow.cli.options import db_option, echo_json, json_option, tenant_of
+from ledgerflow.cli.options import db_option, echo_json, json_option, limit_option, tenant_of
 from ledgerflow.cli.render import cell, console, inert, print_table
 from ledgerflow.cli.tables import (
     audit_json,
@@ -220,13 +220,7 @@ def cancel(instance_id: str, reason: str, compensate: bool, db: str, as_json: bo
 )
 @click.option("--workflow", help="Only instances of this workflow.")
 @click.option("--tenant", help="Only instances of this tenant.")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=LIST_LIMIT_DEFAULT,
-    show_default=True,
-    help="At most this many, newest first.",
-)
+@limit_option(default=LIST_LIMIT_DEFAULT, text="At most this many, newest first.")
 @db_option
 @json_option
 def list_(

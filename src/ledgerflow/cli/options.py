@@ -1,8 +1,8 @@
 """The options many ``ledgerflow`` commands share, and how they read them (internal).
 
 ``--db`` names the journal (or ``LEDGERFLOW_DB``); ``--json`` asks for one JSON document
-instead of tables (:func:`echo_json` prints it); a ``--tenant`` is checked by the one naming
-rule, as the library and the HTTP endpoint check it.
+instead of tables (:func:`echo_json` prints it); ``--limit`` bounds a listing; a ``--tenant``
+is checked by the one naming rule, as the library and the HTTP endpoint check it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,17 @@ db_option: Callable[[F], F] = click.option(
 json_option: Callable[[F], F] = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON instead of tables."
 )
+
+
+def limit_option(*, default: int, text: str, maximum: int | None = None) -> Callable[[F], F]:
+    """``--limit N``: at most N items (from 1 up to ``maximum``), ``default`` when not given."""
+    return click.option(
+        "--limit",
+        type=click.IntRange(min=1, max=maximum),
+        default=default,
+        show_default=True,
+        help=text,
+    )
 
 
 def echo_json(value: Any) -> None:

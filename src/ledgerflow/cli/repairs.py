@@ -17,19 +17,25 @@ from typing import Any, TypeVar
 
 import click
 
+from ledgerflow import limits
 from ledgerflow.cli.json_input import json_option_value
-from ledgerflow.cli.options import db_option, echo_json, json_option
+from ledgerflow.cli.options import db_option, echo_json, json_option, limit_option
 from ledgerflow.cli.render import cell, console, print_table
 from ledgerflow.cli.tables import audit_json, audit_table
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.operators.authority import Authority
-from ledgerflow.operators.service import Operations, RepairKind, RepairRequest, RepairResult
+from ledgerflow.operators.service import (
+    AuditQuery,
+    Operations,
+    RepairKind,
+    RepairRequest,
+    RepairResult,
+)
 from ledgerflow.operators.shapes import listing
 
 OPERATOR_ENVIRONMENT_VARIABLE = "LEDGERFLOW_OPERATOR"
 AUTHORITY_ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
-AUDIT_LIMIT_DEFAULT = 100
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -231,12 +237,8 @@ def _since(text: str | None) -> float | None:
 @click.option("--actor", help="Only records of this actor.")
 @click.option("--kind", type=click.Choice([k.value for k in RepairKind]), help="Only this kind.")
 @click.option("--since", help="Only records at or after this time (epoch seconds or ISO).")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=AUDIT_LIMIT_DEFAULT,
-    show_default=True,
-    help="At most this many (the newest), shown oldest first.",
+@limit_option(
+    default=limits.AUDIT_LIMIT_DEFAULT, text="At most this many (the newest), shown oldest first."
 )
 @db_option
 @json_option
@@ -252,7 +254,13 @@ def audit(
     """The audit log of repairs: applied, repeated (no-op) and refused, oldest first."""
     with Operations(db) as operations:
         records = operations.audit(
-            instance_id=instance_id, actor=actor, kind=kind, since=_since(since), limit=limit
+            AuditQuery(
+                instance_id=InstanceId(instance_id) if instance_id else None,
+                actor=actor,
+                kind=kind,
+                since=_since(since),
+                limit=limit,
+            )
         )
     if as_json:
         echo_json(listing([audit_json(record) for record in records]))

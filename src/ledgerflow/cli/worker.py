@@ -8,7 +8,7 @@ import signal
 
 import click
 
-from ledgerflow import Engine, limits
+from ledgerflow import limits
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.options import db_option
 from ledgerflow.errors import ConfigurationError
@@ -85,14 +85,11 @@ def worker(
     logging.getLogger("ledgerflow").setLevel(logging.INFO)
 
     async def main() -> None:
-        async with Engine(db, registry) as engine:
+        # The engine with the operators' calls: its workers may reconcile as well as run.
+        async with AsyncOperations(db, registry) as engine:
             # The stuck-work scan comes with every worker; reconciliation only where asked.
             periodic = (
-                [
-                    AsyncOperations(engine).reconcile_task(
-                        registry, interval_seconds=reconcile_seconds
-                    )
-                ]
+                [engine.reconcile_task(registry, interval_seconds=reconcile_seconds)]
                 if reconcile_seconds > 0
                 else []
             )

@@ -1,163 +1,98 @@
-"""The operators' service for asyncio code, on an engine's store (internal).
+"""The operators' service for asyncio code (internal).
 
-:class:`AsyncOperations` offers what :class:`~ledgerflow.operators.service.Operations` offers,
-awaitable, for code that already runs an :class:`~ledgerflow.runtime.engine.Engine` (a worker's
-periodic reconciliation, a console served by asyncio). It shares the engine's store and its
-store thread: what the engine answers (instances, cancels, signals) it asks the engine; the
-operator's own calls (the queue, repairs, audit, reconciliation) run the synchronous service's
-on the store thread, as every call on that store does. Closing the engine closes both.
+:class:`AsyncOperations` is an :class:`~ledgerflow.runtime.engine.Engine` (its reads, cancels,
+signals and workers are the engine's own) with what
+:class:`~ledgerflow.operators.service.Operations` adds beside the engine, awaitable: the
+attention queue and the scan, audited repairs, the audit log and reconciliation. Those run the
+synchronous service's calls on the engine's store thread, as every call on that store does. It
+is what asyncio code that operates on a journal uses: a worker that reconciles periodically, a
+console served by asyncio.
 
 Example::
 
-    async with Engine("sqlite:///orders.db", registry) as engine:
-        operations = AsyncOperations(engine)
-        worker = engine.worker(
-            periodic=[operations.reconcile_task(registry, interval_seconds=600)]
-        )
+    async with AsyncOperations("sqlite:///orders.db", registry) as engine:
+        task = engine.reconcile_task(registry, interval_seconds=600)
+        await engine.worker(periodic=[task]).run()
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from ledgerflow import limits
+from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import BusinessKey, TenantId
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, AttentionItem
+from ledgerflow.operators.attention import AttentionItem
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult
 from ledgerflow.operators.service import InstanceReport, Operations
+from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.detection import ScanReport
-from ledgerflow.runtime.engine import Delivered, Engine, InstanceDetail
+from ledgerflow.runtime.engine import Engine
 from ledgerflow.runtime.periodic import PeriodicTask
-from ledgerflow.storage.audit import AuditRecord
+from ledgerflow.storage.attention import AttentionQuery
+from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.store import Store
 
 __all__ = ["AsyncOperations"]
 
 
-class AsyncOperations:
-    """What an operator may do to an engine's store, for asyncio code."""
+class AsyncOperations(Engine):
+    """What an operator may do to one store, for asyncio code: the engine, and beside it the
+    operators' calls. ``registry`` is the workflow code its workers run (none: an operator's
+    engine that reads, repairs and reconciles, and starts nothing)."""
 
-    def __init__(self, engine: Engine, *, authority: Authority | None = None) -> None:
-        self._engine = engine
-        self._thread = engine.store_thread
-        # The same calls as the synchronous service's, on the engine's store (never closed
-        # here: the engine owns it).
-        self._operations = Operations(
-            engine.store, authority=authority, clock=engine.clock, codec=engine.codec
-        )
+    def __init__(
+        self,
+        store: Store | str,
+        registry: Registry | None = None,
+        *,
+        authority: Authority | None = None,
+        codec: Codec = JSON,
+        clock: Clock = SYSTEM_CLOCK,
+        inline: bool = False,
+    ) -> None:
+        super().__init__(store, registry or Registry(), codec=codec, clock=clock, inline=inline)
+        # The synchronous service's calls, on this engine's store (closed with the engine).
+        self._operations = Operations(self.store, authority=authority, clock=clock, codec=codec)
 
     @property
     def authority(self) -> Authority:
         return self._operations.authority
 
-    # -- instances: the engine answers ---------------------------------------------------------
-
-    async def detail(self, instance_id: str) -> InstanceDetail:
-        return await self._engine.detail(instance_id)
+    # -- instances, beside the engine's own reads --------------------------------------------
 
     async def show(self, instance_id: str) -> InstanceReport:
-        return await self._thread.call(self._operations.show, instance_id)
+        return await self.store_thread.call(self._operations.show, instance_id)
 
     async def find(
         self, *, tenant: TenantId, workflow: str, key: BusinessKey
     ) -> InstanceRecord | None:
-        return await self._thread.call(
+        return await self.store_thread.call(
             self._operations.find, tenant=tenant, workflow=workflow, key=key
         )
 
-    async def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
-        return await self._engine.wait(instance_id, timeout=timeout)
+    # -- what needs a person, repairs and their audit ----------------------------------------
 
-    async def result(self, instance_id: str, *, timeout: float = 0.0) -> Any:
-        return await self._engine.result(instance_id, timeout=timeout)
-
-    async def cancel(
-        self, instance_id: str, *, reason: str, compensate: bool = True
-    ) -> InstanceRecord:
-        return await self._engine.cancel(instance_id, reason=reason, compensate=compensate)
-
-    async def signal(
-        self,
-        instance_id: str,
-        name: str,
-        *,
-        event_id: str,
-        payload: Any = None,
-        sender: str | None = None,
-        for_step: int | None = None,
-        run: int | None = None,
-    ) -> Delivered:
-        return await self._engine.signal(
-            instance_id,
-            name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-        )
-
-    async def complete_effect(
-        self,
-        idempotency_key: str,
-        *,
-        applied: bool,
-        evidence: Any = None,
-        reason: str | None = None,
-        event_id: str | None = None,
-    ) -> Delivered:
-        return await self._engine.complete_effect(
-            idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
-        )
-
-    # -- the operator's own calls, on the store thread -----------------------------------------
-
-    async def attention(
-        self,
-        *,
-        tenant: str | None = None,
-        workflow: str | None = None,
-        reason: str | None = None,
-        limit: int = ATTENTION_LIMIT_DEFAULT,
-    ) -> list[AttentionItem]:
-        return await self._thread.call(
-            self._operations.attention, tenant=tenant, workflow=workflow, reason=reason, limit=limit
-        )
+    async def attention(self, query: AttentionQuery | None = None) -> list[AttentionItem]:
+        return await self.store_thread.call(self._operations.attention, query)
 
     async def scan(self, *, detected_by: str, bounds: DetectionBounds | None = None) -> ScanReport:
-        return await self._thread.call(
+        return await self.store_thread.call(
             self._operations.scan, detected_by=detected_by, bounds=bounds
         )
 
     async def plan(self, request: RepairRequest) -> RepairResult:
-        return await self._thread.call(self._operations.plan, request)
+        return await self.store_thread.call(self._operations.plan, request)
 
     async def apply(self, request: RepairRequest) -> RepairResult:
-        return await self._thread.call(self._operations.apply, request)
+        return await self.store_thread.call(self._operations.apply, request)
 
-    async def audit(
-        self,
-        *,
-        instance_id: str | None = None,
-        actor: str | None = None,
-        kind: str | None = None,
-        since: float | None = None,
-        limit: int = 100,
-    ) -> list[AuditRecord]:
-        return await self._thread.call(
-            self._operations.audit,
-            instance_id=instance_id,
-            actor=actor,
-            kind=kind,
-            since=since,
-            limit=limit,
-        )
+    async def audit(self, query: AuditQuery | None = None) -> list[AuditRecord]:
+        return await self.store_thread.call(self._operations.audit, query)
 
     async def reconcile(
         self,
@@ -170,12 +105,12 @@ class AsyncOperations:
         """One bounded reconciliation with the participants of ``registry``, attributed to the
         reconciler, its store calls on the engine's store thread."""
         return await reconcile(
-            self._thread,
+            self.store_thread,
             registry,
             repairs=self._operations.repairs(),
             limit=limit,
             max_corrections=max_corrections,
-            clock=self._engine.clock,
+            clock=self.clock,
             dry_run=dry_run,
         )
 
@@ -193,26 +128,15 @@ class AsyncOperations:
 
         async def run() -> None:
             await reconcile(
-                self._thread,
+                self.store_thread,
                 registry,
                 repairs=repairs,
                 limit=limit,
                 max_corrections=max_corrections,
-                clock=self._engine.clock,
+                clock=self.clock,
             )
 
         return PeriodicTask(name="reconcile", interval_seconds=interval_seconds, run=run)
 
     async def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:
-        return await self._thread.call(self._operations.reconciliations, limit=limit)
-
-    # Last in the class: below it, ``list`` in an annotation would name this method.
-    async def list(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]:
-        return await self._engine.list(status=status, workflow=workflow, tenant=tenant, limit=limit)
+        return await self.store_thread.call(self._operations.reconciliations, limit=limit)

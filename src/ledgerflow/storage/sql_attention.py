@@ -15,6 +15,7 @@ from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.storage.attention import (
     AttentionFlag,
+    AttentionQuery,
     EffectToSettle,
     FlaggedInstance,
     ParkedInstance,
@@ -115,19 +116,14 @@ class AttentionStore(SqlSeam):
         return [record_from_row(SilentEffect, r) for r in rows]
 
     def attention_rows(
-        self,
-        *,
-        tenant: str | None,
-        workflow_name: str | None,
-        reason_code: str | None,
-        limit: int,
+        self, query: AttentionQuery
     ) -> tuple[list[ParkedInstance], list[FlaggedInstance]]:
         """Parked instances and open flags (plain columns: a damaged row must still show)."""
         params = {
-            "tenant": tenant,
-            "workflow_name": workflow_name,
-            "reason_code": reason_code,
-            "limit": limit,
+            "tenant": query.tenant,
+            "workflow_name": query.workflow,
+            "reason_code": query.reason,
+            "limit": query.limit,
         }
         with self._read():
             parked, _ = self._run("attention_parked", params)

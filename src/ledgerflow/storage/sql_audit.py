@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from ledgerflow import limits
 from ledgerflow.errors import IllegalTransitionError, RepairRefusedError, StalePreconditionError
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
-from ledgerflow.storage.audit import AuditEntry, AuditRecord, CancelRequest, RepairWrite
+from ledgerflow.storage.audit import (
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
+    CancelRequest,
+    RepairWrite,
+)
 from ledgerflow.storage.records import (
     Commit,
     EffectWrite,
@@ -24,8 +31,6 @@ from ledgerflow.storage.records import (
 )
 from ledgerflow.storage.rows import fields, instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
-
-AUDIT_LIST_LIMIT_MAX = 10_000
 
 
 class AuditStore(SqlSeam):
@@ -161,27 +166,13 @@ class AuditStore(SqlSeam):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def audit_records(
-        self,
-        *,
-        instance_id: InstanceId | None = None,
-        actor: str | None = None,
-        kind: str | None = None,
-        since: float | None = None,
-        limit: int = 100,
-    ) -> list[AuditRecord]:
-        """Audit records, oldest first: the newest ``limit`` that match every filter given."""
+    def audit_records(self, query: AuditQuery | None = None) -> list[AuditRecord]:
+        """Audit records, oldest first: the newest ``query.limit`` that match every filter
+        (no query: the newest of all)."""
+        query = query or AuditQuery()
+        bounded = dataclasses.replace(query, limit=max(1, min(query.limit, limits.AUDIT_LIMIT_MAX)))
         with self._read():
-            rows, _ = self._run(
-                "select_audit",
-                {
-                    "instance_id": instance_id,
-                    "actor": actor,
-                    "kind": kind,
-                    "since": since,
-                    "limit": max(1, min(limit, AUDIT_LIST_LIMIT_MAX)),
-                },
-            )
+            rows, _ = self._run("select_audit", fields(bounded))
         return [record_from_row(AuditRecord, r) for r in reversed(rows)]
 
     def last_applied_repair(self, fingerprint: str) -> AuditRecord | None:
