@@ -21,7 +21,7 @@ import pytest
 
 from ledgerflow import EffectState, InstanceStatus, SyncEngine
 from ledgerflow.storage.audit import AuditQuery
-from processes import Service, Workers, running_service
+from processes import LEDGERFLOW, Service, Workers, running_service
 
 FAULTS_FOLDER = Path(__file__).resolve().parents[1] / "faults"
 sys.path.insert(0, str(FAULTS_FOLDER))
@@ -33,26 +33,19 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
-    folder = tmp_path / "participants"
-    folder.mkdir()
-    with running_service(folder, ["legacy:none"]) as s:
+    with running_service(tmp_path / "participants", ["legacy:none"]) as s:
         yield s
 
 
 @pytest.fixture
 def workers(tmp_path: Path, service: Service) -> Workers:
-    return Workers(
-        db_url=f"sqlite:///{tmp_path}/journal.db",
-        service=service,
-        log=tmp_path / "workers.log",
-        target="fault_workflows:registry",
-        path=FAULTS_FOLDER,
+    return Workers.in_folder(
+        tmp_path, service, target="fault_workflows:registry", path=FAULTS_FOLDER
     )
 
 
 def _ledgerflow(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-c", "from ledgerflow.cli.main import main; main()", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([*LEDGERFLOW, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_operator_resolves_a_lost_reply_with_the_participants_ledger(
