@@ -1,7 +1,8 @@
 """Bounded waits on conditions, shared by the tests (never a blind sleep).
 
 A test that waits for something to happen polls a condition until it holds or a bound passes,
-and then fails saying what it was waiting for.
+and then fails saying what it was waiting for: :func:`until` on an event loop, and
+:func:`eventually` in plain code (a test driving processes).
 """
 
 from __future__ import annotations
@@ -34,3 +35,17 @@ async def until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(POLL_SECONDS)
+
+
+def eventually(
+    condition: Callable[[], T | None], *, what: str, timeout: float = WAIT_SECONDS_MAX
+) -> T:
+    """Poll ``condition`` until it returns something truthy, blocking; return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(POLL_SECONDS)

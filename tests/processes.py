@@ -24,6 +24,20 @@ from typing import Any
 import httpx
 
 WAIT_SECONDS_MAX = 30.0
+# This folder: the tests' shared modules (``remote_cast``...), importable by the processes too.
+TESTS = Path(__file__).resolve().parent
+# The ``ledgerflow`` command, run by this interpreter (as ``python -m`` would, from the tree).
+LEDGERFLOW = [sys.executable, "-c", "from ledgerflow.cli.main import main; main()"]
+SERVICE_URL_VARIABLE = "LEDGERFLOW_TEST_SERVICE_URL"
+
+
+def child_environment(folder: Path, **variables: str) -> dict[str, str]:
+    """The environment of a process a test starts: this one's, with ``folder`` (where its
+    workflow module is) and the tests' shared modules importable, plus ``variables``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), str(TESTS), env.get("PYTHONPATH", "")])
+    env.update(variables)
+    return env
 
 
 @dataclass
@@ -74,7 +88,8 @@ class Service:
         assert self._post("/_control/release", {"then": then})["released"] >= 1
 
 
-def _first_line(process: subprocess.Popen[str]) -> str:
+def first_line(process: subprocess.Popen[str]) -> str:
+    """The process's first line of output, waited for at most ``WAIT_SECONDS_MAX``."""
     # readline() blocks; a helper thread turns it into a bounded wait.
     lines: queue.Queue[str] = queue.Queue()
     stdout = process.stdout
@@ -86,21 +101,49 @@ def _first_line(process: subprocess.Popen[str]) -> str:
         return ""
 
 
+class ServiceProcess:
+    """The participant service (``python -m ledgerflow.demo.service``) hosting ``participants``
+    (specs such as ``inventory:lookup``, see ``remote_cast``), which a test may stop and start
+    again on the same port and folder: its ledgers survive, as a real service's database would.
+    """
+
+    def __init__(self, folder: Path, participants: Sequence[str]) -> None:
+        self.folder = folder
+        self.participants = tuple(participants)
+        self.port = 0
+        self.process: subprocess.Popen[str] | None = None
+        self.service: Service | None = None
+
+    def start(self) -> Service:
+        command = [sys.executable, "-m", "ledgerflow.demo.service", "--dir", str(self.folder)]
+        for spec in self.participants:
+            command += ["--participant", spec]
+        command += ["--port", str(self.port)]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        line = first_line(self.process)
+        assert line.startswith("LISTENING "), line
+        url = line.split()[1]
+        self.port = int(url.rsplit(":", 1)[1])
+        self.service = Service(url=url, folder=self.folder)
+        return self.service
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=WAIT_SECONDS_MAX)
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+            self.process = None
+
+
 @contextmanager
 def running_service(folder: Path, participants: Sequence[str]) -> Iterator[Service]:
-    command = [sys.executable, "-m", "ledgerflow.demo.service", "--dir", str(folder)]
-    for spec in participants:
-        command += ["--participant", spec]
-    process = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, text=True)
+    """The participant service for the length of the block (it makes ``folder`` if need be)."""
+    process = ServiceProcess(folder, participants)
     try:
-        line = _first_line(process)
-        assert line.startswith("LISTENING "), line
-        yield Service(url=line.split()[1], folder=folder)
+        yield process.start()
     finally:
-        process.kill()
-        process.wait(timeout=WAIT_SECONDS_MAX)
-        if process.stdout is not None:
-            process.stdout.close()
+        process.stop()
 
 
 @dataclass
@@ -113,17 +156,26 @@ class Workers:
     target: str
     path: Path
 
+    @classmethod
+    def in_folder(cls, folder: Path, service: Service, *, target: str, path: Path) -> Workers:
+        """Workers on a SQLite journal in ``folder`` (the test's own), logging beside it."""
+        return cls(
+            db_url=f"sqlite:///{folder}/journal.db",
+            service=service,
+            log=folder / "workers.log",
+            target=target,
+            path=path,
+        )
+
     def spawn(
         self, *, faults: list[dict[str, Any]] | None = None, until_idle: bool = False
     ) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(self.path), env.get("PYTHONPATH", "")])
-        env["LEDGERFLOW_TEST_SERVICE_URL"] = self.service.url
+        env = child_environment(self.path, **{SERVICE_URL_VARIABLE: self.service.url})
         env.pop("LEDGERFLOW_FAULTS", None)
         if faults:
             env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
         command = [
-            *(sys.executable, "-c", "from ledgerflow.cli.main import main; main()"),
+            *LEDGERFLOW,
             *("worker", self.target, "--db", self.db_url),
             *("--lease-seconds", "1", "--poll-seconds", "0.05"),
         ]

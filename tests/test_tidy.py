@@ -40,6 +40,8 @@ LONG_FUNCTIONS: dict[str, Allowed] = {
 DRIVER_IMPORTS_ALLOWED = {
     "demo/participant_ledger.py": "the demo participant is a fake external service with its "
     "own ledger; it is not Ledgerflow's journal and must not go through Ledgerflow's store",
+    "demo/own_file.py": "the write transaction of the sample participants' own files, which "
+    "are not Ledgerflow's journal and must not go through Ledgerflow's store",
     "demo/reservations.py": "a participant's reservation book lives in the participant's "
     "own database file, not in Ledgerflow's journal, so it must not go through Ledgerflow's store",
 }

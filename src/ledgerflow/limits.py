@@ -56,6 +56,11 @@ POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 WAIT_FOREVER_AT = 1e15
 # Event ids, signal names and senders.
 EVENT_ID_LENGTH_MAX = 200
+# The operator's queue and the audit log: items one listing shows by default, and at most.
+ATTENTION_LIMIT_DEFAULT = 100
+ATTENTION_LIMIT_MAX = 10_000
+AUDIT_LIMIT_DEFAULT = 100
+AUDIT_LIMIT_MAX = 10_000
 # Reconciliation: effects one run compares with their participants' facts,
 # corrections one run may apply, and runs one listing shows. A run is bounded so that a large
 # ledger is covered over several runs (least recently compared first), never in one burst of

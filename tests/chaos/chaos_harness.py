@@ -8,7 +8,6 @@ the same functions for its longer run.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import signal
 import subprocess
@@ -20,7 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from processes import Service, running_service
+from processes import (
+    LEDGERFLOW,
+    SERVICE_URL_VARIABLE,
+    Service,
+    child_environment,
+    running_service,
+)
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -64,12 +69,10 @@ class Fleet:
     _all: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-        env["LEDGERFLOW_TEST_SERVICE_URL"] = self.service.url
+        env = child_environment(HERE, **{SERVICE_URL_VARIABLE: self.service.url})
         env.pop("LEDGERFLOW_FAULTS", None)
         command = [
-            *(sys.executable, "-c", "from ledgerflow.cli.main import main; main()"),
+            *LEDGERFLOW,
             *("worker", "chaos_workflows:registry", "--db", self.db_url, *WORKER_OPTIONS),
         ]
         with self.log.open("ab") as log:
@@ -340,7 +343,6 @@ def verdict(engine: SyncEngine, service: Service, instance_ids: list[str]) -> Ve
 
 @contextlib.contextmanager
 def chaos_service(folder: Path) -> Iterator[Service]:
-    folder.mkdir(parents=True, exist_ok=True)
     with running_service(folder, PARTICIPANTS) as service:
         yield service
 

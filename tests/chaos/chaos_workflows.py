@@ -8,14 +8,12 @@ still succeed.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
 from ledgerflow import Registry, RetryPolicy, WorkflowContext
-from ledgerflow.participant import remote_participant
+from remote_cast import declare
 
-URL = os.environ.get("LEDGERFLOW_TEST_SERVICE_URL", "http://127.0.0.1:9")
 GENEROUS = RetryPolicy(
     attempts_max=50,
     backoff_initial=timedelta(milliseconds=50),
@@ -28,37 +26,16 @@ PARTICIPANTS = ["inventory:lookup", "payment:dedupe", "shipping:dedupe+lookup"]
 
 registry = Registry()
 # Has a lookup, does not deduplicate: UNKNOWN is settled by asking it.
-inventory = registry.add_participant(
-    remote_participant(
-        "inventory",
-        URL,
-        operations={"reserve": "reversible"},
-        deduplicates=False,
-        has_lookup=True,
-        retry=GENEROUS,
-    )
+inventory = declare(
+    registry, "inventory:lookup", operations={"reserve": "reversible"}, retry=GENEROUS
 )
 # Deduplicates, has no lookup: UNKNOWN is settled by sending the same key again.
-payment = registry.add_participant(
-    remote_participant(
-        "payment",
-        URL,
-        operations={"charge": "compensatable"},
-        deduplicates=True,
-        has_lookup=False,
-        retry=GENEROUS,
-    )
+payment = declare(
+    registry, "payment:dedupe", operations={"charge": "compensatable"}, retry=GENEROUS
 )
 # Both: deduplicates and can be asked.
-shipping = registry.add_participant(
-    remote_participant(
-        "shipping",
-        URL,
-        operations={"ship": "compensatable"},
-        deduplicates=True,
-        has_lookup=True,
-        retry=GENEROUS,
-    )
+shipping = declare(
+    registry, "shipping:dedupe+lookup", operations={"ship": "compensatable"}, retry=GENEROUS
 )
 
 

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 import planted
 from ledgerflow.cli.main import main
-from postgres_schema import postgres_url
 
 Entry = Callable[..., tuple[int, str, str]]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/journal.db"
-    return planted.url(postgres_url(request.node.name))
+@pytest.fixture
+def db(journal_url: str) -> str:
+    """The test's journal (``journal_url``), its PostgreSQL URL carrying a planted password."""
+    return journal_url if journal_url.startswith("sqlite:") else planted.url(journal_url)
 
 
 @pytest.fixture(autouse=True)

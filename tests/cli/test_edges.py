@@ -8,6 +8,7 @@ password; ``conftest.py`` fails any test after which that password was printed o
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sqlite3
@@ -23,11 +24,10 @@ import pytest
 
 import planted
 from damaged_files import damage_instances_table
+from ledger_records import new
 from ledgerflow.cli.worker import worker
 from ledgerflow.limits import JSON_DEPTH_MAX
-from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.storage import migrations, open_store
-from ledgerflow.storage.records import NewInstance
 from ledgerflow.storage.sqlite import APPLICATION_ID
 from ledgerflow.storage.sqlite import _statements as statements
 from postgres_schema import postgres_url
@@ -376,16 +376,9 @@ def test_stored_escape_sequences_are_shown_inert(entry: Entry, tmp_path: Path) -
     """
     db = f"sqlite:///{tmp_path}/journal.db"
     store = open_store(db)
+    raw = new("k\x1b[2J\x1b[31mred\x07\u202eevil", tenant="default")
     store.start_instance(
-        NewInstance(
-            instance_id=InstanceId("wf_raw"),
-            tenant=TenantId("default"),
-            workflow_name="order",
-            workflow_version=1,
-            fingerprint="f",
-            business_key=BusinessKey("k\x1b[2J\x1b[31mred\x07\u202eevil"),
-            input='{"note": "\\u001b[31m"}',
-        ),
+        dataclasses.replace(raw, instance_id="wf_raw", input='{"note": "\\u001b[31m"}'),
         now=1.0,
     )
     store.close()

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from ledgerflow.cli.main import cli
 from ledgerflow.errors import NotAuthenticatedError, PayloadError
-from ledgerflow.operators.service import Operations, migrate_journal
+from ledgerflow.operators.service import AuditQuery, Operations, migrate_journal
 
 
 def _db(tmp_path: Path) -> tuple[str, Path]:
@@ -64,7 +64,7 @@ def test_a_token_is_shown_once_and_stored_only_as_its_hash(tmp_path: Path) -> No
             "operator",
             "acme",
         )
-        audit = operations.audit(kind="token-create")
+        audit = operations.audit(AuditQuery(kind="token-create"))
     assert [(a.actor, a.target) for a in audit] == [("root", principal.token_id)]
     conn = sqlite3.connect(path)
     rows = conn.execute("SELECT * FROM lf_api_tokens").fetchall()

@@ -6,24 +6,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fault_workflows import PARTICIPANTS
 
 from processes import Service, Workers, running_service
+
+HERE = Path(__file__).parent
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
-    folder = tmp_path / "participants"
-    folder.mkdir()
-    with running_service(folder, ["inventory:lookup", "payment:dedupe", "legacy:none"]) as s:
+    with running_service(tmp_path / "participants", PARTICIPANTS) as s:
         yield s
 
 
 @pytest.fixture
 def workers(tmp_path: Path, service: Service) -> Workers:
-    return Workers(
-        db_url=f"sqlite:///{tmp_path}/journal.db",
-        service=service,
-        log=tmp_path / "workers.log",
-        target="fault_workflows:registry",
-        path=Path(__file__).parent,
-    )
+    return Workers.in_folder(tmp_path, service, target="fault_workflows:registry", path=HERE)

@@ -1,55 +1,29 @@
 """Workflows the crash-point tests run in real worker processes.
 
 Imported by the worker subprocess as ``fault_workflows:registry``; the participants live in a
-separate service process whose URL comes from ``LEDGERFLOW_TEST_SERVICE_URL``.
+separate service process whose URL comes from ``LEDGERFLOW_TEST_SERVICE_URL`` (see
+``remote_cast``).
 """
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
 from ledgerflow import Registry, RetryPolicy, WorkflowContext
-from ledgerflow.participant import remote_participant
+from remote_cast import declare
 
-URL = os.environ.get("LEDGERFLOW_TEST_SERVICE_URL", "http://127.0.0.1:9")
 FAST = RetryPolicy(attempts_max=4, backoff_initial=timedelta(milliseconds=20))
+# The cast the service hosts: the three ways an UNKNOWN outcome is settled.
+PARTICIPANTS = ("inventory:lookup", "payment:dedupe", "legacy:none")
 
 registry = Registry()
 # Has a lookup, does not deduplicate: UNKNOWN is settled by asking it.
-inventory = registry.add_participant(
-    remote_participant(
-        "inventory",
-        URL,
-        operations={"reserve": "reversible"},
-        deduplicates=False,
-        has_lookup=True,
-        retry=FAST,
-    )
-)
+inventory = declare(registry, "inventory:lookup", operations={"reserve": "reversible"}, retry=FAST)
 # Deduplicates, has no lookup: UNKNOWN is settled by sending the same key again.
-payment = registry.add_participant(
-    remote_participant(
-        "payment",
-        URL,
-        operations={"charge": "compensatable"},
-        deduplicates=True,
-        has_lookup=False,
-        retry=FAST,
-    )
-)
+payment = declare(registry, "payment:dedupe", operations={"charge": "compensatable"}, retry=FAST)
 # Neither: UNKNOWN can only be settled by an operator.
-legacy = registry.add_participant(
-    remote_participant(
-        "legacy",
-        URL,
-        operations={"apply": "compensatable"},
-        deduplicates=False,
-        has_lookup=False,
-        retry=FAST,
-    )
-)
+legacy = declare(registry, "legacy:none", operations={"apply": "compensatable"}, retry=FAST)
 
 
 def total_of(items: list[int]) -> int:

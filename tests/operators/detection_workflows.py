@@ -14,23 +14,27 @@ import signal
 from datetime import timedelta
 from typing import Any
 
-from ledgerflow import Registry, RetryPolicy, WorkflowContext
-from ledgerflow.participant import remote_participant
+from ledgerflow import Participant, Registry, RetryPolicy, WorkflowContext
+from remote_cast import declare
 
-URL = os.environ.get("LEDGERFLOW_TEST_SERVICE_URL", "http://127.0.0.1:9")
+# The bank the service hosts: it deduplicates and can be asked.
+BANK = "bank:dedupe+lookup"
 
-registry = Registry()
-bank = registry.add_participant(
-    remote_participant(
-        "bank",
-        URL,
+
+def _bank(registry: Registry, url: str | None = None) -> Participant:
+    # A timeout long enough that a held request stays unanswered for the whole test.
+    return declare(
+        registry,
+        BANK,
+        url=url,
         operations={"charge": "compensatable"},
-        deduplicates=True,
-        has_lookup=True,
         retry=RetryPolicy(attempts_max=2),
         timeout_seconds=120.0,
     )
-)
+
+
+registry = Registry()
+bank = _bank(registry)
 
 
 def kill_this_worker() -> None:
@@ -59,17 +63,7 @@ async def charge(ctx: WorkflowContext, amount: int) -> Any:
 def charge_registry(url: str) -> Registry:
     """The ``charge`` workflow against a participant service at ``url`` (in-process tests)."""
     own = Registry()
-    participant = own.add_participant(
-        remote_participant(
-            "bank",
-            url,
-            operations={"charge": "compensatable"},
-            deduplicates=True,
-            has_lookup=True,
-            retry=RetryPolicy(attempts_max=2),
-            timeout_seconds=120.0,
-        )
-    )
+    participant = _bank(own, url)
 
     @own.workflow(name="charge", version=1)
     async def charge_at(ctx: WorkflowContext, amount: int) -> Any:

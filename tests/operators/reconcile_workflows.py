@@ -9,44 +9,36 @@ it knows the URL.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
 from ledgerflow import Registry, RetryPolicy, WorkflowContext
-from ledgerflow.participant import remote_participant
+from remote_cast import declare, service_url
 
 FAST = RetryPolicy(attempts_max=3, backoff_initial=timedelta(milliseconds=20))
 # A lookup that cannot reach the service is asked twice, quickly, before the doubt is parked for
 # a person: the tests park an instance by keeping the service down through both asks.
 ASK_TWICE = RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=20))
+# The cast the service hosts: both can be asked, neither deduplicates.
+PARTICIPANTS = ("inventory:lookup", "shipping:lookup")
 
 
 def build_registry(url: str) -> Registry:
     registry = Registry()
-    inventory = registry.add_participant(
-        remote_participant(
-            "inventory",
-            url,
-            operations={"reserve": "reversible"},
-            deduplicates=False,
-            has_lookup=True,
-            retry=FAST,
-            timeout_seconds=5.0,
-            lookup_retry=ASK_TWICE,
-        )
+    options: dict[str, Any] = {"url": url, "retry": FAST, "timeout_seconds": 5.0}
+    inventory = declare(
+        registry,
+        "inventory:lookup",
+        operations={"reserve": "reversible"},
+        lookup_retry=ASK_TWICE,
+        **options,
     )
-    shipping = registry.add_participant(
-        remote_participant(
-            "shipping",
-            url,
-            operations={"ship": "forward-recovery-only"},
-            deduplicates=False,
-            has_lookup=True,
-            retry=FAST,
-            timeout_seconds=5.0,
-            lookup_retry=ASK_TWICE,
-        )
+    shipping = declare(
+        registry,
+        "shipping:lookup",
+        operations={"ship": "forward-recovery-only"},
+        lookup_retry=ASK_TWICE,
+        **options,
     )
 
     @registry.workflow(name="order", version=1)
@@ -58,4 +50,4 @@ def build_registry(url: str) -> Registry:
     return registry
 
 
-registry = build_registry(os.environ.get("LEDGERFLOW_TEST_SERVICE_URL", "http://127.0.0.1:9"))
+registry = build_registry(service_url())

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId, WorkerId
+from ledger_records import started
+from ledgerflow.model.ids import WorkerId
 from ledgerflow.storage import open_store
-from ledgerflow.storage.records import NewInstance
 
 WAIT_SECONDS_MAX = 60
 
@@ -36,18 +36,7 @@ def _prepare(path: Path) -> tuple[str, str, str]:
     store = open_store(f"sqlite:///{path}")
     ids = []
     for key, tenant, workflow in (("p", "t1", "order"), ("f", "t2", "refund"), ("u", "t1", "x")):
-        record, _ = store.start_instance(
-            NewInstance(
-                instance_id=InstanceId(f"wf-{key}"),
-                tenant=TenantId(tenant),
-                workflow_name=workflow,
-                workflow_version=1,
-                fingerprint="fp",
-                business_key=BusinessKey(key),
-                input="{}",
-            ),
-            now=1000.0 + len(ids),
-        )
+        record = started(store, key, tenant=tenant, workflow=workflow, now=1000.0 + len(ids))
         ids.append(record.instance_id)
     parked, flagged, unclaimed = ids
     # Parked by a claim: bound 1, one lapsed lease. The others are left unclaimed.

@@ -10,25 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from detection_workflows import attempts, charge_registry, registry
+from detection_workflows import BANK, attempts, charge_registry, registry
 
+from conditions import until
 from ledgerflow import Engine, InstanceStatus, SyncEngine
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.testing import FakeClock
-from processes import running_service
+from processes import LEDGERFLOW, child_environment, running_service
 
 pytestmark = pytest.mark.slow
 
@@ -38,10 +37,9 @@ WAIT_SECONDS_MAX = 60.0
 
 
 def _worker(db_url: str, log: Path, *, concurrency: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    env = child_environment(Path(__file__).parent)
     command = [
-        *(sys.executable, "-c", "from ledgerflow.cli.main import main; main()"),
+        *LEDGERFLOW,
         *("worker", "detection_workflows:registry", "--db", db_url),
         *("--lease-seconds", "1", "--poll-seconds", "0.05", "--until-idle"),
         *("--concurrency", str(concurrency)),
@@ -97,14 +95,6 @@ def test_a_crash_loop_is_parked_at_its_bound_while_healthy_instances_finish(
         )
 
 
-async def _until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
-    """A bounded wait on a condition of the ledger (polled, never a blind sleep)."""
-    deadline = time.monotonic() + WAIT_SECONDS_MAX
-    while not await condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 def test_a_silent_participant_is_flagged_by_the_worker_scan_and_cleared_after(
     tmp_path: Path,
 ) -> None:
@@ -122,9 +112,7 @@ async def _a_silent_participant_is_flagged_by_the_worker_scan_and_cleared_after(
     stuck instance's id (client timeout 120 s); the worker scans every 0.1 s with a 0.5 s
     silence bound.
     """
-    folder = tmp_path / "participants"
-    folder.mkdir()
-    with running_service(folder, ["bank:lookup"]) as service:
+    with running_service(tmp_path / "participants", [BANK]) as service:
         bounds = DetectionBounds(participant_silent_seconds=0.5, scan_interval_seconds=0.1)
         async with Engine(
             f"sqlite:///{tmp_path}/journal.db", charge_registry(service.url)
@@ -148,8 +136,10 @@ async def _a_silent_participant_is_flagged_by_the_worker_scan_and_cleared_after(
                 statuses = [(await engine.get(i)).status for i in others]
                 return statuses == [InstanceStatus.SUCCEEDED] * len(others)
 
-            await _until(others_done, "the other instances to finish")
-            await _until(flagged, "the silent participant to be flagged")
+            await until(others_done, what="the other instances to finish", timeout=WAIT_SECONDS_MAX)
+            await until(
+                flagged, what="the silent participant to be flagged", timeout=WAIT_SECONDS_MAX
+            )
             [flag] = store.open_flags(stuck)
             assert flag.detected_by == f"scan:{worker.id}"
             assert "bank.charge key" in flag.evidence
@@ -162,7 +152,7 @@ async def _a_silent_participant_is_flagged_by_the_worker_scan_and_cleared_after(
             async def cleared() -> bool:
                 return store.open_flags(stuck) == []
 
-            await _until(cleared, "the flag to clear")
+            await until(cleared, what="the flag to clear", timeout=WAIT_SECONDS_MAX)
             assert (await engine.get(stuck)).status is InstanceStatus.SUCCEEDED
             [closed] = store.flags(stuck)
             assert closed.cleared_by == "detector"

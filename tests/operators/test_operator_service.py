@@ -19,7 +19,7 @@ from ledgerflow import Engine, InstanceStatus
 from ledgerflow.errors import InstanceNotFoundError, StoreNotFoundError
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.operators.authority import Authority
-from ledgerflow.operators.service import Operations, RepairKind, RepairRequest
+from ledgerflow.operators.service import AuditQuery, Operations, RepairKind, RepairRequest
 
 pytestmark = pytest.mark.usefixtures("repair_faults")
 
@@ -70,7 +70,7 @@ def test_both_services_answer_alike_and_repair_through_the_audit(
                 assert await ops.audit() == []
                 applied = await ops.apply(request)
                 assert applied.outcome == "applied"
-                [record] = await ops.audit(instance_id=instance_id)
+                [record] = await ops.audit(AuditQuery(instance_id=instance_id))
                 assert record.audit_id == applied.audit_id
 
         asyncio.run(asynchronously())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -23,58 +22,32 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from reconcile_workflows import build_registry, registry
+from reconcile_workflows import PARTICIPANTS, build_registry, registry
 
 from ledgerflow import EffectRecord, EffectState, Engine, InstanceStatus, SyncEngine
 from ledgerflow.model.reconciliation import EFFECT_DRIFT, RECONCILE_REFUSED
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.operators.authority import RECONCILER, Authority
 from ledgerflow.operators.service import Operations, ReconciliationRun
-from processes import WAIT_SECONDS_MAX, Service, Workers, _first_line
+from ledgerflow.storage.audit import AuditQuery
+from processes import (
+    LEDGERFLOW,
+    SERVICE_URL_VARIABLE,
+    WAIT_SECONDS_MAX,
+    Service,
+    ServiceProcess,
+    Workers,
+    child_environment,
+)
 
 pytestmark = pytest.mark.slow
 
 ORDER = {"sku": "A-1"}
-CAST = ("inventory:lookup", "shipping:lookup")
-
-
-class ServiceProcess:
-    """The participant service, which a test can stop and start again on the same port and
-    folder (its ledgers survive, as a real service's database would)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = 0
-        self.process: subprocess.Popen[str] | None = None
-        self.service: Service | None = None
-
-    def start(self) -> Service:
-        command = [sys.executable, "-m", "ledgerflow.demo.service", "--dir", str(self.folder)]
-        for spec in CAST:
-            command += ["--participant", spec]
-        command += ["--port", str(self.port)]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        line = _first_line(self.process)
-        assert line.startswith("LISTENING "), line
-        url = line.split()[1]
-        self.port = int(url.rsplit(":", 1)[1])
-        self.service = Service(url=url, folder=self.folder)
-        return self.service
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(timeout=WAIT_SECONDS_MAX)
-            if self.process.stdout is not None:
-                self.process.stdout.close()
-            self.process = None
 
 
 @pytest.fixture
 def participants(tmp_path: Path) -> Iterator[ServiceProcess]:
-    folder = tmp_path / "participants"
-    folder.mkdir()
-    process = ServiceProcess(folder)
+    process = ServiceProcess(tmp_path / "participants", PARTICIPANTS)
     process.start()
     try:
         yield process
@@ -85,10 +58,9 @@ def participants(tmp_path: Path) -> Iterator[ServiceProcess]:
 @pytest.fixture
 def workers(tmp_path: Path, participants: ServiceProcess) -> Workers:
     assert participants.service is not None
-    return Workers(
-        db_url=f"sqlite:///{tmp_path}/journal.db",
-        service=participants.service,
-        log=tmp_path / "workers.log",
+    return Workers.in_folder(
+        tmp_path,
+        participants.service,
         target="reconcile_workflows:registry",
         path=Path(__file__).parent,
     )
@@ -204,7 +176,7 @@ def test_an_effect_the_participant_applied_but_the_ledger_doubts_is_corrected(
         "key": key,
         "applied_seq": receipt["seq"],
     }
-    [audit] = engine.store.audit_records(instance_id=reserve.instance_id)
+    [audit] = engine.store.audit_records(AuditQuery(instance_id=reserve.instance_id))
     assert (audit.actor, audit.role, audit.kind, audit.outcome) == (
         RECONCILER,
         "reconciler",
@@ -346,12 +318,10 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
     lose_at_participant(service, "shipping", ship.idempotency_key)
 
     def cli(*args: str) -> Any:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(workers.path), env.get("PYTHONPATH", "")])
-        env["LEDGERFLOW_TEST_SERVICE_URL"] = service.url
-        env["LEDGERFLOW_DB"] = workers.db_url
+        variables = {SERVICE_URL_VARIABLE: service.url, "LEDGERFLOW_DB": workers.db_url}
+        env = child_environment(workers.path, **variables)
         done = subprocess.run(
-            [sys.executable, "-c", "from ledgerflow.cli.main import main; main()", *args],
+            [*LEDGERFLOW, *args],
             env=env,
             capture_output=True,
             text=True,
@@ -366,8 +336,8 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
     assert cli("reconcile", "--runs", "--json") == {"items": []}
 
     async def periodic_run() -> None:
-        async with Engine(workers.db_url, registry) as worker_engine:
-            operations = AsyncOperations(worker_engine)
+        async with Engine(workers.db_url, registry) as engine:
+            operations = AsyncOperations(engine)
             task = operations.reconcile_task(build_registry(service.url), interval_seconds=60)
             await task.run()
 

@@ -28,6 +28,7 @@ from ledgerflow.model.step import StepStatus
 from ledgerflow.operators.authority import RECONCILER, Authority
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.storage import open_store
+from ledgerflow.storage.audit import AuditQuery
 from ledgerflow.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("repair_faults")
@@ -48,7 +49,7 @@ def ledger_state(store: Store, instance_id: InstanceId) -> dict[str, Any]:
         "steps": dict(journal.steps),
         "effects": dict(journal.effects),
         "events": store.timeline(instance_id),
-        "audit": store.audit_records(instance_id=instance_id),
+        "audit": store.audit_records(AuditQuery(instance_id=instance_id)),
     }
 
 
@@ -71,7 +72,11 @@ def dry_then_apply(ops: Repairs, req: RepairRequest) -> RepairResult:
 
 
 def assert_one_applied_audit(store: Store, instance_id: InstanceId, result: RepairResult) -> None:
-    records = [r for r in store.audit_records(instance_id=instance_id) if r.outcome == "applied"]
+    records = [
+        r
+        for r in store.audit_records(AuditQuery(instance_id=instance_id))
+        if r.outcome == "applied"
+    ]
     assert [r.audit_id for r in records][-1] == result.audit_id
     record = records[-1]
     assert (record.actor, record.role) == ("alice", "operator")
@@ -189,7 +194,7 @@ def test_a_plan_made_stale_by_another_repair_is_refused(
         with pytest.raises(StalePreconditionError) as stale:
             alice.apply(mine, planned=plan)
         assert f"audit #{bobs.audit_id}" in stale.value.message
-        records = alice_store.audit_records(instance_id=instance_id)
+        records = alice_store.audit_records(AuditQuery(instance_id=instance_id))
         assert [(r.actor, r.outcome) for r in records] == [("bob", "applied"), ("alice", "refused")]
         assert "LF703" in (records[1].refusal or "")
         effect = alice_store.effects(instance_id)[0]
@@ -229,7 +234,7 @@ def test_a_repair_without_the_role_is_refused_and_audited(
         ]
         resumed = builtin.apply(request(RepairKind.RESUME, instance_id, actor=RECONCILER))
         assert resumed.outcome == "applied"
-        assert store.audit_records(instance_id=instance_id)[-1].role == "reconciler"
+        assert store.audit_records(AuditQuery(instance_id=instance_id))[-1].role == "reconciler"
     finally:
         store.close()
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from ledgerflow import EffectState, InstanceStatus, SyncEngine
-from processes import Service, Workers, running_service
+from ledgerflow.storage.audit import AuditQuery
+from processes import LEDGERFLOW, Service, Workers, running_service
 
 FAULTS_FOLDER = Path(__file__).resolve().parents[1] / "faults"
 sys.path.insert(0, str(FAULTS_FOLDER))
@@ -32,26 +33,19 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
-    folder = tmp_path / "participants"
-    folder.mkdir()
-    with running_service(folder, ["legacy:none"]) as s:
+    with running_service(tmp_path / "participants", ["legacy:none"]) as s:
         yield s
 
 
 @pytest.fixture
 def workers(tmp_path: Path, service: Service) -> Workers:
-    return Workers(
-        db_url=f"sqlite:///{tmp_path}/journal.db",
-        service=service,
-        log=tmp_path / "workers.log",
-        target="fault_workflows:registry",
-        path=FAULTS_FOLDER,
+    return Workers.in_folder(
+        tmp_path, service, target="fault_workflows:registry", path=FAULTS_FOLDER
     )
 
 
 def _ledgerflow(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-c", "from ledgerflow.cli.main import main; main()", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([*LEDGERFLOW, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_operator_resolves_a_lost_reply_with_the_participants_ledger(
@@ -94,7 +88,7 @@ def test_operator_resolves_a_lost_reply_with_the_participants_ledger(
     workers.recover()
     with SyncEngine(workers.db_url, registry) as engine:
         assert engine.result(instance_id, timeout=0) == {"receipt": row}
-        [audit] = engine.store.audit_records(instance_id=instance_id)
+        [audit] = engine.store.audit_records(AuditQuery(instance_id=instance_id))
         assert (audit.actor, audit.role, audit.outcome) == ("dana", "operator", "applied")
     assert workers.service.received_count("legacy", effect.idempotency_key) == 1
     assert workers.service.applied_count("legacy", effect.idempotency_key) == 1

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
+from conditions import until
 from ledgerflow.errors import IllegalTransitionError, PayloadError
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
@@ -157,13 +158,13 @@ def test_cancel_after_a_pivot_undoes_nothing(desk: Desk, url: str) -> None:
             )
             worker = engine.worker(lease_seconds=0.3, poll_seconds=0.01)
             running = asyncio.create_task(worker.run())
-            await _eventually(lambda: started.instance_id in worker.executor.sessions)
+            await until(lambda: started.instance_id in worker.executor.sessions, what="the session")
             session = worker.executor.sessions[started.instance_id]
             await engine.cancel(started.instance_id, reason="too late?")
             # The heartbeat tells the running instance; only then does its local step finish.
-            await _eventually(lambda: session.cancel_requested)
+            await until(lambda: session.cancel_requested, what="the cancel request")
             desk.gate.set()
-            await _eventually(lambda: not worker.in_flight)
+            await until(lambda: not worker.in_flight, what="the worker to let go")
             worker.stop()
             await running
             record = await engine.get(started.instance_id)
@@ -200,11 +201,3 @@ def test_cancel_is_idempotent_and_refused_once_ended(desk: Desk, url: str) -> No
                 await engine.cancel(other.instance_id, reason="too late")
 
     asyncio.run(main())
-
-
-async def _eventually(condition: Any, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(0.01)

@@ -14,7 +14,6 @@ import pytest
 
 import ledgerflow as lf
 from ledgerflow.errors import ConfigurationError
-from postgres_schema import postgres_url
 
 
 class Gauge:
@@ -30,13 +29,6 @@ class Gauge:
         return 1
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/journal.db"
-    return postgres_url(request.node.name)
-
-
 def _registry(gauge: Gauge) -> lf.Registry:
     registry = lf.Registry()
 
@@ -49,14 +41,14 @@ def _registry(gauge: Gauge) -> lf.Registry:
 
 
 @pytest.mark.parametrize("scope", ["workflow", "tenant"])
-def test_two_workers_never_exceed_a_shared_limit(url: str, scope: str) -> None:
+def test_two_workers_never_exceed_a_shared_limit(journal_url: str, scope: str) -> None:
     """A limit of 2 (on the workflow, or on the tenant): 12 instances, two workers with room
     for 8 each, never more than 2 running at once; all finish."""
     gauge = Gauge()
     registry = _registry(gauge)
 
     async def main() -> None:
-        async with lf.Engine(url, registry) as one, lf.Engine(url, registry) as two:
+        async with lf.Engine(journal_url, registry) as one, lf.Engine(journal_url, registry) as two:
             if scope == "workflow":
                 await one.set_concurrency_limit(workflow="limited", in_flight_max=2)
             else:

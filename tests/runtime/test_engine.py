@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
+from conditions import until
 from ledgerflow.errors import (
     ConcurrencyError,
     EffectFailedError,
@@ -497,10 +498,7 @@ def test_stopping_a_worker_gives_unfinished_leases_back(shop: Shop, url: str) ->
             started = await engine.start("slow", key="s-stop", input=None)
             worker = engine.worker(lease_seconds=60, poll_seconds=0.01)
             running = asyncio.create_task(worker.run(grace_seconds=0.05))
-            for _ in range(1000):  # Bounded: at most ~10 s for the claim.
-                if worker.in_flight:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: worker.in_flight, what="the worker to claim the instance")
             assert worker.in_flight == 1
             worker.stop()
             await running

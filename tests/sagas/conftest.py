@@ -1,4 +1,5 @@
-"""The saga tests' cast: trip participants and order participants, each with its promises."""
+"""The saga tests' cast: trip participants and order participants, each with its promises
+(``saga_workflows.PARTICIPANTS``)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from saga_workflows import PARTICIPANTS
 
 from processes import Service, Workers, running_service
 
-# Each participant's promises (see saga_workflows): both ways of settling an UNKNOWN occur.
-PARTICIPANTS = (
-    "flight:lookup",
-    "hotel:dedupe",
-    "car:dedupe+lookup",
-    "inventory:lookup",
-    "payment:dedupe",
-    "shipping:dedupe+lookup",
-    "email:dedupe",
-)
+HERE = Path(__file__).parent
 
 
 @pytest.fixture
@@ -29,10 +22,4 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 @pytest.fixture
 def workers(tmp_path: Path, service: Service) -> Workers:
-    return Workers(
-        db_url=f"sqlite:///{tmp_path}/journal.db",
-        service=service,
-        log=tmp_path / "workers.log",
-        target="saga_workflows:registry",
-        path=Path(__file__).parent,
-    )
+    return Workers.in_folder(tmp_path, service, target="saga_workflows:registry", path=HERE)

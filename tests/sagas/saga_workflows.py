@@ -8,84 +8,62 @@ lookup and by re-sending the same key to a deduplicating participant.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import Any
 
 from ledgerflow import Participant, Registry, RetryPolicy, WorkflowContext
-from ledgerflow.participant import remote_participant
+from remote_cast import declare
 
-URL = os.environ.get("LEDGERFLOW_TEST_SERVICE_URL", "http://127.0.0.1:9")
 FAST = RetryPolicy(attempts_max=4, backoff_initial=timedelta(milliseconds=20))
+# The cast the service hosts, each with its promises: both ways of settling an UNKNOWN occur.
+PARTICIPANTS = (
+    "flight:lookup",
+    "hotel:dedupe",
+    "car:dedupe+lookup",
+    "inventory:lookup",
+    "payment:dedupe",
+    "shipping:dedupe+lookup",
+    "email:dedupe",
+)
 
 registry = Registry()
 
 
-def _booking(
-    name: str, *, deduplicates: bool, has_lookup: bool, preconditions: bool
-) -> Participant:
-    return registry.add_participant(
-        remote_participant(
-            name,
-            URL,
-            operations={"book": "compensatable"},
-            compensations={"book": "cancel"},
-            preconditions=preconditions,
-            deduplicates=deduplicates,
-            has_lookup=has_lookup,
-            retry=FAST,
-        )
-    )
-
-
-flight = _booking("flight", deduplicates=False, has_lookup=True, preconditions=True)
-hotel = _booking("hotel", deduplicates=True, has_lookup=False, preconditions=False)
-car = _booking("car", deduplicates=True, has_lookup=True, preconditions=True)
-
-inventory = registry.add_participant(
-    remote_participant(
-        "inventory",
-        URL,
-        operations={"reserve": "compensatable"},
-        compensations={"reserve": "release"},
-        preconditions=True,
-        deduplicates=False,
-        has_lookup=True,
+def _booking(spec: str, *, preconditions: bool) -> Participant:
+    return declare(
+        registry,
+        spec,
+        operations={"book": "compensatable"},
+        compensations={"book": "cancel"},
+        preconditions=preconditions,
         retry=FAST,
     )
+
+
+flight = _booking("flight:lookup", preconditions=True)
+hotel = _booking("hotel:dedupe", preconditions=False)
+car = _booking("car:dedupe+lookup", preconditions=True)
+
+inventory = declare(
+    registry,
+    "inventory:lookup",
+    operations={"reserve": "compensatable"},
+    compensations={"reserve": "release"},
+    preconditions=True,
+    retry=FAST,
 )
 # The pivot: once a charge is confirmed the order may only go forward.
-payment = registry.add_participant(
-    remote_participant(
-        "payment",
-        URL,
-        operations={"charge": "forward-recovery-only"},
-        deduplicates=True,
-        has_lookup=False,
-        retry=FAST,
-    )
+payment = declare(
+    registry, "payment:dedupe", operations={"charge": "forward-recovery-only"}, retry=FAST
 )
-shipping = registry.add_participant(
-    remote_participant(
-        "shipping",
-        URL,
-        operations={"ship": "compensatable"},
-        compensations={"ship": "cancel_shipment"},
-        deduplicates=True,
-        has_lookup=True,
-        retry=FAST,
-    )
+shipping = declare(
+    registry,
+    "shipping:dedupe+lookup",
+    operations={"ship": "compensatable"},
+    compensations={"ship": "cancel_shipment"},
+    retry=FAST,
 )
-email = registry.add_participant(
-    remote_participant(
-        "email",
-        URL,
-        operations={"send": "forward-recovery-only"},
-        deduplicates=True,
-        has_lookup=False,
-        retry=FAST,
-    )
-)
+email = declare(registry, "email:dedupe", operations={"send": "forward-recovery-only"}, retry=FAST)
 
 TRIP = {"traveller": "ada", "flight": "LF 101", "hotel": "Harbour", "car": "compact"}
 ORDER = {"sku": "A-1", "quantity": 2, "amount": 40, "address": "1 Quay St", "to": "ada@x.test"}

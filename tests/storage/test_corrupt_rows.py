@@ -11,11 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from ledger_records import new, started
 from ledgerflow.errors import StorageCorruptError
-from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId, WorkerId
+from ledgerflow.model.ids import WorkerId
 from ledgerflow.storage import open_store
-from ledgerflow.storage.records import NewInstance
 from ledgerflow.storage.store import Store
+
+# The instances the fixture and a test start (ledger_records names them by business key).
+FIRST = new("1").instance_id
+SECOND = new("2").instance_id
 
 
 @pytest.fixture
@@ -26,18 +30,7 @@ def path(tmp_path: Path) -> Path:
 @pytest.fixture
 def store(path: Path) -> Store:
     store = open_store(f"sqlite:///{path}")
-    store.start_instance(
-        NewInstance(
-            instance_id=InstanceId("i-1"),
-            tenant=TenantId("t"),
-            workflow_name="w",
-            workflow_version=1,
-            fingerprint="f",
-            business_key=BusinessKey("k"),
-            input="{}",
-        ),
-        now=1.0,
-    )
+    started(store, "1", now=1.0)
     return store
 
 
@@ -66,9 +59,9 @@ def test_damaged_instance_row_is_reported(store: Store, path: Path, sql: str, me
     """Every read of a damaged instance row raises StorageCorruptError naming the row."""
     _damage(path, sql)
     with pytest.raises(StorageCorruptError, match=message) as error:
-        store.get_instance(InstanceId("i-1"))
+        store.get_instance(FIRST)
     assert error.value.code == "LF202"
-    assert "i-1" in str(error.value)
+    assert FIRST in str(error.value)
     with pytest.raises(StorageCorruptError):
         store.list_instances()
 
@@ -76,25 +69,14 @@ def test_damaged_instance_row_is_reported(store: Store, path: Path, sql: str, me
 def test_damaged_row_is_not_claimed_and_does_not_block_others(store: Store, path: Path) -> None:
     """A claim skips a damaged row (leaving it unowned and unchanged) and still hands out the
     healthy instances behind it."""
-    store.start_instance(
-        NewInstance(
-            instance_id=InstanceId("i-2"),
-            tenant=TenantId("t"),
-            workflow_name="w",
-            workflow_version=1,
-            fingerprint="f",
-            business_key=BusinessKey("k2"),
-            input="{}",
-        ),
-        now=1.0,
-    )
-    _damage(path, "UPDATE lf_instances SET run = 'one' WHERE instance_id = 'i-1'")
+    started(store, "2", now=1.0)
+    _damage(path, f"UPDATE lf_instances SET run = 'one' WHERE instance_id = '{FIRST}'")
     claimed = store.claim(owner=WorkerId("w"), now=2.0, lease_seconds=5, limit=5)
-    assert [r.instance_id for r in claimed] == ["i-2"]
+    assert [r.instance_id for r in claimed] == [SECOND]
     conn = sqlite3.connect(path)
     try:
         owner, generation = conn.execute(
-            "SELECT owner, generation FROM lf_instances WHERE instance_id = 'i-1'"
+            f"SELECT owner, generation FROM lf_instances WHERE instance_id = '{FIRST}'"
         ).fetchone()
     finally:
         conn.close()

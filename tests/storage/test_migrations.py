@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
+from ledger_records import started
+from ledgerflow.model.ids import InstanceId
 from ledgerflow.storage import migrations, open_store, queries
-from ledgerflow.storage.records import NewInstance
 
 # The dialect of a journal URL's scheme (as the journal_url fixture writes them).
 DIALECT = {"sqlite": "sqlite", "postgresql": "postgres"}
@@ -408,20 +408,8 @@ def test_the_timeline_migration_keeps_every_entry_and_its_number(
         assert [(e.entry_id, e.detail) for e in kept] == [
             (n, f"line {at}") for n, at in zip(numbers, (1, 2, 3), strict=True)
         ]
-        store.start_instance(
-            NewInstance(
-                instance_id=InstanceId("wf-new"),
-                tenant=TenantId("acme"),
-                workflow_name="order",
-                workflow_version=1,
-                fingerprint="fp",
-                business_key=BusinessKey("new"),
-                input="{}",
-            ),
-            now=4.0,
-        )
-        [started] = store.timeline(InstanceId("wf-new"))
-        assert started.entry_id > max(numbers)
+        [entry] = store.timeline(started(store, "new", now=4.0).instance_id)
+        assert entry.entry_id > max(numbers)
     finally:
         store.close()
     assert _old_names(journal_url) == []

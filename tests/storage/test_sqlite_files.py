@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from damaged_files import damage_instances_table
+from ledger_records import new
 from ledgerflow.errors import (
     ConfigurationError,
     ForeignDatabaseError,
@@ -24,9 +25,7 @@ from ledgerflow.errors import (
     StorageUnavailableError,
     StoreNotFoundError,
 )
-from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.storage import migrations, open_store
-from ledgerflow.storage.records import NewInstance
 from ledgerflow.storage.sqlite import APPLICATION_ID, SqliteStore
 from ledgerflow.storage.store import Store
 from ledgerflow.storage.url import migration_status
@@ -66,23 +65,11 @@ def _fingerprint(path: Path) -> tuple[bytes, int, list[str]]:
     return path.read_bytes(), os.stat(path).st_mtime_ns, sorted(os.listdir(path.parent))
 
 
-def _instance(key: str) -> NewInstance:
-    return NewInstance(
-        instance_id=InstanceId(f"i-{key}"),
-        tenant=TenantId("t"),
-        workflow_name="w",
-        workflow_version=1,
-        fingerprint="f",
-        business_key=BusinessKey(key),
-        input="{}",
-    )
-
-
 @pytest.fixture
 def closed_journal(path: Path) -> Path:
     """A Ledgerflow journal holding one instance, closed again."""
     store = _open(path)
-    store.start_instance(_instance("k"), now=1.0)
+    store.start_instance(new("k"), now=1.0)
     store.close()
     return path
 
@@ -156,7 +143,7 @@ def test_reopening_applies_nothing_and_keeps_data(closed_journal: Path) -> None:
         store = _open(closed_journal)
         try:
             assert store.schema_version() == len(applied)
-            record = store.get_instance(InstanceId("i-k"))
+            record = store.get_instance(new("k").instance_id)
             assert record is not None
             assert record.business_key == "k"
         finally:
@@ -233,11 +220,11 @@ def test_plain_path_opens_a_sqlite_store(path: Path) -> None:
     Method: open by path, write an instance, reopen by URL and read it.
     """
     store: Store = open_store(str(path))
-    store.start_instance(_instance("k"), now=1.0)
+    store.start_instance(new("k"), now=1.0)
     store.close()
     again = _open(path)
     try:
-        assert again.get_instance(InstanceId("i-k")) is not None
+        assert again.get_instance(new("k").instance_id) is not None
     finally:
         again.close()
 
@@ -343,7 +330,7 @@ def test_a_current_journal_opens_for_reading_with_migration_off(closed_journal: 
     before = closed_journal.read_bytes()
     store = open_store(_url(closed_journal), migrate=False)
     try:
-        assert store.get_instance(InstanceId("i-k")) is not None
+        assert store.get_instance(new("k").instance_id) is not None
     finally:
         store.close()
     assert closed_journal.read_bytes() == before
@@ -374,14 +361,14 @@ def test_a_damaged_page_is_a_clear_lf202_on_every_read(path: Path) -> None:
 
     store = _open(path)
     for index in range(50):
-        store.start_instance(_instance(f"k{index}"), now=1.0)
+        store.start_instance(new(f"k{index}"), now=1.0)
     store.close()
     damage_instances_table(path)
     with SyncEngine(_url(path), Registry()) as engine:
         for read in (
             lambda: engine.list(),
-            lambda: engine.detail("i-k1"),
-            lambda: engine.get("i-k1"),
+            lambda: engine.detail(new("k1").instance_id),
+            lambda: engine.get(new("k1").instance_id),
         ):
             with pytest.raises(StorageCorruptError, match="malformed") as refused:
                 read()

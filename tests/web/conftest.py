@@ -8,50 +8,20 @@ wait is bounded and polls a condition, never sleeps blindly.
 from __future__ import annotations
 
 import json
-import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from conditions import WAIT_SECONDS_MAX, eventually
+from processes import LEDGERFLOW, child_environment, first_line
+
 HERE = Path(__file__).parent
-WAIT_SECONDS_MAX = 30.0
-POLL_SECONDS = 0.01
-T = TypeVar("T")
-
-
-def wait_until(
-    condition: Callable[[], T | None], *, what: str, timeout: float = WAIT_SECONDS_MAX
-) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(POLL_SECONDS)
-
-
-def _first_line(process: subprocess.Popen[str]) -> str:
-    # readline() blocks; a helper thread makes it a bounded wait.
-    lines: queue.Queue[str] = queue.Queue()
-    stdout = process.stdout
-    assert stdout is not None
-    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
-    try:
-        return lines.get(timeout=WAIT_SECONDS_MAX)
-    except queue.Empty:
-        return ""
 
 
 @dataclass
@@ -68,9 +38,7 @@ class Processes:
         return self.folder / "processes.log"
 
     def _env(self, faults: list[dict[str, Any]] | None) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-        env["LEDGERFLOW_TEST_MARKERS"] = str(self.markers)
+        env = child_environment(HERE, LEDGERFLOW_TEST_MARKERS=str(self.markers))
         env.pop("LEDGERFLOW_FAULTS", None)
         if faults:
             env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
@@ -84,7 +52,7 @@ class Processes:
         lease_seconds: float = 10.0,
     ) -> subprocess.Popen[bytes]:
         command = [
-            *(sys.executable, "-c", "from ledgerflow.cli.main import main; main()"),
+            *LEDGERFLOW,
             *("worker", "wait_workflows:registry", "--db", self.db_url),
             *("--lease-seconds", str(lease_seconds), "--poll-seconds", "0.05"),
         ]
@@ -109,7 +77,7 @@ class Processes:
                 command, env=self._env(None), stdout=subprocess.PIPE, stderr=log, text=True
             )
         self.started.append(process)
-        line = _first_line(process)
+        line = first_line(process)
         assert line.startswith("LISTENING http://"), f"{line!r}\n{self.tail()}"
         return line.split()[1], process
 
@@ -122,7 +90,7 @@ class Processes:
         process.kill()
         return process.wait(timeout=WAIT_SECONDS_MAX)
 
-    wait_until = staticmethod(wait_until)
+    wait_until = staticmethod(eventually)
 
     def marked(self, point: str, key: str) -> bool:
         return (self.markers / f"{point}-{key}").exists()

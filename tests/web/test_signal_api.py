@@ -28,7 +28,7 @@ from wait_workflows import registry
 from ledgerflow import Engine, InstanceStatus, SyncEngine
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signal
-from ledgerflow.operators.service import Operations
+from ledgerflow.operators.service import AuditQuery, Operations
 from ledgerflow.web import create_app
 
 with warnings.catch_warnings():
@@ -366,7 +366,7 @@ def test_signal_command_exit_codes(world: World) -> None:
     assert ended.exit_code == 1
     assert "has ended" in ended.output
     with Operations(world.url) as operations:
-        audit = operations.audit(instance_id=instance_id, kind="signal")
+        audit = operations.audit(AuditQuery(instance_id=instance_id, kind="signal"))
     assert [a.outcome for a in audit] == ["applied", "no-op", "refused", "refused"]
     assert audit[0].actor == "ops"
     assert audit[1].actor.startswith("local:")

@@ -12,10 +12,10 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ledgerflow.cli.options import db_option, echo_json, json_option, tenant_of
+from ledgerflow import limits
+from ledgerflow.cli.options import db_option, echo_json, json_option, limit_option, tenant_of
 from ledgerflow.cli.render import cell, console, inert, lines_cell, print_table, short, when
-from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, ATTENTION_LIMIT_MAX
-from ledgerflow.operators.service import AttentionItem, Operations, ScanReport
+from ledgerflow.operators.service import AttentionItem, AttentionQuery, Operations, ScanReport
 from ledgerflow.operators.shapes import listing
 
 _REASON_CHARS = 160
@@ -58,12 +58,10 @@ def _scan_summary(report: ScanReport) -> str:
 @click.option("--tenant", help="Only this tenant.")
 @click.option("--workflow", help="Only this workflow.")
 @click.option("--reason", "reason_code", metavar="CODE", help="Only this reason code.")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1, max=ATTENTION_LIMIT_MAX),
-    default=ATTENTION_LIMIT_DEFAULT,
-    show_default=True,
-    help="At most this many, oldest first.",
+@limit_option(
+    default=limits.ATTENTION_LIMIT_DEFAULT,
+    maximum=limits.ATTENTION_LIMIT_MAX,
+    text="At most this many, oldest first.",
 )
 @click.option("--scan", "run_scan", is_flag=True, help="Scan for stuck work first.")
 @db_option
@@ -80,9 +78,10 @@ def attention_command(
     """List what needs a person: parked instances and open flags, oldest first."""
     with Operations(db) as operations:
         report = operations.scan(detected_by="cli") if run_scan else None
-        items = operations.attention(
+        query = AttentionQuery(
             tenant=tenant_of(tenant), workflow=workflow, reason=reason_code, limit=limit
         )
+        items = operations.attention(query)
     if as_json:
         document = listing([item.to_json() for item in items])
         if report is not None:

@@ -33,6 +33,7 @@ from ledgerflow.cli.options import (
     db_option,
     echo_json,
     json_option,
+    limit_option,
     required_actor,
     tenant_of,
 )
@@ -257,13 +258,7 @@ def cancel(
 )
 @click.option("--workflow", help="Only instances of this workflow.")
 @click.option("--tenant", help="Only instances of this tenant.")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=LIST_LIMIT_DEFAULT,
-    show_default=True,
-    help="At most this many, newest first.",
-)
+@limit_option(default=LIST_LIMIT_DEFAULT, text="At most this many, newest first.")
 @db_option
 @json_option
 def list_(

@@ -3,8 +3,9 @@
 ``--db`` names the journal (or ``LEDGERFLOW_DB``); ``--actor`` who acts (or
 ``LEDGERFLOW_OPERATOR``) and ``--authority`` the roles file (or ``LEDGERFLOW_AUTHORITY``) for
 the commands that change something on someone's authority (repairs, cancel); ``--json`` asks
-for one JSON document instead of tables (:func:`echo_json` prints it); a ``--tenant`` is checked
-by the one naming rule, as the library and the HTTP endpoint check it.
+for one JSON document instead of tables (:func:`echo_json` prints it); ``--limit`` bounds a
+listing; a ``--tenant`` is checked by the one naming rule, as the library and the HTTP endpoint
+check it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ def required_actor(actor: str | None, *, doing: str) -> str:
 def authority_of(authority_file: str | None) -> Authority:
     """The roles file named, or the built-in policy (no person holds a role)."""
     return Authority.from_file(authority_file) if authority_file else Authority.default()
+
+
+def limit_option(*, default: int, text: str, maximum: int | None = None) -> Callable[[F], F]:
+    """``--limit N``: at most N items (from 1 up to ``maximum``), ``default`` when not given."""
+    return click.option(
+        "--limit",
+        type=click.IntRange(min=1, max=maximum),
+        default=default,
+        show_default=True,
+        help=text,
+    )
 
 
 def echo_json(value: Any) -> None:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ledgerflow import limits
 from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.options import (
     actor_option,
@@ -25,6 +26,7 @@ from ledgerflow.cli.options import (
     db_option,
     echo_json,
     json_option,
+    limit_option,
     required_actor,
 )
 from ledgerflow.cli.render import cell, console, print_table
@@ -33,14 +35,13 @@ from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.operators.service import (
     ACTION_KINDS,
+    AuditQuery,
     Operations,
     RepairKind,
     RepairRequest,
     RepairResult,
 )
 from ledgerflow.operators.shapes import listing
-
-AUDIT_LIMIT_DEFAULT = 100
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -227,12 +228,8 @@ def _since(text: str | None) -> float | None:
     help="Only this kind (a repair, or start, cancel, signal, complete-effect, token-...).",
 )
 @click.option("--since", help="Only records at or after this time (epoch seconds or ISO).")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=AUDIT_LIMIT_DEFAULT,
-    show_default=True,
-    help="At most this many (the newest), shown oldest first.",
+@limit_option(
+    default=limits.AUDIT_LIMIT_DEFAULT, text="At most this many (the newest), shown oldest first."
 )
 @db_option
 @json_option
@@ -249,7 +246,13 @@ def audit(
     through the service; applied, repeated (no-op) and refused, oldest first."""
     with Operations(db) as operations:
         records = operations.audit(
-            instance_id=instance_id, actor=actor, kind=kind, since=_since(since), limit=limit
+            AuditQuery(
+                instance_id=InstanceId(instance_id) if instance_id else None,
+                actor=actor,
+                kind=kind,
+                since=_since(since),
+                limit=limit,
+            )
         )
     if as_json:
         echo_json(listing([audit_json(record) for record in records]))

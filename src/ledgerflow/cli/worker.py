@@ -8,13 +8,14 @@ import signal
 
 import click
 
-from ledgerflow import Engine, limits
+from ledgerflow import limits
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.options import db_option
 from ledgerflow.errors import ConfigurationError
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
+from ledgerflow.runtime.engine import Engine
 
 
 def install_faults() -> None:

@@ -13,11 +13,11 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledgerflow.demo.own_file import write_transaction
 from ledgerflow.model.definition import check_name
 
 CONTROL_PREFIX = "_control"
@@ -81,16 +81,8 @@ class ParticipantLedger:
             """
         )
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self._lock)
 
     def _receipt(self, row: sqlite3.Row) -> dict[str, Any]:
         return {

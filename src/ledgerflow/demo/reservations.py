@@ -45,10 +45,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+
+from ledgerflow.demo.own_file import write_transaction
 
 # How long a writer waits for another process's write lock before giving up with an error.
 BUSY_TIMEOUT_SECONDS = 10.0
@@ -276,16 +277,8 @@ class ReservationBook:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self._lock)
 
     def _read(self, db: sqlite3.Connection, reservation_id: str) -> Reservation | None:
         row = db.execute(

@@ -26,7 +26,7 @@ from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import BusinessKey, TenantId
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, AttentionItem
+from ledgerflow.operators.attention import AttentionItem
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult
@@ -34,7 +34,8 @@ from ledgerflow.operators.service import InstanceReport, Operations, Principal, 
 from ledgerflow.runtime.detection import ScanReport
 from ledgerflow.runtime.engine import Delivered, Engine, InstanceDetail
 from ledgerflow.runtime.periodic import PeriodicTask
-from ledgerflow.storage.audit import AuditRecord
+from ledgerflow.storage.attention import AttentionQuery
+from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
 
@@ -132,17 +133,8 @@ class AsyncOperations:
 
     # -- the operator's own calls, on the store thread -----------------------------------------
 
-    async def attention(
-        self,
-        *,
-        tenant: str | None = None,
-        workflow: str | None = None,
-        reason: str | None = None,
-        limit: int = ATTENTION_LIMIT_DEFAULT,
-    ) -> list[AttentionItem]:
-        return await self._thread.call(
-            self._operations.attention, tenant=tenant, workflow=workflow, reason=reason, limit=limit
-        )
+    async def attention(self, query: AttentionQuery | None = None) -> list[AttentionItem]:
+        return await self._thread.call(self._operations.attention, query)
 
     async def scan(self, *, detected_by: str, bounds: DetectionBounds | None = None) -> ScanReport:
         return await self._thread.call(
@@ -155,23 +147,8 @@ class AsyncOperations:
     async def apply(self, request: RepairRequest) -> RepairResult:
         return await self._thread.call(self._operations.apply, request)
 
-    async def audit(
-        self,
-        *,
-        instance_id: str | None = None,
-        actor: str | None = None,
-        kind: str | None = None,
-        since: float | None = None,
-        limit: int = 100,
-    ) -> list[AuditRecord]:
-        return await self._thread.call(
-            self._operations.audit,
-            instance_id=instance_id,
-            actor=actor,
-            kind=kind,
-            since=since,
-            limit=limit,
-        )
+    async def audit(self, query: AuditQuery | None = None) -> list[AuditRecord]:
+        return await self._thread.call(self._operations.audit, query)
 
     async def reconcile(
         self,

@@ -9,20 +9,24 @@ settles. The queue only reads; repairs are ``operators/repairs.py``.
 
 Example::
 
-    for item in attention(store, reason="poison_step", limit=20):
+    for item in attention(store, AttentionQuery(reason="poison_step", limit=20)):
         print(item.since, item.instance_id, item.reason_code, item.reason)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ledgerflow.storage.attention import EffectToSettle, FlaggedInstance, ParkedInstance
+from ledgerflow import limits
+from ledgerflow.storage.attention import (
+    AttentionQuery,
+    EffectToSettle,
+    FlaggedInstance,
+    ParkedInstance,
+)
 from ledgerflow.storage.store import OperatorStore
-
-ATTENTION_LIMIT_DEFAULT = 100
-ATTENTION_LIMIT_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,20 +93,12 @@ def _item(row: ParkedInstance | FlaggedInstance, store: OperatorStore) -> Attent
     )
 
 
-def attention(
-    store: OperatorStore,
-    *,
-    tenant: str | None = None,
-    workflow: str | None = None,
-    reason: str | None = None,
-    limit: int = ATTENTION_LIMIT_DEFAULT,
-) -> list[AttentionItem]:
-    """Parked instances and open flags, oldest first, at most ``limit``; each filter is
-    optional (``reason`` is a reason code such as ``poison_step``)."""
-    limit = max(1, min(limit, ATTENTION_LIMIT_MAX))
-    parked, flagged = store.attention_rows(
-        tenant=tenant, workflow_name=workflow, reason_code=reason, limit=limit
-    )
+def attention(store: OperatorStore, query: AttentionQuery | None = None) -> list[AttentionItem]:
+    """Parked instances and open flags, oldest first, at most ``query.limit`` (no query: the
+    whole queue, up to the default bound)."""
+    query = query or AttentionQuery()
+    bounded = dataclasses.replace(query, limit=max(1, min(query.limit, limits.ATTENTION_LIMIT_MAX)))
+    parked, flagged = store.attention_rows(bounded)
     rows: list[ParkedInstance | FlaggedInstance] = [*parked, *flagged]
     rows.sort(key=lambda row: (row.since, row.instance_id))
-    return [_item(row, store) for row in rows[:limit]]
+    return [_item(row, store) for row in rows[: bounded.limit]]

@@ -44,7 +44,13 @@ from ledgerflow.model.repair_rules import plan_repair
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.snapshot import Snapshot, read_snapshot, repair_writes
 from ledgerflow.runtime.clock import Clock, SystemClock
-from ledgerflow.storage.audit import AuditEntry, AuditRecord, CancelRequest, RepairWrite
+from ledgerflow.storage.audit import (
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
+    CancelRequest,
+    RepairWrite,
+)
 from ledgerflow.storage.store import OperatorStore
 
 __all__ = ["RepairKind", "RepairRequest", "RepairResult", "Repairs"]
@@ -261,7 +267,7 @@ class Repairs:
     def _changed_by(self, instance_id: InstanceId, generation: int) -> str:
         later = [
             r
-            for r in self.store.audit_records(instance_id=instance_id, limit=20)
+            for r in self.store.audit_records(AuditQuery(instance_id=instance_id, limit=20))
             if r.outcome == "applied" and (r.generation_before or 0) >= generation
         ]
         if not later:

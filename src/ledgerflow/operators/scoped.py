@@ -35,7 +35,7 @@ from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.operators import actions
-from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, AttentionItem, attention
+from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.runtime.clock import Clock
@@ -46,7 +46,8 @@ from ledgerflow.runtime.engine import (
     SyncEngine,
 )
 from ledgerflow.storage.access import InstanceQuery, VersionCount
-from ledgerflow.storage.audit import AuditRecord
+from ledgerflow.storage.attention import AttentionQuery
+from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import Store
@@ -176,7 +177,9 @@ class ScopedOperations:
         record = self._visible(instance_id)
         return (
             self._store.open_flags(record.instance_id),
-            self._store.audit_records(instance_id=record.instance_id, limit=limits.PAGE_SIZE_MAX),
+            self._store.audit_records(
+                AuditQuery(instance_id=record.instance_id, limit=limits.PAGE_SIZE_MAX)
+            ),
         )
 
     def find(self, *, tenant: str | None, workflow: str, key: str) -> InstanceRecord:
@@ -197,15 +200,14 @@ class ScopedOperations:
         *,
         workflow: str | None = None,
         reason: str | None = None,
-        limit: int = ATTENTION_LIMIT_DEFAULT,
+        limit: int = limits.ATTENTION_LIMIT_DEFAULT,
     ) -> list[AttentionItem]:
         self.require(ApiRole.VIEWER)
         items = attention(
             self._store,
-            tenant=self.principal.tenant_filter,
-            workflow=workflow,
-            reason=reason,
-            limit=limit,
+            AttentionQuery(
+                tenant=self.principal.tenant_filter, workflow=workflow, reason=reason, limit=limit
+            ),
         )
         # A flag may name an instance that is gone (no tenant): only a principal that sees
         # every tenant sees those.
@@ -224,13 +226,15 @@ class ScopedOperations:
         """The newest audit records of the principal's tenant, oldest first."""
         self.require(ApiRole.VIEWER)
         return self._store.audit_records(
-            instance_id=InstanceId(instance_id) if instance_id else None,
-            actor=actor,
-            kind=kind,
-            since=since,
-            tenant=self.principal.tenant_filter,
-            before_id=before_id,
-            limit=max(1, min(limit, limits.PAGE_SIZE_MAX)),
+            AuditQuery(
+                instance_id=InstanceId(instance_id) if instance_id else None,
+                actor=actor,
+                kind=kind,
+                since=since,
+                tenant=self.principal.tenant_filter,
+                before_id=before_id,
+                limit=max(1, min(limit, limits.PAGE_SIZE_MAX)),
+            )
         )
 
     def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:

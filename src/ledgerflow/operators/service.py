@@ -23,7 +23,7 @@ so a mistyped ``--db`` is an error naming it, not a new, empty journal.
 Example::
 
     with Operations("sqlite:///orders.db", authority=Authority.from_environment()) as ops:
-        for item in ops.attention(reason="poison_step"):
+        for item in ops.attention(AttentionQuery(reason="poison_step")):
             print(item.since, item.instance_id, item.reason)
         request = RepairRequest(
             kind=RepairKind.RESUME, instance_id=iid, actor="alice", reason="input fixed"
@@ -46,12 +46,12 @@ from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
-from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
+from ledgerflow.model.ids import BusinessKey, TenantId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.operators import actions
 from ledgerflow.operators.access import SignedIn, Tokens
-from ledgerflow.operators.attention import ATTENTION_LIMIT_DEFAULT, AttentionItem, attention
+from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.reconcile import reconcile
@@ -69,8 +69,8 @@ from ledgerflow.runtime.engine import (
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage import open_store
 from ledgerflow.storage.access import ApiToken, InstanceQuery, VersionCount
-from ledgerflow.storage.attention import AttentionFlag
-from ledgerflow.storage.audit import AuditRecord
+from ledgerflow.storage.attention import AttentionFlag, AttentionQuery
+from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.migrations import MigrationStatus
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
@@ -84,6 +84,8 @@ __all__ = [
     "ApiToken",
     "AttentionFlag",
     "AttentionItem",
+    "AttentionQuery",
+    "AuditQuery",
     "AuditRecord",
     "Delivered",
     "DeliveryOutcome",
@@ -201,7 +203,7 @@ class Operations:
         found = detail.instance.instance_id
         return InstanceReport(
             detail=detail,
-            audit=self._store.audit_records(instance_id=found, limit=SHOW_AUDIT_MAX),
+            audit=self._store.audit_records(AuditQuery(instance_id=found, limit=SHOW_AUDIT_MAX)),
             flags=self._store.open_flags(found),
         )
 
@@ -351,16 +353,9 @@ class Operations:
 
     # -- what needs a person ---------------------------------------------------------------------
 
-    def attention(
-        self,
-        *,
-        tenant: str | None = None,
-        workflow: str | None = None,
-        reason: str | None = None,
-        limit: int = ATTENTION_LIMIT_DEFAULT,
-    ) -> list[AttentionItem]:
-        """Parked instances and open flags, oldest first."""
-        return attention(self._store, tenant=tenant, workflow=workflow, reason=reason, limit=limit)
+    def attention(self, query: AttentionQuery | None = None) -> list[AttentionItem]:
+        """Parked instances and open flags, oldest first (no query: the whole queue)."""
+        return attention(self._store, query)
 
     def scan(self, *, detected_by: str, bounds: DetectionBounds | None = None) -> ScanReport:
         """Run the stuck-work scan now, as workers do periodically (default bounds:
@@ -378,23 +373,9 @@ class Operations:
         """Apply the repair in one transaction with its audit record (or refuse, on record)."""
         return self.repairs().apply(request)
 
-    def audit(
-        self,
-        *,
-        instance_id: str | None = None,
-        actor: str | None = None,
-        kind: str | None = None,
-        since: float | None = None,
-        limit: int = 100,
-    ) -> list[AuditRecord]:
-        """The newest ``limit`` audit records matching every filter given, oldest first."""
-        return self._store.audit_records(
-            instance_id=InstanceId(instance_id) if instance_id else None,
-            actor=actor,
-            kind=kind,
-            since=since,
-            limit=limit,
-        )
+    def audit(self, query: AuditQuery | None = None) -> list[AuditRecord]:
+        """The audit records a query selects, oldest first (no query: the newest of all)."""
+        return self._store.audit_records(query)
 
     def repairs(self) -> Repairs:
         """The audited repair tool on this store, under this service's authority."""

@@ -1,8 +1,9 @@
 """The attention queue's records, as the store reads them back (internal).
 
 An :class:`AttentionFlag` is an open or cleared flag on an instance. The queue reads what needs
-a person as :class:`ParkedInstance` and :class:`FlaggedInstance` rows, and for each instance the
-:class:`EffectToSettle` rows a repair settles. Their instance columns are plain values, not an
+a person, as an :class:`AttentionQuery` selects, as :class:`ParkedInstance` and
+:class:`FlaggedInstance` rows, and for each instance the :class:`EffectToSettle` rows a repair
+settles. Their instance columns are plain values, not an
 :class:`~ledgerflow.storage.records.InstanceRecord`: a row damaged past reading as a record must
 still reach the queue, which is where a person finds it.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ledgerflow import limits
 from ledgerflow.model.ids import IdempotencyKey, InstanceId, StepSeq
 
 
@@ -28,6 +30,17 @@ class AttentionFlag:
     cleared_at: float | None = None
     cleared_by: str | None = None
     cleared_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionQuery:
+    """Which part of the queue to read: each filter given must match (``reason`` is a reason
+    code such as ``poison_step``); oldest first, at most ``limit``."""
+
+    tenant: str | None = None
+    workflow: str | None = None
+    reason: str | None = None
+    limit: int = limits.ATTENTION_LIMIT_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

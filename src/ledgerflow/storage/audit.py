@@ -1,15 +1,16 @@
 """The audit log's records and the one write an operator's repair is made of (internal).
 
 An :class:`AuditEntry` is what is appended (never updated); an :class:`AuditRecord` is what is
-read back. A :class:`RepairWrite` is a repair's whole change: the state it was planned against
-(the precondition), the fenced writes, an optional cancel request and its audit entry, applied
-by the store in one transaction or not at all.
+read back, as an :class:`AuditQuery` selects. A :class:`RepairWrite` is a repair's whole
+change: the state it was planned against (the precondition), the fenced writes, an optional
+cancel request and its audit entry, applied by the store in one transaction or not at all.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ledgerflow import limits
 from ledgerflow.model.ids import Generation, InstanceId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.storage.records import EffectWrite, InstanceWrite, StepWrite
@@ -36,22 +37,28 @@ class AuditEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AuditRecord:
+class AuditRecord(AuditEntry):
+    """An entry as the log keeps it: numbered, and stamped with when it was appended."""
+
     audit_id: int
     at: float
-    actor: str
-    role: str | None
-    kind: str
-    instance_id: InstanceId | None
-    target: str | None
-    fingerprint: str
-    outcome: str
-    reason: str
-    evidence: str | None
-    plan: str
-    refusal: str | None
-    generation_before: Generation | None
-    generation_after: Generation | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditQuery:
+    """Which audit records to read: the newest ``limit`` that match every filter given (at most
+    ``limits.AUDIT_LIMIT_MAX``), listed oldest first."""
+
+    instance_id: InstanceId | None = None
+    actor: str | None = None
+    kind: str | None = None
+    # Epoch seconds: records at or after it.
+    since: float | None = None
+    # Records of that tenant's instances only (a scoped principal's view of the log).
+    tenant: str | None = None
+    # Records older than this one (paging back through the log).
+    before_id: int | None = None
+    limit: int = limits.AUDIT_LIMIT_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,37 +9,74 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+import types
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from ledgerflow.errors import IllegalTransitionError, StorageCorruptError
 from ledgerflow.model.effect import EffectState
-from ledgerflow.model.ids import (
-    BusinessKey,
-    CommandId,
-    EffectId,
-    Generation,
-    IdempotencyKey,
-    InstanceId,
-    RunNumber,
-    StepSeq,
-    TenantId,
-    WorkerId,
-)
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.step import StepStatus
 from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, StepRecord
 
 Row = Mapping[str, Any]
 R = TypeVar("R")
+Convert = Callable[[Any], Any]
 
 
-def plain_record(kind: type[R], row: Row) -> R:
-    """A record of plain values (no enum, no invariant to check) from the row's columns of the
-    same names, as the driver reads them: both drivers give the schema's integers, reals and
-    texts as int, float and str, which is what these records hold."""
+def _as_given(value: Any) -> Any:
+    return value
+
+
+def _flag(value: Any) -> bool:
+    # Both schemas keep a flag as an integer, 0 or 1.
+    return bool(value != 0)
+
+
+def _converter(annotation: Any) -> Convert:
+    """How a column's value becomes the value of a field of this declared type: integers,
+    reals, enums and flags are converted (a value that is none of them makes the row corrupt);
+    texts are taken as the driver reads them."""
+    optional = False
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional, (annotation,) = True, members
+    while hasattr(annotation, "__supertype__"):  # an identity type (NewType) of the model
+        annotation = annotation.__supertype__
+    convert: Convert = _as_given
+    if annotation is bool:
+        convert = _flag
+    elif annotation in (int, float) or (
+        isinstance(annotation, type) and issubclass(annotation, enum.Enum)
+    ):
+        convert = annotation
+    if not optional:
+        return convert
+    return lambda value: None if value is None else convert(value)
+
+
+# Per record type, each field's name and converter: worked out once, on the first read.
+_PLANS: dict[type[Any], tuple[tuple[str, Convert], ...]] = {}
+
+
+def _plan(kind: type[Any]) -> tuple[tuple[str, Convert], ...]:
+    plan = _PLANS.get(kind)
+    if plan is None:
+        hints = typing.get_type_hints(kind)
+        plan = tuple((f.name, _converter(hints[f.name])) for f in dataclasses.fields(kind))
+        _PLANS[kind] = plan
+    return plan
+
+
+def record_from_row(kind: type[R], row: Row) -> R:
+    """A record (a frozen dataclass) from the row's columns of its fields' names, each value
+    converted to the field's declared type. A missing column or a value of the wrong kind
+    raises (KeyError, ValueError, TypeError): the row was not written by these rules."""
     build = cast(Callable[..., R], kind)
-    return build(**{item.name: row[item.name] for item in dataclasses.fields(cast(Any, kind))})
+    plan = _plan(cast(type[Any], kind))
+    return build(**{name: convert(row[name]) for name, convert in plan})
 
 
 def fields(record: Any) -> dict[str, Any]:
@@ -49,80 +86,6 @@ def fields(record: Any) -> dict[str, Any]:
         value = getattr(record, name)
         out[name] = value.value if isinstance(value, enum.Enum) else value
     return out
-
-
-def _build_instance(r: Row) -> InstanceRecord:
-    return InstanceRecord(
-        instance_id=InstanceId(r["instance_id"]),
-        tenant=TenantId(r["tenant"]),
-        workflow_name=r["workflow_name"],
-        workflow_version=int(r["workflow_version"]),
-        fingerprint=r["fingerprint"],
-        business_key=BusinessKey(r["business_key"]),
-        run=RunNumber(int(r["run"])),
-        status=InstanceStatus(r["status"]),
-        owner=WorkerId(r["owner"]) if r["owner"] is not None else None,
-        generation=Generation(int(r["generation"])),
-        lease_expires_at=r["lease_expires_at"],
-        available_at=float(r["available_at"]),
-        input=r["input"],
-        result=r["result"],
-        reason_code=r["reason_code"],
-        reason=r["reason"],
-        created_at=float(r["created_at"]),
-        updated_at=float(r["updated_at"]),
-        cancel_requested_at=r["cancel_requested_at"],
-        cancel_reason=r["cancel_reason"],
-        cancel_compensate=r["cancel_compensate"] != 0,
-        lease_expiries=int(r["lease_expiries"]),
-        cause=r["cause"],
-        cancel_outcome=r["cancel_outcome"],
-    )
-
-
-def _build_step(r: Row) -> StepRecord:
-    return StepRecord(
-        instance_id=InstanceId(r["instance_id"]),
-        run=RunNumber(int(r["run"])),
-        seq=StepSeq(int(r["seq"])),
-        kind=StepKind(r["kind"]),
-        name=r["name"],
-        command_id=CommandId(r["command_id"]),
-        status=StepStatus(r["status"]),
-        attempt=int(r["attempt"]),
-        input=r["input"],
-        output=r["output"],
-        error=r["error"],
-        retry_policy=r["retry_policy"],
-        next_attempt_at=r["next_attempt_at"],
-        generation=Generation(int(r["generation"])),
-        updated_at=float(r["updated_at"]),
-        attempt_errors=r["attempt_errors"],
-    )
-
-
-def _build_effect(r: Row) -> EffectRecord:
-    return EffectRecord(
-        effect_id=EffectId(r["effect_id"]),
-        instance_id=InstanceId(r["instance_id"]),
-        run=RunNumber(int(r["run"])),
-        seq=StepSeq(int(r["seq"])),
-        participant=r["participant"],
-        operation=r["operation"],
-        classification=r["classification"],
-        idempotency_key=IdempotencyKey(r["idempotency_key"]),
-        state=EffectState(r["state"]),
-        attempt=int(r["attempt"]),
-        doubt=int(r["doubt"]),
-        payload=r["payload"],
-        evidence=r["evidence"],
-        reason=r["reason"],
-        generation=Generation(int(r["generation"])),
-        updated_at=float(r["updated_at"]),
-        compensates=EffectId(r["compensates"]) if r["compensates"] is not None else None,
-        attempt_errors=r["attempt_errors"],
-        lookup_failures=int(r["lookup_failures"]),
-    )
 
 
 def _checked(
@@ -183,15 +146,18 @@ def effect_invariant(e: EffectRecord) -> str | None:
 
 
 def instance_from_row(r: Row) -> InstanceRecord:
-    return _checked("lf_instances", r, "instance_id", _build_instance, instance_invariant)
+    build = functools.partial(record_from_row, InstanceRecord)
+    return _checked("lf_instances", r, "instance_id", build, instance_invariant)
 
 
 def step_from_row(r: Row) -> StepRecord:
-    return _checked("lf_steps", r, "command_id", _build_step, step_invariant)
+    build = functools.partial(record_from_row, StepRecord)
+    return _checked("lf_steps", r, "command_id", build, step_invariant)
 
 
 def effect_from_row(r: Row) -> EffectRecord:
-    return _checked("lf_effects", r, "effect_id", _build_effect, effect_invariant)
+    build = functools.partial(record_from_row, EffectRecord)
+    return _checked("lf_effects", r, "effect_id", build, effect_invariant)
 
 
 def refuse_broken(broken: str | None, kind: str, ident: str) -> None:
@@ -203,18 +169,6 @@ def refuse_broken(broken: str | None, kind: str, ident: str) -> None:
 
 def delivery_from_row(r: Row) -> Delivery:
     try:
-        return Delivery(
-            instance_id=InstanceId(r["instance_id"]),
-            event_id=r["event_id"],
-            name=r["name"],
-            payload=r["payload"],
-            sender=r["sender"],
-            for_seq=r["for_seq"],
-            received_at=float(r["received_at"]),
-            state=r["state"],
-            reason=r["reason"],
-            consumed_seq=r["consumed_seq"],
-            refusal=r["refusal"],
-        )
+        return record_from_row(Delivery, r)
     except (KeyError, ValueError, TypeError) as exc:
         raise StorageCorruptError(f"corrupt lf_inbox row: {exc}") from None

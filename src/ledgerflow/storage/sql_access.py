@@ -8,7 +8,7 @@ request pays for sweeping a backlog; the rows they leave behind are swept by the
 from __future__ import annotations
 
 from ledgerflow.storage.access import ApiToken, ConsoleSession, IdempotencyRecord
-from ledgerflow.storage.rows import fields, plain_record
+from ledgerflow.storage.rows import fields, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
 # Rows one purge deletes at most (expired sessions, idempotency records past retention).
@@ -25,12 +25,12 @@ class AccessStore(SqlSeam):
     def get_token(self, token_id: str) -> ApiToken | None:
         with self._read():
             rows, _ = self._run("get_token", {"token_id": token_id})
-        return plain_record(ApiToken, rows[0]) if rows else None
+        return record_from_row(ApiToken, rows[0]) if rows else None
 
     def tokens(self) -> list[ApiToken]:
         with self._read():
             rows, _ = self._run("select_tokens", {})
-        return [plain_record(ApiToken, r) for r in rows]
+        return [record_from_row(ApiToken, r) for r in rows]
 
     def revoke_token(self, token_id: str, *, revoked_by: str, now: float) -> bool:
         """Revoke a live token and end its console sessions; False when none was live."""
@@ -51,7 +51,7 @@ class AccessStore(SqlSeam):
     def get_session(self, session_hash: str, *, now: float) -> ConsoleSession | None:
         with self._read():
             rows, _ = self._run("get_session", {"session_hash": session_hash, "now": now})
-        return plain_record(ConsoleSession, rows[0]) if rows else None
+        return record_from_row(ConsoleSession, rows[0]) if rows else None
 
     def delete_session(self, session_hash: str) -> None:
         with self._write_transaction():
@@ -74,7 +74,7 @@ class AccessStore(SqlSeam):
             if inserted == 1:
                 return None
             rows, _ = self._run("get_idempotency", where)
-        return plain_record(IdempotencyRecord, rows[0]) if rows else None
+        return record_from_row(IdempotencyRecord, rows[0]) if rows else None
 
     def finish_idempotency(self, *, scope: str, key: str, status: int, body: str) -> None:
         with self._write_transaction():

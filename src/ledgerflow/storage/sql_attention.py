@@ -15,11 +15,12 @@ from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.storage.attention import (
     AttentionFlag,
+    AttentionQuery,
     EffectToSettle,
     FlaggedInstance,
     ParkedInstance,
 )
-from ledgerflow.storage.rows import instance_from_row, plain_record
+from ledgerflow.storage.rows import instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
 # Open flags one read returns at most.
@@ -84,13 +85,13 @@ class AttentionStore(SqlSeam):
             rows, _ = self._run(
                 "select_open_flags", {"instance_id": instance_id, "limit": OPEN_FLAGS_MAX}
             )
-        return [plain_record(AttentionFlag, r) for r in rows]
+        return [record_from_row(AttentionFlag, r) for r in rows]
 
     def flags(self, instance_id: InstanceId) -> list[AttentionFlag]:
         """Every flag of one instance, open and cleared, oldest first."""
         with self._read():
             rows, _ = self._run("select_flags", {"instance_id": instance_id})
-        return [plain_record(AttentionFlag, r) for r in rows]
+        return [record_from_row(AttentionFlag, r) for r in rows]
 
     # -- what detection and the queue read ----------------------------------------------------
 
@@ -98,48 +99,43 @@ class AttentionStore(SqlSeam):
         """Owned, live leases, no claim or commit since ``cutoff``, no effect in flight."""
         with self._read():
             rows, _ = self._run("scan_stuck_steps", {"now": now, "cutoff": cutoff, "limit": limit})
-        return [plain_record(QuietInstance, r) for r in rows]
+        return [record_from_row(QuietInstance, r) for r in rows]
 
     def due_instances(self, *, now: float, cutoff: float, limit: int) -> list[DueInstance]:
         """Runnable and due since ``cutoff``, with no live lease."""
         params = {"now": now, "cutoff": cutoff, "limit": limit}
         with self._read():
             rows, _ = self._run("scan_stuck_unclaimed", params)
-        return [plain_record(DueInstance, r) for r in rows]
+        return [record_from_row(DueInstance, r) for r in rows]
 
     def silent_effects(self, *, now: float, cutoff: float, limit: int) -> list[SilentEffect]:
         """Effects of live instances sent or accepted since ``cutoff`` and not answered."""
         params = {"now": now, "cutoff": cutoff, "limit": limit}
         with self._read():
             rows, _ = self._run("scan_silent_effects", params)
-        return [plain_record(SilentEffect, r) for r in rows]
+        return [record_from_row(SilentEffect, r) for r in rows]
 
     def attention_rows(
-        self,
-        *,
-        tenant: str | None,
-        workflow_name: str | None,
-        reason_code: str | None,
-        limit: int,
+        self, query: AttentionQuery
     ) -> tuple[list[ParkedInstance], list[FlaggedInstance]]:
         """Parked instances and open flags (plain columns: a damaged row must still show)."""
         params = {
-            "tenant": tenant,
-            "workflow_name": workflow_name,
-            "reason_code": reason_code,
-            "limit": limit,
+            "tenant": query.tenant,
+            "workflow_name": query.workflow,
+            "reason_code": query.reason,
+            "limit": query.limit,
         }
         with self._read():
             parked, _ = self._run("attention_parked", params)
             flagged, _ = self._run("attention_flagged", params)
-        parked_instances = [plain_record(ParkedInstance, r) for r in parked]
-        return parked_instances, [plain_record(FlaggedInstance, r) for r in flagged]
+        parked_instances = [record_from_row(ParkedInstance, r) for r in parked]
+        return parked_instances, [record_from_row(FlaggedInstance, r) for r in flagged]
 
     def attention_effects(self, instance_id: InstanceId) -> list[EffectToSettle]:
         """Effects in doubt and failed compensations of one instance."""
         with self._read():
             rows, _ = self._run("attention_effects", {"instance_id": instance_id})
-        return [plain_record(EffectToSettle, r) for r in rows]
+        return [record_from_row(EffectToSettle, r) for r in rows]
 
     def requeue_repaired(self, instance_id: InstanceId, *, cleared_by: str, now: float) -> bool:
         """A row set aside as damaged that now reads cleanly: make it due again and clear its

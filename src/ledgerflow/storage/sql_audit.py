@@ -13,19 +13,24 @@ from __future__ import annotations
 
 import dataclasses
 
+from ledgerflow import limits
 from ledgerflow.errors import IllegalTransitionError, RepairRefusedError, StalePreconditionError
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
-from ledgerflow.storage.audit import AuditEntry, AuditRecord, CancelRequest, RepairWrite
+from ledgerflow.storage.audit import (
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
+    CancelRequest,
+    RepairWrite,
+)
 from ledgerflow.storage.records import (
     Commit,
     EffectWrite,
     InstanceRecord,
     StepWrite,
 )
-from ledgerflow.storage.rows import fields, instance_from_row, plain_record
+from ledgerflow.storage.rows import fields, instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
-
-AUDIT_LIST_LIMIT_MAX = 10_000
 
 
 class AuditStore(SqlSeam):
@@ -161,36 +166,17 @@ class AuditStore(SqlSeam):
 
     # -- reads -------------------------------------------------------------------------------
 
-    def audit_records(
-        self,
-        *,
-        instance_id: InstanceId | None = None,
-        actor: str | None = None,
-        kind: str | None = None,
-        since: float | None = None,
-        tenant: str | None = None,
-        before_id: int | None = None,
-        limit: int = 100,
-    ) -> list[AuditRecord]:
-        """Audit records, oldest first: the newest ``limit`` that match every filter given
-        (``tenant``: of that tenant's instances; ``before_id``: older than that record)."""
+    def audit_records(self, query: AuditQuery | None = None) -> list[AuditRecord]:
+        """Audit records, oldest first: the newest ``query.limit`` that match every filter
+        (no query: the newest of all)."""
+        query = query or AuditQuery()
+        bounded = dataclasses.replace(query, limit=max(1, min(query.limit, limits.AUDIT_LIMIT_MAX)))
         with self._read():
-            rows, _ = self._run(
-                "select_audit",
-                {
-                    "instance_id": instance_id,
-                    "actor": actor,
-                    "kind": kind,
-                    "since": since,
-                    "tenant": tenant,
-                    "before_id": before_id,
-                    "limit": max(1, min(limit, AUDIT_LIST_LIMIT_MAX)),
-                },
-            )
-        return [plain_record(AuditRecord, r) for r in reversed(rows)]
+            rows, _ = self._run("select_audit", fields(bounded))
+        return [record_from_row(AuditRecord, r) for r in reversed(rows)]
 
     def last_applied_repair(self, fingerprint: str) -> AuditRecord | None:
         """The latest applied repair with this fingerprint, to recognise a repeat."""
         with self._read():
             rows, _ = self._run("last_applied_audit", {"fingerprint": fingerprint})
-        return plain_record(AuditRecord, rows[0]) if rows else None
+        return record_from_row(AuditRecord, rows[0]) if rows else None

@@ -23,7 +23,7 @@ from ledgerflow.storage.rows import (
     effect_from_row,
     fields,
     instance_from_row,
-    plain_record,
+    record_from_row,
     step_from_row,
 )
 from ledgerflow.storage.sql_seam import SqlSeam
@@ -94,7 +94,7 @@ class ReadStore(SqlSeam):
         """Instances per workflow, version, fingerprint and status."""
         with self._read():
             rows, _ = self._run("count_versions", {"tenant": tenant})
-        return [plain_record(VersionCount, r) for r in rows]
+        return [record_from_row(VersionCount, r) for r in rows]
 
     def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal:
         return self.journals([(instance_id, run)])[instance_id, run]

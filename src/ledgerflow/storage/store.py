@@ -35,11 +35,12 @@ from ledgerflow.storage.access import (
 )
 from ledgerflow.storage.attention import (
     AttentionFlag,
+    AttentionQuery,
     EffectToSettle,
     FlaggedInstance,
     ParkedInstance,
 )
-from ledgerflow.storage.audit import AuditEntry, AuditRecord, RepairWrite
+from ledgerflow.storage.audit import AuditEntry, AuditQuery, AuditRecord, RepairWrite
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import (
     Commit,
@@ -267,14 +268,9 @@ class OperatorStore(LedgerReads, DetectionStore, Protocol):
         ...
 
     def attention_rows(
-        self,
-        *,
-        tenant: str | None,
-        workflow_name: str | None,
-        reason_code: str | None,
-        limit: int,
+        self, query: AttentionQuery
     ) -> tuple[list[ParkedInstance], list[FlaggedInstance]]:
-        """Parked instances and open flags, each oldest first, at most ``limit`` of each."""
+        """Parked instances and open flags, each oldest first, at most ``query.limit`` of each."""
         ...
 
     def attention_effects(self, instance_id: InstanceId) -> list[EffectToSettle]:
@@ -292,18 +288,9 @@ class OperatorStore(LedgerReads, DetectionStore, Protocol):
         """Append an audit record on its own (a refused or repeated repair)."""
         ...
 
-    def audit_records(
-        self,
-        *,
-        instance_id: InstanceId | None = None,
-        actor: str | None = None,
-        kind: str | None = None,
-        since: float | None = None,
-        tenant: str | None = None,
-        before_id: int | None = None,
-        limit: int = 100,
-    ) -> list[AuditRecord]:
-        """The newest ``limit`` audit records matching every filter given, oldest first."""
+    def audit_records(self, query: AuditQuery | None = None) -> list[AuditRecord]:
+        """The newest ``query.limit`` audit records matching every filter it gives, oldest
+        first (no query: the newest of all)."""
         ...
 
     def last_applied_repair(self, fingerprint: str) -> AuditRecord | None: ...

@@ -1,18 +1,28 @@
 """The storage contract: what every store must do, whatever database is underneath.
 
-Every test takes the ``store`` fixture, which is parametrized by backend; today it builds a
-SQLite store in a fresh file, and the PostgreSQL store joins as a second parameter. Times are
-passed in explicitly (``now``), so leases expire by arithmetic, never by sleeping.
+Every test takes the ``store`` fixture (``conftest.py``), a fresh journal on SQLite and on
+PostgreSQL, and builds its rows with ``ledger_records``. Times are passed in explicitly
+(``now``), so leases expire by arithmetic, never by sleeping.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from ledger_records import (
+    LEASE,
+    W1,
+    W2,
+    claimed,
+    commit_of,
+    commit_one,
+    effect,
+    new,
+    started,
+    step,
+)
 from ledgerflow.errors import (
     ConcurrencyError,
     FencedOutError,
@@ -21,153 +31,26 @@ from ledgerflow.errors import (
 )
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import (
-    BusinessKey,
-    CommandId,
-    EffectId,
     Generation,
-    IdempotencyKey,
     InstanceId,
     RunNumber,
     StepSeq,
     TenantId,
-    WorkerId,
 )
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.storage import open_store
+from ledgerflow.model.step import StepStatus
 from ledgerflow.storage.records import (
-    Commit,
     EffectRecord,
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
     Journal,
-    NewInstance,
     Release,
-    StepRecord,
     StepWrite,
     TimelineEntry,
     Write,
 )
 from ledgerflow.storage.store import Store
-from postgres_schema import postgres_url
-
-LEASE = 10.0
-W1 = WorkerId("worker-1")
-W2 = WorkerId("worker-2")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A fresh, empty store of each backend: one suite is the contract for both."""
-    if request.param == "sqlite":
-        store = open_store(f"sqlite:///{tmp_path}/s.db")
-    else:
-        store = open_store(postgres_url(request.node.name))
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-# -- builders ---------------------------------------------------------------------------------
-
-
-def new(key: str, *, tenant: str = "acme", workflow: str = "order") -> NewInstance:
-    return NewInstance(
-        instance_id=InstanceId(f"wf-{tenant}-{workflow}-{key}"),
-        tenant=TenantId(tenant),
-        workflow_name=workflow,
-        workflow_version=1,
-        fingerprint="fp-1",
-        business_key=BusinessKey(key),
-        input='{"key": "' + key + '"}',
-    )
-
-
-def started(store: Store, key: str, *, now: float = 0.0) -> InstanceRecord:
-    record, _ = store.start_instance(new(key), now=now)
-    return record
-
-
-def claimed(store: Store, key: str, *, owner: WorkerId = W1, now: float = 1.0) -> InstanceRecord:
-    """Start an instance and claim it; returns the claimed record (owner and generation)."""
-    record = started(store, key, now=now - 1)
-    got = {
-        r.instance_id: r for r in store.claim(owner=owner, now=now, lease_seconds=LEASE, limit=64)
-    }
-    return got[record.instance_id]
-
-
-def step(
-    instance: InstanceRecord,
-    seq: int,
-    status: StepStatus,
-    *,
-    attempt: int = 1,
-    output: str | None = None,
-    next_attempt_at: float | None = None,
-) -> StepRecord:
-    return StepRecord(
-        instance_id=instance.instance_id,
-        run=RunNumber(1),
-        seq=StepSeq(seq),
-        kind=StepKind.LOCAL,
-        name=f"step-{seq}",
-        command_id=CommandId(f"{instance.instance_id}/r1/s{seq}"),
-        status=status,
-        attempt=attempt,
-        input="[]",
-        output=output,
-        error=None,
-        retry_policy="{}",
-        next_attempt_at=next_attempt_at,
-        generation=instance.generation,
-        updated_at=0.0,
-    )
-
-
-def effect(
-    instance: InstanceRecord,
-    seq: int,
-    state: EffectState,
-    *,
-    key: str | None = None,
-    evidence: str | None = None,
-    attempt: int = 1,
-) -> EffectRecord:
-    return EffectRecord(
-        effect_id=EffectId(f"{instance.instance_id}/r1/s{seq}/effect"),
-        instance_id=instance.instance_id,
-        run=RunNumber(1),
-        seq=StepSeq(seq),
-        participant="payments",
-        operation="charge",
-        classification="compensatable",
-        idempotency_key=IdempotencyKey(key or f"lf:{instance.instance_id}:{seq}"),
-        state=state,
-        attempt=attempt,
-        doubt=0,
-        payload='{"amount": 5}',
-        evidence=evidence,
-        reason=None,
-        generation=instance.generation,
-        updated_at=0.0,
-    )
-
-
-def commit_of(instance: InstanceRecord, *writes: Write, owner: WorkerId | None = None) -> Commit:
-    return Commit(
-        instance_id=instance.instance_id,
-        owner=owner or instance.owner or W1,
-        generation=instance.generation,
-        writes=writes,
-    )
-
-
-def commit_one(store: Store, commit: Commit, *, now: float = 2.0) -> Exception | None:
-    [result] = store.commit([commit], now=now)
-    return result
 
 
 def snapshot(

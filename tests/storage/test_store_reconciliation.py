@@ -1,4 +1,5 @@
-"""The reconciliation part of the storage contract, on SQLite and PostgreSQL alike.
+"""The reconciliation part of the storage contract, on SQLite and PostgreSQL alike (the
+``store`` fixture of ``conftest.py``; rows from ``ledger_records``).
 
 Which effects a run compares (settled ones, and doubt only where the instance is parked; only
 participants that have a lookup), in which order (least recently compared first, so bounded runs
@@ -9,25 +10,13 @@ newest first). Times are passed in explicitly.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from ledger_records import W1, claimed, effect
 from ledgerflow.errors import ConcurrencyError
 from ledgerflow.model.effect import EffectState
-from ledgerflow.model.ids import (
-    BusinessKey,
-    EffectId,
-    IdempotencyKey,
-    InstanceId,
-    RunNumber,
-    StepSeq,
-    TenantId,
-    WorkerId,
-)
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.storage import open_store
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import (
     Commit,
@@ -35,63 +24,13 @@ from ledgerflow.storage.records import (
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
-    NewInstance,
 )
 from ledgerflow.storage.store import Store
-from postgres_schema import postgres_url
-
-LEASE = 10.0
-W1 = WorkerId("worker-1")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        store = open_store(f"sqlite:///{tmp_path}/s.db")
-    else:
-        store = open_store(postgres_url(request.node.name))
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-def claimed(store: Store, key: str) -> InstanceRecord:
-    record, _ = store.start_instance(
-        NewInstance(
-            instance_id=InstanceId(f"wf-{key}"),
-            tenant=TenantId("acme"),
-            workflow_name="order",
-            workflow_version=1,
-            fingerprint="fp-1",
-            business_key=BusinessKey(key),
-            input="{}",
-        ),
-        now=0.0,
-    )
-    got = store.claim(owner=W1, now=1.0, lease_seconds=LEASE, limit=64)
-    return next(r for r in got if r.instance_id == record.instance_id)
-
-
-def effect(instance: InstanceRecord, seq: int, participant: str) -> EffectRecord:
-    return EffectRecord(
-        effect_id=EffectId(f"{instance.instance_id}/r1/s{seq}/effect"),
-        instance_id=instance.instance_id,
-        run=RunNumber(1),
-        seq=StepSeq(seq),
-        participant=participant,
-        operation="apply",
-        classification="compensatable",
-        idempotency_key=IdempotencyKey(f"{instance.instance_id}:{seq}"),
-        state=EffectState.INTENDED,
-        attempt=1,
-        doubt=0,
-        payload="{}",
-        evidence=None,
-        reason=None,
-        generation=instance.generation,
-        updated_at=1.0,
-    )
+def applied(instance: InstanceRecord, seq: int, participant: str) -> EffectRecord:
+    """The intent of an effect of ``participant`` at step ``seq``."""
+    return effect(instance, seq, participant=participant, operation="apply", updated_at=1.0)
 
 
 def settle(
@@ -102,7 +41,7 @@ def settle(
     park: bool = False,
 ) -> None:
     """Intend and settle effects (seq -> participant, final state) in one owner's commits."""
-    intended = [effect(instance, seq, p) for seq, (p, _) in outcomes.items()]
+    intended = [applied(instance, seq, p) for seq, (p, _) in outcomes.items()]
     writes: list[EffectWrite | InstanceWrite] = [
         EffectWrite(record=e, expected=EffectState.NEW) for e in intended
     ]
@@ -130,8 +69,9 @@ def settle(
     assert store.commit([commit], now=2.0) == [None]
 
 
-def keys(found: list[EffectRecord]) -> list[str]:
-    return [e.idempotency_key for e in found]
+def positions(found: list[EffectRecord]) -> list[str]:
+    """Each effect as ``business key:step``, the way the tests name them."""
+    return [f"{e.instance_id.rsplit('-', 1)[-1]}:{e.seq}" for e in found]
 
 
 def test_candidates_are_settled_effects_and_parked_doubt_of_asked_participants(
@@ -160,7 +100,7 @@ def test_candidates_are_settled_effects_and_parked_doubt_of_asked_participants(
                 instance_id=live.instance_id,
                 owner=W1,
                 generation=live.generation,
-                writes=(EffectWrite(record=effect(live, 4, "bank"), expected=s.NEW),),
+                writes=(EffectWrite(record=applied(live, 4, "bank"), expected=s.NEW),),
             )
         ],
         now=2.0,
@@ -168,7 +108,7 @@ def test_candidates_are_settled_effects_and_parked_doubt_of_asked_participants(
     settle(store, parked, {1: ("bank", s.UNKNOWN)}, park=True)
 
     found = store.reconcile_candidates(participants=["bank"], limit=100)
-    assert sorted(keys(found)) == ["wf-live:1", "wf-live:2", "wf-parked:1"]
+    assert sorted(positions(found)) == ["live:1", "live:2", "parked:1"]
     assert {e.state for e in found} == {s.CONFIRMED, s.FAILED, s.UNKNOWN}
     assert store.reconcile_candidates(participants=[], limit=100) == []
     both = store.reconcile_candidates(participants=["bank", "legacy"], limit=100)
@@ -188,16 +128,16 @@ def test_least_recently_compared_first_so_bounded_runs_take_turns(store: Store) 
     order: list[list[str]] = []
     for at in (10.0, 20.0, 30.0):
         found = store.reconcile_candidates(participants=["bank"], limit=2)
-        order.append(keys(found))
+        order.append(positions(found))
         run_id = store.begin_reconciliation(actor="test", now=at)
         run = ReconciliationRun(
             run_id=run_id, actor="test", started_at=at, finished_at=None, compared=len(found)
         )
         store.finish_reconciliation(run, compared_ids=[e.effect_id for e in found], now=at + 1)
     assert order == [
-        ["wf-many:1", "wf-many:2"],
-        ["wf-many:3", "wf-many:4"],
-        ["wf-many:5", "wf-many:1"],
+        ["many:1", "many:2"],
+        ["many:3", "many:4"],
+        ["many:5", "many:1"],
     ]
     assert store.effects(instance.instance_id) == before
 

@@ -1,4 +1,5 @@
-"""The attention part of the storage contract, on SQLite and PostgreSQL alike.
+"""The attention part of the storage contract, on SQLite and PostgreSQL alike (the ``store``
+fixture of ``conftest.py``; rows from ``ledger_records``).
 
 Flags (raise once, clear once, kept after clearing), the crash-loop count a claim keeps and the
 parking at its bound, a damaged row set aside by a claim, and the reads behind the scan and the
@@ -9,73 +10,45 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from ledger_records import (
+    LEASE,
+    W1,
+    W2,
+    W3,
+    W4,
+    commit_of,
+    commit_one,
+    effect,
+    started,
+    step,
+)
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import (
-    BusinessKey,
-    CommandId,
-    EffectId,
-    IdempotencyKey,
     InstanceId,
-    RunNumber,
-    StepSeq,
-    TenantId,
     WorkerId,
 )
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.step import StepStatus
 from ledgerflow.operators.attention import attention
 from ledgerflow.runtime.detection import scan
 from ledgerflow.storage import open_store
+from ledgerflow.storage.attention import AttentionQuery
 from ledgerflow.storage.records import (
-    Commit,
     EffectRecord,
     EffectWrite,
     InstanceRecord,
-    NewInstance,
-    StepRecord,
     StepWrite,
 )
 from ledgerflow.storage.store import Store
-from postgres_schema import postgres_url
-
-LEASE = 10.0
-W1, W2, W3, W4 = (WorkerId(f"worker-{n}") for n in range(1, 5))
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        store = open_store(f"sqlite:///{tmp_path}/s.db")
-    else:
-        store = open_store(postgres_url(request.node.name))
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def start(store: Store, key: str, *, tenant: str = "acme", workflow: str = "order") -> InstanceId:
-    record, _ = store.start_instance(
-        NewInstance(
-            instance_id=InstanceId(f"wf-{tenant}-{workflow}-{key}"),
-            tenant=TenantId(tenant),
-            workflow_name=workflow,
-            workflow_version=1,
-            fingerprint="fp-1",
-            business_key=BusinessKey(key),
-            input="{}",
-        ),
-        now=0.0,
-    )
-    return record.instance_id
+    return started(store, key, tenant=tenant, workflow=workflow).instance_id
 
 
 def claim(store: Store, owner: WorkerId, now: float, **kwargs: Any) -> list[InstanceRecord]:
@@ -85,65 +58,17 @@ def claim(store: Store, owner: WorkerId, now: float, **kwargs: Any) -> list[Inst
 def commit(
     store: Store, record: InstanceRecord, *writes: StepWrite | EffectWrite, now: float
 ) -> None:
-    [error] = store.commit(
-        [
-            Commit(
-                instance_id=record.instance_id,
-                owner=record.owner or W1,
-                generation=record.generation,
-                writes=writes,
-            )
-        ],
-        now=now,
-    )
-    assert error is None
+    assert commit_one(store, commit_of(record, *writes), now=now) is None
 
 
 def step_write(record: InstanceRecord, *, now: float) -> StepWrite:
-    return StepWrite(
-        record=StepRecord(
-            instance_id=record.instance_id,
-            run=RunNumber(1),
-            seq=StepSeq(1),
-            kind=StepKind.LOCAL,
-            name="price",
-            command_id=CommandId(f"{record.instance_id}/r1/s1"),
-            status=StepStatus.COMPLETED,
-            attempt=1,
-            input="[]",
-            output="1",
-            error=None,
-            retry_policy="{}",
-            next_attempt_at=None,
-            generation=record.generation,
-            updated_at=now,
-        ),
-        expected=StepStatus.NEW,
-    )
+    done = step(record, 1, StepStatus.COMPLETED, output="1", updated_at=now)
+    return StepWrite(record=done, expected=StepStatus.NEW)
 
 
 def effect_write(record: InstanceRecord, *, now: float) -> EffectWrite:
-    return EffectWrite(
-        record=EffectRecord(
-            effect_id=EffectId(f"{record.instance_id}/r1/s2/effect"),
-            instance_id=record.instance_id,
-            run=RunNumber(1),
-            seq=StepSeq(2),
-            participant="bank",
-            operation="charge",
-            classification="compensatable",
-            idempotency_key=IdempotencyKey(f"{record.instance_id}:charge"),
-            state=EffectState.INTENDED,
-            attempt=1,
-            doubt=0,
-            payload="{}",
-            evidence=None,
-            reason=None,
-            generation=record.generation,
-            updated_at=now,
-        ),
-        expected=EffectState.NEW,
-    )
+    sent = effect(record, 2, participant="bank", operation="charge", updated_at=now)
+    return EffectWrite(record=sent, expected=EffectState.NEW)
 
 
 def test_a_flag_is_raised_once_cleared_once_and_kept(store: Store) -> None:
@@ -246,10 +171,8 @@ def test_scan_flags_stuck_work_and_clears_it_when_gone(store: Store) -> None:
         (silent, "participant_unresponsive"),
     }
     assert "no commit for 60.0s" in found[quiet, "stuck_step"]
-    assert (
-        f"bank.charge key {silent}:charge attempt 1 INTENDED"
-        in found[silent, "participant_unresponsive"]
-    )
+    key = effect_write(claimed[silent], now=2.0).record.idempotency_key
+    assert f"bank.charge key {key} attempt 1 INTENDED" in found[silent, "participant_unresponsive"]
     assert "due for 61.0s" in found[unclaimed, "stuck_unclaimed"]
     again = scan(store, bounds, now=62.0)
     assert (again.raised, again.still_open, again.cleared) == ((), 3, ())
@@ -302,10 +225,15 @@ def test_queue_lists_parked_and_flagged_oldest_first_with_filters(store: Store) 
     assert items[1].detected_by == "test"
     assert items[0].status == "MANUAL_INTERVENTION"
     assert items[0].tenant == "t1"
-    assert [i.instance_id for i in attention(store, tenant="t1")] == [parked, other]
-    assert [i.instance_id for i in attention(store, workflow="refund")] == [flagged, other]
-    assert [i.instance_id for i in attention(store, reason="stuck_step")] == [flagged]
-    assert [i.instance_id for i in attention(store, limit=2)] == [parked, flagged]
+    assert [i.instance_id for i in attention(store, AttentionQuery(tenant="t1"))] == [parked, other]
+    assert [i.instance_id for i in attention(store, AttentionQuery(workflow="refund"))] == [
+        flagged,
+        other,
+    ]
+    assert [i.instance_id for i in attention(store, AttentionQuery(reason="stuck_step"))] == [
+        flagged
+    ]
+    assert [i.instance_id for i in attention(store, AttentionQuery(limit=2))] == [parked, flagged]
 
 
 def test_a_damaged_row_is_flagged_once_and_set_aside(tmp_path: Path) -> None:
