@@ -157,10 +157,12 @@ def test_cancel_after_a_pivot_undoes_nothing(desk: Desk, url: str) -> None:
             )
             worker = engine.worker(lease_seconds=0.3, poll_seconds=0.01)
             running = asyncio.create_task(worker.run())
-            await _eventually(lambda: started.instance_id in worker.executor.sessions)
+            # The hold and the mail (the pivot) are applied; the gate step holds the instance.
+            await _eventually(lambda: len(desk.applied) == 2)
             session = worker.executor.sessions[started.instance_id]
             await engine.cancel(started.instance_id, reason="too late?")
-            # The heartbeat tells the running instance; only then does its local step finish.
+            # The running instance is told at once (the request came from this process); only
+            # then does its local step finish.
             await _eventually(lambda: session.cancel_requested)
             desk.gate.set()
             await _eventually(lambda: not worker.in_flight)

@@ -285,7 +285,7 @@ class SqlStore(
         self, write: StepWrite, generation: Generation, now: float, *, by_operator: bool = False
     ) -> None:
         r = write.record
-        STEP_MACHINE.check_edge(write.expected, r.status, by_operator=by_operator)
+        STEP_MACHINE.check_write(write.expected, write.event, r.status, by_operator=by_operator)
         refuse_broken(step_invariant(r), "step", r.command_id)
         params = {**fields(r), "generation": generation, "now": now}
 
@@ -322,7 +322,7 @@ class SqlStore(
         self, write: EffectWrite, generation: Generation, now: float, *, by_operator: bool = False
     ) -> None:
         r = write.record
-        EFFECT_MACHINE.check_edge(write.expected, r.state, by_operator=by_operator)
+        EFFECT_MACHINE.check_write(write.expected, write.event, r.state, by_operator=by_operator)
         refuse_broken(effect_invariant(r), "effect", r.effect_id)
         params = {**fields(r), "generation": generation, "now": now}
 
@@ -353,7 +353,9 @@ class SqlStore(
     def _write_instance(
         self, write: InstanceWrite, commit: Commit, now: float, *, by_operator: bool = False
     ) -> None:
-        INSTANCE_MACHINE.check_edge(write.expected, write.status, by_operator=by_operator)
+        INSTANCE_MACHINE.check_write(
+            write.expected, write.event, write.status, by_operator=by_operator
+        )
 
         def nothing_confirmed(rows: list[Row], _: int) -> None:
             if rows[0]["n"]:
