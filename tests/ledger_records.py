@@ -9,8 +9,9 @@ arguments, so leases expire by arithmetic, never by sleeping.
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from ledgerflow.model.effect import EffectState
+from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
 from ledgerflow.model.ids import (
     BusinessKey,
     IdempotencyKey,
@@ -22,13 +23,18 @@ from ledgerflow.model.ids import (
     effect_id,
     idempotency_key,
 )
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
+from ledgerflow.model.machine import Machine
+from ledgerflow.model.step import STEP_MACHINE, StepEvent, StepKind, StepStatus
 from ledgerflow.storage.records import (
     Commit,
     EffectRecord,
+    EffectWrite,
     InstanceRecord,
+    InstanceWrite,
     NewInstance,
     StepRecord,
+    StepWrite,
     Write,
 )
 from ledgerflow.storage.store import Store
@@ -148,3 +154,52 @@ def commit_one(store: Store, commit: Commit, *, now: float = 2.0) -> Exception |
     """Apply one commit alone; its refusal, or None."""
     [result] = store.commit([commit], now=now)
     return result
+
+
+# -- writes, each with the event that makes it ------------------------------------------------
+
+
+def event_between(machine: Machine[Any, Any], state: Any, target: Any) -> Any:
+    """The event a test's write names for moving ``state`` to ``target``: a worker's event if
+    the table has one, else an operator's; for a move the table does not have (a test of a
+    refusal), any event of the machine, which the store then refuses."""
+    events = [e for (s, e), t in machine.table.items() if s == state and t == target]
+    workers = [e for e in events if e not in machine.operator_only]
+    if workers or events:
+        return (workers or events)[0]
+    return next(iter(machine.table))[1]
+
+
+def step_write(
+    record: StepRecord, expected: StepStatus, event: StepEvent | None = None
+) -> StepWrite:
+    return StepWrite(
+        record=record,
+        expected=expected,
+        event=event or event_between(STEP_MACHINE, expected, record.status),
+    )
+
+
+def effect_write(
+    record: EffectRecord, expected: EffectState, event: EffectEvent | None = None
+) -> EffectWrite:
+    return EffectWrite(
+        record=record,
+        expected=expected,
+        event=event or event_between(EFFECT_MACHINE, expected, record.state),
+    )
+
+
+def instance_write(
+    *,
+    status: InstanceStatus,
+    expected: InstanceStatus,
+    event: InstanceEvent | None = None,
+    **changes: Any,
+) -> InstanceWrite:
+    return InstanceWrite(
+        status=status,
+        expected=expected,
+        event=event or event_between(INSTANCE_MACHINE, expected, status),
+        **changes,
+    )

@@ -328,7 +328,7 @@ class IllegalTransitionError(LedgerflowError):
         super().__init__(message)
         self.machine = machine
         self.state = state
-        # The refused event, or the refused target state for a write.
+        # The refused event (every write names its event; see model.machine).
         self.event = event
         self.instance_id = instance_id
         self.effect_id = effect_id

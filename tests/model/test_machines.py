@@ -92,15 +92,16 @@ STEP_OPERATOR_EDGES = {(Step.FAILED, StepEv.OPERATOR_RETRY), (Step.FAILED, StepE
 EFFECT_OPERATOR_EDGES = {(Eff.FAILED, EffEv.OPERATOR_RETRY), (Eff.FAILED, EffEv.OPERATOR_SATISFY)}
 
 # A step (NEW = no row yet) is started, completed, scheduled for a retry or failed; a local step
-# that succeeds or fails at its first try is journaled once, directly in its outcome. STARTED
-# again is a re-dispatch of the same command. COMPLETED is final; FAILED is left only by an
-# audited operator repair (one more attempt, or a recorded substitute result).
+# that succeeds or fails at its first try is journaled once, directly in its outcome. A started
+# step may be deferred (it stays STARTED with a new due time: a callback's deadline, a lookup's
+# backoff). COMPLETED is final; FAILED is left only by an audited operator repair (one more
+# attempt, or a recorded substitute result).
 EXPECTED_STEP: dict[tuple[StepStatus, StepEvent], StepStatus] = {
     (Step.NEW, StepEv.START): Step.STARTED,
     (Step.NEW, StepEv.COMPLETE): Step.COMPLETED,
     (Step.NEW, StepEv.SCHEDULE_RETRY): Step.RETRY_SCHEDULED,
     (Step.NEW, StepEv.FAIL): Step.FAILED,
-    (Step.STARTED, StepEv.START): Step.STARTED,
+    (Step.STARTED, StepEv.DEFER): Step.STARTED,
     (Step.STARTED, StepEv.COMPLETE): Step.COMPLETED,
     (Step.STARTED, StepEv.SCHEDULE_RETRY): Step.RETRY_SCHEDULED,
     (Step.STARTED, StepEv.FAIL): Step.FAILED,
@@ -299,26 +300,35 @@ def test_nothing_returns_to_new() -> None:
     assert all(t is not Eff.NEW for _, _, t in EFFECT_MACHINE.edges())
 
 
-def test_targets_and_check_edge_follow_the_table() -> None:
-    """Goal: the edge-level helpers the store uses agree with the event-level table.
+def test_check_write_and_event_to_follow_the_table() -> None:
+    """Goal: the write-level check the store makes, and the event a forced ending uses, agree
+    with the event-level table.
 
-    Method: for every (state, target) pair of every machine, ``check_edge`` (for an operator,
-    who may take every edge) passes exactly when some expected event leads there, otherwise it
-    raises IllegalTransitionError carrying the
-    machine, the state and the refused target (in ``event``).
+    Method: for every (state, event, target) triple of every machine, ``check_write`` (for an
+    operator, who may use every event) passes exactly when the table takes the state by the
+    event to that target, and otherwise raises IllegalTransitionError naming the machine, the
+    state and the refused event; ``event_to`` names the one event between two states where
+    there is exactly one, and is refused otherwise; ``targets`` lists the reachable states.
     """
     for _, machine, expected, states in CASES:
-        for state, target in itertools.product(states, states):
-            designed = any(s is state and t is target for (s, _), t in expected.items())
-            assert (target in machine.targets(state)) is designed
-            if designed:
-                machine.check_edge(state, target, by_operator=True)
+        events = type(next(iter(expected))[1])
+        for state, event, target in itertools.product(states, events, states):
+            if expected.get((state, event)) is target:
+                machine.check_write(state, event, target, by_operator=True)
                 continue
             with pytest.raises(IllegalTransitionError) as refused:
-                machine.check_edge(state, target)
+                machine.check_write(state, event, target, by_operator=True)
             assert refused.value.machine == machine.name
             assert refused.value.state == state.value
-            assert refused.value.event == target.value
+            assert refused.value.event == event.value
+        for state, target in itertools.product(states, states):
+            between = [e for (s, e), t in expected.items() if s is state and t is target]
+            assert (target in machine.targets(state)) is bool(between)
+            if len(between) == 1:
+                assert machine.event_to(state, target) is between[0]
+            else:
+                with pytest.raises(IllegalTransitionError):
+                    machine.event_to(state, target)
 
 
 # -- the failure verdict ---------------------------------------------------------------------
@@ -373,17 +383,12 @@ def test_operator_edges_are_refused_to_a_workers_write(
 ) -> None:
     """Goal: the edges added for audited repairs cannot be taken by a worker's commit.
 
-    Method: for every operator-only edge, ``check_edge`` refuses it unless ``by_operator``.
+    Method: for every operator-only event, ``check_write`` refuses it unless ``by_operator``,
+    even where the same move is a worker's edge under another event: the event is checked.
     """
     for state, event, target in machine.edges():
         if event not in machine.operator_only:
             continue
-        if any(
-            t == target and e not in machine.operator_only
-            for (s, e), t in machine.table.items()
-            if s == state
-        ):
-            continue  # the same move is also a worker's edge under another event
-        machine.check_edge(state, target, by_operator=True)
+        machine.check_write(state, event, target, by_operator=True)
         with pytest.raises(IllegalTransitionError):
-            machine.check_edge(state, target)
+            machine.check_write(state, event, target)

@@ -158,10 +158,12 @@ def test_cancel_after_a_pivot_undoes_nothing(desk: Desk, url: str) -> None:
             )
             worker = engine.worker(lease_seconds=0.3, poll_seconds=0.01)
             running = asyncio.create_task(worker.run())
-            await until(lambda: started.instance_id in worker.executor.sessions, what="the session")
+            # The hold and the mail (the pivot) are applied; the gate step holds the instance.
+            await until(lambda: len(desk.applied) == 2, what="the hold and the mail")
             session = worker.executor.sessions[started.instance_id]
             await engine.cancel(started.instance_id, reason="too late?")
-            # The heartbeat tells the running instance; only then does its local step finish.
+            # The running instance is told at once (the request came from this process); only
+            # then does its local step finish.
             await until(lambda: session.cancel_requested, what="the cancel request")
             desk.gate.set()
             await until(lambda: not worker.in_flight, what="the worker to let go")

@@ -380,7 +380,9 @@ def test_stale_owner_writes_are_refused(shop: Shop, url: str) -> None:
     """After a second owner claims an instance (the first one's lease lapsed), every write
     of the first owner is refused by the store and changes nothing."""
     from ledgerflow.model.ids import WorkerId
-    from ledgerflow.storage.records import Commit, InstanceWrite
+    from ledgerflow.model.instance import InstanceEvent
+    from ledgerflow.storage.records import Commit
+    from ledgerflow.storage.transitions import instance_change
 
     with lf.SyncEngine(url, shop.registry) as engine:
         started = engine.start("plain", key="fence-1", input=1)
@@ -393,11 +395,7 @@ def test_stale_owner_writes_are_refused(shop: Shop, url: str) -> None:
             owner=WorkerId("a"),
             generation=first.generation,
             writes=(
-                InstanceWrite(
-                    status=lf.InstanceStatus.SUCCEEDED,
-                    expected=lf.InstanceStatus.RUNNING,
-                    result="1",
-                ),
+                instance_change(lf.InstanceStatus.RUNNING, InstanceEvent.COMPLETE, result="1"),
             ),
         )
         [error] = store.commit([stale], now=1e10 + 3)
@@ -444,7 +442,9 @@ def test_the_store_refuses_failed_once_an_effect_is_confirmed(shop: Shop, url: s
     """
     from ledgerflow.errors import IllegalTransitionError
     from ledgerflow.model.ids import WorkerId
-    from ledgerflow.storage.records import Commit, InstanceWrite
+    from ledgerflow.model.instance import InstanceEvent
+    from ledgerflow.storage.records import Commit
+    from ledgerflow.storage.transitions import instance_change
 
     async def main() -> str:
         faults.install(
@@ -468,9 +468,7 @@ def test_the_store_refuses_failed_once_an_effect_is_confirmed(shop: Shop, url: s
             instance_id=instance_id,
             owner=WorkerId("w"),
             generation=mine.generation,
-            writes=(
-                InstanceWrite(status=lf.InstanceStatus.FAILED, expected=lf.InstanceStatus.RUNNING),
-            ),
+            writes=(instance_change(lf.InstanceStatus.RUNNING, InstanceEvent.FAIL_CLEAN),),
         )
         [error] = store.commit([commit], now=1e12)
         assert isinstance(error, IllegalTransitionError)

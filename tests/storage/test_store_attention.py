@@ -22,8 +22,10 @@ from ledger_records import (
     commit_of,
     commit_one,
     effect,
+    effect_write,
     started,
     step,
+    step_write,
 )
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DetectionBounds
@@ -61,14 +63,14 @@ def commit(
     assert commit_one(store, commit_of(record, *writes), now=now) is None
 
 
-def step_write(record: InstanceRecord, *, now: float) -> StepWrite:
+def price_step(record: InstanceRecord, *, now: float) -> StepWrite:
     done = step(record, 1, StepStatus.COMPLETED, output="1", updated_at=now)
-    return StepWrite(record=done, expected=StepStatus.NEW)
+    return step_write(done, StepStatus.NEW)
 
 
-def effect_write(record: InstanceRecord, *, now: float) -> EffectWrite:
+def charge_sent(record: InstanceRecord, *, now: float) -> EffectWrite:
     sent = effect(record, 2, participant="bank", operation="charge", updated_at=now)
-    return EffectWrite(record=sent, expected=EffectState.NEW)
+    return effect_write(sent, EffectState.NEW)
 
 
 def test_a_flag_is_raised_once_cleared_once_and_kept(store: Store) -> None:
@@ -139,7 +141,7 @@ def test_a_commit_resets_the_count(store: Store) -> None:
         claim(store, owner, now, lease_expiries_max=3)
         now += LEASE + 1
     [third] = claim(store, W3, now, lease_expiries_max=3)
-    commit(store, third, step_write(third, now=now), now=now)
+    commit(store, third, price_step(third, now=now), now=now)
     now += LEASE + 1
     for owner in (W4, W1):
         assert [r.instance_id for r in claim(store, owner, now, lease_expiries_max=3)] == [i]
@@ -159,7 +161,7 @@ def test_scan_flags_stuck_work_and_clears_it_when_gone(store: Store) -> None:
     quiet, silent = start(store, "quiet"), start(store, "silent")
     claimed = {r.instance_id: r for r in claim(store, W1, 1.0)}
     unclaimed = start(store, "unclaimed")
-    commit(store, claimed[silent], effect_write(claimed[silent], now=2.0), now=2.0)
+    commit(store, claimed[silent], charge_sent(claimed[silent], now=2.0), now=2.0)
     # The owner is alive: its lease is renewed, but it commits nothing.
     leases = [(quiet, claimed[quiet].generation), (silent, claimed[silent].generation)]
     assert store.renew(owner=W1, leases=leases, now=60.0, lease_seconds=LEASE) == []
@@ -171,15 +173,15 @@ def test_scan_flags_stuck_work_and_clears_it_when_gone(store: Store) -> None:
         (silent, "participant_unresponsive"),
     }
     assert "no commit for 60.0s" in found[quiet, "stuck_step"]
-    key = effect_write(claimed[silent], now=2.0).record.idempotency_key
+    key = charge_sent(claimed[silent], now=2.0).record.idempotency_key
     assert f"bank.charge key {key} attempt 1 INTENDED" in found[silent, "participant_unresponsive"]
     assert "due for 61.0s" in found[unclaimed, "stuck_unclaimed"]
     again = scan(store, bounds, now=62.0)
     assert (again.raised, again.still_open, again.cleared) == ((), 3, ())
     # Progress: quiet commits, the participant answers, a worker takes the unclaimed one.
-    commit(store, claimed[quiet], step_write(claimed[quiet], now=63.0), now=63.0)
-    answered = _confirmed(effect_write(claimed[silent], now=63.0).record)
-    confirmed = EffectWrite(record=answered, expected=EffectState.INTENDED)
+    commit(store, claimed[quiet], price_step(claimed[quiet], now=63.0), now=63.0)
+    answered = _confirmed(charge_sent(claimed[silent], now=63.0).record)
+    confirmed = effect_write(answered, EffectState.INTENDED)
     commit(store, claimed[silent], confirmed, now=63.0)
     claim(store, W2, 63.0)
     cleared = scan(store, bounds, now=64.0)
@@ -306,7 +308,7 @@ def test_a_crash_loop_parks_an_effect_in_flight_as_unknown(store: Store) -> None
     """
     i = start(store, "inflight")
     [first] = claim(store, W1, 1.0, lease_expiries_max=3)
-    commit(store, first, effect_write(first, now=1.0), now=1.0)
+    commit(store, first, charge_sent(first, now=1.0), now=1.0)
     now = 1.0 + LEASE + 1
     # The commit reset the count: W1's lapse is the first, W2's the second, W3's the third.
     for owner in (W2, W3):

@@ -19,9 +19,12 @@ from ledger_records import (
     commit_of,
     commit_one,
     effect,
+    effect_write,
+    instance_write,
     new,
     started,
     step,
+    step_write,
 )
 from ledgerflow.errors import (
     ConcurrencyError,
@@ -244,9 +247,9 @@ def test_stale_generation_is_fenced_out_and_changes_nothing(store: Store) -> Non
         store,
         commit_of(
             old,
-            StepWrite(record=step(old, 1, StepStatus.STARTED), expected=StepStatus.NEW),
-            EffectWrite(record=effect(old, 1, EffectState.INTENDED), expected=EffectState.NEW),
-            InstanceWrite(
+            step_write(step(old, 1, StepStatus.STARTED), StepStatus.NEW),
+            effect_write(effect(old, 1, EffectState.INTENDED), EffectState.NEW),
+            instance_write(
                 status=InstanceStatus.FAILED, expected=InstanceStatus.RUNNING, release=True
             ),
         ),
@@ -266,7 +269,7 @@ def test_other_owner_with_current_generation_is_fenced_out(store: Store) -> None
     """
     mine = claimed(store, "k")
     before = snapshot(store, mine)
-    write = StepWrite(record=step(mine, 1, StepStatus.STARTED), expected=StepStatus.NEW)
+    write = step_write(step(mine, 1, StepStatus.STARTED), StepStatus.NEW)
     result = commit_one(store, commit_of(mine, write, owner=W2))
     assert isinstance(result, FencedOutError)
     assert snapshot(store, mine) == before
@@ -279,7 +282,7 @@ def test_released_owner_can_no_longer_write(store: Store) -> None:
     """
     mine = claimed(store, "k")
     assert commit_one(store, commit_of(mine, Release(available_at=3.0))) is None
-    write = StepWrite(record=step(mine, 1, StepStatus.STARTED), expected=StepStatus.NEW)
+    write = step_write(step(mine, 1, StepStatus.STARTED), StepStatus.NEW)
     assert isinstance(commit_one(store, commit_of(mine, write), now=4.0), FencedOutError)
 
 
@@ -292,19 +295,19 @@ def test_refused_commit_rolls_back_alone_in_its_batch(store: Store) -> None:
     before (no effect row, step still STARTED, no new event); B and C have their steps.
     """
     a, b, c = claimed(store, "a"), claimed(store, "b"), claimed(store, "c")
-    first = StepWrite(record=step(a, 1, StepStatus.STARTED), expected=StepStatus.NEW)
+    first = step_write(step(a, 1, StepStatus.STARTED), StepStatus.NEW)
     assert commit_one(store, commit_of(a, first)) is None
     before = snapshot(store, a)
     bad = commit_of(
         a,
-        EffectWrite(record=effect(a, 2, EffectState.INTENDED), expected=EffectState.NEW),
-        StepWrite(
-            record=step(a, 1, StepStatus.COMPLETED, output="1"),
+        effect_write(effect(a, 2, EffectState.INTENDED), EffectState.NEW),
+        step_write(
+            step(a, 1, StepStatus.COMPLETED, output="1"),
             expected=StepStatus.RETRY_SCHEDULED,
         ),
     )
-    good_b = commit_of(b, StepWrite(record=step(b, 1, StepStatus.STARTED), expected=StepStatus.NEW))
-    good_c = commit_of(c, StepWrite(record=step(c, 1, StepStatus.STARTED), expected=StepStatus.NEW))
+    good_b = commit_of(b, step_write(step(b, 1, StepStatus.STARTED), StepStatus.NEW))
+    good_c = commit_of(c, step_write(step(c, 1, StepStatus.STARTED), StepStatus.NEW))
     results = store.commit([good_b, bad, good_c], now=3.0)
     assert results[0] is None
     assert isinstance(results[1], IllegalTransitionError)
@@ -328,8 +331,7 @@ def test_stale_commit_in_a_batch_is_fenced_alone(store: Store) -> None:
     assert commit_one(store, commit_of(b, Release(available_at=3.0))) is None
     before = snapshot(store, b)
     commits = [
-        commit_of(x, StepWrite(record=step(x, 1, StepStatus.STARTED), expected=StepStatus.NEW))
-        for x in (a, b, c)
+        commit_of(x, step_write(step(x, 1, StepStatus.STARTED), StepStatus.NEW)) for x in (a, b, c)
     ]
     results = store.commit(commits, now=3.0)
     assert results[0] is None
@@ -353,8 +355,8 @@ def test_journals_reads_many_runs_keyed_as_asked(store: Store) -> None:
     a, b, c = claimed(store, "a"), claimed(store, "b"), claimed(store, "c")
     for instance, seqs in ((a, (1, 2)), (b, (1,))):
         writes = [
-            StepWrite(
-                record=step(instance, s, StepStatus.COMPLETED, output=str(s)),
+            step_write(
+                step(instance, s, StepStatus.COMPLETED, output=str(s)),
                 expected=StepStatus.NEW,
             )
             for s in seqs
@@ -382,12 +384,10 @@ def test_step_write_outside_the_machine_is_refused(store: Store) -> None:
     Method: COMPLETED step, then a write COMPLETED -> STARTED: IllegalTransitionError, unchanged.
     """
     mine = claimed(store, "k")
-    done = StepWrite(
-        record=step(mine, 1, StepStatus.COMPLETED, output="1"), expected=StepStatus.NEW
-    )
+    done = step_write(step(mine, 1, StepStatus.COMPLETED, output="1"), StepStatus.NEW)
     assert commit_one(store, commit_of(mine, done)) is None
     before = snapshot(store, mine)
-    back = StepWrite(record=step(mine, 1, StepStatus.STARTED), expected=StepStatus.COMPLETED)
+    back = step_write(step(mine, 1, StepStatus.STARTED), StepStatus.COMPLETED)
     assert isinstance(commit_one(store, commit_of(mine, back)), IllegalTransitionError)
     assert snapshot(store, mine) == before
 
@@ -398,12 +398,10 @@ def test_second_insert_of_a_step_is_refused(store: Store) -> None:
     Method: insert step 1 twice; the second commit is refused and the first row stays.
     """
     mine = claimed(store, "k")
-    write = StepWrite(record=step(mine, 1, StepStatus.STARTED), expected=StepStatus.NEW)
+    write = step_write(step(mine, 1, StepStatus.STARTED), StepStatus.NEW)
     assert commit_one(store, commit_of(mine, write)) is None
     before = snapshot(store, mine)
-    again = StepWrite(
-        record=step(mine, 1, StepStatus.COMPLETED, output="1"), expected=StepStatus.NEW
-    )
+    again = step_write(step(mine, 1, StepStatus.COMPLETED, output="1"), StepStatus.NEW)
     assert isinstance(commit_one(store, commit_of(mine, again)), LedgerflowError)
     assert snapshot(store, mine) == before
 
@@ -435,20 +433,16 @@ def test_effect_write_outside_the_machine_or_the_row_is_refused(
     IllegalTransitionError and nothing changes.
     """
     mine = claimed(store, "k")
-    writes: list[Write] = [
-        EffectWrite(record=effect(mine, 1, EffectState.INTENDED), expected=EffectState.NEW)
-    ]
+    writes: list[Write] = [effect_write(effect(mine, 1, EffectState.INTENDED), EffectState.NEW)]
     if stored is not EffectState.INTENDED:
         evidence = '{"ok": true}' if stored is EffectState.CONFIRMED else None
         writes.append(
-            EffectWrite(
-                record=effect(mine, 1, stored, evidence=evidence), expected=EffectState.INTENDED
-            )
+            effect_write(effect(mine, 1, stored, evidence=evidence), EffectState.INTENDED)
         )
     assert commit_one(store, commit_of(mine, *writes)) is None
     before = snapshot(store, mine)
     evidence = '{"ok": true}' if target is EffectState.CONFIRMED else None
-    move = EffectWrite(record=effect(mine, 1, target, evidence=evidence), expected=expected)
+    move = effect_write(effect(mine, 1, target, evidence=evidence), expected)
     result = commit_one(store, commit_of(mine, move))
     assert isinstance(result, IllegalTransitionError)
     assert result.machine == "effect"
@@ -462,17 +456,11 @@ def test_duplicate_idempotency_key_is_refused(store: Store) -> None:
     instance B, under K is refused (a ConcurrencyError) and leaves no second row.
     """
     a, b = claimed(store, "a"), claimed(store, "b")
-    intent = EffectWrite(
-        record=effect(a, 1, EffectState.INTENDED, key="K"), expected=EffectState.NEW
-    )
+    intent = effect_write(effect(a, 1, EffectState.INTENDED, key="K"), EffectState.NEW)
     assert commit_one(store, commit_of(a, intent)) is None
     before_a, before_b = snapshot(store, a), snapshot(store, b)
-    same_instance = EffectWrite(
-        record=effect(a, 2, EffectState.INTENDED, key="K"), expected=EffectState.NEW
-    )
-    other_instance = EffectWrite(
-        record=effect(b, 1, EffectState.INTENDED, key="K"), expected=EffectState.NEW
-    )
+    same_instance = effect_write(effect(a, 2, EffectState.INTENDED, key="K"), EffectState.NEW)
+    other_instance = effect_write(effect(b, 1, EffectState.INTENDED, key="K"), EffectState.NEW)
     results = store.commit([commit_of(a, same_instance), commit_of(b, other_instance)], now=3.0)
     assert all(isinstance(r, ConcurrencyError) for r in results)
     assert (snapshot(store, a), snapshot(store, b)) == (before_a, before_b)
@@ -484,15 +472,11 @@ def test_idempotency_key_cannot_be_changed_after_the_intent(store: Store) -> Non
     Method: intend under K1, then commit INTENDED -> CONFIRMED carrying key K2: refused.
     """
     mine = claimed(store, "k")
-    intent = EffectWrite(
-        record=effect(mine, 1, EffectState.INTENDED, key="K1"), expected=EffectState.NEW
-    )
+    intent = effect_write(effect(mine, 1, EffectState.INTENDED, key="K1"), EffectState.NEW)
     assert commit_one(store, commit_of(mine, intent)) is None
     before = snapshot(store, mine)
     rekeyed = effect(mine, 1, EffectState.CONFIRMED, key="K2", evidence="{}")
-    result = commit_one(
-        store, commit_of(mine, EffectWrite(record=rekeyed, expected=EffectState.INTENDED))
-    )
+    result = commit_one(store, commit_of(mine, effect_write(rekeyed, EffectState.INTENDED)))
     assert isinstance(result, IllegalTransitionError)
     assert snapshot(store, mine) == before
 
@@ -509,7 +493,7 @@ def test_instance_write_outside_the_machine_or_from_a_stale_status_is_refused(st
         (InstanceStatus.COMPENSATED, InstanceStatus.RUNNING),
         (InstanceStatus.RUNNING, InstanceStatus.WAITING),
     ):
-        write = InstanceWrite(status=status, expected=expected)
+        write = instance_write(status=status, expected=expected)
         result = commit_one(store, commit_of(mine, write))
         assert isinstance(result, IllegalTransitionError)
         assert result.machine == "instance"
@@ -521,27 +505,27 @@ def test_instance_write_outside_the_machine_or_from_a_stale_status_is_refused(st
 
 def _writes_for(mine: InstanceRecord) -> dict[str, tuple[list[Write], Write]]:
     """Per write kind: the writes that prepare it, and the write itself."""
-    intent = EffectWrite(record=effect(mine, 1, EffectState.INTENDED), expected=EffectState.NEW)
+    intent = effect_write(effect(mine, 1, EffectState.INTENDED), EffectState.NEW)
     return {
         "step-insert": (
             [],
-            StepWrite(record=step(mine, 1, StepStatus.STARTED), expected=StepStatus.NEW),
+            step_write(step(mine, 1, StepStatus.STARTED), StepStatus.NEW),
         ),
         "step-update": (
-            [StepWrite(record=step(mine, 1, StepStatus.STARTED), expected=StepStatus.NEW)],
-            StepWrite(
-                record=step(mine, 1, StepStatus.RETRY_SCHEDULED, attempt=2, next_attempt_at=9.0),
+            [step_write(step(mine, 1, StepStatus.STARTED), StepStatus.NEW)],
+            step_write(
+                step(mine, 1, StepStatus.RETRY_SCHEDULED, attempt=2, next_attempt_at=9.0),
                 expected=StepStatus.STARTED,
             ),
         ),
         "effect-insert": ([], intent),
         "effect-update": (
             [intent],
-            EffectWrite(record=effect(mine, 1, EffectState.UNKNOWN), expected=EffectState.INTENDED),
+            effect_write(effect(mine, 1, EffectState.UNKNOWN), EffectState.INTENDED),
         ),
         "instance": (
             [],
-            InstanceWrite(status=InstanceStatus.CANCELLING, expected=InstanceStatus.RUNNING),
+            instance_write(status=InstanceStatus.CANCELLING, expected=InstanceStatus.RUNNING),
         ),
         "release": ([], Release(available_at=50.0)),
     }
@@ -590,7 +574,7 @@ def test_succeeding_with_release_clears_the_owner(store: Store) -> None:
     SUCCEEDED, unowned, holds its result, is never claimed again, and renewing reports it lost.
     """
     mine = claimed(store, "k")
-    write = InstanceWrite(
+    write = instance_write(
         status=InstanceStatus.SUCCEEDED,
         expected=InstanceStatus.RUNNING,
         result='{"ok":1}',
@@ -611,40 +595,36 @@ def test_succeeding_with_release_clears_the_owner(store: Store) -> None:
 
 
 def _unreadable_writes(mine: InstanceRecord) -> dict[str, tuple[Write, ...]]:
-    intent = EffectWrite(record=effect(mine, 1, EffectState.INTENDED), expected=EffectState.NEW)
+    intent = effect_write(effect(mine, 1, EffectState.INTENDED), EffectState.NEW)
     return {
         "terminal-still-owned": (
-            InstanceWrite(
+            instance_write(
                 status=InstanceStatus.SUCCEEDED, expected=InstanceStatus.RUNNING, result="1"
             ),
         ),
         "succeeded-without-result": (
-            InstanceWrite(
+            instance_write(
                 status=InstanceStatus.SUCCEEDED, expected=InstanceStatus.RUNNING, release=True
             ),
         ),
         "step-completed-without-output": (
-            StepWrite(record=step(mine, 1, StepStatus.COMPLETED), expected=StepStatus.NEW),
+            step_write(step(mine, 1, StepStatus.COMPLETED), StepStatus.NEW),
         ),
         "step-retry-without-due-time": (
-            StepWrite(
-                record=step(mine, 1, StepStatus.RETRY_SCHEDULED, attempt=2),
+            step_write(
+                step(mine, 1, StepStatus.RETRY_SCHEDULED, attempt=2),
                 expected=StepStatus.NEW,
             ),
         ),
         "step-attempt-zero": (
-            StepWrite(record=step(mine, 1, StepStatus.STARTED, attempt=0), expected=StepStatus.NEW),
+            step_write(step(mine, 1, StepStatus.STARTED, attempt=0), StepStatus.NEW),
         ),
         "effect-attempt-zero": (
-            EffectWrite(
-                record=effect(mine, 1, EffectState.INTENDED, attempt=0), expected=EffectState.NEW
-            ),
+            effect_write(effect(mine, 1, EffectState.INTENDED, attempt=0), EffectState.NEW),
         ),
         "effect-confirmed-without-evidence": (
             intent,
-            EffectWrite(
-                record=effect(mine, 1, EffectState.CONFIRMED), expected=EffectState.INTENDED
-            ),
+            effect_write(effect(mine, 1, EffectState.CONFIRMED), EffectState.INTENDED),
         ),
     }
 
@@ -694,7 +674,7 @@ def test_list_filters_orders_and_limits(store: Store) -> None:
     d, _ = store.start_instance(new("d"), now=4.0)
     [held] = store.claim(owner=W1, now=5.0, lease_seconds=LEASE, limit=1)
     assert held.instance_id == a.instance_id
-    done = InstanceWrite(
+    done = instance_write(
         status=InstanceStatus.FAILED, expected=InstanceStatus.RUNNING, release=True
     )
     assert commit_one(store, commit_of(held, done), now=6.0) is None
@@ -736,7 +716,7 @@ def test_count_by_status(store: Store) -> None:
     mine = claimed(store, "a")
     started(store, "b")
     started(store, "c")
-    cancel = InstanceWrite(status=InstanceStatus.CANCELLING, expected=InstanceStatus.RUNNING)
+    cancel = instance_write(status=InstanceStatus.CANCELLING, expected=InstanceStatus.RUNNING)
     assert commit_one(store, commit_of(mine, cancel)) is None
     assert store.count_by_status() == {InstanceStatus.RUNNING: 2, InstanceStatus.CANCELLING: 1}
 
@@ -758,7 +738,7 @@ def test_next_available_at(store: Store) -> None:
     [held] = store.claim(owner=W1, now=31.0, lease_seconds=LEASE, limit=1)
     assert held.instance_id == other.instance_id
     assert store.next_available_at() == 31.0 + LEASE  # held until 41, before the 42 release
-    finish = InstanceWrite(
+    finish = instance_write(
         status=InstanceStatus.FAILED, expected=InstanceStatus.RUNNING, release=True
     )
     assert commit_one(store, commit_of(held, finish), now=32.0) is None
@@ -779,9 +759,9 @@ def test_journal_and_effects_read_back_what_was_written(store: Store) -> None:
     intent = effect(mine, 2, EffectState.INTENDED)
     confirmed = effect(mine, 2, EffectState.CONFIRMED, evidence='{"r": 1}')
     writes = (
-        StepWrite(record=done, expected=StepStatus.NEW),
-        EffectWrite(record=intent, expected=EffectState.NEW),
-        EffectWrite(record=confirmed, expected=EffectState.INTENDED),
+        step_write(done, StepStatus.NEW),
+        effect_write(intent, EffectState.NEW),
+        effect_write(confirmed, EffectState.INTENDED),
     )
     assert commit_one(store, commit_of(mine, *writes), now=5.0) is None
     journal = store.journal(mine.instance_id, RunNumber(1))

@@ -13,7 +13,13 @@ import dataclasses
 
 import pytest
 
-from ledger_records import W1, claimed, effect
+from ledger_records import (
+    W1,
+    claimed,
+    effect,
+    effect_write,
+    instance_write,
+)
 from ledgerflow.errors import ConcurrencyError
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.instance import InstanceStatus
@@ -42,17 +48,15 @@ def settle(
 ) -> None:
     """Intend and settle effects (seq -> participant, final state) in one owner's commits."""
     intended = [applied(instance, seq, p) for seq, (p, _) in outcomes.items()]
-    writes: list[EffectWrite | InstanceWrite] = [
-        EffectWrite(record=e, expected=EffectState.NEW) for e in intended
-    ]
+    writes: list[EffectWrite | InstanceWrite] = [effect_write(e, EffectState.NEW) for e in intended]
     for e, (_, state) in zip(intended, outcomes.values(), strict=True):
         evidence = '{"receipt": 1}' if state is EffectState.CONFIRMED else None
         doubt = 1 if state is EffectState.UNKNOWN else 0
         final = dataclasses.replace(e, state=state, evidence=evidence, doubt=doubt)
-        writes.append(EffectWrite(record=final, expected=EffectState.INTENDED))
+        writes.append(effect_write(final, EffectState.INTENDED))
     if park:
         writes.append(
-            InstanceWrite(
+            instance_write(
                 status=InstanceStatus.MANUAL_INTERVENTION,
                 expected=InstanceStatus.RUNNING,
                 reason_code="effect_outcome_unknown",
@@ -100,7 +104,7 @@ def test_candidates_are_settled_effects_and_parked_doubt_of_asked_participants(
                 instance_id=live.instance_id,
                 owner=W1,
                 generation=live.generation,
-                writes=(EffectWrite(record=applied(live, 4, "bank"), expected=s.NEW),),
+                writes=(effect_write(applied(live, 4, "bank"), s.NEW),),
             )
         ],
         now=2.0,

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ledgerflow.model.effect import EffectState
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
+from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
+from ledgerflow.model.step import STEP_MACHINE, StepEvent, StepKind, StepStatus
 
 
 class RepairKind(enum.Enum):
@@ -109,36 +109,52 @@ class RepairArgs:
 # -- what planning decides ----------------------------------------------------------------------
 
 
+# Each change names its event; the state it reaches is the machine's answer (kept as a field
+# too, so the audit log's plan shows both).
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepChange:
     seq: int
     expected: StepStatus
-    status: StepStatus
+    event: StepEvent
     attempt: int
     output: str | None = None
     error: str | None = None
     # RETRY_SCHEDULED due at the moment the repair is applied.
     due_now: bool = False
+    status: StepStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", STEP_MACHINE.check(self.expected, self.event))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EffectChange:
     seq: int
     expected: EffectState
-    state: EffectState
+    event: EffectEvent
     attempt: int
     doubt: int
     evidence: str | None
     reason: str
+    state: EffectState = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", EFFECT_MACHINE.check(self.expected, self.event))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceChange:
     expected: InstanceStatus
-    status: InstanceStatus
+    event: InstanceEvent
     reason_code: str
     reason: str
     result: str | None = None
+    status: InstanceStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", INSTANCE_MACHINE.check(self.expected, self.event))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,8 +11,13 @@ from collections.abc import Callable
 
 from ledgerflow.errors import IllegalTransitionError, RepairRefusedError
 from ledgerflow.model.classification import Classification
-from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
-from ledgerflow.model.instance import INSTANCE_MACHINE, TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
+from ledgerflow.model.instance import (
+    INSTANCE_MACHINE,
+    TERMINAL_STATUSES,
+    InstanceEvent,
+    InstanceStatus,
+)
 from ledgerflow.model.repair import (
     CancelChange,
     EffectChange,
@@ -26,7 +31,7 @@ from ledgerflow.model.repair import (
     StepView,
     target_of,
 )
-from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
+from ledgerflow.model.step import STEP_MACHINE, StepEvent, StepKind, StepStatus
 
 _S = InstanceStatus
 _PARKED = frozenset({_S.MANUAL_INTERVENTION, _S.FORWARD_RECOVERY_REQUIRED})
@@ -75,12 +80,15 @@ def _plan(
         cancel=cancel,
         notes=notes,
     )
+    # Each change already took its target from the table by its event; an operator-only event
+    # is checked here as the store checks it again (a repair is the operator's write).
     for s in plan.steps:
-        STEP_MACHINE.check_edge(s.expected, s.status, by_operator=True)
+        STEP_MACHINE.check_write(s.expected, s.event, s.status, by_operator=True)
     for e in plan.effects:
-        EFFECT_MACHINE.check_edge(e.expected, e.state, by_operator=True)
+        EFFECT_MACHINE.check_write(e.expected, e.event, e.state, by_operator=True)
     if plan.instance is not None:
-        INSTANCE_MACHINE.check_edge(plan.instance.expected, plan.instance.status, by_operator=True)
+        i = plan.instance
+        INSTANCE_MACHINE.check_write(i.expected, i.event, i.status, by_operator=True)
     return plan
 
 
@@ -111,11 +119,19 @@ def _resume_target(ledger: Ledger) -> InstanceStatus:
     )
 
 
+# The event that resumes a parked instance into each state it may go back to.
+_RESUME = {
+    _S.RUNNING: InstanceEvent.OPERATOR_RESUME,
+    _S.COMPENSATING: InstanceEvent.OPERATOR_RESUME_COMPENSATION,
+    _S.CANCELLING: InstanceEvent.OPERATOR_RESUME_CANCELLATION,
+}
+
+
 def _resume(ledger: Ledger, args: RepairArgs, target: InstanceStatus) -> InstanceChange:
     code = "resumed" if target is _S.RUNNING else target.value.lower()
     return InstanceChange(
         expected=ledger.instance.status,
-        status=target,
+        event=_RESUME[target],
         reason_code=code,
         reason=f"resumed by {args.actor}: {args.reason}"[:4000],
     )
@@ -182,11 +198,10 @@ def _plan_resolve(ledger: Ledger, args: RepairArgs) -> RepairPlan:
         raise _refuse(ledger, f"step {step.seq} is {step.status.value}: the journal disagrees")
     verdict = "applied" if args.applied else "not applied"
     why = f"resolved by {args.actor} as {verdict}: {args.reason}"[:500]
-    state = EffectState.CONFIRMED if args.applied else EffectState.FAILED
     effect_change = EffectChange(
         seq=effect.seq,
         expected=effect.state,
-        state=state,
+        event=EffectEvent.CONFIRM if args.applied else EffectEvent.REJECT_FINAL,
         attempt=effect.attempt,
         # The operator's evidence settles every attempt that was in doubt.
         doubt=0,
@@ -196,7 +211,7 @@ def _plan_resolve(ledger: Ledger, args: RepairArgs) -> RepairPlan:
     step_change = StepChange(
         seq=step.seq,
         expected=step.status,
-        status=StepStatus.COMPLETED if args.applied else StepStatus.FAILED,
+        event=StepEvent.COMPLETE if args.applied else StepEvent.FAIL,
         attempt=effect.attempt,
         output=args.evidence_text if args.applied else None,
         error=None if args.applied else args.evidence_text,
@@ -243,7 +258,7 @@ def _retry_changes(
         StepChange(
             seq=step.seq,
             expected=StepStatus.FAILED,
-            status=StepStatus.RETRY_SCHEDULED,
+            event=StepEvent.OPERATOR_RETRY,
             attempt=attempt,
             due_now=True,
         ),
@@ -253,7 +268,7 @@ def _retry_changes(
     change = EffectChange(
         seq=effect.seq,
         expected=EffectState.FAILED,
-        state=EffectState.INTENDED,
+        event=EffectEvent.OPERATOR_RETRY,
         attempt=attempt,
         doubt=0,
         evidence=None,
@@ -302,7 +317,7 @@ def _plan_run_compensation(ledger: Ledger, args: RepairArgs) -> RepairPlan:
                 EffectChange(
                     seq=effect.seq,
                     expected=EffectState.PLANNED,
-                    state=EffectState.INTENDED,
+                    event=EffectEvent.INTEND,
                     attempt=1,
                     doubt=0,
                     evidence=None,
@@ -313,7 +328,7 @@ def _plan_run_compensation(ledger: Ledger, args: RepairArgs) -> RepairPlan:
                 StepChange(
                     seq=effect.seq,
                     expected=StepStatus.NEW,
-                    status=StepStatus.RETRY_SCHEDULED,
+                    event=StepEvent.SCHEDULE_RETRY,
                     attempt=1,
                     due_now=True,
                 ),
@@ -325,6 +340,12 @@ def _plan_run_compensation(ledger: Ledger, args: RepairArgs) -> RepairPlan:
 
 
 # -- skip-step and skip-compensation ------------------------------------------------------------
+
+
+def _completing(status: StepStatus) -> StepEvent:
+    """How a person completes a step with a substitute result: a FAILED one is skipped (an
+    operator-only event); an open one completes."""
+    return StepEvent.OPERATOR_SKIP if status is StepStatus.FAILED else StepEvent.COMPLETE
 
 
 def _plan_skip_step(ledger: Ledger, args: RepairArgs) -> RepairPlan:
@@ -358,7 +379,7 @@ def _plan_skip_step(ledger: Ledger, args: RepairArgs) -> RepairPlan:
             EffectChange(
                 seq=effect.seq,
                 expected=EffectState.INTENDED,
-                state=EffectState.FAILED,
+                event=EffectEvent.REJECT_FINAL,
                 attempt=effect.attempt,
                 doubt=0,
                 evidence=None,
@@ -369,7 +390,7 @@ def _plan_skip_step(ledger: Ledger, args: RepairArgs) -> RepairPlan:
     change = StepChange(
         seq=step.seq,
         expected=step.status,
-        status=StepStatus.COMPLETED,
+        event=_completing(step.status),
         attempt=step.attempt,
         output=args.result_text,
     )
@@ -396,7 +417,7 @@ def _plan_skip_compensation(ledger: Ledger, args: RepairArgs) -> RepairPlan:
             StepChange(
                 seq=step.seq,
                 expected=step.status,
-                status=StepStatus.COMPLETED,
+                event=_completing(step.status),
                 attempt=step.attempt,
                 output=args.evidence_text,
             ),
@@ -404,7 +425,11 @@ def _plan_skip_compensation(ledger: Ledger, args: RepairArgs) -> RepairPlan:
     change = EffectChange(
         seq=effect.seq,
         expected=effect.state,
-        state=EffectState.SATISFIED,
+        event=(
+            EffectEvent.OPERATOR_SATISFY
+            if effect.state is EffectState.FAILED
+            else EffectEvent.SATISFY
+        ),
         attempt=effect.attempt,
         doubt=0,
         evidence=args.evidence_text,
@@ -491,7 +516,7 @@ def _plan_force(ledger: Ledger, args: RepairArgs) -> RepairPlan:
     code = "parked_by_operator" if target is _S.MANUAL_INTERVENTION else "forced"
     change = InstanceChange(
         expected=inst.status,
-        status=target,
+        event=INSTANCE_MACHINE.event_to(inst.status, target),
         reason_code=code,
         reason=f"forced {target.value} by {args.actor}: {args.reason}"[:4000],
         result=args.result_text,

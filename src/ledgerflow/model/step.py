@@ -32,6 +32,9 @@ class StepStatus(enum.Enum):
 
 class StepEvent(enum.Enum):
     START = "start"
+    # The step stays started with a new due time: the deadline of a participant's callback,
+    # or when a lookup that could not be asked is asked again.
+    DEFER = "defer"
     COMPLETE = "complete"
     SCHEDULE_RETRY = "schedule-retry"
     FAIL = "fail"
@@ -52,8 +55,7 @@ STEP_MACHINE: Machine[StepStatus, StepEvent] = Machine(
         (_S.NEW, _E.COMPLETE): _S.COMPLETED,
         (_S.NEW, _E.SCHEDULE_RETRY): _S.RETRY_SCHEDULED,
         (_S.NEW, _E.FAIL): _S.FAILED,
-        # START again from STARTED is a re-dispatch of the same command under the same key.
-        (_S.STARTED, _E.START): _S.STARTED,
+        (_S.STARTED, _E.DEFER): _S.STARTED,
         (_S.STARTED, _E.COMPLETE): _S.COMPLETED,
         (_S.STARTED, _E.SCHEDULE_RETRY): _S.RETRY_SCHEDULED,
         (_S.STARTED, _E.FAIL): _S.FAILED,

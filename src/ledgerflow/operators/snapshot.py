@@ -8,11 +8,10 @@ current record so that identities (command id, idempotency key, payload) are nev
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from ledgerflow.errors import InstanceNotFoundError
-from ledgerflow.model.ids import InstanceId, StepSeq, command_id
+from ledgerflow.model.ids import InstanceId, StepSeq
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import (
     EffectChange,
@@ -30,10 +29,10 @@ from ledgerflow.storage.records import (
     InstanceRecord,
     InstanceWrite,
     Journal,
-    StepRecord,
     StepWrite,
 )
 from ledgerflow.storage.store import LedgerReads
+from ledgerflow.storage.transitions import effect_change, instance_change, new_step, step_change
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,65 +102,55 @@ def read_snapshot(store: LedgerReads, instance_id: InstanceId, *, now: float) ->
     )
 
 
-def _new_compensation_step(snapshot: Snapshot, change: StepChange) -> StepRecord:
-    """The journal row of a compensation the operator starts before its driver ever did: the
-    same name, command id and input the driver would have written."""
-    instance = snapshot.instance
-    seq = StepSeq(change.seq)
-    effect = snapshot.journal.effects[seq]
-    original = snapshot.journal.effects[StepSeq(-seq)]
-    original_step = snapshot.journal.steps.get(StepSeq(-seq))
-    return StepRecord(
-        instance_id=instance.instance_id,
-        run=instance.run,
-        seq=seq,
-        kind=StepKind.COMPENSATION,
-        name=f"compensate {original.participant}.{original.operation}",
-        command_id=command_id(instance.instance_id, instance.run, seq),
-        status=change.status,
-        attempt=change.attempt,
-        input=effect.payload,
-        output=None,
-        error=None,
-        retry_policy=original_step.retry_policy if original_step else "{}",
-        next_attempt_at=None,
-        generation=instance.generation,
-        updated_at=instance.updated_at,
-    )
-
-
 def _step_write(snapshot: Snapshot, change: StepChange, now: float) -> StepWrite:
     seq = StepSeq(change.seq)
-    current = (
-        _new_compensation_step(snapshot, change)
-        if change.expected is StepStatus.NEW
-        else snapshot.journal.steps[seq]
-    )
     completed = change.status is StepStatus.COMPLETED
-    record = dataclasses.replace(
+    due = now if change.due_now else None
+    if change.expected is StepStatus.NEW:
+        # A compensation the operator starts before its driver ever did: the same name,
+        # command id and input the driver would have written.
+        effect = snapshot.journal.effects[seq]
+        original = snapshot.journal.effects[StepSeq(-seq)]
+        original_step = snapshot.journal.steps.get(StepSeq(-seq))
+        return new_step(
+            snapshot.instance,
+            seq,
+            change.event,
+            kind=StepKind.COMPENSATION,
+            name=f"compensate {original.participant}.{original.operation}",
+            input=effect.payload,
+            retry_policy=original_step.retry_policy if original_step else "{}",
+            now=now,
+            attempt=change.attempt,
+            output=change.output if completed else None,
+            error=None if completed else change.error,
+            next_attempt_at=due,
+        )
+    current = snapshot.journal.steps[seq]
+    return step_change(
         current,
-        status=change.status,
+        change.event,
+        now=now,
+        generation=current.generation,
         attempt=change.attempt,
         output=change.output if completed else None,
         error=None if completed else (change.error or current.error),
-        next_attempt_at=now if change.due_now else None,
-        updated_at=now,
+        next_attempt_at=due,
     )
-    return StepWrite(record=record, expected=change.expected)
 
 
 def _effect_write(snapshot: Snapshot, change: EffectChange, now: float) -> EffectWrite:
     current: EffectRecord = snapshot.journal.effects[StepSeq(change.seq)]
-    record = dataclasses.replace(
+    return effect_change(
         current,
-        state=change.state,
+        change.event,
+        now=now,
+        generation=current.generation,
         attempt=change.attempt,
         doubt=change.doubt,
         evidence=change.evidence,
         reason=change.reason,
-        updated_at=now,
     )
-    return EffectWrite(record=record, expected=change.expected, detail=change.reason)
 
 
 def repair_writes(
@@ -176,9 +165,9 @@ def repair_writes(
     if plan.instance is not None:
         i = plan.instance
         writes.append(
-            InstanceWrite(
-                status=i.status,
-                expected=i.expected,
+            instance_change(
+                i.expected,
+                i.event,
                 result=i.result,
                 reason_code=i.reason_code,
                 reason=i.reason,

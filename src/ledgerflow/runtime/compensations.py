@@ -14,13 +14,14 @@ from ledgerflow.errors import EffectFailedError, RegistrationError
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import ConfirmedEffect, Plan, compensation_seq, plan
 from ledgerflow.model.definition import EffectDeclaration, Registry
-from ledgerflow.model.effect import EffectState
+from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.ids import compensation_key, effect_id
-from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.instance import InstanceEvent, InstanceStatus
 from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import EffectRecord, EffectWrite, InstanceWrite
+from ledgerflow.storage.transitions import instance_change, new_effect
 
 
 class CompensationRunner:
@@ -61,13 +62,13 @@ class CompensationRunner:
         commit. ``undo=False`` (a cancellation that keeps what was done) plans none. ``cause``
         is kept to the end, whatever the compensations' own outcome."""
         chosen = self.plan()
-        target = InstanceStatus.CANCELLING if cancelling else InstanceStatus.COMPENSATING
+        event = InstanceEvent.CANCEL if cancelling else InstanceEvent.FAIL_AFTER_EFFECTS
         planned = chosen.compensate if undo else ()
         writes: list[EffectWrite | InstanceWrite] = [
-            InstanceWrite(
-                status=target,
-                expected=self.session.status,
-                reason_code=target.value.lower(),
+            instance_change(
+                self.session.status,
+                event,
+                reason_code="cancelling" if cancelling else "compensating",
                 reason=f"{why}; compensating {len(planned)} effect(s)",
                 cause=cause,
             )
@@ -78,28 +79,25 @@ class CompensationRunner:
         await self.session.commit(*writes)
 
     def _planned(self, original: EffectRecord, operation: str) -> EffectWrite:
+        """A compensation's place in the plan: its own identity, at the negative of the original
+        step's position, and its own key in the compensation namespace."""
         instance = self.session.instance
         seq = compensation_seq(original.seq)
-        record = EffectRecord(
+        return new_effect(
+            instance,
+            seq,
+            EffectEvent.PLAN,
             effect_id=effect_id(instance.instance_id, instance.run, seq),
-            instance_id=instance.instance_id,
-            run=instance.run,
-            seq=seq,
             participant=original.participant,
             operation=operation,
             classification=Classification.FORWARD_RECOVERY_ONLY.value,
             idempotency_key=compensation_key(original.idempotency_key),
-            state=EffectState.PLANNED,
-            attempt=1,
-            doubt=0,
             payload=original.payload,
-            evidence=None,
+            now=self.session.clock.now(),
             reason=f"undoes {original.participant}.{original.operation}",
-            generation=self.session.generation,
-            updated_at=self.session.clock.now(),
             compensates=original.effect_id,
+            detail="planned",
         )
-        return EffectWrite(record=record, expected=EffectState.NEW, detail="planned")
 
     async def run(self) -> None:
         """Drive every planned compensation, in order, then record the truthful end."""
@@ -161,13 +159,13 @@ class CompensationRunner:
             "compensated": [f"{e.participant}.{e.operation}: {e.state.value}" for e in undone],
             "residual": [f"{e.participant}.{e.operation} (step {e.seq})" for e in residual],
         }
-        target = InstanceStatus.CANCELLED if cancelling else InstanceStatus.COMPENSATED
+        done = InstanceEvent.CANCELLATION_DONE if cancelling else InstanceEvent.COMPENSATIONS_DONE
         await self.session.commit(
-            InstanceWrite(
-                status=target,
-                expected=self.session.status,
+            instance_change(
+                self.session.status,
+                done,
                 result=self.session.codec.encode(summary) if cancelling else None,
-                reason_code=target.value.lower(),
+                reason_code="cancelled" if cancelling else "compensated",
                 reason=(self.session.reason or "")
                 if cancelling
                 else _compensated_reason(self.session.cause, summary["compensated"]),

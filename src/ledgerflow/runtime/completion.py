@@ -4,28 +4,29 @@
 A participant that completes by callback only accepts the dispatch; the effect is ACCEPTED and
 the instance WAITING until the callback is delivered to the effect's step (through the inbox,
 so it is deduplicated and a late one is refused), or until the deadline, after which the
-outcome is UNKNOWN and settled like any other. The effect driver inherits this part.
+outcome is UNKNOWN and settled like any other. The effect driver hands this part to a
+:class:`CallbackCompletion`, which writes through the driver (see :class:`Settling`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ledgerflow.errors import EffectFailedError, EventArrivedError
-from ledgerflow.model.effect import EffectState
+from ledgerflow.model.effect import EffectEvent
 from ledgerflow.model.ids import EffectId, StepSeq
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.model.step import StepStatus
+from ledgerflow.model.instance import InstanceEvent
+from ledgerflow.model.step import StepEvent
 from ledgerflow.runtime.control import Waiting
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
     ConsumeDelivery,
     Delivery,
     EffectWrite,
-    InstanceWrite,
     NoPendingDelivery,
     StepWrite,
 )
+from ledgerflow.storage.transitions import instance_change
 
 
 def completion_event(effect: EffectId) -> str:
@@ -33,51 +34,53 @@ def completion_event(effect: EffectId) -> str:
     return f"complete:{effect}"
 
 
-class CallbackCompletion:
-    """The callback half of :class:`~ledgerflow.runtime.effects.EffectDriver`."""
+class Settling(Protocol):
+    """What a callback's waiter needs of the effect's driver: its identity, the writes it
+    makes, and how it settles an UNKNOWN outcome or a proven failure."""
 
     session: Session
     seq: StepSeq
     name: str
     effect_id: EffectId
 
-    def _effect(
+    def step_write(
         self,
-        state: EffectState,
-        expected: EffectState,
+        event: StepEvent,
+        *,
+        attempt: int,
+        output: str | None = None,
+        error: str | None = None,
+        next_attempt_at: float | None = None,
+    ) -> StepWrite: ...
+
+    def effect_write(
+        self,
+        event: EffectEvent,
         *,
         attempt: int,
         evidence: str | None = None,
         reason: str | None = None,
         detail: str | None = None,
         doubt: int | None = None,
-    ) -> EffectWrite:
-        raise NotImplementedError
+    ) -> EffectWrite: ...
 
-    def _step(
-        self,
-        status: StepStatus,
-        expected: StepStatus,
-        *,
-        attempt: int,
-        output: str | None = None,
-        error: str | None = None,
-        next_attempt_at: float | None = None,
-    ) -> StepWrite:
-        raise NotImplementedError
+    async def resolve(self) -> Any: ...
 
-    async def _resolve(self) -> Any:
-        raise NotImplementedError
+    def failed(self, reason: str) -> EffectFailedError: ...
 
-    def _failed(self, reason: str) -> EffectFailedError:
-        raise NotImplementedError
 
-    async def _await_completion(self, *, attempt: int) -> Any:
+class CallbackCompletion:
+    """Waits, durably, for one asynchronous effect's callback on behalf of its driver."""
+
+    def __init__(self, driver: Settling) -> None:
+        self.driver = driver
+
+    async def await_completion(self, *, attempt: int) -> Any:
         """Wait (durably, WAITING) for the participant's callback; no callback by the
         deadline makes the outcome UNKNOWN, settled like any other."""
-        s = self.session
-        name = completion_event(self.effect_id)
-        step = s.step(self.seq)
+        driver, s = self.driver, self.driver.session
+        name = completion_event(driver.effect_id)
+        step = s.step(driver.seq)
         due = step.next_attempt_at if step and step.next_attempt_at else s.clock.now()
         while True:
             found = await s.store.pending_deliveries(s.instance_id, name)
@@ -85,11 +88,11 @@ class CallbackCompletion:
                 return await self._completed(found[0], attempt=attempt)
             if s.clock.now() < due:
                 await s.commit(
-                    InstanceWrite(
-                        status=InstanceStatus.WAITING,
-                        expected=s.status,
+                    instance_change(
+                        s.status,
+                        InstanceEvent.SUSPEND,
                         reason_code="awaiting_callback",
-                        reason=f"step {self.seq} ({self.name})",
+                        reason=f"step {driver.seq} ({driver.name})",
                         release=True,
                         available_at=due,
                     )
@@ -98,9 +101,8 @@ class CallbackCompletion:
             try:
                 await s.commit(
                     NoPendingDelivery(name=name),
-                    self._effect(
-                        EffectState.UNKNOWN,
-                        EffectState.ACCEPTED,
+                    driver.effect_write(
+                        EffectEvent.LOSE_OUTCOME,
                         attempt=attempt,
                         doubt=attempt,
                         reason="no completion callback before the deadline",
@@ -108,49 +110,42 @@ class CallbackCompletion:
                 )
             except EventArrivedError:
                 continue  # The callback won the race.
-            return await self._resolve()
+            return await driver.resolve()
 
     async def _completed(self, delivery: Delivery, *, attempt: int) -> Any:
-        s = self.session
+        driver, s = self.driver, self.driver.session
         body = s.codec.decode(delivery.payload)
-        consume = ConsumeDelivery(event_id=delivery.event_id, seq=self.seq)
+        consume = ConsumeDelivery(event_id=delivery.event_id, seq=driver.seq)
         if body.get("applied"):
             evidence = s.codec.encode(body.get("evidence"))
             await s.commit(
                 consume,
-                self._effect(
-                    EffectState.CONFIRMED,
-                    EffectState.ACCEPTED,
+                driver.effect_write(
+                    EffectEvent.CONFIRM,
                     attempt=attempt,
                     evidence=evidence,
                     detail=f"callback {delivery.event_id}",
                 ),
-                self._step(
-                    StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=evidence
-                ),
+                driver.step_write(StepEvent.COMPLETE, attempt=attempt, output=evidence),
             )
             return s.codec.decode(evidence)
         reason = f"the participant called back: not applied ({body.get('reason')})"[:500]
-        effect = s.effect(self.seq)
+        effect = s.effect(driver.seq)
         if effect is not None and effect.doubt:
             await s.commit(
                 consume,
-                self._effect(
-                    EffectState.UNKNOWN,
-                    EffectState.ACCEPTED,
+                driver.effect_write(
+                    EffectEvent.LOSE_OUTCOME,
                     attempt=attempt,
                     reason=f"{reason}, but attempt {effect.doubt} is in doubt",
                 ),
             )
-            return await self._resolve()
+            return await driver.resolve()
         await s.commit(
             consume,
-            self._effect(EffectState.FAILED, EffectState.ACCEPTED, attempt=attempt, reason=reason),
-            self._step(
-                StepStatus.FAILED,
-                StepStatus.STARTED,
-                attempt=attempt,
-                error=s.codec.encode({"message": reason}),
+            driver.effect_write(EffectEvent.REJECT_FINAL, attempt=attempt, reason=reason),
+            driver.step_write(
+                StepEvent.FAIL, attempt=attempt, error=s.codec.encode({"message": reason})
             ),
         )
-        raise self._failed(reason)
+        raise driver.failed(reason)

@@ -109,7 +109,6 @@ class WorkflowContext:
         recorded = self._replayed(seq, kind=StepKind.LOCAL, name=name, input_text=input_text)
         self._stop_if_cancelled(seq, name, recorded)
         attempt = 1
-        expected = StepStatus.NEW
         if recorded is not None:
             if recorded.status is StepStatus.COMPLETED:
                 return session.codec.decode(recorded.output or "null")
@@ -119,7 +118,7 @@ class WorkflowContext:
                     instance_id=session.instance_id,
                     seq=seq,
                 )
-            attempt, expected = recorded.attempt, recorded.status
+            attempt = recorded.attempt
             await self.wait_until(recorded.next_attempt_at)
         driver = LocalStepDriver(
             session=session,
@@ -129,7 +128,7 @@ class WorkflowContext:
             policy=policy,
             wait_until=self.wait_until,
         )
-        return await driver.run(function, args, attempt=attempt, expected=expected)
+        return await driver.run(function, args, attempt=attempt)
 
     async def effect(
         self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None

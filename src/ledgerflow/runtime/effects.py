@@ -18,7 +18,6 @@ distinction safe.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any
 
 from ledgerflow.errors import EffectFailedError, EffectRejectedError
@@ -27,6 +26,7 @@ from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
 from ledgerflow.model.effect import (
+    EffectEvent,
     EffectState,
     LookupAnswer,
     LookupVerdict,
@@ -36,12 +36,11 @@ from ledgerflow.model.effect import (
 from ledgerflow.model.ids import (
     IdempotencyKey,
     StepSeq,
-    command_id,
     compensation_key,
     effect_id,
     idempotency_key,
 )
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_by_deadline, describe_error, error_names
 from ledgerflow.runtime.completion import CallbackCompletion
@@ -52,13 +51,19 @@ from ledgerflow.storage.records import (
     EffectRecord,
     EffectWrite,
     NoCancelRequest,
-    StepRecord,
     StepWrite,
     Write,
 )
+from ledgerflow.storage.transitions import (
+    KEEP,
+    StepIdentity,
+    effect_change,
+    new_effect,
+    step_write,
+)
 
 
-class EffectDriver(CallbackCompletion):
+class EffectDriver:
     def __init__(
         self,
         *,
@@ -83,6 +88,17 @@ class EffectDriver(CallbackCompletion):
         self.points = "compensation" if undoes else "effect"
         instance = session.instance
         self.effect_id = effect_id(instance.instance_id, instance.run, seq)
+        self.step_identity = StepIdentity(
+            instance=instance,
+            seq=seq,
+            kind=self.kind,
+            name=name,
+            input=payload_text,
+            retry_policy=session.codec.encode(self.policy.to_record()),
+        )
+        # An asynchronous effect's callback is waited for by a collaborator that writes
+        # through this driver.
+        self.callbacks = CallbackCompletion(self)
         self.key = (
             compensation_key(undoes.idempotency_key)
             if undoes
@@ -111,8 +127,8 @@ class EffectDriver(CallbackCompletion):
             if planned is EffectState.PLANNED and not await self._precondition_holds():
                 return None
             intent: tuple[Write, ...] = (
-                self._step(StepStatus.STARTED, StepStatus.NEW, attempt=1),
-                self._effect(EffectState.INTENDED, planned, attempt=1, detail="write-ahead intent"),
+                self.step_write(StepEvent.START, attempt=1),
+                self.effect_write(EffectEvent.INTEND, attempt=1, detail="write-ahead intent"),
             )
             if self.undoes is None:
                 # After a cancel request is accepted no new effect is dispatched: the store
@@ -133,27 +149,24 @@ class EffectDriver(CallbackCompletion):
         if effect.state in (EffectState.CONFIRMED, EffectState.SATISFIED):
             return self.session.codec.decode(effect.evidence or "null")
         if effect.state is EffectState.FAILED:
-            raise self._failed(effect.reason or "proven not applied")
+            raise self.failed(effect.reason or "proven not applied")
         if effect.state is EffectState.ACCEPTED:
-            return await self._await_completion(attempt=effect.attempt)
+            return await self.callbacks.await_completion(attempt=effect.attempt)
         if effect.state is EffectState.INTENDED and step.status is StepStatus.RETRY_SCHEDULED:
             await self.wait_until(step.next_attempt_at)
-            await self.session.commit(
-                self._step(StepStatus.STARTED, StepStatus.RETRY_SCHEDULED, attempt=effect.attempt)
-            )
+            await self.session.commit(self.step_write(StepEvent.START, attempt=effect.attempt))
             return await self._dispatch(attempt=effect.attempt)
         if effect.state is EffectState.INTENDED:
             # A worker died between the intent and the outcome: it may have sent the request.
             await self.session.commit(
-                self._effect(
-                    EffectState.UNKNOWN,
-                    EffectState.INTENDED,
+                self.effect_write(
+                    EffectEvent.LOSE_OUTCOME,
                     attempt=effect.attempt,
                     doubt=effect.attempt,
                     reason="the worker stopped before the outcome was recorded",
                 )
             )
-        return await self._resolve()
+        return await self.resolve()
 
     def _call(
         self, *, attempt: int, key: IdempotencyKey, deadline_at: float | None = None
@@ -212,9 +225,8 @@ class EffectDriver(CallbackCompletion):
             return True
         evidence = self.session.codec.encode(answer.evidence)
         await self.session.commit(
-            self._effect(
-                EffectState.SATISFIED,
-                EffectState.PLANNED,
+            self.effect_write(
+                EffectEvent.SATISFY,
                 attempt=1,
                 evidence=evidence,
                 reason="precondition: the participant's state already reflects it",
@@ -257,40 +269,35 @@ class EffectDriver(CallbackCompletion):
             return await self._rejected(sent, attempt=attempt)
         if isinstance(sent, Exception):
             await self.session.commit(
-                self._effect(
-                    EffectState.UNKNOWN,
-                    EffectState.INTENDED,
+                self.effect_write(
+                    EffectEvent.LOSE_OUTCOME,
                     attempt=attempt,
                     doubt=attempt,
                     reason=f"dispatch gave no proof: {type(sent).__name__}: {sent}"[:500],
                     failed=(attempt, sent),
                 )
             )
-            return await self._resolve()
+            return await self.resolve()
         if self.declaration.completes_by_callback is not None:
             # Accepted is not done: the participant completes it by calling back.
             deadline = self.session.clock.now() + self.declaration.completes_by_callback
             await self.session.commit(
-                self._effect(
-                    EffectState.ACCEPTED,
-                    EffectState.INTENDED,
+                self.effect_write(
+                    EffectEvent.ACCEPT,
                     attempt=attempt,
                     evidence=sent,
                     reason="accepted; completes by callback",
                 ),
-                self._step(
-                    StepStatus.STARTED,
-                    StepStatus.STARTED,
+                self.step_write(
+                    StepEvent.DEFER,
                     attempt=attempt,
                     next_attempt_at=deadline,
                 ),
             )
-            return await self._await_completion(attempt=attempt)
+            return await self.callbacks.await_completion(attempt=attempt)
         await self.session.commit(
-            self._effect(
-                EffectState.CONFIRMED, EffectState.INTENDED, attempt=attempt, evidence=sent
-            ),
-            self._step(StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=sent),
+            self.effect_write(EffectEvent.CONFIRM, attempt=attempt, evidence=sent),
+            self.step_write(StepEvent.COMPLETE, attempt=attempt, output=sent),
         )
         faults.point(f"{self.points}.after_outcome", **self._where(attempt))
         return self.session.codec.decode(sent)
@@ -307,9 +314,8 @@ class EffectDriver(CallbackCompletion):
             # This attempt was refused, but an earlier one may still land: only a lookup (or an
             # operator) can prove the effect as a whole was never applied.
             await self.session.commit(
-                self._effect(
-                    EffectState.UNKNOWN,
-                    EffectState.INTENDED,
+                self.effect_write(
+                    EffectEvent.LOSE_OUTCOME,
                     attempt=attempt,
                     reason=(
                         f"attempt {attempt} was refused ({rejection.error_code}) but attempt "
@@ -318,22 +324,20 @@ class EffectDriver(CallbackCompletion):
                     failed=(attempt, rejection),
                 )
             )
-            return await self._resolve()
+            return await self.resolve()
         if not retry:
             reason = f"participant proved not applied: {rejection.error_code}: {rejection.message}"
             await self.session.commit(
-                self._effect(
-                    EffectState.FAILED,
-                    EffectState.INTENDED,
+                self.effect_write(
+                    EffectEvent.REJECT_FINAL,
                     attempt=attempt,
                     reason=reason[:500],
                     failed=(attempt, rejection),
                 ),
-                self._step(StepStatus.FAILED, StepStatus.STARTED, attempt=attempt, error=error),
+                self.step_write(StepEvent.FAIL, attempt=attempt, error=error),
             )
-            raise self._failed(reason)
+            raise self.failed(reason)
         return await self._schedule_redispatch(
-            EffectState.INTENDED,
             attempt=attempt,
             error=error,
             why=f"rejected ({rejection.error_code}); retry under the same key",
@@ -342,7 +346,6 @@ class EffectDriver(CallbackCompletion):
 
     async def _schedule_redispatch(
         self,
-        expected: EffectState,
         *,
         attempt: int,
         error: str | None,
@@ -355,26 +358,22 @@ class EffectDriver(CallbackCompletion):
         pause = self.policy.delay_before(following, identity=self.key)
         due = self.session.clock.now() + pause.total_seconds()
         await self.session.commit(
-            self._effect(
-                EffectState.INTENDED,
-                expected,
+            self.effect_write(
+                EffectEvent.REDISPATCH,
                 attempt=following,
                 detail=why,
                 doubt=doubt,
                 failed=failed,
             ),
-            self._step(
-                StepStatus.RETRY_SCHEDULED,
-                StepStatus.STARTED,
+            self.step_write(
+                StepEvent.SCHEDULE_RETRY,
                 attempt=following,
                 error=error,
                 next_attempt_at=due,
             ),
         )
         await self.wait_until(due)
-        await self.session.commit(
-            self._step(StepStatus.STARTED, StepStatus.RETRY_SCHEDULED, attempt=following)
-        )
+        await self.session.commit(self.step_write(StepEvent.START, attempt=following))
         return await self._dispatch(attempt=following)
 
     async def _ask(self, attempt: int) -> tuple[LookupAnswer | None, Exception | None]:
@@ -415,9 +414,8 @@ class EffectDriver(CallbackCompletion):
             pause = policy.delay_before(failures + 1, identity=f"lookup:{self.key}")
             due = self.session.clock.now() + pause.total_seconds()
             await self.session.commit(
-                self._effect(
-                    EffectState.UNKNOWN,
-                    EffectState.UNKNOWN,
+                self.effect_write(
+                    EffectEvent.LOOKUP_UNAVAILABLE,
                     attempt=effect.attempt,
                     reason=f"lookup {failures} of {policy.attempts_max} could not be asked: {why}"[
                         :500
@@ -425,16 +423,15 @@ class EffectDriver(CallbackCompletion):
                     lookup_failures=failures,
                     failed=(effect.attempt, unavailable),
                 ),
-                self._step(
-                    StepStatus.STARTED,
-                    StepStatus.STARTED,
+                self.step_write(
+                    StepEvent.DEFER,
                     attempt=effect.attempt,
                     next_attempt_at=due,
                 ),
             )
             effect = self.session.effect(self.seq) or effect
 
-    async def _resolve(self) -> Any:
+    async def resolve(self) -> Any:
         effect = self.session.effect(self.seq)
         if effect is None or effect.state is not EffectState.UNKNOWN:
             raise AssertionError(f"resolving step {self.seq}, which is not UNKNOWN")
@@ -450,23 +447,19 @@ class EffectDriver(CallbackCompletion):
         if resolution.kind is ResolutionKind.CONFIRM:
             evidence_text = self.session.codec.encode(resolution.evidence)
             await self.session.commit(
-                self._effect(
-                    EffectState.CONFIRMED,
-                    EffectState.UNKNOWN,
+                self.effect_write(
+                    EffectEvent.CONFIRM,
                     attempt=attempt,
                     evidence=evidence_text,
                     detail=resolution.reason,
                 ),
-                self._step(
-                    StepStatus.COMPLETED, StepStatus.STARTED, attempt=attempt, output=evidence_text
-                ),
+                self.step_write(StepEvent.COMPLETE, attempt=attempt, output=evidence_text),
             )
             return self.session.codec.decode(evidence_text)
         # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
         fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
         if resolution.kind is ResolutionKind.REDISPATCH:
             return await self._schedule_redispatch(
-                EffectState.UNKNOWN,
                 attempt=attempt,
                 error=None,
                 why=resolution.reason,
@@ -474,21 +467,19 @@ class EffectDriver(CallbackCompletion):
             )
         if resolution.kind is ResolutionKind.FAIL:
             await self.session.commit(
-                self._effect(
-                    EffectState.FAILED,
-                    EffectState.UNKNOWN,
+                self.effect_write(
+                    EffectEvent.REJECT_FINAL,
                     attempt=attempt,
                     doubt=0,
                     reason=resolution.reason,
                 ),
-                self._step(
-                    StepStatus.FAILED,
-                    StepStatus.STARTED,
+                self.step_write(
+                    StepEvent.FAIL,
                     attempt=attempt,
                     error=self.session.codec.encode({"message": resolution.reason}),
                 ),
             )
-            raise self._failed(resolution.reason)
+            raise self.failed(resolution.reason)
         raise Park(
             "effect_outcome_unknown",
             f"effect {self.declaration.participant.name}.{self.declaration.operation} "
@@ -497,7 +488,7 @@ class EffectDriver(CallbackCompletion):
             f"last known: {effect.reason}",
         )
 
-    def _failed(self, reason: str) -> EffectFailedError:
+    def failed(self, reason: str) -> EffectFailedError:
         return EffectFailedError(
             f"effect {self.declaration.participant.name}.{self.declaration.operation} "
             f"failed: {reason}",
@@ -505,42 +496,30 @@ class EffectDriver(CallbackCompletion):
             effect_id=self.effect_id,
         )
 
-    def _step(
+    def step_write(
         self,
-        status: StepStatus,
-        expected: StepStatus,
+        event: StepEvent,
         *,
         attempt: int,
         output: str | None = None,
         error: str | None = None,
         next_attempt_at: float | None = None,
     ) -> StepWrite:
-        instance = self.session.instance
-        previous_step = self.session.step(self.seq)
-        record = StepRecord(
-            instance_id=instance.instance_id,
-            run=instance.run,
-            seq=self.seq,
-            kind=self.kind,
-            name=self.name,
-            command_id=command_id(instance.instance_id, instance.run, self.seq),
-            status=status,
+        """This step moved by ``event``; its output, error and due time are what is given."""
+        return step_write(
+            self.step_identity,
+            self.session.step(self.seq),
+            event,
+            now=self.session.clock.now(),
             attempt=attempt,
-            input=self.payload_text,
             output=output,
             error=error,
-            retry_policy=self.session.codec.encode(self.policy.to_record()),
             next_attempt_at=next_attempt_at,
-            generation=self.session.generation,
-            updated_at=self.session.clock.now(),
-            attempt_errors=previous_step.attempt_errors if previous_step else None,
         )
-        return StepWrite(record=record, expected=expected)
 
-    def _effect(
+    def effect_write(
         self,
-        state: EffectState,
-        expected: EffectState,
+        event: EffectEvent,
         *,
         attempt: int,
         evidence: str | None = None,
@@ -550,40 +529,42 @@ class EffectDriver(CallbackCompletion):
         lookup_failures: int = 0,
         failed: tuple[int, BaseException] | None = None,
     ) -> EffectWrite:
-        """The effect as it becomes; ``failed`` (attempt, error) adds that attempt's error
-        to the ones it keeps. Lookups that could not be asked count only while in a row."""
-        instance = self.session.instance
-        previous = self.session.effect(self.seq)
-        errors = previous.attempt_errors if previous else None
+        """This effect moved by ``event``. The reason explains the new state only (the timeline
+        keeps every earlier one); ``failed`` (attempt, error) adds that attempt's error to the
+        ones it keeps; lookups that could not be asked count only while in a row."""
+        session = self.session
+        now = session.clock.now()
+        current = session.effect(self.seq)
+        if current is None:
+            return new_effect(
+                session.instance,
+                self.seq,
+                event,
+                effect_id=self.effect_id,
+                participant=self.declaration.participant.name,
+                operation=self.declaration.operation,
+                classification=self.declaration.classification.value,
+                idempotency_key=self.key,
+                payload=self.payload_text,
+                now=now,
+                reason=reason,
+                detail=detail,
+            )
+        errors = current.attempt_errors
         if failed is not None:
             errors = with_attempt_error(
-                errors,
-                attempt=failed[0],
-                error=describe_error(failed[1]),
-                at=self.session.clock.now(),
+                errors, attempt=failed[0], error=describe_error(failed[1]), at=now
             )
-        record = EffectRecord(
-            effect_id=self.effect_id,
-            instance_id=instance.instance_id,
-            run=instance.run,
-            seq=self.seq,
-            participant=self.declaration.participant.name,
-            operation=self.declaration.operation,
-            classification=self.declaration.classification.value,
-            idempotency_key=self.key,
-            state=state,
+        return effect_change(
+            current,
+            event,
+            now=now,
+            generation=session.generation,
             attempt=attempt,
-            doubt=doubt if doubt is not None else (previous.doubt if previous else 0),
-            payload=self.payload_text,
+            doubt=KEEP if doubt is None else doubt,
             evidence=evidence,
-            # The reason explains the current state only; the timeline keeps every earlier one.
             reason=reason,
-            generation=self.session.generation,
-            updated_at=self.session.clock.now(),
-            compensates=self.undoes.effect_id if self.undoes else None,
             attempt_errors=errors,
             lookup_failures=lookup_failures,
+            detail=detail,
         )
-        if previous is not None:
-            record = replace(record, payload=previous.payload)
-        return EffectWrite(record=record, expected=expected, detail=detail or reason)

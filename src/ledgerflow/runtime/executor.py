@@ -26,7 +26,8 @@ from ledgerflow.runtime.context import WorkflowContext
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend, Waiting
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.store_thread import AsyncStore
-from ledgerflow.storage.records import InstanceRecord, InstanceWrite, Journal, Release
+from ledgerflow.storage.records import InstanceRecord, Journal, Release
+from ledgerflow.storage.transitions import instance_change
 
 log = logging.getLogger("ledgerflow.executor")
 
@@ -117,12 +118,7 @@ class Executor:
         if session.status is InstanceStatus.WAITING:
             # Woken by its timer, an event or a cancel request: replay decides which.
             await session.commit(
-                InstanceWrite(
-                    status=InstanceStatus.RUNNING,
-                    expected=InstanceStatus.WAITING,
-                    reason_code="woken",
-                    reason=None,
-                )
+                instance_change(InstanceStatus.WAITING, InstanceEvent.WAKE, reason_code="woken")
             )
         if session.status in (InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING):
             await CompensationRunner(session, self.registry).run()
@@ -148,9 +144,9 @@ class Executor:
             )
         faults.point("instance.before_finish", instance=session.instance.business_key)
         await session.commit(
-            InstanceWrite(
-                status=InstanceStatus.SUCCEEDED,
-                expected=session.status,
+            instance_change(
+                session.status,
+                InstanceEvent.COMPLETE,
                 result=result,
                 reason_code="completed",
                 release=True,
@@ -175,16 +171,11 @@ class Executor:
             )
             await runner.run()
             return
-        target = (
-            InstanceStatus.FAILED
-            if event is InstanceEvent.FAIL_CLEAN
-            else InstanceStatus.FORWARD_RECOVERY_REQUIRED
-        )
+        # FAIL_CLEAN ends FAILED, FAIL_AFTER_PIVOT ends FORWARD_RECOVERY_REQUIRED: the table says.
         await session.commit(
-            InstanceWrite(
-                status=target,
-                expected=session.status,
-                result=None,
+            instance_change(
+                session.status,
+                event,
                 reason_code=event.value,
                 reason=f"{kind}: {detail}",
                 release=True,
@@ -223,9 +214,9 @@ class Executor:
     async def _park(self, session: Session, park: Park) -> None:
         log.warning("parking %s: %s", session.instance_id, park.reason)
         await session.commit(
-            InstanceWrite(
-                status=InstanceStatus.MANUAL_INTERVENTION,
-                expected=session.status,
+            instance_change(
+                session.status,
+                InstanceEvent.PARK,
                 reason_code=park.code,
                 reason=park.reason[:4000],
                 release=True,

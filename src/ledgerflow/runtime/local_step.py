@@ -17,12 +17,12 @@ from ledgerflow.model import detection
 from ledgerflow.model.attempts import with_attempt_error
 from ledgerflow.model.ids import StepSeq, command_id
 from ledgerflow.model.retry import RetryPolicy
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_user, describe_error, error_names
 from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import StepRecord, StepWrite
+from ledgerflow.storage.transitions import KEEP, StepIdentity, step_write
 
 
 @dataclass(slots=True, kw_only=True)
@@ -40,7 +40,6 @@ class LocalStepDriver:
         args: Sequence[Any],
         *,
         attempt: int,
-        expected: StepStatus,
     ) -> Any:
         where = {"instance": self.session.instance.business_key, "seq": self.seq}
         while True:
@@ -49,17 +48,16 @@ class LocalStepDriver:
                 value = await call_user(function, *args, inline=self.session.store.inline)
                 output = self.session.codec.encode(value)
             except Exception as exc:  # noqa: BLE001 - any error of user code is journaled.
-                attempt = await self._failed(exc, attempt=attempt, expected=expected)
-                expected = StepStatus.RETRY_SCHEDULED
+                attempt = await self._failed(exc, attempt=attempt)
                 continue
             faults.point("step.after_execute", attempt=attempt, **where)
-            await self._write(StepStatus.COMPLETED, expected, attempt=attempt, output=output)
+            await self._write(StepEvent.COMPLETE, attempt=attempt, output=output)
             return self.session.codec.decode(output)
 
-    async def _failed(self, exc: Exception, *, attempt: int, expected: StepStatus) -> int:
+    async def _failed(self, exc: Exception, *, attempt: int) -> int:
         """Journal a failed attempt; return the next attempt, or raise when none is left."""
         retryable = not isinstance(exc, PayloadError) and self.policy.retries(error_names(exc))
-        described = self._described(exc, expected)
+        described = self._described(exc)
         error = self.session.codec.encode(described)
         recorded = self.session.step(self.seq)
         errors = with_attempt_error(
@@ -74,8 +72,7 @@ class LocalStepDriver:
             pause = self.policy.delay_before(following, identity=identity)
             due = self.session.clock.now() + pause.total_seconds()
             await self._write(
-                StepStatus.RETRY_SCHEDULED,
-                expected,
+                StepEvent.SCHEDULE_RETRY,
                 attempt=following,
                 error=error,
                 due=due,
@@ -93,21 +90,23 @@ class LocalStepDriver:
                 )
             await self.wait_until(due)
             return following
-        await self._write(
-            StepStatus.FAILED, expected, attempt=attempt, error=error, attempt_errors=errors
-        )
+        await self._write(StepEvent.FAIL, attempt=attempt, error=error, attempt_errors=errors)
         raise StepFailedError(
             f"step {self.name!r} failed after {attempt} attempt(s): {exc}",
             instance_id=self.session.instance_id,
             seq=self.seq,
         ) from exc
 
-    def _described(self, exc: Exception, expected: StepStatus) -> dict[str, Any]:
+    def _described(self, exc: Exception) -> dict[str, Any]:
         """The error as journaled, with how many attempts in a row ended with it."""
         described = describe_error(exc)
         recorded = self.session.step(self.seq)
         previous = None
-        if expected is StepStatus.RETRY_SCHEDULED and recorded is not None and recorded.error:
+        if (
+            recorded is not None
+            and recorded.status is StepStatus.RETRY_SCHEDULED
+            and recorded.error
+        ):
             decoded = self.session.codec.decode(recorded.error)
             previous = decoded if isinstance(decoded, dict) else None
         described["repeated"] = detection.failure_streak(previous, described)
@@ -115,8 +114,7 @@ class LocalStepDriver:
 
     async def _write(
         self,
-        status: StepStatus,
-        expected: StepStatus,
+        event: StepEvent,
         *,
         attempt: int,
         output: str | None = None,
@@ -124,26 +122,25 @@ class LocalStepDriver:
         due: float | None = None,
         attempt_errors: str | None = None,
     ) -> None:
+        """Journal this step moved by ``event`` (its first write, or a later one)."""
         session = self.session
-        if attempt_errors is None:
-            recorded = session.step(self.seq)
-            attempt_errors = recorded.attempt_errors if recorded else None
-        record = StepRecord(
-            instance_id=session.instance_id,
-            run=session.instance.run,
+        identity = StepIdentity(
+            instance=session.instance,
             seq=self.seq,
             kind=StepKind.LOCAL,
             name=self.name,
-            command_id=command_id(session.instance_id, session.instance.run, self.seq),
-            status=status,
-            attempt=attempt,
             input=self.input_text,
+            retry_policy=session.codec.encode(self.policy.to_record()),
+        )
+        write = step_write(
+            identity,
+            session.step(self.seq),
+            event,
+            now=session.clock.now(),
+            attempt=attempt,
             output=output,
             error=error,
-            retry_policy=session.codec.encode(self.policy.to_record()),
             next_attempt_at=due,
-            generation=session.generation,
-            updated_at=session.clock.now(),
-            attempt_errors=attempt_errors,
+            attempt_errors=KEEP if attempt_errors is None else attempt_errors,
         )
-        await session.commit(StepWrite(record=record, expected=expected))
+        await session.commit(write)

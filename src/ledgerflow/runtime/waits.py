@@ -12,21 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import EventArrivedError, WaitTimeoutError
-from ledgerflow.model.ids import StepSeq, command_id
-from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.ids import StepSeq
+from ledgerflow.model.instance import InstanceEvent
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import Signal
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Cancelled, Waiting
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
     ConsumeDelivery,
-    InstanceWrite,
     NoCancelRequest,
     NoPendingDelivery,
     RejectDelivery,
@@ -34,6 +32,7 @@ from ledgerflow.storage.records import (
     StepWrite,
     Write,
 )
+from ledgerflow.storage.transitions import instance_change, new_step, step_change
 
 
 @dataclass(slots=True, kw_only=True)
@@ -45,53 +44,54 @@ class WaitDriver:
     input_text: str
     recorded: StepRecord | None
 
-    def _step(
-        self,
-        status: StepStatus,
-        *,
-        output: str | None = None,
-        error: str | None = None,
-        due: float | None = None,
-    ) -> StepRecord:
-        s = self.session
-        return StepRecord(
-            instance_id=s.instance_id,
-            run=s.instance.run,
-            seq=self.seq,
-            kind=self.kind,
-            name=self.name,
-            command_id=command_id(s.instance_id, s.instance.run, self.seq),
-            status=status,
-            attempt=1,
-            input=self.input_text,
-            output=output,
-            error=error,
-            retry_policy=s.codec.encode(DEFAULT_STEP_RETRY.to_record()),
-            next_attempt_at=due,
-            generation=s.generation,
-            updated_at=s.clock.now(),
-        )
+    # The step's first write, when this wait starts it (it may be committed together with the
+    # write that closes it, so the close builds on it rather than on the journal).
+    _started: StepWrite | None = None
 
     def _start(self, due: float) -> tuple[list[Write], float]:
         """The writes that register the wait (none when replaying one), and its due time."""
         if self.recorded is not None:
             return [], self.recorded.next_attempt_at or limits.WAIT_FOREVER_AT
+        s = self.session
+        self._started = new_step(
+            s.instance,
+            self.seq,
+            StepEvent.START,
+            kind=self.kind,
+            name=self.name,
+            input=self.input_text,
+            retry_policy=s.codec.encode(DEFAULT_STEP_RETRY.to_record()),
+            now=s.clock.now(),
+            next_attempt_at=due,
+        )
         # A wait or timer does not start once a cancel request is accepted: the store refuses
         # the start then, and the instance cancels instead.
-        return [
-            StepWrite(record=self._step(StepStatus.STARTED, due=due), expected=StepStatus.NEW),
-            NoCancelRequest(),
-        ], due
+        return [self._started, NoCancelRequest()], due
 
-    def _close(self, status: StepStatus, **fields: Any) -> StepWrite:
-        return StepWrite(record=self._step(status, **fields), expected=StepStatus.STARTED)
+    def _close(
+        self, event: StepEvent, *, output: str | None = None, error: str | None = None
+    ) -> StepWrite:
+        s = self.session
+        current = s.step(self.seq)
+        if current is None:
+            assert self._started is not None, "a wait closed before it started"
+            current = self._started.record
+        return step_change(
+            current,
+            event,
+            now=s.clock.now(),
+            generation=s.generation,
+            output=output,
+            error=error,
+            next_attempt_at=None,
+        )
 
     async def _suspend(self, pending: list[Write], due: float) -> None:
         await self.session.commit(
             *pending,
-            InstanceWrite(
-                status=InstanceStatus.WAITING,
-                expected=self.session.status,
+            instance_change(
+                self.session.status,
+                InstanceEvent.SUSPEND,
                 reason_code="waiting",
                 reason=f"step {self.seq} ({self.name})",
                 release=True,
@@ -105,7 +105,7 @@ class WaitDriver:
             if self.recorded is None:
                 raise Cancelled(f"step {self.seq} ({self.name}) was not started")
             error = self.session.codec.encode({"message": "cancelled while waiting"})
-            await self.session.commit(*pending, self._close(StepStatus.FAILED, error=error))
+            await self.session.commit(*pending, self._close(StepEvent.FAIL, error=error))
             raise Cancelled(f"step {self.seq} ({self.name}) stopped while waiting")
 
     async def sleep(self, due: float) -> None:
@@ -116,9 +116,7 @@ class WaitDriver:
             await self._stop_if_cancelled(pending)
             remaining = due - self.session.clock.now()
             if remaining <= 0:
-                await self.session.commit(
-                    *pending, self._close(StepStatus.COMPLETED, output="null")
-                )
+                await self.session.commit(*pending, self._close(StepEvent.COMPLETE, output="null"))
                 return
             if remaining > limits.RETRY_INLINE_WAIT_SECONDS_MAX:
                 await self._suspend(pending, due)
@@ -152,7 +150,7 @@ class WaitDriver:
                     *pending,
                     *refused,
                     ConsumeDelivery(event_id=delivery.event_id, seq=self.seq),
-                    self._close(StepStatus.COMPLETED, output=s.codec.encode(signal.to_record())),
+                    self._close(StepEvent.COMPLETE, output=s.codec.encode(signal.to_record())),
                 )
                 return signal
             await self._stop_if_cancelled([*pending, *refused])
@@ -165,7 +163,7 @@ class WaitDriver:
                     *pending,
                     *refused,
                     NoPendingDelivery(name=event),
-                    self._close(StepStatus.FAILED, error=error),
+                    self._close(StepEvent.FAIL, error=error),
                 )
             except EventArrivedError:
                 continue  # The event won the race: take it on the next turn.

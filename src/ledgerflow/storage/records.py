@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledgerflow.model.codec import JSON
-from ledgerflow.model.effect import EffectState
+from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.ids import (
     BusinessKey,
     CommandId,
@@ -28,8 +28,8 @@ from ledgerflow.model.ids import (
     TenantId,
     WorkerId,
 )
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.model.instance import InstanceEvent, InstanceStatus
+from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,24 +189,33 @@ class StartClaim:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepWrite:
+    """A step moved from ``expected`` by ``event`` to ``record`` (whose status the machine
+    gives: see :mod:`ledgerflow.storage.transitions`, which builds every write)."""
+
     record: StepRecord
     expected: StepStatus
+    event: StepEvent
     detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EffectWrite:
+    """An effect moved from ``expected`` by ``event`` to ``record``."""
+
     record: EffectRecord
     expected: EffectState
+    event: EffectEvent
     detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceWrite:
-    """A status change of the instance; ``release`` gives up the lease in the same write."""
+    """A status change of the instance by ``event``; ``release`` gives up the lease in the
+    same write."""
 
     status: InstanceStatus
     expected: InstanceStatus
+    event: InstanceEvent
     result: str | None = None
     reason_code: str | None = None
     reason: str | None = None

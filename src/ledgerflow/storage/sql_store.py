@@ -293,7 +293,7 @@ class SqlStore(
         self, write: StepWrite, generation: Generation, now: float, *, by_operator: bool = False
     ) -> None:
         r = write.record
-        STEP_MACHINE.check_edge(write.expected, r.status, by_operator=by_operator)
+        STEP_MACHINE.check_write(write.expected, write.event, r.status, by_operator=by_operator)
         refuse_broken(step_invariant(r), "step", r.command_id)
         params = {**fields(r), "generation": generation, "now": now}
 
@@ -303,7 +303,7 @@ class SqlStore(
                     f"step {r.seq} is no longer {write.expected.value}",
                     machine="step",
                     state=write.expected.value,
-                    event=r.status.value,
+                    event=write.event.value,
                     instance_id=r.instance_id,
                 )
 
@@ -330,7 +330,7 @@ class SqlStore(
         self, write: EffectWrite, generation: Generation, now: float, *, by_operator: bool = False
     ) -> None:
         r = write.record
-        EFFECT_MACHINE.check_edge(write.expected, r.state, by_operator=by_operator)
+        EFFECT_MACHINE.check_write(write.expected, write.event, r.state, by_operator=by_operator)
         refuse_broken(effect_invariant(r), "effect", r.effect_id)
         params = {**fields(r), "generation": generation, "now": now}
 
@@ -340,7 +340,7 @@ class SqlStore(
                     f"effect {r.effect_id} is no longer {write.expected.value}",
                     machine="effect",
                     state=write.expected.value,
-                    event=r.state.value,
+                    event=write.event.value,
                     effect_id=r.effect_id,
                 )
 
@@ -361,27 +361,27 @@ class SqlStore(
     def _write_instance(
         self, write: InstanceWrite, commit: Commit, now: float, *, by_operator: bool = False
     ) -> None:
-        INSTANCE_MACHINE.check_edge(write.expected, write.status, by_operator=by_operator)
+        INSTANCE_MACHINE.check_write(
+            write.expected, write.event, write.status, by_operator=by_operator
+        )
+
+        def refused(message: str) -> IllegalTransitionError:
+            return IllegalTransitionError(
+                message,
+                machine="instance",
+                state=write.expected.value,
+                event=write.event.value,
+                instance_id=commit.instance_id,
+            )
 
         def nothing_confirmed(rows: list[Row], _: int) -> None:
             if rows[0]["n"]:
-                raise IllegalTransitionError(
-                    f"FAILED says nothing happened, but {rows[0]['n']} effect(s) are confirmed",
-                    machine="instance",
-                    state=write.expected.value,
-                    event=write.status.value,
-                    instance_id=commit.instance_id,
-                )
+                n = rows[0]["n"]
+                raise refused(f"FAILED says nothing happened, but {n} effect(s) are confirmed")
 
         def changed_one(_: list[Row], changed: int) -> None:
             if changed != 1:
-                raise IllegalTransitionError(
-                    f"instance is no longer {write.expected.value}",
-                    machine="instance",
-                    state=write.expected.value,
-                    event=write.status.value,
-                    instance_id=commit.instance_id,
-                )
+                raise refused(f"instance is no longer {write.expected.value}")
 
         def well_formed(rows: list[Row], _: int) -> None:
             try:
