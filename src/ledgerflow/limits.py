@@ -69,6 +69,13 @@ RECONCILE_LIMIT_DEFAULT = 100
 RECONCILE_LIMIT_MAX = 10_000
 RECONCILE_CORRECTIONS_DEFAULT = 20
 RECONCILE_RUNS_LISTED_MAX = 1_000
+# Replay checks and moves of in-flight instances (`ledgerflow replay`, `versions upgrade`,
+# `versions migrate`): histories one check replays by default, and instances one command
+# reads (per status, for a move) at most; a move past it is run again for the rest.
+REPLAY_LIMIT_DEFAULT = 100
+REPLAY_SCAN_MAX = 10_000
+# Exported history files one `ledgerflow replay --histories DIR` reads at most.
+REPLAY_HISTORIES_MAX = 10_000
 # The HTTP API and console (`ledgerflow serve`). A request body larger than this is refused
 # (413) from its Content-Length, or as soon as the bytes read pass it: never read whole first.
 # Room for a PAYLOAD_BYTES_MAX payload and the JSON around it.

@@ -57,6 +57,7 @@ from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.scoped import InstancePage, ScopedOperations
+from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.detection import ScanReport, bounds_from_environment, scan
 from ledgerflow.runtime.engine import (
@@ -66,6 +67,7 @@ from ledgerflow.runtime.engine import (
     Started,
     SyncEngine,
 )
+from ledgerflow.runtime.replay import ReplayVerdict
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage import open_store
 from ledgerflow.storage.access import ApiToken, InstanceQuery, VersionCount
@@ -95,7 +97,10 @@ __all__ = [
     "InstanceQuery",
     "InstanceRecord",
     "InstanceReport",
+    "MigrationPlan",
     "MigrationStatus",
+    "MoveOutcome",
+    "MoveReport",
     "Operations",
     "Principal",
     "ReconciliationRun",
@@ -103,6 +108,7 @@ __all__ = [
     "RepairRequest",
     "RepairResult",
     "Replay",
+    "ReplayVerdict",
     "ScanReport",
     "ScopedOperations",
     "SignedIn",
@@ -412,6 +418,56 @@ class Operations:
     def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:
         """The newest ``limit`` reconciliation runs, newest first."""
         return self._store.reconciliations(limit=limit)
+
+    # -- replay checks and moves to other code -------------------------------------------------
+
+    def upgrades(self, registry: Registry) -> Upgrades:
+        """Replay checks, history export, upgrades and migrations against ``registry``'s code."""
+        return Upgrades(self._store, registry, clock=self._clock, codec=self._codec)
+
+    def replay(
+        self,
+        registry: Registry,
+        *,
+        workflow: str | None = None,
+        version: int | None = None,
+        limit: int = limits.REPLAY_LIMIT_DEFAULT,
+    ) -> list[ReplayVerdict]:
+        """Replay in-flight and recently ended histories against ``registry``'s code as it is
+        now; nothing is dispatched or written."""
+        return self.upgrades(registry).replay_stored(
+            workflow=workflow, version=version, limit=limit
+        )
+
+    def export(self, instance_id: str) -> dict[str, Any]:
+        """One instance's history as a versioned JSON document (``ledgerflow export``)."""
+        return self.upgrades(Registry()).export(instance_id)
+
+    def upgrade(
+        self,
+        registry: Registry,
+        *,
+        workflow: str,
+        version: int,
+        to_fingerprint: str,
+        actor: str,
+        dry_run: bool = False,
+    ) -> MoveReport:
+        """Move W@N's in-flight instances to ``registry``'s code for W@N (``to_fingerprint``),
+        each only if its replay against that code is clean; audited as ``actor``."""
+        return self.upgrades(registry).upgrade(
+            workflow=workflow,
+            version=version,
+            to_fingerprint=to_fingerprint,
+            actor=actor,
+            dry_run=dry_run,
+        )
+
+    def migrate_instances(
+        self, registry: Registry, plan: MigrationPlan, *, actor: str, dry_run: bool = False
+    ) -> MoveReport:
+        """Move in-flight instances to another version under a declared plan of positions."""
+        return self.upgrades(registry).migrate(plan, actor=actor, dry_run=dry_run)
 
     # Last in the class: below it, ``list`` in an annotation would name this method.
     def list(

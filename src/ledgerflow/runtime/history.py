@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from ledgerflow import limits
 from ledgerflow.errors import PayloadError
 from ledgerflow.model.ids import StepSeq
 from ledgerflow.runtime.core import InstanceDetail
@@ -83,3 +86,27 @@ def journal_of(detail: InstanceDetail) -> Journal:
         steps={StepSeq(s.seq): s for s in detail.steps},
         effects={StepSeq(e.seq): e for e in detail.effects},
     )
+
+
+def read_history(path: str | Path) -> InstanceDetail:
+    """One exported history file."""
+    file = Path(path)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PayloadError(f"{file} cannot be read as JSON: {exc}") from None
+    return history_from_document(document, source=str(file))
+
+
+def read_histories(directory: str | Path) -> list[InstanceDetail]:
+    """Every ``*.json`` history in a folder, by file name (at most REPLAY_HISTORIES_MAX)."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise PayloadError(f"{folder} is not a folder of exported histories")
+    files = sorted(folder.glob("*.json"))
+    if len(files) > limits.REPLAY_HISTORIES_MAX:
+        raise PayloadError(
+            f"{folder} holds {len(files)} histories; one check reads at most "
+            f"{limits.REPLAY_HISTORIES_MAX}"
+        )
+    return [read_history(f) for f in files]

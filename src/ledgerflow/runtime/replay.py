@@ -26,8 +26,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ledgerflow.errors import UnknownVersionError, UnknownWorkflowError
 from ledgerflow.model.codec import Codec
-from ledgerflow.model.definition import WorkflowDefinition
+from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
@@ -257,3 +258,24 @@ def _ended(clean: ReplayVerdict, ctx: WorkflowContext, session: Session) -> Repl
         reason=f"step {first.seq}: the journal holds {holds}, the code no longer reaches it "
         f"(it stopped after {ctx.steps_taken} step(s))",
     )
+
+
+async def replay_against(
+    registry: Registry, instance: InstanceRecord, journal: Journal, *, codec: Codec
+) -> ReplayVerdict:
+    """Replay against the registry's code for the version the instance is pinned to."""
+    try:
+        definition = registry.get(instance.workflow_name, instance.workflow_version)
+    except (UnknownWorkflowError, UnknownVersionError):
+        return ReplayVerdict(
+            instance_id=instance.instance_id,
+            workflow=instance.workflow_name,
+            version=instance.workflow_version,
+            fingerprint="",
+            status=instance.status.value,
+            compatible=False,
+            replayed=0,
+            kind="refused",
+            reason=f"the registry has no {instance.workflow_name} v{instance.workflow_version}",
+        )
+    return await replay(definition, instance, journal, codec=codec)
