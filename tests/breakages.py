@@ -10,6 +10,8 @@ dispatch sends, the compensation planner) with a broken version, and puts the or
 - ``fresh-key-on-redispatch``: a re-dispatch goes out under a fresh idempotency key.
 - ``stale-writes-accepted``: the store takes writes from an owner whose generation is stale.
 - ``compensate-unconfirmed``: a failed instance also compensates effects never confirmed.
+- ``remint-moved-keys``: a migration writes a moved effect back with an id and a key derived
+  from its new position.
 """
 
 from __future__ import annotations
@@ -21,17 +23,19 @@ from typing import Any
 
 from ledgerflow.model import compensation as compensation_model
 from ledgerflow.model.effect import EffectState
-from ledgerflow.model.ids import IdempotencyKey
+from ledgerflow.model.ids import EffectId, IdempotencyKey, StepSeq, effect_id
+from ledgerflow.operators import upgrades
 from ledgerflow.runtime import compensations
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.storage import sql_store
-from ledgerflow.storage.records import Commit, EffectWrite
+from ledgerflow.storage.records import Commit, EffectRecord, EffectWrite
 from ledgerflow.storage.sql_store import SqlStore
 
 INTENT_AFTER_DISPATCH = "intent-after-dispatch"
 FRESH_KEY_ON_REDISPATCH = "fresh-key-on-redispatch"
 STALE_WRITES_ACCEPTED = "stale-writes-accepted"
 COMPENSATE_UNCONFIRMED = "compensate-unconfirmed"
+REMINT_MOVED_KEYS = "remint-moved-keys"
 
 
 def _intends(commit: Commit) -> bool:
@@ -89,11 +93,22 @@ def _compensate_unconfirmed() -> Iterator[tuple[object, str, Any]]:
     yield compensations, "plan", every_effect
 
 
+def _remint_moved_keys() -> Iterator[tuple[object, str, Any]]:
+    def reminted(effect: EffectRecord, to_seq: int) -> tuple[EffectId, IdempotencyKey]:
+        return (
+            effect_id(effect.instance_id, effect.run, StepSeq(to_seq)),
+            IdempotencyKey(f"{effect.idempotency_key}@{to_seq}"),
+        )
+
+    yield upgrades, "moved_effect_identity", reminted
+
+
 BREAKAGES: dict[str, Callable[[], Iterator[tuple[object, str, Any]]]] = {
     INTENT_AFTER_DISPATCH: _intent_after_dispatch,
     FRESH_KEY_ON_REDISPATCH: _fresh_key_on_redispatch,
     STALE_WRITES_ACCEPTED: _stale_writes_accepted,
     COMPENSATE_UNCONFIRMED: _compensate_unconfirmed,
+    REMINT_MOVED_KEYS: _remint_moved_keys,
 }
 
 

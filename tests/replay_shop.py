@@ -56,7 +56,7 @@ def shop(edition: str = "v1") -> Shop:
 
     async def opening(ctx: lf.WorkflowContext, order: dict[str, Any]) -> int:
         price: int = await ctx.step("price", price_of, order["items"])
-        await ctx.effect(hold, {"sku": order["sku"], "amount": price})
+        await ctx.effect(hold, {"sku": order["sku"]})
         if order.get("wait"):
             await ctx.wait_for("go")
         return price
@@ -153,7 +153,19 @@ def shop(edition: str = "v1") -> Shop:
             await ctx.effect(send, {"to": order["to"]})
             return "done"
 
-    elif edition == "v2":  # v1 as it was, and a v2 with an extra step before the note
+    elif edition == "repriced":  # the first step renamed: no in-flight order replays
+
+        @register
+        async def order(ctx: lf.WorkflowContext, order: dict[str, Any]) -> str:
+            price: int = await ctx.step("pricing", price_of, order["items"])
+            await ctx.effect(hold, {"sku": order["sku"]})
+            if order.get("wait"):
+                await ctx.wait_for("go")
+            await ctx.step("note", note_of, price)
+            await ctx.effect(send, {"to": order["to"]})
+            return "done"
+
+    elif edition == "v2":  # v1 as it was, and a v2 that holds before it prices
 
         @register
         async def order(ctx: lf.WorkflowContext, order: dict[str, Any]) -> str:
@@ -164,9 +176,8 @@ def shop(edition: str = "v1") -> Shop:
 
         @made.registry.workflow(name="order", version=2, step_retry=QUICK)
         async def order_v2(ctx: lf.WorkflowContext, order: dict[str, Any]) -> str:
+            await ctx.effect(hold, {"sku": order["sku"]})
             price = await ctx.step("price", price_of, order["items"])
-            await ctx.step("check", note_of, price)
-            await ctx.effect(hold, {"sku": order["sku"], "amount": price})
             if order.get("wait"):
                 await ctx.wait_for("go")
             await ctx.step("note", note_of, price)

@@ -148,10 +148,30 @@ class ReplayContext(WorkflowContext):
         if recorded is None:
             self._past_the_end(seq, describe_step(kind, name, input_text))
         elif not _settled(self._session, recorded):
+            if self._recorded_after(seq):
+                # Only a migrated journal can hold this: what lies beyond would be reached
+                # only after this position settles, and cannot be proven now.
+                raise Park(
+                    "replay_unprovable",
+                    f"step {seq} is still open but the journal holds later positions",
+                )
             raise _Frontier(seq)
         return recorded
 
+    def _recorded_after(self, seq: StepSeq) -> int | None:
+        later = [s for s in self._session.journal.steps if s > seq]
+        return min(later) if later else None
+
     def _past_the_end(self, seq: StepSeq, asks: str) -> None:
+        later = self._recorded_after(seq)
+        if later is not None:
+            raise Diverged(
+                seq,
+                holds=None,
+                asks=asks,
+                reason=f"step {seq}: the journal holds nothing here but holds step {later}, "
+                f"the code asks for {asks}",
+            )
         if not self.complete:
             raise _Frontier(seq)
         raise Diverged(
