@@ -74,6 +74,7 @@ TESTING_ALL = [
     "FaultPlan",
     "FaultRule",
     "Rates",
+    "ReplayVerdict",
     "RunResult",
     "Scenario",
     "ScriptedParticipant",
@@ -83,6 +84,8 @@ TESTING_ALL = [
     "Violation",
     "World",
     "build_report",
+    "replay_histories",
+    "replay_history",
     "scenario_for",
 ]
 

@@ -24,6 +24,7 @@ from ledgerflow.cli.repairs import register as register_repairs
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signals
 from ledgerflow.cli.tokens import register as register_tokens
+from ledgerflow.cli.upgrades import register as register_upgrades
 from ledgerflow.cli.verify import register as register_verify
 from ledgerflow.cli.worker import worker
 from ledgerflow.errors import CommandLineError, LedgerflowError
@@ -51,6 +52,7 @@ register_repairs(cli)
 register_attention(cli)
 register_reconcile(cli)
 register_tokens(cli)
+register_upgrades(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:
