@@ -192,11 +192,25 @@ class Upgrades:
     ) -> MoveReport:
         """Move W@N's in-flight instances pinned to another fingerprint to the registry's code
         for W@N, which must have ``to_fingerprint``; each only if its replay is clean."""
-        target = self._target(workflow, version, to_fingerprint)
+        return asyncio.run(
+            self.upgrade_on_loop(
+                workflow=workflow,
+                version=version,
+                to_fingerprint=to_fingerprint,
+                actor=actor,
+                dry_run=dry_run,
+            )
+        )
+
+    async def upgrade_on_loop(
+        self, *, workflow: str, version: int, to_fingerprint: str, actor: str, dry_run: bool
+    ) -> MoveReport:
+        """:meth:`upgrade`, for a caller already on an event loop."""
+        target = self.target(workflow, version, to_fingerprint)
         instances = [
-            i for i in self._in_flight(workflow, version) if i.fingerprint != to_fingerprint
+            i for i in self.in_flight(workflow, version) if i.fingerprint != to_fingerprint
         ]
-        return self._move_all(
+        return await self.moving(
             UPGRADE, target, instances, {}, actor=actor, dry_run=dry_run, from_version=version
         )
 
@@ -204,19 +218,21 @@ class Upgrades:
         """Move W@from's in-flight instances to W@to under the plan's mapping of positions."""
         if plan.from_version == plan.to_version:
             raise ConfigurationError("a migration moves to another version; use upgrade")
-        target = self._target(plan.workflow, plan.to_version, None)
-        instances = self._in_flight(plan.workflow, plan.from_version)
-        return self._move_all(
-            MIGRATE,
-            target,
-            instances,
-            plan.positions,
-            actor=actor,
-            dry_run=dry_run,
-            from_version=plan.from_version,
+        target = self.target(plan.workflow, plan.to_version, None)
+        instances = self.in_flight(plan.workflow, plan.from_version)
+        return asyncio.run(
+            self.moving(
+                MIGRATE,
+                target,
+                instances,
+                plan.positions,
+                actor=actor,
+                dry_run=dry_run,
+                from_version=plan.from_version,
+            )
         )
 
-    def _target(self, workflow: str, version: int, fingerprint: str | None) -> WorkflowDefinition:
+    def target(self, workflow: str, version: int, fingerprint: str | None) -> WorkflowDefinition:
         definition = self.registry.get(workflow, version)
         if fingerprint is not None and definition.fingerprint != fingerprint:
             raise ConfigurationError(
@@ -226,7 +242,7 @@ class Upgrades:
             )
         return definition
 
-    def _in_flight(self, workflow: str, version: int) -> list[InstanceRecord]:
+    def in_flight(self, workflow: str, version: int) -> list[InstanceRecord]:
         found: list[InstanceRecord] = []
         for status in _IN_FLIGHT:
             found += self.store.list_instances(
@@ -234,7 +250,7 @@ class Upgrades:
             )
         return [i for i in found if i.workflow_version == version]
 
-    def _move_all(
+    async def moving(
         self,
         kind: str,
         target: WorkflowDefinition,
@@ -245,8 +261,11 @@ class Upgrades:
         dry_run: bool,
         from_version: int,
     ) -> MoveReport:
+        """Move each instance (one after another, each in its own transaction): the async
+        core of :meth:`upgrade` and :meth:`migrate`, for a caller already on an event loop."""
         outcomes = [
-            self._move(kind, target, i, positions, actor=actor, dry_run=dry_run) for i in instances
+            await self._move(kind, target, i, positions, actor=actor, dry_run=dry_run)
+            for i in instances
         ]
         return MoveReport(
             kind=kind,
@@ -274,7 +293,7 @@ class Upgrades:
             return f"worker {instance.owner} holds a live lease"
         return None
 
-    def _move(
+    async def _move(
         self,
         kind: str,
         target: WorkflowDefinition,
@@ -307,7 +326,7 @@ class Upgrades:
         moved = dataclasses.replace(
             instance, workflow_version=target.version, fingerprint=target.fingerprint
         )
-        verdict = asyncio.run(replay(target, moved, mapped, codec=self.codec))
+        verdict = await replay(target, moved, mapped, codec=self.codec)
         if not verdict.compatible:
             outcome = "diverged"
             return MoveOutcome(
@@ -371,7 +390,10 @@ class Upgrades:
             ),
         )
         try:
-            audit_id = self.store.apply_repair(write, now=self.clock.now(), lease_now=None)
+            now = self.clock.now()
+            # As a repair: a lease is measured by the clock the claim measured it by.
+            lease_now = None if self.store.database_clock else now
+            audit_id = self.store.apply_repair(write, now=now, lease_now=lease_now)
         except RepairRefusedError as exc:
             return MoveOutcome(
                 instance_id=instance.instance_id,
