@@ -155,8 +155,12 @@ def test_patched_serves_old_and_new_histories(journal_url: str, histories: dict[
         assert again[new].compatible
         assert again[new].replayed == 6
         without = {v.instance_id: v for v in operations.replay(shop("v1").registry)}
+        renamed = {v.instance_id: v for v in operations.replay(shop("repatched").registry)}
     assert (without[new].kind, without[new].position) == ("mismatch", 3)
     assert "marker 'patched:fee'" in (without[new].holds or "")
+    # A marker answers only its own change id: another one takes the old branch, and diverges.
+    assert (renamed[new].kind, renamed[new].position) == ("mismatch", 3)
+    assert renamed[histories["done"]].compatible
 
 
 def test_steps_from_concurrent_branches_park_instead_of_racing(journal_url: str) -> None:
