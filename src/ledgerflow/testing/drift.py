@@ -12,8 +12,6 @@ still holds at the end (its final journal replays clean against that code).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.ids import InstanceId
@@ -25,9 +23,6 @@ from ledgerflow.storage.store import Store
 from ledgerflow.testing.oracle import Violation
 from ledgerflow.testing.participants import World
 
-if TYPE_CHECKING:
-    from ledgerflow.testing.simulation import Scenario
-
 EXPLORER_ACTOR = "explorer"
 NEVER_UNPROVEN_CODE = "never-run-on-unproven-code"
 
@@ -35,11 +30,11 @@ NEVER_UNPROVEN_CODE = "never-run-on-unproven-code"
 class VersionDrift:
     """The drift of one run: whether it is still to come, and what the upgrade proved."""
 
-    def __init__(self, scenario: Scenario) -> None:
-        self.original = scenario.registry
-        self.changed = scenario.drift
-        self.upgrade = scenario.upgrade_on_drift
-        self.pending = scenario.drift is not None
+    def __init__(self, original: Registry, changed: Registry | None, *, upgrade: bool) -> None:
+        self.original = original
+        self.changed = changed
+        self.upgrade = upgrade
+        self.pending = changed is not None
         # Instance -> fingerprints a replay of its journal proved before it was moved there.
         self.proven: dict[str, set[str]] = {}
 

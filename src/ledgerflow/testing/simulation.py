@@ -287,7 +287,9 @@ class _Run:
         self.workflow_of = {key: workflow for workflow, key, _ in scenario.starts}
         # The code the next worker life runs: the scenario's, then its drift (once it came).
         self.registry = scenario.registry
-        self.drift = VersionDrift(scenario)
+        self.drift = VersionDrift(
+            scenario.registry, scenario.drift, upgrade=scenario.upgrade_on_drift
+        )
         plan.arrive = self._arrive
         scenario.world.clock = self.clock
         scenario.world.stall = self._stall
