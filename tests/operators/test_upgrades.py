@@ -247,3 +247,54 @@ def test_a_migration_that_mints_new_keys_is_caught(
     with breakages.broken(breakages.REMINT_MOVED_KEYS), Operations(journal_url) as operations:
         operations.migrate_instances(shop("v2").registry, _plan(), actor="alice")
     assert _keys(journal_url, waiting["a"]) != keys
+
+
+def test_an_instance_whose_compensation_is_under_way_is_refused(journal_url: str) -> None:
+    """A failed order whose compensation's outcome is lost parks mid-compensation: its code is
+    not moved under it."""
+
+    def registry(changed: bool) -> lf.Registry:
+        made = lf.Registry()
+        stock = made.add_participant(lf.Participant("stock"))
+
+        @stock.compensation("release", retry=lf.RetryPolicy(attempts_max=1))
+        async def release(call: lf.EffectCall) -> Any:
+            raise TimeoutError("no answer")
+
+        @stock.effect(classification="reversible", compensation="release")
+        async def hold(call: lf.EffectCall) -> Any:
+            return {"held": True}
+
+        register = made.workflow(name="order", version=1)
+        if changed:
+
+            @register
+            async def order(ctx: lf.WorkflowContext, _: Any) -> str:
+                await ctx.effect(hold, {"sku": "A"})
+                raise ValueError("sold out")
+
+        else:
+
+            @register
+            async def order(ctx: lf.WorkflowContext, _: Any) -> str:
+                await ctx.effect(hold, {"sku": "A"})
+                raise ValueError("out of stock")
+
+        return made
+
+    started = asyncio.run(run_orders(journal_url, registry(False), failing=ORDER))
+    changed = registry(True)
+    with Operations(journal_url) as operations:
+        detail = operations.detail(started["failing"])
+        assert detail.instance.status is lf.InstanceStatus.MANUAL_INTERVENTION
+        assert any(s.seq < 0 for s in detail.steps)
+        report = operations.upgrade(
+            changed,
+            workflow="order",
+            version=1,
+            to_fingerprint=changed.get("order", 1).fingerprint,
+            actor="alice",
+        )
+    (outcome,) = report.outcomes
+    assert outcome.outcome == "refused"
+    assert outcome.refusal == "a compensation is in progress"
