@@ -124,6 +124,24 @@ class MoveReport:
         return out
 
 
+def _outcome(
+    instance: InstanceRecord,
+    outcome: str,
+    verdict: ReplayVerdict | None,
+    *,
+    refusal: str | None = None,
+    audit_id: int | None = None,
+) -> MoveOutcome:
+    return MoveOutcome(
+        instance_id=instance.instance_id,
+        status=instance.status.value,
+        outcome=outcome,
+        verdict=verdict,
+        refusal=refusal,
+        audit_id=audit_id,
+    )
+
+
 def moved_effect_identity(effect: EffectRecord, to_seq: int) -> tuple[EffectId, IdempotencyKey]:
     """The id and key a moved effect is written back with: its own, never minted again.
     (A seam: tests/breakages.py replaces it with one that mints new ones, to prove the
@@ -306,42 +324,19 @@ class Upgrades:
         journal = self.store.journal(instance.instance_id, instance.run)
         refused = self._refusal(instance, journal)
         if refused is not None:
-            return MoveOutcome(
-                instance_id=instance.instance_id,
-                status=instance.status.value,
-                outcome="refused",
-                verdict=None,
-                refusal=refused,
-            )
+            return _outcome(instance, "refused", None, refusal=refused)
         try:
             mapped, moves = _mapped(journal, positions)
         except PayloadError as exc:
-            return MoveOutcome(
-                instance_id=instance.instance_id,
-                status=instance.status.value,
-                outcome="refused",
-                verdict=None,
-                refusal=exc.message,
-            )
+            return _outcome(instance, "refused", None, refusal=exc.message)
         moved = dataclasses.replace(
             instance, workflow_version=target.version, fingerprint=target.fingerprint
         )
         verdict = await replay(target, moved, mapped, codec=self.codec)
         if not verdict.compatible:
-            outcome = "diverged"
-            return MoveOutcome(
-                instance_id=instance.instance_id,
-                status=instance.status.value,
-                outcome=outcome,
-                verdict=verdict,
-            )
+            return _outcome(instance, "diverged", verdict)
         if dry_run:
-            return MoveOutcome(
-                instance_id=instance.instance_id,
-                status=instance.status.value,
-                outcome="would-move",
-                verdict=verdict,
-            )
+            return _outcome(instance, "would-move", verdict)
         return self._apply(kind, target, instance, moves, verdict, actor=actor)
 
     def _apply(
@@ -395,20 +390,8 @@ class Upgrades:
             lease_now = None if self.store.database_clock else now
             audit_id = self.store.apply_repair(write, now=now, lease_now=lease_now)
         except RepairRefusedError as exc:
-            return MoveOutcome(
-                instance_id=instance.instance_id,
-                status=instance.status.value,
-                outcome="refused",
-                verdict=verdict,
-                refusal=exc.message,
-            )
-        return MoveOutcome(
-            instance_id=instance.instance_id,
-            status=instance.status.value,
-            outcome="moved",
-            verdict=verdict,
-            audit_id=audit_id,
-        )
+            return _outcome(instance, "refused", verdict, refusal=exc.message)
+        return _outcome(instance, "moved", verdict, audit_id=audit_id)
 
 
 def _mapped(
