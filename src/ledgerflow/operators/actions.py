@@ -32,7 +32,19 @@ SIGNAL = "signal"
 COMPLETE_EFFECT = "complete-effect"
 TOKEN_CREATE = "token-create"
 TOKEN_REVOKE = "token-revoke"
-ACTION_KINDS = (START, CANCEL, SIGNAL, COMPLETE_EFFECT, TOKEN_CREATE, TOKEN_REVOKE)
+# Moves of in-flight instances to other code (operators/upgrades.py), each with its replay.
+UPGRADE = "upgrade"
+MIGRATE = "migrate"
+ACTION_KINDS = (
+    START,
+    CANCEL,
+    SIGNAL,
+    COMPLETE_EFFECT,
+    TOKEN_CREATE,
+    TOKEN_REVOKE,
+    UPGRADE,
+    MIGRATE,
+)
 # An action's reason and refusal are kept to this many characters.
 ACTION_TEXT_MAX = 1000
 

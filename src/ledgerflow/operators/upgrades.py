@@ -30,6 +30,7 @@ from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import EffectId, Generation, IdempotencyKey, StepSeq
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.operators.actions import MIGRATE, UPGRADE
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.core import detail_of
 from ledgerflow.runtime.history import history_document, journal_of, read_histories
@@ -38,8 +39,6 @@ from ledgerflow.storage.audit import AuditEntry, PositionMove, RepairWrite, Repi
 from ledgerflow.storage.records import EffectRecord, InstanceRecord, Journal
 from ledgerflow.storage.store import Store
 
-UPGRADE = "upgrade"
-MIGRATE = "migrate"
 # Statuses an upgrade or a migration considers: the instance has not ended (a parked one may
 # be resumed after it moved).
 _IN_FLIGHT = (
