@@ -40,10 +40,13 @@ def _sweep(edition: str, tmp_path: Path, *, upgrade: bool = True) -> list[RunRes
     return runs
 
 
+@pytest.mark.parametrize("edition", ["clean", "patched"])
 def test_a_compatible_change_is_upgraded_mid_run_and_nothing_runs_unproven(
-    tmp_path: Path,
+    edition: str, tmp_path: Path
 ) -> None:
-    runs = _sweep("clean", tmp_path)
+    """``patched`` puts a new step behind ``ctx.patched``: an instance upgraded mid-run takes
+    the patch where its journal ends, and every crash point of the first life is tried."""
+    runs = _sweep(edition, tmp_path)
     assert [str(v) for run in runs for v in run.violations] == []
     assert sum(run.upgraded for run in runs) > 0  # the drift was met in flight, and moved
 
