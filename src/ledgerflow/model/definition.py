@@ -89,6 +89,9 @@ class EffectDeclaration:
     precondition: PreconditionFunction | None = None
     # An asynchronous effect: seconds to wait for the participant's completion callback.
     completes_by_callback: float | None = None
+    # The participant contract (payload shape) version this declaration speaks, recorded with
+    # every effect it writes; None: not declared.
+    contract_version: str | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -100,6 +103,7 @@ class EffectDeclaration:
             "compensation": self.compensation,
             "deduplicates": self.participant.deduplicates,
             "has_lookup": self.participant.lookup_function is not None,
+            "contract_version": self.contract_version,
         }
 
 
@@ -152,8 +156,14 @@ class Participant:
         timeout_seconds: float = limits.EFFECT_TIMEOUT_SECONDS_DEFAULT,
         compensation: str | None = None,
         completes_by_callback: float | None = None,
+        contract_version: int | str | None = None,
     ) -> Callable[[EffectFunction], EffectDeclaration]:
         """Declare an effect. ``classification`` is required: there is no safe default.
+
+        ``contract_version`` names the version of the participant's contract (the shape of the
+        payload it takes) this declaration speaks; it is recorded with every effect, so that a
+        replay can tell histories written under another contract (see
+        :func:`~ledgerflow.model.contracts.contract_mismatches`).
 
         ``completes_by_callback=seconds`` declares an asynchronous effect: the participant's
         answer to the dispatch only says it accepted the request; the effect completes when
@@ -187,6 +197,7 @@ class Participant:
                 timeout_seconds=timeout_seconds,
                 compensation=compensation,
                 completes_by_callback=completes_by_callback,
+                contract_version=contract_text(f"effect {self.name}.{op}", contract_version),
             )
             self.effects[op] = declaration
             return declaration
@@ -244,6 +255,21 @@ class Participant:
         """Register the function that answers whether a key was applied."""
         self.lookup_function = function
         return function
+
+
+def contract_text(what: str, version: int | str | None) -> str | None:
+    """A declared contract version as recorded: a small integer or a short name, as text."""
+    if version is None:
+        return None
+    if isinstance(version, bool) or not isinstance(version, int | str):
+        raise RegistrationError(f"{what}: contract_version must be an int or a str")
+    text = str(version)
+    if not text or len(text) > limits.CONTRACT_VERSION_LENGTH_MAX or text != text.strip():
+        raise RegistrationError(
+            f"{what}: contract_version must be 1 to {limits.CONTRACT_VERSION_LENGTH_MAX} "
+            "characters without surrounding spaces"
+        )
+    return text
 
 
 WorkflowFunction = Callable[..., Awaitable[Any]]
