@@ -137,6 +137,11 @@ def test_retire_refuses_while_instances_are_in_flight_then_records_its_evidence(
     assert evidence["last_ended_at"] > 0
     assert (summary.retired, summary.retired_by) == (True, "alice")
 
+    code, out, err = entry("audit", "--kind", "retire-version", "--json", "--db", journal_url)
+    assert code == 0, err
+    listed_audit = json.loads(out)["items"]
+    assert [a["outcome"] for a in listed_audit] == ["refused", "applied"]
+    assert listed_audit[1]["evidence"]["statuses"] == {"SUCCEEDED": 2}
     code, again, err = _retire(entry, journal_url, "order@1")
     assert code == 0, err
     assert again.startswith("no-op: order@1 was already retired by alice")

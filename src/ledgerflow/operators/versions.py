@@ -23,12 +23,12 @@ from typing import Any
 
 from ledgerflow.errors import PayloadError, RepairRefusedError
 from ledgerflow.model.instance import FINAL_STATUSES
+from ledgerflow.operators.actions import RETIRE_VERSION
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.storage.audit import AuditEntry
 from ledgerflow.storage.store import OperatorStore
 from ledgerflow.storage.versions import RetirementEvidence
 
-RETIRE_VERSION = "retire-version"
 _FINAL = {s.value for s in FINAL_STATUSES}
 
 
