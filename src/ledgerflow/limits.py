@@ -44,6 +44,13 @@ RETRY_INLINE_WAIT_SECONDS_MAX = 1.0
 # Names: workflow, participant, operation, step names and business keys.
 NAME_LENGTH_MAX = 200
 BUSINESS_KEY_LENGTH_MAX = 500
+# A participant contract version as declared on an effect (a small integer or a short name).
+CONTRACT_VERSION_LENGTH_MAX = 40
+# A workflow defect (an exception that is not a declared business failure) is tried again
+# this many times in a row, with the step retry machinery's backoff, before the instance is
+# parked ``workflow_defect``; and the traceback kept with it is cut to this many characters.
+DEFECT_ATTEMPTS_DEFAULT = 3
+DEFECT_TRACEBACK_CHARS_MAX = 4000
 # Tenant names (business keys have their own bound above).
 TENANT_LENGTH_MAX = NAME_LENGTH_MAX
 # SQLite waits this long for another process's write lock before reporting the store busy.

@@ -26,6 +26,7 @@ from ledgerflow.cli.signals import register as register_signals
 from ledgerflow.cli.tokens import register as register_tokens
 from ledgerflow.cli.upgrades import register as register_upgrades
 from ledgerflow.cli.verify import register as register_verify
+from ledgerflow.cli.versions import register as register_versions
 from ledgerflow.cli.worker import worker
 from ledgerflow.errors import CommandLineError, LedgerflowError
 from ledgerflow.operators.shapes import error_json
@@ -52,6 +53,7 @@ register_repairs(cli)
 register_attention(cli)
 register_reconcile(cli)
 register_tokens(cli)
+register_versions(cli)
 register_upgrades(cli)
 
 

@@ -58,6 +58,13 @@ from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.scoped import InstancePage, ScopedOperations
 from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
+from ledgerflow.operators.versions import (
+    Retirement,
+    VersionSummary,
+    parse_target,
+    retire_version,
+    version_summaries,
+)
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.detection import ScanReport, bounds_from_environment, scan
 from ledgerflow.runtime.engine import (
@@ -109,15 +116,18 @@ __all__ = [
     "RepairResult",
     "Replay",
     "ReplayVerdict",
+    "Retirement",
     "ScanReport",
     "ScopedOperations",
     "SignedIn",
     "Started",
     "Tokens",
     "VersionCount",
+    "VersionSummary",
     "local_actor",
     "migrate_journal",
     "migration_status",
+    "parse_target",
     "request_hash",
 ]
 
@@ -386,6 +396,29 @@ class Operations:
     def repairs(self) -> Repairs:
         """The audited repair tool on this store, under this service's authority."""
         return Repairs(self._store, self.authority, clock=self._clock, codec=self._codec)
+
+    # -- definition versions ------------------------------------------------------------------
+
+    def versions(self, *, tenant: str | None = None) -> list[VersionSummary]:
+        """Per workflow, version and fingerprint: instances by status, the oldest in flight,
+        whether it is retired (of one tenant, or of all)."""
+        return version_summaries(self._store, tenant=tenant)
+
+    def retire(
+        self, workflow: str, version: int, *, reason: str, actor: str | None = None
+    ) -> Retirement:
+        """Retire a workflow version with its evidence on the audit record, against ``actor``
+        (default: :func:`local_actor`); refused (on the record) while instances in flight are
+        pinned to it."""
+        return retire_version(
+            self._store,
+            self._clock,
+            workflow=workflow,
+            version=version,
+            actor=actor or local_actor(),
+            role=None,
+            reason=reason,
+        )
 
     # -- reconciliation ------------------------------------------------------------------------
 

@@ -574,6 +574,7 @@ class EffectDriver:
                 now=now,
                 reason=reason,
                 detail=detail,
+                contract_version=self.declaration.contract_version,
             )
         errors = current.attempt_errors
         if failed is not None:

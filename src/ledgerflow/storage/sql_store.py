@@ -58,6 +58,7 @@ from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
+from ledgerflow.storage.sql_versions import VersionStore
 
 log = logging.getLogger("ledgerflow.storage")
 
@@ -79,6 +80,7 @@ class SqlStore(
     AuditStore,
     ReconcileStore,
     AccessStore,
+    VersionStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
