@@ -1,4 +1,4 @@
--- Ledgerflow schema 0011: retired definition versions, and the participant contract version
+-- Ledgerflow schema 0010: retired definition versions, and the participant contract version
 -- each effect was recorded under.
 
 -- A retired (workflow, version): no new instance may start pinned to it. Retiring is an
@@ -8,11 +8,11 @@
 -- retirement either lands before it (and the retirement is refused) or is refused.
 CREATE TABLE lf_retired_versions (
     workflow_name    TEXT NOT NULL,
-    workflow_version BIGINT NOT NULL,
-    retired_at       DOUBLE PRECISION NOT NULL,
+    workflow_version INTEGER NOT NULL,
+    retired_at       REAL NOT NULL,
     retired_by       TEXT NOT NULL,
     reason           TEXT NOT NULL,
-    audit_id         BIGINT NOT NULL,
+    audit_id         INTEGER NOT NULL,
     PRIMARY KEY (workflow_name, workflow_version)
 );
 
