@@ -265,7 +265,7 @@ def test_an_instance_whose_compensation_is_under_way_is_refused(journal_url: str
         async def hold(call: lf.EffectCall) -> Any:
             return {"held": True}
 
-        register = made.workflow(name="order", version=1)
+        register = made.workflow(name="order", version=1, business_failures=(ValueError,))
         if changed:
 
             @register
