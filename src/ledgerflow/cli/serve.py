@@ -25,6 +25,7 @@ from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.options import db_option
 from ledgerflow.errors import CommandLineError, ConfigurationError
 from ledgerflow.extras import require_extra
+from ledgerflow.runtime.metrics import Metrics
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -90,7 +91,9 @@ def serve(db: str, host: str, port: int, target: str | None, insecure_no_auth: b
     from ledgerflow.web import create_app
 
     registry = load_registry(target) if target else None
-    app = create_app(db, registry=registry, insecure_no_auth=insecure_no_auth)
+    # The process's default registry: /metrics shows what this server counted and the
+    # journal's gauges.
+    app = create_app(db, registry=registry, insecure_no_auth=insecure_no_auth, metrics=Metrics())
     sock = _bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
 

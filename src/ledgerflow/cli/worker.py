@@ -7,6 +7,7 @@ import logging
 import signal
 
 import click
+from prometheus_client import start_http_server
 
 from ledgerflow import limits
 from ledgerflow.cli.loading import load_registry
@@ -16,6 +17,18 @@ from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
+from ledgerflow.runtime.metrics import Metrics
+
+
+def serve_metrics(host: str, port: int, *, signals_seconds: float) -> Metrics:
+    """The process's metrics, served on ``host:port`` (one line says where, for scripts)."""
+    metrics = Metrics(signals_seconds=signals_seconds)
+    try:
+        server, _ = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
+    click.echo(f"METRICS http://{host}:{server.server_port}/metrics", err=True)
+    return metrics
 
 
 def install_faults() -> None:
@@ -71,6 +84,26 @@ def install_faults() -> None:
     help="Reconcile with the participants every this many seconds (0: off). Every worker "
     "with it on asks the same lookups, so turn it on in one or a few workers.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port at /metrics (docs/observability.md); "
+    "off by default.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port listens on.",
+)
+@click.option(
+    "--metrics-signals-seconds",
+    type=click.FloatRange(min=0.05),
+    default=limits.METRICS_SIGNALS_SECONDS_DEFAULT,
+    show_default=True,
+    help="How often the metrics' journal gauges (parked, flagged, UNKNOWN open) are read.",
+)
 def worker(
     target: str,
     db: str,
@@ -79,6 +112,9 @@ def worker(
     poll_seconds: float,
     until_idle: bool,
     reconcile_seconds: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_signals_seconds: float,
 ) -> None:
     """Run the workflows of MODULE:OBJECT (a ledgerflow.Registry) from the store.
 
@@ -93,8 +129,14 @@ def worker(
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("ledgerflow").setLevel(logging.INFO)
 
+    metrics = (
+        None
+        if metrics_port is None
+        else serve_metrics(metrics_host, metrics_port, signals_seconds=metrics_signals_seconds)
+    )
+
     async def main() -> None:
-        async with Engine(db, registry) as engine:
+        async with Engine(db, registry, metrics=metrics) as engine:
             # The stuck-work scan comes with every worker; reconciliation only where asked.
             periodic = (
                 [

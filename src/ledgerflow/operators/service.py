@@ -66,6 +66,7 @@ from ledgerflow.runtime.engine import (
     Started,
     SyncEngine,
 )
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage import open_store
 from ledgerflow.storage.access import ApiToken, InstanceQuery, VersionCount
@@ -165,11 +166,15 @@ class Operations:
         migrate: bool | None = False,
         clock: Clock = SYSTEM_CLOCK,
         codec: Codec = JSON,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = open_store(store, migrate=migrate) if isinstance(store, str) else store
+        # What this service's engine counts (starts, deliveries), and the journal's gauges it
+        # reads for a scrape; None: nothing is counted.
+        self.metrics = metrics
         # Reading, cancelling and signalling need no workflow code: an empty registry pins
         # nothing and starts nothing.
-        self._engine = SyncEngine(self._store, registry or Registry(), codec=codec)
+        self._engine = SyncEngine(self._store, registry or Registry(), codec=codec, metrics=metrics)
         self._authority = authority
         self._clock = clock
         self._codec = codec
@@ -350,6 +355,12 @@ class Operations:
             scope=scope, key=key, request_hash="", now=now, cutoff=now - 1
         )
         self._store.release_idempotency(scope=scope, key=key)
+
+    def refresh_signals(self) -> None:
+        """Read the journal's gauges into this service's metrics, unless they were read
+        less than their interval ago (a scrape calls this; many scrapes read once)."""
+        if self.metrics is not None and self.metrics.signals_due():
+            self.metrics.signals(self._store.consistency_signals(), now=self._clock.now())
 
     # -- what needs a person ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ distinction safe.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -244,6 +245,7 @@ class EffectDriver:
         deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
         call = self._call(attempt=attempt, key=key, deadline_at=deadline_at)
         outcome: str | Exception
+        sent_at = time.perf_counter()
         try:
             evidence = await self._by_deadline(
                 self.declaration.function,
@@ -260,6 +262,14 @@ class EffectDriver:
             outcome = self.session.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
             outcome = exc
+        metrics = self.session.metrics
+        if metrics is not None:
+            metrics.dispatched(
+                self.declaration.participant.name,
+                self.declaration.operation,
+                seconds=time.perf_counter() - sent_at,
+                outcome=_answer_kind(outcome),
+            )
         faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
         return outcome
 
@@ -444,6 +454,15 @@ class EffectDriver:
             is Classification.MANUAL_INTERVENTION,
             attempts_left=self.policy.attempts_max - attempt,
         )
+        # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
+        fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
+        if self.session.metrics is not None and resolution.kind is not ResolutionKind.PARK:
+            # Settled by the participant's evidence, or by sending the same key again.
+            again = resolution.kind is ResolutionKind.REDISPATCH and not fenced
+            how = "redispatch" if again else "lookup"
+            self.session.metrics.settled(
+                self.declaration.participant.name, self.declaration.operation, how=how
+            )
         if resolution.kind is ResolutionKind.CONFIRM:
             evidence_text = self.session.codec.encode(resolution.evidence)
             await self.session.commit(
@@ -456,8 +475,6 @@ class EffectDriver:
                 self.step_write(StepEvent.COMPLETE, attempt=attempt, output=evidence_text),
             )
             return self.session.codec.decode(evidence_text)
-        # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
-        fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
         if resolution.kind is ResolutionKind.REDISPATCH:
             return await self._schedule_redispatch(
                 attempt=attempt,
@@ -568,3 +585,11 @@ class EffectDriver:
             lookup_failures=lookup_failures,
             detail=detail,
         )
+
+
+def _answer_kind(outcome: str | Exception) -> str:
+    """A dispatch's answer for the latency histogram: ok, rejected (proof of not applied) or
+    no_proof (it raised or timed out: the outcome is UNKNOWN)."""
+    if isinstance(outcome, EffectRejectedError):
+        return "rejected"
+    return "no_proof" if isinstance(outcome, Exception) else "ok"

@@ -24,6 +24,7 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend, Waiting
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import InstanceRecord, Journal, Release
@@ -42,8 +43,10 @@ class Executor:
         clock: Clock,
         owner: WorkerId,
         detection: DetectionBounds = DEFAULT_BOUNDS,
+        metrics: Metrics | None = None,
     ) -> None:
         self.detection = detection
+        self.metrics = metrics
         self.registry = registry
         self.store = store
         self.codec = codec
@@ -69,6 +72,7 @@ class Executor:
             codec=self.codec,
             clock=self.clock,
             detection=self.detection,
+            metrics=self.metrics,
         )
         self.sessions[instance.instance_id] = session
         try:

@@ -24,6 +24,7 @@ from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import (
     Commit,
@@ -49,6 +50,8 @@ class Session:
     clock: Clock
     # The worker's detection bounds (the poison-step bound applies while driving a step).
     detection: DetectionBounds = DEFAULT_BOUNDS
+    # Where durable transitions are counted; None: metrics are off and nothing is counted.
+    metrics: Metrics | None = None
     # False once the worker is (simulated) dead: nothing it still runs may reach the store.
     alive: Callable[[], bool] = field(default=lambda: True)
     commits: int = field(default=0)
@@ -93,6 +96,8 @@ class Session:
         except StorageError as exc:
             raise Abandon(f"commit failed: {exc}") from exc
         if isinstance(error, FencedOutError):
+            if self.metrics is not None:
+                self.metrics.fenced(self.instance)
             raise LostOwnership(str(error))
         if isinstance(error, EventArrivedError):
             raise error  # The waiting code decides: the event wins, nothing was written.
@@ -107,6 +112,8 @@ class Session:
             # on that. Recovery re-reads the journal.
             raise Abandon(f"commit refused: {error}")
         self.commits += 1
+        if self.metrics is not None:
+            self.metrics.committed(self.instance, commit.writes)
         for write in writes:
             if isinstance(write, StepWrite):
                 self.journal.steps[write.record.seq] = write.record

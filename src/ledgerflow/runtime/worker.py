@@ -35,6 +35,7 @@ from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import Periodic, PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
@@ -82,6 +83,7 @@ class Worker:
         detection: DetectionBounds | None = None,
         on_released: Callable[[InstanceId], None] | None = None,
         periodic: Sequence[PeriodicTask] = (),
+        metrics: Metrics | None = None,
     ) -> None:
         if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
             raise ConfigurationError(
@@ -104,7 +106,9 @@ class Worker:
             clock=clock,
             owner=self.id,
             detection=self.detection,
+            metrics=metrics,
         )
+        self.metrics = metrics
         # Housekeeping beside the instances (the stuck-work scan, reconciliation...): whoever
         # builds the worker decides which (see Engine.worker), so the worker knows none of them.
         self.periodic = Periodic()
@@ -258,6 +262,8 @@ class Worker:
             for r in records
         ):
             self._maybe_more = True  # It stopped early: more may be waiting.
+        if self.metrics is not None and records:
+            self.metrics.claimed(records, now=self.clock.now())
         for record in records:
             self._start(record, held_until=sent + self.lease_seconds)
         return len(records)
@@ -292,6 +298,12 @@ class Worker:
         if is_last_chance(record.lease_expiries, self.detection.crash_loop_lease_expiries):
             self._last_chance.add(record.instance_id)
         task.add_done_callback(functools.partial(self._finished, record.instance_id))
+        self._count_slots()
+
+    def _count_slots(self) -> None:
+        if self.metrics is not None:
+            busy = len(self._running)
+            self.metrics.worker_slots(busy=busy, free=max(0, self.concurrency - busy))
 
     def _finished(self, instance_id: InstanceId, task: asyncio.Task[None]) -> None:
         # A claim now can only find new work if this worker was full (it stopped claiming)
@@ -303,6 +315,7 @@ class Worker:
             del self._running[instance_id]
             self._last_chance.discard(instance_id)
         self.driven += 1
+        self._count_slots()
         if not task.cancelled():
             error = task.exception()
             if isinstance(error, SimulatedCrash):
@@ -343,6 +356,8 @@ class Worker:
         for instance_id, entry in self._running.items():
             if entry.held_until < now and not entry.stopping:
                 entry.stopping = True
+                if self.metrics is not None:
+                    self.metrics.lease_lost("lapsed")
                 log.warning(
                     "no renewal of the lease of %s for %.1fs: it may have lapsed; stopping it",
                     instance_id,
@@ -377,6 +392,8 @@ class Worker:
             session = self.executor.sessions.get(instance_id)
             if session is not None and session.released:
                 continue  # It gave the lease up itself while the renewal was queued.
+            if self.metrics is not None:
+                self.metrics.lease_lost("lost")
             log.warning("lease of %s lost; stopping it here", instance_id)
             entry.task.cancel()
         try:

@@ -302,6 +302,17 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ConsistencySignals:
+    """What the journal says needs a person or is in doubt, counted (metrics' gauges)."""
+
+    parked_by_reason: dict[str, int]
+    flagged_by_reason: dict[str, int]
+    unknown_open: int
+    # The earliest last change of an UNKNOWN effect (store time); None when none is open.
+    unknown_oldest_at: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
     """Writes of one owner to one instance, fenced on its generation, applied all or nothing."""
 
