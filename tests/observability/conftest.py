@@ -1,24 +1,13 @@
-"""The observability tests' cast (``observed_workflows.PARTICIPANTS``) and worker processes."""
+"""The observability tests' shared scripted run (see ``scripted_run``), once per module."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from observed_workflows import PARTICIPANTS
-
-from processes import Service, Workers, running_service
-
-HERE = Path(__file__).parent
+from scripted_run import ScriptedRun, scripted_run
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    with running_service(tmp_path / "participants", PARTICIPANTS) as s:
-        yield s
-
-
-@pytest.fixture
-def workers(tmp_path: Path, service: Service) -> Workers:
-    return Workers.in_folder(tmp_path, service, target="observed_workflows:registry", path=HERE)
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScriptedRun]:
+    yield from scripted_run(tmp_path_factory)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import queue
+import re
 import subprocess
 import threading
+import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,17 +37,37 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-def announced(process: subprocess.Popen[str], prefix: str) -> str:
-    """The rest of the first stderr line of ``process`` that starts with ``prefix``; the
-    remaining lines are drained on a thread, so the process never blocks on a full pipe."""
-    stream = process.stderr
-    assert stream is not None
-    found: queue.Queue[str] = queue.Queue()
+class StderrLines:
+    """Every stderr line of ``process``, read on a thread (so the process never blocks on a
+    full pipe); a test waits for the line that starts with a prefix."""
 
-    def read() -> None:
-        for line in stream:
-            if line.startswith(prefix):
-                found.put(line[len(prefix) :].strip())
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._lines: list[str] = []
+        self._new: queue.Queue[str] = queue.Queue()
+        stream = process.stderr
+        assert stream is not None
 
-    threading.Thread(target=read, daemon=True).start()
-    return found.get(timeout=WAIT_SECONDS_MAX)
+        def read() -> None:
+            for line in stream:
+                self._lines.append(line)
+                self._new.put(line)
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+
+    def wait_for(self, pattern: str) -> str:
+        """The first match of ``pattern`` in a line from now on (a JSON line is searched
+        in its message)."""
+        deadline = time.monotonic() + WAIT_SECONDS_MAX
+        while True:
+            line = self._new.get(timeout=max(0.0, deadline - time.monotonic()))
+            if line.startswith("{"):
+                line = json.loads(line)["message"]
+            found = re.search(pattern, line)
+            if found:
+                return found.group(0)
+
+    def all(self) -> list[str]:
+        """Every line so far (after the process ended: every line it wrote)."""
+        self._reader.join(timeout=WAIT_SECONDS_MAX)
+        return list(self._lines)

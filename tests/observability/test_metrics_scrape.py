@@ -1,25 +1,12 @@
-"""Metrics: a scrape after a scripted run shows each counter moved by exactly what happened.
-
-Real processes throughout: a participant service, a worker SIGKILLed right after its
-participant applied a reservation (its answer dies with it), and a second worker with
-``--metrics-port`` that takes the instance over, settles the lost answer by the participant's
-lookup, parks an instance whose outcome only a person can settle, and runs a compensation.
-The second worker's ``/metrics`` is then scraped and read sample by sample.
-"""
+"""Metrics: a scrape after the scripted run (``conftest.scripted``) shows each counter moved
+by exactly what happened: a takeover after SIGKILL, a lost answer settled by lookup, a park, a
+compensation, a retried step and a refused posting."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Callable, Iterator
-from typing import Any
-
 import pytest
-from observed_workflows import registry
-from scrape import Samples, announced, scrape, value
-
-from conditions import eventually
-from ledgerflow import InstanceStatus, SyncEngine
-from processes import LEDGERFLOW, SERVICE_URL_VARIABLE, child_environment
+from scrape import Samples, value
+from scripted_run import ScriptedRun
 
 pytestmark = pytest.mark.slow
 
@@ -68,70 +55,60 @@ EXACTLY: list[tuple[str, dict[str, str], float]] = [
             ("refunded", "COMPENSATED"),
         )
     ),
+    # The step that failed once and was retried, and the posting refused for good.
+    (
+        "ledgerflow_steps_total",
+        {"workflow": "flaky", "version": "1", "kind": "local", "outcome": "retried"},
+        1,
+    ),
+    (
+        "ledgerflow_effects_total",
+        {"participant": "books", "operation": "post", "outcome": "failed"},
+        1,
+    ),
+    (
+        "ledgerflow_instances_ended_total",
+        {"workflow": "flaky", "version": "1", "status": "SUCCEEDED"},
+        1,
+    ),
+    (
+        "ledgerflow_instances_ended_total",
+        {"workflow": "posted", "version": "1", "status": "FAILED"},
+        1,
+    ),
+    # The step that failed once and was retried, and the posting refused for good.
+    (
+        "ledgerflow_steps_total",
+        {"workflow": "flaky", "version": "1", "kind": "local", "outcome": "retried"},
+        1,
+    ),
+    (
+        "ledgerflow_effects_total",
+        {"participant": "books", "operation": "post", "outcome": "failed"},
+        1,
+    ),
+    (
+        "ledgerflow_instances_ended_total",
+        {"workflow": "flaky", "version": "1", "status": "SUCCEEDED"},
+        1,
+    ),
+    (
+        "ledgerflow_instances_ended_total",
+        {"workflow": "posted", "version": "1", "status": "FAILED"},
+        1,
+    ),
     ("ledgerflow_worker_slots", {"state": "busy"}, 0),
 ]
 
-TERMINAL = {
-    "reserve": InstanceStatus.SUCCEEDED,
-    "legacy": InstanceStatus.MANUAL_INTERVENTION,
-    "refunded": InstanceStatus.COMPENSATED,
-}
 
+def test_a_scrape_counts_exactly_what_happened(scripted: ScriptedRun) -> None:
+    """Goal: every consistency signal of the scripted run (conftest) reaches /metrics,
+    counted exactly once.
 
-@pytest.fixture
-def metrics_worker(workers: Any) -> Iterator[Callable[[], str]]:
-    """Starts a worker with metrics on (after the test's own work); its /metrics URL."""
-    started: list[subprocess.Popen[str]] = []
-
-    def start() -> str:
-        env = child_environment(workers.path, **{SERVICE_URL_VARIABLE: workers.service.url})
-        command = [
-            *LEDGERFLOW,
-            *("worker", workers.target, "--db", workers.db_url),
-            *("--lease-seconds", "1", "--poll-seconds", "0.05"),
-            *("--metrics-port", "0", "--metrics-signals-seconds", "0.1"),
-        ]
-        process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-        started.append(process)
-        return announced(process, "METRICS ")
-
-    yield start
-    for process in started:
-        process.terminate()
-        process.wait(timeout=30)
-        if process.stderr is not None:
-            process.stderr.close()
-
-
-def test_a_scrape_counts_exactly_what_happened(workers: Any, metrics_worker: Any) -> None:
-    """Goal: every consistency signal of a scripted run reaches /metrics, counted once.
-
-    Method: worker 1 is SIGKILLed after the inventory applied a reservation, before the answer
-    was durable. Then a legacy effect (no lookup, no deduplication) gets an error instead of
-    an answer, and a charge is followed by a failing step. Worker 2 (metrics on) finishes all
-    three; its /metrics is scraped once the journal's gauges have been read.
+    Method: the scrape taken once every instance ended as scripted and the journal's gauges
+    were read; each sample the run must move is compared with what happened.
     """
-    with SyncEngine(workers.db_url, registry) as engine:
-        reserve = engine.start("reserve", key="r-1", input={"sku": "A-1"})
-        workers.killed_at(
-            [{"point": "effect.after_dispatch", "action": "kill", "match": {"seq": 1}}]
-        )
-        workers.service.rules({"participant": "legacy", "operation": "apply", "action": "fail"})
-        legacy = engine.start("legacy", key="l-1", input={"what": "x"})
-        refunded = engine.start("refunded", key="c-1", input={"amount": 5, "sku": "B-2"})
-        url = metrics_worker()
-        for started in (reserve, legacy, refunded):
-            eventually(
-                lambda s=started: (
-                    engine.get(s.instance_id).status is TERMINAL[s.instance.workflow_name]
-                ),
-                what=f"{started.instance.workflow_name} to end as scripted",
-            )
-
-    samples = eventually(
-        lambda: _with_gauges(scrape(url)), what="the journal's gauges read after the park"
-    )
-
+    samples = scripted.samples
     moved = {
         (name, tuple(sorted(labels.items()))): expected
         for name, labels, expected in EXACTLY
@@ -139,19 +116,14 @@ def test_a_scrape_counts_exactly_what_happened(workers: Any, metrics_worker: Any
     }
     assert not moved, f"not moved as scripted (expected values): {moved}"
     # Nothing else ended, nothing else was settled, and nothing was fenced out.
-    assert _total(samples, "ledgerflow_instances_ended_total") == 3
+    assert _total(samples, "ledgerflow_instances_ended_total") == 5
     assert _total(samples, "ledgerflow_unknown_outcomes_settled_total") == 1
     assert _total(samples, "ledgerflow_stale_writes_refused_total") == 0
     assert value(samples, "ledgerflow_unknown_outcome_oldest_age_seconds") > 0
-    # Three claims (one a takeover), each with its lag; group commits measured.
-    assert _total(samples, "ledgerflow_claim_lag_seconds_count") == 3
+    # Five claims (one a takeover), each with its lag; group commits measured.
+    assert _total(samples, "ledgerflow_claim_lag_seconds_count") == 5
     assert value(samples, "ledgerflow_group_commit_batch_size_count") >= 1
 
 
 def _total(samples: Samples, name: str) -> float:
     return sum(v for (n, _), v in samples.items() if n == name)
-
-
-def _with_gauges(samples: Samples) -> Samples | None:
-    ready = value(samples, "ledgerflow_parked_instances", reason="effect_outcome_unknown") == 1
-    return samples if ready else None

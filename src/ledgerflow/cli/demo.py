@@ -47,6 +47,7 @@ from ledgerflow import (
     Registry,
     SyncEngine,
 )
+from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.render import cell, console, print_table, status_cell
 from ledgerflow.extras import require_extra
 from ledgerflow.model.instance import TERMINAL_STATUSES
@@ -513,7 +514,8 @@ def _prepare_folder(directory: Path | None) -> tuple[Path, bool]:
     help="How many orders to start (order-1 .. order-N).",
 )
 @click.option("--keep", is_flag=True, help="Keep the temporary folder (a --dir is always kept).")
-def demo(directory: Path | None, orders: int, keep: bool) -> None:
+@log_format_option
+def demo(directory: Path | None, orders: int, keep: bool, log_format: str) -> None:
     """Run orders across four participant services while workers are killed mid-flight.
 
     Starts a participant service and worker processes; the first workers SIGKILL themselves
@@ -522,6 +524,8 @@ def demo(directory: Path | None, orders: int, keep: bool) -> None:
     """
     # The participant service is a Starlette app under uvicorn.
     require_extra("http", purpose="ledgerflow demo (its participant service)")
+    # Its workers and participant service log the same way, each to its log file.
+    configure_logging(log_format)
     began = time.monotonic()
     folder, temporary = _prepare_folder(directory)
     out = console()

@@ -22,6 +22,7 @@ import sys
 import click
 
 from ledgerflow.cli.loading import load_registry
+from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
 from ledgerflow.errors import CommandLineError, ConfigurationError
 from ledgerflow.extras import require_extra
@@ -73,7 +74,10 @@ def is_loopback(host: str) -> bool:
     help="Serve without authentication (everyone is an admin of every tenant); only on a "
     "loopback address.",
 )
-def serve(db: str, host: str, port: int, target: str | None, insecure_no_auth: bool) -> None:
+@log_format_option
+def serve(
+    db: str, host: str, port: int, target: str | None, insecure_no_auth: bool, log_format: str
+) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /v1/openapi.json) and the operator console
     (/console) over one journal.
 
@@ -82,6 +86,7 @@ def serve(db: str, host: str, port: int, target: str | None, insecure_no_auth: b
     TOKEN` (or sign in to the console with it). docs/http-api.md lists every route.
     """
     require_extra("http", purpose="ledgerflow serve")
+    configure_logging(log_format)
     if insecure_no_auth and not is_loopback(host):
         raise CommandLineError(
             f"--insecure-no-auth serves without authentication: only on a loopback address "

@@ -11,6 +11,7 @@ from prometheus_client import start_http_server
 
 from ledgerflow import limits
 from ledgerflow.cli.loading import load_registry
+from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
 from ledgerflow.errors import ConfigurationError
 from ledgerflow.operators.async_service import AsyncOperations
@@ -18,6 +19,8 @@ from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
 from ledgerflow.runtime.metrics import Metrics
+
+log = logging.getLogger("ledgerflow.worker")
 
 
 def serve_metrics(host: str, port: int, *, signals_seconds: float) -> Metrics:
@@ -27,7 +30,8 @@ def serve_metrics(host: str, port: int, *, signals_seconds: float) -> Metrics:
         server, _ = start_http_server(port, addr=host, registry=metrics.registry)
     except OSError as exc:
         raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
-    click.echo(f"METRICS http://{host}:{server.server_port}/metrics", err=True)
+    # A line a script can read for the port (--metrics-port 0), in either log format.
+    log.info("METRICS http://%s:%d/metrics", host, server.server_port)
     return metrics
 
 
@@ -42,7 +46,7 @@ def install_faults() -> None:
             f'{{"point": ..., "action": ...}}): {type(exc).__name__}: {exc}'
         ) from None
     if faults.plan is not None:
-        logging.getLogger("ledgerflow.worker").warning(
+        log.warning(
             "fault injection is ON (%s): this worker crashes, kills or pauses itself at %d "
             "named point(s) on purpose; never set it outside a fault test",
             faults.ENVIRONMENT_VARIABLE,
@@ -104,6 +108,7 @@ def install_faults() -> None:
     show_default=True,
     help="How often the metrics' journal gauges (parked, flagged, UNKNOWN open) are read.",
 )
+@log_format_option
 def worker(
     target: str,
     db: str,
@@ -115,6 +120,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     metrics_signals_seconds: float,
+    log_format: str,
 ) -> None:
     """Run the workflows of MODULE:OBJECT (a ledgerflow.Registry) from the store.
 
@@ -123,11 +129,9 @@ def worker(
     SIGTERM or Ctrl-C stops claiming and lets in-flight instances finish. The worker creates
     the journal and migrates its schema on open, unless the URL says ?migrate=false.
     """
+    configure_logging(log_format)
     registry = load_registry(target)
     install_faults()
-    # Ledgerflow's own decisions at INFO; libraries (HTTP clients) only when they warn.
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("ledgerflow").setLevel(logging.INFO)
 
     metrics = (
         None
@@ -156,7 +160,12 @@ def worker(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, runner.stop)
-            click.echo(f"worker {runner.id} running on {redact(engine.store.url)}", err=True)
+            log.info(
+                "worker %s running on %s",
+                runner.id,
+                redact(engine.store.url),
+                extra={"worker": runner.id},
+            )
             await runner.run(until_idle=until_idle)
 
     asyncio.run(main())

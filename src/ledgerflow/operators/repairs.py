@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +44,7 @@ from ledgerflow.model.repair import (
 from ledgerflow.model.repair_rules import plan_repair
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.snapshot import Snapshot, read_snapshot, repair_writes
+from ledgerflow.runtime import journal_log
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.storage.audit import (
     AuditEntry,
@@ -54,6 +56,8 @@ from ledgerflow.storage.audit import (
 from ledgerflow.storage.store import OperatorStore
 
 __all__ = ["RepairKind", "RepairRequest", "RepairResult", "Repairs"]
+
+log = logging.getLogger("ledgerflow.repairs")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +159,15 @@ class Repairs:
         except OperatorError as exc:
             self._refused(args, request, role, snapshot, plan, exc)
             raise
+        log.warning(
+            "repair %s applied by %s (role %s) as audit #%s: %s",
+            args.kind.value,
+            args.actor,
+            role,
+            audit_id,
+            args.reason,
+            extra=journal_log.identity(snapshot.instance, step=request.seq),
+        )
         return RepairResult(
             outcome="applied",
             plan=plan,

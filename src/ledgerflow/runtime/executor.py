@@ -18,7 +18,7 @@ from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
-from ledgerflow.runtime import faults
+from ledgerflow.runtime import faults, journal_log
 from ledgerflow.runtime.calls import describe_error
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.compensations import CompensationRunner
@@ -87,9 +87,18 @@ class Executor:
             except Waiting:
                 pass  # WAITING and its wake-up time are already committed.
         except LostOwnership:
-            log.warning("lost ownership of %s; another worker holds it", instance.instance_id)
+            log.warning(
+                "lost ownership of %s; another worker holds it",
+                instance.instance_id,
+                extra=journal_log.identity(instance, worker=self.owner),
+            )
         except Abandon as abandon:
-            log.error("stopped driving %s: %s", instance.instance_id, abandon)
+            log.error(
+                "stopped driving %s: %s",
+                instance.instance_id,
+                abandon,
+                extra=journal_log.identity(instance, worker=self.owner),
+            )
         finally:
             if self.sessions.get(instance.instance_id) is session:
                 del self.sessions[instance.instance_id]
@@ -216,7 +225,7 @@ class Executor:
         await runner.run()
 
     async def _park(self, session: Session, park: Park) -> None:
-        log.warning("parking %s: %s", session.instance_id, park.reason)
+        # Logged once the park is durable (journal_log), like every other transition.
         await session.commit(
             instance_change(
                 session.status,

@@ -22,6 +22,7 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.runtime import journal_log
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
 from ledgerflow.runtime.metrics import Metrics
@@ -112,6 +113,7 @@ class Session:
             # on that. Recovery re-reads the journal.
             raise Abandon(f"commit refused: {error}")
         self.commits += 1
+        journal_log.committed(self.instance, self.owner, commit.writes)
         if self.metrics is not None:
             self.metrics.committed(self.instance, commit.writes)
         for write in writes:

@@ -31,6 +31,7 @@ from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.runtime import journal_log
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
@@ -262,6 +263,14 @@ class Worker:
             for r in records
         ):
             self._maybe_more = True  # It stopped early: more may be waiting.
+        for record in records:
+            if record.lease_expiries > 0:
+                log.warning(
+                    "taking over instance %s: its owner's lease expired (%d in a row)",
+                    record.instance_id,
+                    record.lease_expiries,
+                    extra=journal_log.identity(record, worker=self.id),
+                )
         if self.metrics is not None and records:
             self.metrics.claimed(records, now=self.clock.now())
         for record in records:
@@ -322,7 +331,12 @@ class Worker:
                 self._crash = error
                 self.stop()
             elif error is not None:
-                log.error("driving %s failed", instance_id, exc_info=error)
+                log.error(
+                    "driving %s failed",
+                    instance_id,
+                    exc_info=error,
+                    extra={"instance": instance_id, "worker": self.id},
+                )
         if (full and self._maybe_more) or self._until_quiet:
             self._wake.set()
         if self._on_released is not None:
@@ -362,6 +376,7 @@ class Worker:
                     "no renewal of the lease of %s for %.1fs: it may have lapsed; stopping it",
                     instance_id,
                     now - entry.held_until + self.lease_seconds,
+                    extra={"instance": instance_id, "worker": self.id},
                 )
                 entry.task.cancel()
 
@@ -394,7 +409,11 @@ class Worker:
                 continue  # It gave the lease up itself while the renewal was queued.
             if self.metrics is not None:
                 self.metrics.lease_lost("lost")
-            log.warning("lease of %s lost; stopping it here", instance_id)
+            log.warning(
+                "lease of %s lost; stopping it here",
+                instance_id,
+                extra={"instance": instance_id, "worker": self.id, "generation": generation},
+            )
             entry.task.cancel()
         try:
             asked = await self.store.cancel_requests(owner=self.id)

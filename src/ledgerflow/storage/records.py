@@ -64,6 +64,8 @@ class InstanceRecord:
     # What became of an accepted cancel request: "honoured" (it ended CANCELLED) or
     # "overtaken" (it ended otherwise first); None while none is settled.
     cancel_outcome: str | None = None
+    # The W3C trace context (JSON: traceparent, tracestate) of its run's span, when traced.
+    trace_context: str | None = None
 
     @property
     def input_value(self) -> Any:
@@ -96,6 +98,8 @@ class StepRecord:
     # The errors of this step's failed attempts, oldest first, bounded (a JSON array; see
     # model.attempts).
     attempt_errors: str | None = None
+    # The traceback of the latest failed attempt of a local step, bounded; None otherwise.
+    error_traceback: str | None = None
 
     @property
     def input_value(self) -> Any:
