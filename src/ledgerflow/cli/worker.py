@@ -108,6 +108,12 @@ def install_faults() -> None:
     show_default=True,
     help="How often the metrics' journal gauges (parked, flagged, UNKNOWN open) are read.",
 )
+@click.option(
+    "--tracing",
+    is_flag=True,
+    help="Trace instance runs, steps, effects, compensations and waits with OpenTelemetry "
+    "(the otel extra), through the globally configured tracer provider.",
+)
 @log_format_option
 def worker(
     target: str,
@@ -120,6 +126,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     metrics_signals_seconds: float,
+    tracing: bool,
     log_format: str,
 ) -> None:
     """Run the workflows of MODULE:OBJECT (a ledgerflow.Registry) from the store.
@@ -140,7 +147,7 @@ def worker(
     )
 
     async def main() -> None:
-        async with Engine(db, registry, metrics=metrics) as engine:
+        async with Engine(db, registry, metrics=metrics, tracing=tracing) as engine:
             # The stuck-work scan comes with every worker; reconciliation only where asked.
             periodic = (
                 [

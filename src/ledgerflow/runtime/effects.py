@@ -17,6 +17,7 @@ distinction safe.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -109,6 +110,19 @@ class EffectDriver:
                 participant=declaration.participant.name,
                 operation=declaration.operation,
             )
+        )
+
+    def _span(self, what: str, attempt: int) -> contextlib.AbstractContextManager[None]:
+        """The span of a dispatch or lookup sent now (none without tracing)."""
+        participant, operation = self.declaration.participant.name, self.declaration.operation
+        return self.session.traced(
+            f"ledgerflow.{what} {participant}.{operation}",
+            step=self.seq,
+            effect=self.effect_id,
+            key=self.key,
+            attempt=attempt,
+            participant=participant,
+            operation=operation,
         )
 
     def _where(self, attempt: int) -> dict[str, Any]:
@@ -241,35 +255,27 @@ class EffectDriver:
     async def _send(self, *, attempt: int) -> str | Exception:
         """Call the participant: its evidence as ledger text, or what it raised."""
         faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
-        key = self.key
         deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
-        call = self._call(attempt=attempt, key=key, deadline_at=deadline_at)
+        call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at)
+        keeper = late_answer_keeper(
+            self.session,
+            key=self.key,
+            effect_id=self.effect_id,
+            participant=self.declaration.participant.name,
+            seq=self.seq,
+            attempt=attempt,
+        )
         outcome: str | Exception
         sent_at = time.perf_counter()
         try:
-            evidence = await self._by_deadline(
-                self.declaration.function,
-                call,
-                on_late=late_answer_keeper(
-                    self.session,
-                    key=self.key,
-                    effect_id=self.effect_id,
-                    participant=self.declaration.participant.name,
-                    seq=self.seq,
-                    attempt=attempt,
-                ),
-            )
-            outcome = self.session.codec.encode(evidence)
+            with self._span(self.points, attempt):
+                evidence = await self._by_deadline(self.declaration.function, call, on_late=keeper)
+                outcome = self.session.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
             outcome = exc
-        metrics = self.session.metrics
-        if metrics is not None:
-            metrics.dispatched(
-                self.declaration.participant.name,
-                self.declaration.operation,
-                seconds=time.perf_counter() - sent_at,
-                outcome=_answer_kind(outcome),
-            )
+        if self.session.metrics is not None:
+            seconds = time.perf_counter() - sent_at
+            self.session.metrics.dispatched(self.declaration, seconds=seconds, answer=outcome)
         faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
         return outcome
 
@@ -393,8 +399,10 @@ class EffectDriver:
         if lookup is None:
             return None, None
         faults.point(f"{self.points}.before_lookup", **self._where(attempt))
+        span = self._span("lookup", attempt)
         try:
-            answer = await self._by_deadline(lookup, self.key, attempt)
+            with span:
+                answer = await self._by_deadline(lookup, self.key, attempt)
         except Exception as exc:  # noqa: BLE001 - no answer; asked again on its policy.
             return None, exc
         if not isinstance(answer, LookupAnswer):
@@ -585,11 +593,3 @@ class EffectDriver:
             lookup_failures=lookup_failures,
             detail=detail,
         )
-
-
-def _answer_kind(outcome: str | Exception) -> str:
-    """A dispatch's answer for the latency histogram: ok, rejected (proof of not applied) or
-    no_proof (it raised or timed out: the outcome is UNKNOWN)."""
-    if isinstance(outcome, EffectRejectedError):
-        return "rejected"
-    return "no_proof" if isinstance(outcome, Exception) else "ok"

@@ -12,10 +12,11 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ledgerflow import limits
 from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError
+from ledgerflow.extras import require_extra
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
@@ -39,6 +40,11 @@ from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ledgerflow.runtime.tracing import Tracing
 
 __all__ = [
     "Delivered",
@@ -95,6 +101,7 @@ class Engine:
         clock: Clock = SYSTEM_CLOCK,
         inline: bool = False,
         metrics: Metrics | None = None,
+        tracing: bool | TracerProvider = False,
     ) -> None:
         # The whole store is opened here and each part is handed the view it needs: the core
         # and the workers the journal, the stuck-work scan its flags.
@@ -108,6 +115,8 @@ class Engine:
         self._store_thread = AsyncStore(self._store, inline=inline, metrics=metrics)
         # None: nothing is counted (see ledgerflow.runtime.metrics).
         self.metrics = metrics
+        # Spans (the otel extra): True for the global tracer provider, or the provider given.
+        self._tracing = _tracing(tracing)
         self._workers: list[Worker] = []
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
@@ -375,6 +384,7 @@ class Engine:
             periodic = (*periodic, signals_task(self._store_thread, self.store, self.metrics))
         worker = Worker(
             metrics=self.metrics,
+            tracing=self._tracing,
             registry=self.registry,
             store=self._store_thread,
             codec=self.codec,
@@ -389,6 +399,16 @@ class Engine:
         )
         self._workers.append(worker)
         return worker
+
+
+def _tracing(wanted: bool | TracerProvider) -> Tracing | None:
+    """The engine's tracing; only asking for it imports OpenTelemetry (the otel extra)."""
+    if wanted is False:
+        return None
+    require_extra("otel", purpose="tracing")
+    from ledgerflow.runtime.tracing import Tracing
+
+    return Tracing(None if wanted is True else wanted)
 
 
 def signals_task(thread: AsyncStore, store: Store, metrics: Metrics) -> PeriodicTask:

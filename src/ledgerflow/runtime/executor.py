@@ -8,8 +8,10 @@ drifted definition parks the instance instead of running it under other code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 from ledgerflow.errors import PayloadError, UnknownVersionError, UnknownWorkflowError
 from ledgerflow.model.classification import Classification
@@ -30,6 +32,10 @@ from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import InstanceRecord, Journal, Release
 from ledgerflow.storage.transitions import instance_change
 
+if TYPE_CHECKING:
+    # Imported only by an engine made with tracing (the otel extra).
+    from ledgerflow.runtime.tracing import Tracing
+
 log = logging.getLogger("ledgerflow.executor")
 
 
@@ -44,9 +50,11 @@ class Executor:
         owner: WorkerId,
         detection: DetectionBounds = DEFAULT_BOUNDS,
         metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.detection = detection
         self.metrics = metrics
+        self.tracing = tracing
         self.registry = registry
         self.store = store
         self.codec = codec
@@ -55,6 +63,11 @@ class Executor:
         self.alive = True
         # Sessions in flight, so the worker can tell one that a cancel request arrived.
         self.sessions: dict[InstanceId, Session] = {}
+
+    def _run_span(self, instance: InstanceRecord) -> contextlib.AbstractContextManager[str | None]:
+        if self.tracing is None:
+            return contextlib.nullcontext()
+        return self.tracing.run(instance, worker=self.owner)
 
     async def drive(self, instance: InstanceRecord) -> None:
         if instance.generation == 1 and instance.run == 1:
@@ -73,19 +86,23 @@ class Executor:
             clock=self.clock,
             detection=self.detection,
             metrics=self.metrics,
+            tracing=self.tracing,
         )
         self.sessions[instance.instance_id] = session
         try:
-            try:
-                definition = self._pinned_definition(instance)
-                faults.point("instance.after_claim", instance=instance.business_key)
-                await self._run(session, definition)
-            except Park as park:
-                await self._park(session, park)
-            except Suspend as suspend:
-                await session.commit(Release(available_at=suspend.available_at))
-            except Waiting:
-                pass  # WAITING and its wake-up time are already committed.
+            with self._run_span(instance) as keep:
+                # The first run's trace context is kept with the instance by its next commit.
+                session.trace_to_keep = keep
+                try:
+                    definition = self._pinned_definition(instance)
+                    faults.point("instance.after_claim", instance=instance.business_key)
+                    await self._run(session, definition)
+                except Park as park:
+                    await self._park(session, park)
+                except Suspend as suspend:
+                    await session.commit(Release(available_at=suspend.available_at))
+                except Waiting:
+                    pass  # WAITING and its wake-up time are already committed.
         except LostOwnership:
             log.warning(
                 "lost ownership of %s; another worker holds it",

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from ledgerflow import limits
+from ledgerflow.errors import EffectRejectedError
+from ledgerflow.model.definition import EffectDeclaration
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
 from ledgerflow.model.step import StepEvent
@@ -248,8 +250,15 @@ class Metrics:
         """An UNKNOWN outcome was settled (``how``: lookup, redispatch, callback, operator)."""
         self.unknown_settled.labels(participant, operation, how).inc()
 
-    def dispatched(self, participant: str, operation: str, *, seconds: float, outcome: str) -> None:
-        self.dispatch_seconds.labels(participant, operation, outcome).observe(seconds)
+    def dispatched(self, effect: EffectDeclaration, *, seconds: float, answer: object) -> None:
+        """A dispatch answered after ``seconds``: with evidence (ok), a proof it was not
+        applied (rejected), or no proof either way (no_proof: it raised or timed out)."""
+        if isinstance(answer, EffectRejectedError):
+            outcome = "rejected"
+        else:
+            outcome = "no_proof" if isinstance(answer, Exception) else "ok"
+        labels = (effect.participant.name, effect.operation, outcome)
+        self.dispatch_seconds.labels(*labels).observe(seconds)
 
     def claimed(self, records: Iterable[InstanceRecord], *, now: float) -> None:
         """Instances claimed at ``now``: their lag since due, and which were taken over."""

@@ -7,8 +7,10 @@ work on the instance at once (:class:`~ledgerflow.runtime.control.LostOwnership`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ledgerflow import limits
 from ledgerflow.errors import (
@@ -34,11 +36,16 @@ from ledgerflow.storage.records import (
     InstanceRecord,
     InstanceWrite,
     Journal,
+    KeepTraceContext,
     Release,
     StepRecord,
     StepWrite,
     Write,
 )
+
+if TYPE_CHECKING:
+    # Imported only by an engine made with tracing (the otel extra).
+    from ledgerflow.runtime.tracing import Tracing
 
 
 @dataclass(slots=True, kw_only=True)
@@ -53,6 +60,10 @@ class Session:
     detection: DetectionBounds = DEFAULT_BOUNDS
     # Where durable transitions are counted; None: metrics are off and nothing is counted.
     metrics: Metrics | None = None
+    # Where spans go; None: nothing is traced (and OpenTelemetry is never imported).
+    tracing: Tracing | None = None
+    # The run span's trace context, kept with the instance by this session's next commit.
+    trace_to_keep: str | None = None
     # False once the worker is (simulated) dead: nothing it still runs may reach the store.
     alive: Callable[[], bool] = field(default=lambda: True)
     commits: int = field(default=0)
@@ -86,6 +97,8 @@ class Session:
         """Make the writes durable in one transaction, or stop: nothing is half-written."""
         if not self.alive():
             raise Abandon("this worker is dead")
+        if self.trace_to_keep is not None:
+            writes = (*writes, KeepTraceContext(trace_context=self.trace_to_keep))
         commit = Commit(
             instance_id=self.instance_id,
             owner=self.owner,
@@ -113,6 +126,7 @@ class Session:
             # on that. Recovery re-reads the journal.
             raise Abandon(f"commit refused: {error}")
         self.commits += 1
+        self.trace_to_keep = None
         journal_log.committed(self.instance, self.owner, commit.writes)
         if self.metrics is not None:
             self.metrics.committed(self.instance, commit.writes)
@@ -143,6 +157,13 @@ class Session:
             await self.clock.sleep(pause)
             return
         raise Suspend(available_at=due)
+
+    def traced(self, name: str, **attributes: Any) -> contextlib.AbstractContextManager[None]:
+        """A span for work done now (never for what the journal replays); nothing without
+        tracing."""
+        if self.tracing is None:
+            return contextlib.nullcontext()
+        return self.tracing.span(name, self.instance, **attributes)
 
     def step(self, seq: StepSeq) -> StepRecord | None:
         return self.journal.steps.get(seq)

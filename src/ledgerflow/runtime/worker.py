@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
@@ -40,6 +41,10 @@ from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import Periodic, PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
+
+if TYPE_CHECKING:
+    # Imported only by an engine made with tracing (the otel extra).
+    from ledgerflow.runtime.tracing import Tracing
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -85,6 +90,7 @@ class Worker:
         on_released: Callable[[InstanceId], None] | None = None,
         periodic: Sequence[PeriodicTask] = (),
         metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
             raise ConfigurationError(
@@ -108,6 +114,7 @@ class Worker:
             owner=self.id,
             detection=self.detection,
             metrics=metrics,
+            tracing=tracing,
         )
         self.metrics = metrics
         # Housekeeping beside the instances (the stuck-work scan, reconciliation...): whoever

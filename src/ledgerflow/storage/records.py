@@ -271,6 +271,14 @@ class NoCancelRequest:
     timer's start is recorded only if no request arrived first (the request wins)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeepTraceContext:
+    """Keep the trace context of the instance's first run span (a later run continues it; one
+    already kept is never replaced)."""
+
+    trace_context: str
+
+
 Write = (
     StepWrite
     | EffectWrite
@@ -280,6 +288,7 @@ Write = (
     | RejectDelivery
     | NoPendingDelivery
     | NoCancelRequest
+    | KeepTraceContext
 )
 
 
