@@ -39,6 +39,7 @@ LEDGERFLOW_ALL = [
     "InstanceStatus",
     "JsonCodec",
     "LookupAnswer",
+    "Metrics",
     "Participant",
     "Registry",
     "RetryPolicy",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from observed_workflows import PARTICIPANTS, registry
 from scrape import Samples, StderrLines, scrape, value
@@ -43,6 +44,8 @@ SCRIPT: dict[str, tuple[str, Any, InstanceStatus]] = {
 @dataclass
 class ScriptedRun:
     samples: Samples
+    # The exposition as scraped (for a person reading a failure).
+    text: str
     lines: list[str]
     # Business key -> instance id.
     ids: dict[str, str]
@@ -86,12 +89,15 @@ def scripted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScriptedR
                 samples = eventually(
                     lambda: _with_gauges(scrape(url)), what="the gauges read after the park"
                 )
+                text = httpx.get(url, timeout=30).text
             finally:
                 process.terminate()
                 process.wait(timeout=30)
                 if process.stderr is not None:
                     process.stderr.close()
-        yield ScriptedRun(samples=samples, lines=lines.all(), ids=ids, worker_log=workers.log)
+        yield ScriptedRun(
+            samples=samples, text=text, lines=lines.all(), ids=ids, worker_log=workers.log
+        )
 
 
 def _with_gauges(samples: Samples) -> Samples | None:

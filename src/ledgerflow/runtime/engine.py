@@ -90,6 +90,11 @@ class Engine:
             running = asyncio.create_task(engine.worker().run())
             started = await engine.start("order", key="order-42", input={"sku": "A1"})
             result = await engine.result(started.instance_id, timeout=30)
+
+    ``metrics`` (a :class:`~ledgerflow.runtime.metrics.Metrics`) counts what the engine and its
+    workers do; ``tracing`` (the ``otel`` extra) sends spans to the global OpenTelemetry tracer
+    provider when True, or to the provider given. Both are off by default and cost nothing
+    then (``docs/observability.md``).
     """
 
     def __init__(
