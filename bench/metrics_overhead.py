@@ -19,6 +19,11 @@ with other work the wall clock moves by tens of percent from one run to the next
 setting; the CPU the process itself spent is what metrics add to, and what decides
 throughput where the engine is CPU-bound.
 
+A third figure does not depend on the machine's other work: every call an engine with metrics
+made during a run (``--micro``, ``steps3`` and ``effects3``, 1,000 at once) is recorded, then
+replayed against a fresh registry in a tight loop; its time per workflow, against the CPU per
+workflow of the same workloads with metrics off, is the instrumentation's own share.
+
 Progress goes to stderr; the last line of stdout is one JSON object.
 """
 
@@ -85,6 +90,79 @@ async def _timed(
         return seconds, cpu
 
 
+# The instrumentation points the runtime calls on an engine's Metrics.
+_POINTS = (
+    "started",
+    "committed",
+    "settled",
+    "dispatched",
+    "claimed",
+    "fenced",
+    "lease_lost",
+    "group_committed",
+    "delivered",
+)
+
+
+class _Recording(Metrics):
+    """Metrics that also keep every call made to them, to replay."""
+
+    def __init__(self) -> None:
+        super().__init__(CollectorRegistry(), signals_seconds=3600)
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        for name in _POINTS:
+            original = getattr(self, name)
+
+            def recorded(*args: Any, _name: str = name, _f: Any = original, **kw: Any) -> Any:
+                self.calls.append((_name, args, kw))
+                return _f(*args, **kw)
+
+            setattr(self, name, recorded)
+
+
+async def _recorded_run(db: str, workflow: str, n: int) -> list[Any]:
+    """Every instrumentation call of one run with metrics (1,000 at once)."""
+    metrics = _Recording()
+    async with lf.Engine(db, registry, metrics=metrics) as engine:
+        worker = engine.worker(concurrency=min(n, CONCURRENCY_MAX))
+        running = asyncio.create_task(worker.run())
+        await asyncio.gather(*(engine.start(workflow, key=f"m-{i}", input=i) for i in range(n)))
+        while worker.driven < n:
+            await asyncio.sleep(0.001)
+        worker.stop()
+        await running
+    return metrics.calls
+
+
+def _micro(folder: Path, n: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for workflow in ("steps3", "effects3"):
+        calls = asyncio.run(_recorded_run(f"sqlite:///{folder}/micro-{workflow}.db", workflow, n))
+        replays = []
+        for _ in range(7):
+            fresh = Metrics(CollectorRegistry(), signals_seconds=3600)
+            t0 = time.perf_counter()
+            for name, args, kw in calls:
+                getattr(fresh, name)(*args, **kw)
+            replays.append(time.perf_counter() - t0)
+        cpu_off = statistics.median(
+            asyncio.run(
+                _timed(f"sqlite:///{folder}/off-{workflow}-{r}.db", workflow, False, n, False)
+            )[1]
+            for r in range(3)
+        )
+        per_wf = statistics.median(replays) / n
+        figures[workflow] = {
+            "n": n,
+            "calls_per_workflow": round(len(calls) / n, 1),
+            "instrumentation_us_per_workflow": round(per_wf * 1e6, 1),
+            "cpu_us_per_workflow_metrics_off": round(cpu_off / n * 1e6, 1),
+            "instrumentation_share_percent": round(per_wf / (cpu_off / n) * 100, 1),
+        }
+        say(f"micro {workflow}: {figures[workflow]}")
+    return figures
+
+
 def _one_run(args: argparse.Namespace) -> int:
     workflow, sequential = WORKLOADS[args.workload]
     seconds, cpu = asyncio.run(_timed(args.db, workflow, sequential, args.n, args.metrics == "on"))
@@ -148,6 +226,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--postgres", metavar="URL", help="also measure on this PostgreSQL")
+    parser.add_argument("--micro", action="store_true", help="only the replayed-calls figure")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), help=argparse.SUPPRESS)
@@ -157,8 +236,13 @@ def main() -> int:
     if args.run:
         return _one_run(args)
     sizes = QUICK if args.quick else FULL
+    with tempfile.TemporaryDirectory(prefix="lf-metrics-micro-") as tmp:
+        micro = _micro(Path(tmp), sizes["concurrent"])
+    if args.micro:
+        print(json.dumps({"micro": micro}))
+        return 0
     backends = ["sqlite"] + (["postgres"] if args.postgres else [])
-    result: dict[str, Any] = {"prometheus_client": True, "backends": {}}
+    result: dict[str, Any] = {"micro": micro, "backends": {}}
     for backend in backends:
         result["backends"][backend] = {
             workload: _measure(

@@ -91,13 +91,14 @@ def assert_one_applied_audit(store: Store, instance_id: InstanceId, result: Repa
 
 
 def test_resolve_effect_applied_then_a_worker_finishes(
-    journal_url: str, authority: Authority
+    journal_url: str, authority: Authority, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Goal: an UNKNOWN effect resolved as applied with evidence, with --resume, is finished by
-    a worker, and the workflow sees the evidence as the effect's result; applied once.
+    a worker, and the workflow sees the evidence as the effect's result; applied once. The
+    repair is logged once (not its dry run), with the instance and step as fields.
 
     Method: lose the charge's reply (parked, effect UNKNOWN); dry run, then apply; check the
-    exact change, the audit record and the timeline; drain a worker; compare the result.
+    exact change, the audit record, the timeline and the log; drain a worker; compare.
     """
     instance_id = parked_unknown(journal_url, "r-1")
     store = open_store(journal_url)
@@ -130,6 +131,10 @@ def test_resolve_effect_applied_then_a_worker_finishes(
         assert step.status is StepStatus.COMPLETED
         assert json.loads(step.output) == evidence
         assert_one_applied_audit(store, instance_id, result)
+        [logged] = [r for r in caplog.records if r.name == "ledgerflow.repairs"]
+        assert logged.levelname == "WARNING"
+        assert f"as audit #{result.audit_id}" in logged.getMessage()
+        assert (logged.__dict__["instance"], logged.__dict__["step"]) == (instance_id, 1)
     finally:
         store.close()
     drain(journal_url)

@@ -21,12 +21,13 @@ instances, UNKNOWN effects still open) is read from the journal itself at a boun
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from ledgerflow import limits
-from ledgerflow.errors import EffectRejectedError
+from ledgerflow.errors import ConfigurationError, EffectRejectedError
 from ledgerflow.model.definition import EffectDeclaration
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
@@ -48,6 +49,7 @@ _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 _WORKFLOW = ("workflow", "version")
+_Labelled = Counter | Histogram
 # What a step write counts as, by its event (the others are not outcomes).
 _STEP_OUTCOMES = {
     StepEvent.COMPLETE: "completed",
@@ -83,10 +85,17 @@ class Metrics:
         # The journal's gauges are read at most this often, whoever asks.
         self.signals_seconds = signals_seconds
         self._signals_read_at: float | None = None
-        self._declare_instances(self.registry)
-        self._declare_effects(self.registry)
-        self._declare_machinery(self.registry)
-        self._declare_journal_gauges(self.registry)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        try:
+            self._declare_instances(self.registry)
+            self._declare_effects(self.registry)
+            self._declare_machinery(self.registry)
+            self._declare_journal_gauges(self.registry)
+        except ValueError as exc:  # prometheus_client: a name already in that registry.
+            raise ConfigurationError(
+                "this registry already holds Ledgerflow's metrics: share one Metrics between "
+                f"engines, or give each its own CollectorRegistry ({exc})"
+            ) from None
 
     def _declare_instances(self, r: CollectorRegistry) -> None:
         wf = _WORKFLOW
@@ -213,7 +222,7 @@ class Metrics:
     # -- what the runtime reports ------------------------------------------------------------
 
     def started(self, workflow: str, version: int) -> None:
-        self.instances_started.labels(workflow, str(version)).inc()
+        self._child(self.instances_started, workflow, str(version)).inc()
 
     def committed(self, instance: InstanceRecord, writes: Sequence[Write]) -> None:
         """A commit of ``instance``'s owner became durable: count its transitions."""
@@ -223,18 +232,18 @@ class Metrics:
                 step_outcome = _STEP_OUTCOMES.get(write.event)
                 if step_outcome is not None:
                     kind = write.record.kind.value
-                    self.steps.labels(workflow, version, kind, step_outcome).inc()
+                    self._child(self.steps, workflow, version, kind, step_outcome).inc()
             elif isinstance(write, EffectWrite):
                 self._effect(write)
             elif isinstance(write, InstanceWrite):
                 if write.event is InstanceEvent.PARK:
                     reason = write.reason_code or "unknown"
-                    self.instances_parked.labels(workflow, version, reason).inc()
+                    self._child(self.instances_parked, workflow, version, reason).inc()
                 if INSTANCE_MACHINE.is_terminal(write.status):
                     self.ended(workflow, version, write.status)
 
     def ended(self, workflow: str, version: str, status: InstanceStatus) -> None:
-        self.instances_ended.labels(workflow, version, status.value).inc()
+        self._child(self.instances_ended, workflow, version, status.value).inc()
 
     def _effect(self, write: EffectWrite) -> None:
         record = write.record
@@ -242,9 +251,9 @@ class Metrics:
         outcome = _EFFECT_OUTCOMES.get(write.event)
         if outcome is not None:
             counter = self.compensations if record.compensates else self.effects
-            counter.labels(*names, outcome).inc()
+            self._child(counter, *names, outcome).inc()
         if write.event is EffectEvent.LOSE_OUTCOME and write.expected is not EffectState.UNKNOWN:
-            self.unknown_opened.labels(*names).inc()
+            self._child(self.unknown_opened, *names).inc()
 
     def settled(self, participant: str, operation: str, *, how: str) -> None:
         """An UNKNOWN outcome was settled (``how``: lookup, redispatch, callback, operator)."""
@@ -258,13 +267,13 @@ class Metrics:
         else:
             outcome = "no_proof" if isinstance(answer, Exception) else "ok"
         labels = (effect.participant.name, effect.operation, outcome)
-        self.dispatch_seconds.labels(*labels).observe(seconds)
+        self._child(self.dispatch_seconds, *labels).observe(seconds)
 
     def claimed(self, records: Iterable[InstanceRecord], *, now: float) -> None:
         """Instances claimed at ``now``: their lag since due, and which were taken over."""
         for record in records:
             labels = (record.workflow_name, str(record.workflow_version))
-            self.claim_lag.labels(*labels).observe(max(0.0, now - record.available_at))
+            self._child(self.claim_lag, *labels).observe(max(0.0, now - record.available_at))
             if record.lease_expiries > 0:
                 self.takeovers.labels(*labels).inc()
 
@@ -279,7 +288,7 @@ class Metrics:
         self.commit_seconds.observe(seconds)
 
     def delivered(self, outcome: str) -> None:
-        self.inbox.labels(outcome).inc()
+        self._child(self.inbox, outcome).inc()
 
     def reconciled(self, *, matched: int, corrected: int, escalated: int, unreachable: int) -> None:
         for action, n in (
@@ -291,9 +300,21 @@ class Metrics:
             if n:
                 self.reconciliation.labels(action).inc(n)
 
-    def worker_slots(self, *, busy: int, free: int) -> None:
-        self.slots.labels("busy").set(busy)
-        self.slots.labels("free").set(free)
+    def watch_slots(self, busy: Callable[[], int], capacity: int) -> None:
+        """The worker slots gauge, read from the worker when scraped (nothing per instance);
+        a process with several workers reports the last one watched."""
+        self.slots.labels("busy").set_function(busy)
+        self.slots.labels("free").set_function(lambda: max(0, capacity - busy()))
+
+    def _child(self, metric: _Labelled, *values: str) -> Any:
+        """The child of ``metric`` for these label values, cached: ``labels()`` validates and
+        locks on every call, and the hot path counts several times per workflow. The cache is
+        bounded by the labels' own (low) cardinality."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     # -- what the journal says ---------------------------------------------------------------
 

@@ -117,6 +117,8 @@ class Worker:
             tracing=tracing,
         )
         self.metrics = metrics
+        if metrics is not None:
+            metrics.watch_slots(lambda: len(self._running), concurrency)
         # Housekeeping beside the instances (the stuck-work scan, reconciliation...): whoever
         # builds the worker decides which (see Engine.worker), so the worker knows none of them.
         self.periodic = Periodic()
@@ -314,12 +316,6 @@ class Worker:
         if is_last_chance(record.lease_expiries, self.detection.crash_loop_lease_expiries):
             self._last_chance.add(record.instance_id)
         task.add_done_callback(functools.partial(self._finished, record.instance_id))
-        self._count_slots()
-
-    def _count_slots(self) -> None:
-        if self.metrics is not None:
-            busy = len(self._running)
-            self.metrics.worker_slots(busy=busy, free=max(0, self.concurrency - busy))
 
     def _finished(self, instance_id: InstanceId, task: asyncio.Task[None]) -> None:
         # A claim now can only find new work if this worker was full (it stopped claiming)
@@ -331,7 +327,6 @@ class Worker:
             del self._running[instance_id]
             self._last_chance.discard(instance_id)
         self.driven += 1
-        self._count_slots()
         if not task.cancelled():
             error = task.exception()
             if isinstance(error, SimulatedCrash):
