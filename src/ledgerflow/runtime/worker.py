@@ -272,6 +272,8 @@ class Worker:
             for r in records
         ):
             self._maybe_more = True  # It stopped early: more may be waiting.
+        if self.metrics is not None and records:
+            self.metrics.claimed(records, now=self.clock.now())
         for record in records:
             if record.lease_expiries > 0:
                 log.warning(
@@ -280,9 +282,6 @@ class Worker:
                     record.lease_expiries,
                     extra=journal_log.identity(record, worker=self.id),
                 )
-        if self.metrics is not None and records:
-            self.metrics.claimed(records, now=self.clock.now())
-        for record in records:
             self._start(record, held_until=sent + self.lease_seconds)
         return len(records)
 
