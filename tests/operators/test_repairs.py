@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import repair_workflows as wf
+from prometheus_client import CollectorRegistry
 from repair_workflows import drain, parked_unknown, started
 
-from ledgerflow import SyncEngine
+from ledgerflow import Metrics, SyncEngine
 from ledgerflow.errors import NotAuthorizedError, RepairRefusedError, StalePreconditionError
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, WorkerId
@@ -108,7 +109,8 @@ def test_resolve_effect_applied_then_a_worker_finishes(
         assert parked.reason_code == "effect_outcome_unknown"
         key = store.effects(instance_id)[0].idempotency_key
         evidence = {"charged": 5, "key": key, "source": "bank ledger row 17"}
-        ops = Repairs(store, authority)
+        counted = CollectorRegistry()
+        ops = Repairs(store, authority, metrics=Metrics(counted))
         result = dry_then_apply(
             ops,
             request(
@@ -120,6 +122,12 @@ def test_resolve_effect_applied_then_a_worker_finishes(
                 resume=True,
             ),
         )
+        # The UNKNOWN outcome settled by a person, counted once (the dry run counts nothing).
+        settled = counted.get_sample_value(
+            "ledgerflow_unknown_outcomes_settled_total",
+            {"participant": "bank", "operation": "charge", "how": "operator"},
+        )
+        assert settled == 1
         after = ledger_state(store, instance_id)
         assert after["instance"].status is InstanceStatus.RUNNING
         assert after["instance"].generation == parked.generation + 1

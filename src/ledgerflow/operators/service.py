@@ -390,7 +390,9 @@ class Operations:
 
     def repairs(self) -> Repairs:
         """The audited repair tool on this store, under this service's authority."""
-        return Repairs(self._store, self.authority, clock=self._clock, codec=self._codec)
+        return Repairs(
+            self._store, self.authority, clock=self._clock, codec=self._codec, metrics=self.metrics
+        )
 
     # -- reconciliation ------------------------------------------------------------------------
 

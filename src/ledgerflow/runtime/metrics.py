@@ -141,8 +141,8 @@ class Metrics:
         )  # fmt: skip
         self.unknown_settled = Counter(
             "ledgerflow_unknown_outcomes_settled_total",
-            "UNKNOWN outcomes settled, by how: lookup, redispatch (same key), callback, "
-            "operator.",
+            "UNKNOWN outcomes settled, by how: lookup, redispatch (same key), operator, "
+            "reconciliation.",
             ("participant", "operation", "how"), registry=r,
         )  # fmt: skip
 
@@ -256,7 +256,8 @@ class Metrics:
             self._child(self.unknown_opened, *names).inc()
 
     def settled(self, participant: str, operation: str, *, how: str) -> None:
-        """An UNKNOWN outcome was settled (``how``: lookup, redispatch, callback, operator)."""
+        """An UNKNOWN outcome was settled (``how``: lookup, redispatch, operator,
+        reconciliation)."""
         self.unknown_settled.labels(participant, operation, how).inc()
 
     def dispatched(self, effect: EffectDeclaration, *, seconds: float, answer: object) -> None:
