@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -103,7 +102,7 @@ class TextFormatter(logging.Formatter):
 
 def configure_logging(log_format: str) -> None:
     """Ledgerflow's own decisions at INFO, libraries only when they warn, on stderr in
-    ``log_format``; processes this one starts (the demo's workers) log the same way."""
+    ``log_format``."""
     root = logging.getLogger()
     # As logging.basicConfig: a process whose logging is set up already (an application that
     # runs the command, a test's capture) keeps its handlers.
@@ -113,4 +112,3 @@ def configure_logging(log_format: str) -> None:
         root.addHandler(handler)
         root.setLevel(logging.WARNING)
     logging.getLogger("ledgerflow").setLevel(logging.INFO)
-    os.environ[LOG_FORMAT_VARIABLE] = log_format
