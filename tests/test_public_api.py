@@ -40,6 +40,7 @@ LEDGERFLOW_ALL = [
     "InstanceStatus",
     "JsonCodec",
     "LookupAnswer",
+    "Metrics",
     "Participant",
     "Registry",
     "RetryPolicy",

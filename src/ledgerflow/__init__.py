@@ -76,6 +76,7 @@ from ledgerflow.runtime.engine import Engine as Engine
 from ledgerflow.runtime.engine import InstanceDetail as InstanceDetail
 from ledgerflow.runtime.engine import Started as Started
 from ledgerflow.runtime.engine import SyncEngine as SyncEngine
+from ledgerflow.runtime.metrics import Metrics as Metrics
 from ledgerflow.runtime.worker import Worker as Worker
 from ledgerflow.storage.records import Delivery as Delivery
 from ledgerflow.storage.records import EffectRecord as EffectRecord
@@ -103,6 +104,7 @@ __all__ = [
     "Signal",
     "Delivered",
     "DeliveryOutcome",
+    "Metrics",
     # Reading the ledgers
     "InstanceDetail",
     "InstanceRecord",

@@ -3,7 +3,8 @@
 The core (the engine, SQLite journals, the ``ledgerflow`` command) needs no server libraries.
 ``pip install 'ledgerflow[postgres]'`` adds psycopg and its pool for PostgreSQL journals;
 ``pip install 'ledgerflow[http]'`` adds Starlette, uvicorn, FastAPI and Jinja2 for ``ledgerflow
-serve``, the demo and its participant service. Each is imported only where it is used, after
+serve``, the demo and its participant service; ``pip install 'ledgerflow[otel]'`` adds the
+OpenTelemetry API for traces. Each is imported only where it is used, after
 :func:`require_extra` has said, by name, which extra is missing.
 """
 
@@ -17,6 +18,7 @@ from ledgerflow.errors import MissingExtraError
 EXTRAS = {
     "postgres": ("psycopg", "psycopg_pool"),
     "http": ("starlette", "uvicorn", "fastapi", "pydantic", "jinja2", "multipart"),
+    "otel": ("opentelemetry",),
 }
 
 

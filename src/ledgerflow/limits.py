@@ -99,3 +99,8 @@ CONSOLE_SESSION_SECONDS = 8 * 3600
 # Integers a request body may hold: those a 64-bit signed integer can (SQLite's and
 # PostgreSQL's bigint); anything larger is refused (422), never passed to the journal.
 REQUEST_INTEGER_MAX = 2**63 - 1
+# How often the journal's gauges (parked, flagged, UNKNOWN open) are read for metrics, at most:
+# every exporting process reads them, so this bounds the load they put on the journal.
+METRICS_SIGNALS_SECONDS_DEFAULT = 15.0
+# A failure's traceback kept in the journal: its last lines, at most this many characters.
+TRACEBACK_CHARS_MAX = 4_000

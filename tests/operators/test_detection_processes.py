@@ -96,9 +96,16 @@ def test_a_crash_loop_is_parked_at_its_bound_while_healthy_instances_finish(
 
 
 def test_a_silent_participant_is_flagged_by_the_worker_scan_and_cleared_after(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     asyncio.run(_a_silent_participant_is_flagged_by_the_worker_scan_and_cleared_after(tmp_path))
+    # The flag is logged once, when it is raised (later scans find it open), with its ids.
+    flagged = [r for r in caplog.records if "flagged for attention" in r.getMessage()]
+    assert len(flagged) == 1, [r.getMessage() for r in flagged]
+    assert flagged[0].levelname == "WARNING"
+    assert flagged[0].__dict__["worker"].startswith("scan:")
+    assert "participant_unresponsive" in flagged[0].getMessage()
+    assert flagged[0].__dict__["instance"].startswith("wf_")
 
 
 async def _a_silent_participant_is_flagged_by_the_worker_scan_and_cleared_after(

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from reconcile_workflows import PARTICIPANTS, build_registry, registry
 
-from ledgerflow import EffectRecord, EffectState, Engine, InstanceStatus, SyncEngine
+from ledgerflow import EffectRecord, EffectState, Engine, InstanceStatus, Metrics, SyncEngine
 from ledgerflow.model.reconciliation import EFFECT_DRIFT, RECONCILE_REFUSED
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.operators.authority import RECONCILER, Authority
@@ -335,8 +336,11 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
     assert (dry["dry_run"], dry["run_id"], dry["escalated"]) == (True, None, 1)
     assert cli("reconcile", "--runs", "--json") == {"items": []}
 
+    counted = CollectorRegistry()
+
     async def periodic_run() -> None:
-        async with Engine(workers.db_url, registry) as engine:
+        metrics = Metrics(counted)
+        async with Engine(workers.db_url, registry, metrics=metrics) as engine:
             operations = AsyncOperations(engine)
             task = operations.reconcile_task(build_registry(service.url), interval_seconds=60)
             await task.run()
@@ -344,6 +348,11 @@ def test_the_worker_periodic_task_and_the_cli_reconcile_through_the_entry_point(
     asyncio.run(periodic_run())
     [flag] = engine.store.open_flags(started.instance_id)
     assert (flag.reason_code, flag.detected_by) == (EFFECT_DRIFT, RECONCILER)
+    # The worker's metrics count the run: one effect matched, one drifted (escalated).
+    reconciled = "ledgerflow_reconciliation_effects_total"
+    assert counted.get_sample_value(reconciled, {"action": "matched"}) == 1
+    assert counted.get_sample_value(reconciled, {"action": "escalated"}) == 1
+    assert counted.get_sample_value(reconciled, {"action": "corrected"}) is None
 
     ran = cli("reconcile", "reconcile_workflows:registry", "--json")
     assert (ran["compared"], ran["matched"], ran["escalated"]) == (2, 1, 1)

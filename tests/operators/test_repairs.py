@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import repair_workflows as wf
+from prometheus_client import CollectorRegistry
 from repair_workflows import drain, parked_unknown, started
 
-from ledgerflow import SyncEngine
+from ledgerflow import Metrics, SyncEngine
 from ledgerflow.errors import NotAuthorizedError, RepairRefusedError, StalePreconditionError
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, WorkerId
@@ -91,13 +92,14 @@ def assert_one_applied_audit(store: Store, instance_id: InstanceId, result: Repa
 
 
 def test_resolve_effect_applied_then_a_worker_finishes(
-    journal_url: str, authority: Authority
+    journal_url: str, authority: Authority, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Goal: an UNKNOWN effect resolved as applied with evidence, with --resume, is finished by
-    a worker, and the workflow sees the evidence as the effect's result; applied once.
+    a worker, and the workflow sees the evidence as the effect's result; applied once. The
+    repair is logged once (not its dry run), with the instance and step as fields.
 
     Method: lose the charge's reply (parked, effect UNKNOWN); dry run, then apply; check the
-    exact change, the audit record and the timeline; drain a worker; compare the result.
+    exact change, the audit record, the timeline and the log; drain a worker; compare.
     """
     instance_id = parked_unknown(journal_url, "r-1")
     store = open_store(journal_url)
@@ -107,7 +109,8 @@ def test_resolve_effect_applied_then_a_worker_finishes(
         assert parked.reason_code == "effect_outcome_unknown"
         key = store.effects(instance_id)[0].idempotency_key
         evidence = {"charged": 5, "key": key, "source": "bank ledger row 17"}
-        ops = Repairs(store, authority)
+        counted = CollectorRegistry()
+        ops = Repairs(store, authority, metrics=Metrics(counted))
         result = dry_then_apply(
             ops,
             request(
@@ -119,6 +122,12 @@ def test_resolve_effect_applied_then_a_worker_finishes(
                 resume=True,
             ),
         )
+        # The UNKNOWN outcome settled by a person, counted once (the dry run counts nothing).
+        settled = counted.get_sample_value(
+            "ledgerflow_unknown_outcomes_settled_total",
+            {"participant": "bank", "operation": "charge", "how": "operator"},
+        )
+        assert settled == 1
         after = ledger_state(store, instance_id)
         assert after["instance"].status is InstanceStatus.RUNNING
         assert after["instance"].generation == parked.generation + 1
@@ -130,6 +139,10 @@ def test_resolve_effect_applied_then_a_worker_finishes(
         assert step.status is StepStatus.COMPLETED
         assert json.loads(step.output) == evidence
         assert_one_applied_audit(store, instance_id, result)
+        [logged] = [r for r in caplog.records if r.name == "ledgerflow.repairs"]
+        assert logged.levelname == "WARNING"
+        assert f"as audit #{result.audit_id}" in logged.getMessage()
+        assert (logged.__dict__["instance"], logged.__dict__["step"]) == (instance_id, 1)
     finally:
         store.close()
     drain(journal_url)

@@ -50,6 +50,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "lease_expiries",
         "cause",
         "cancel_outcome",
+        "trace_context",
     ],
     "lf_steps": [
         "instance_id",
@@ -68,6 +69,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "generation",
         "updated_at",
         "attempt_errors",
+        "error_traceback",
     ],
     "lf_effects": [
         "effect_id",
@@ -208,6 +210,7 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_attention_detected": ("lf_attention", ["detected_at"]),
     "lf_idempotency_created": ("lf_idempotency", ["created_at"]),
     "lf_instances_created": ("lf_instances", ["created_at", "instance_id"]),
+    "lf_effects_unknown": ("lf_effects", ["updated_at"]),
 }
 # Uniqueness the protocol depends on: table -> unique column sets (primary keys included).
 DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {

@@ -325,3 +325,35 @@ def test_a_crash_loop_parks_an_effect_in_flight_as_unknown(store: Store) -> None
         ("NEW", "INTENDED"),
         ("INTENDED", "UNKNOWN"),
     ]
+
+
+def test_consistency_signals_count_parked_flagged_and_unknown(store: Store) -> None:
+    """Goal: the journal's gauges (metrics) count parked instances and open flags by reason,
+    and the UNKNOWN effects with the earliest last change among them.
+
+    Method: an empty journal counts nothing; then a crash loop parks an instance with an effect
+    in flight (UNKNOWN), and two flags are raised on another instance, one of them cleared.
+    """
+    empty = store.consistency_signals()
+    assert (empty.parked_by_reason, empty.flagged_by_reason) == ({}, {})
+    assert (empty.unknown_open, empty.unknown_oldest_at) == (0, None)
+    i = start(store, "inflight")
+    [first] = claim(store, W1, 1.0, lease_expiries_max=2)
+    commit(store, first, charge_sent(first, now=1.0), now=1.0)
+    now = 1.0 + LEASE + 1
+    assert claim(store, W2, now, lease_expiries_max=2) != []
+    assert claim(store, W3, now + LEASE + 1, lease_expiries_max=2) == []
+    other = start(store, "flagged")
+    for reason in ("stuck_lease", "stuck_effect"):
+        store.raise_flag(
+            instance_id=other, reason_code=reason, evidence="{}", detected_by="t", now=5.0
+        )
+    store.clear_flag(
+        instance_id=other, reason_code="stuck_effect", cleared_by="t", reason="ok", now=6.0
+    )
+    signals = store.consistency_signals()
+    assert signals.parked_by_reason == {"poison_crash_loop": 1}
+    assert signals.flagged_by_reason == {"stuck_lease": 1}
+    [effect] = store.effects(i)
+    assert signals.unknown_open == 1
+    assert signals.unknown_oldest_at == effect.updated_at

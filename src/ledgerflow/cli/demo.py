@@ -47,6 +47,7 @@ from ledgerflow import (
     Registry,
     SyncEngine,
 )
+from ledgerflow.cli.logs import LOG_FORMAT_VARIABLE, configure_logging, log_format_option
 from ledgerflow.cli.render import cell, console, print_table, status_cell
 from ledgerflow.extras import require_extra
 from ledgerflow.model.instance import TERMINAL_STATUSES
@@ -143,8 +144,12 @@ def _tail(path: Path, chars: int = 2000) -> str:
 class Demo:
     """One run of the demo in one folder: the processes it started and what it printed."""
 
-    def __init__(self, folder: Path, orders: int, out: Console) -> None:
+    def __init__(
+        self, folder: Path, orders: int, out: Console, *, log_format: str = "text"
+    ) -> None:
         self.folder = folder
+        # How its worker processes log (to worker.log).
+        self.log_format = log_format
         self.orders = orders
         self.out = out
         self.db_url = f"sqlite:///{folder / 'ledgerflow.db'}"
@@ -205,6 +210,7 @@ class Demo:
         self.generation += 1
         env = dict(os.environ)
         env[SERVICE_URL_ENVIRONMENT_VARIABLE] = self.url
+        env[LOG_FORMAT_VARIABLE] = self.log_format
         env.pop(faults.ENVIRONMENT_VARIABLE, None)
         if crash is not None:
             env[faults.ENVIRONMENT_VARIABLE] = json.dumps(crash.rules())
@@ -513,7 +519,8 @@ def _prepare_folder(directory: Path | None) -> tuple[Path, bool]:
     help="How many orders to start (order-1 .. order-N).",
 )
 @click.option("--keep", is_flag=True, help="Keep the temporary folder (a --dir is always kept).")
-def demo(directory: Path | None, orders: int, keep: bool) -> None:
+@log_format_option
+def demo(directory: Path | None, orders: int, keep: bool, log_format: str) -> None:
     """Run orders across four participant services while workers are killed mid-flight.
 
     Starts a participant service and worker processes; the first workers SIGKILL themselves
@@ -522,10 +529,11 @@ def demo(directory: Path | None, orders: int, keep: bool) -> None:
     """
     # The participant service is a Starlette app under uvicorn.
     require_extra("http", purpose="ledgerflow demo (its participant service)")
+    configure_logging(log_format)
     began = time.monotonic()
     folder, temporary = _prepare_folder(directory)
     out = console()
-    run = Demo(folder, orders, out)
+    run = Demo(folder, orders, out, log_format=log_format)
     out.print(Text(f"Ledgerflow demo in {folder}", style="bold"))
     out.print(f"  journal      {run.db_url}")
     out.print(f"  worker log   {run.worker_log}")

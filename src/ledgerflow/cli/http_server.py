@@ -35,6 +35,8 @@ def serve_forever(app: Any, sock: socket.socket, on_listening: Callable[[], None
     config = uvicorn.Config(
         app,
         log_level="warning",
+        # Its lines go through the process's own handler (--log-format), not a format of its own.
+        log_config=None,
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,

@@ -323,6 +323,11 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
     failed = attempt_errors_table(detail.steps, detail.effects)
     if failed is not None:
         print_table(out, failed)
+    for step in detail.steps:
+        if step.error_traceback:
+            out.print(Text(f"traceback of step {step.seq} ({step.name}), its latest failure:"))
+            out.print(Text(step.error_traceback.rstrip()))
+            out.print()
     if detail.inbox:
         print_table(out, inbox_table(detail.inbox))
     print_table(out, timeline_table(detail.timeline))

@@ -22,9 +22,11 @@ import sys
 import click
 
 from ledgerflow.cli.loading import load_registry
+from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
 from ledgerflow.errors import CommandLineError, ConfigurationError
 from ledgerflow.extras import require_extra
+from ledgerflow.runtime.metrics import Metrics
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -72,7 +74,10 @@ def is_loopback(host: str) -> bool:
     help="Serve without authentication (everyone is an admin of every tenant); only on a "
     "loopback address.",
 )
-def serve(db: str, host: str, port: int, target: str | None, insecure_no_auth: bool) -> None:
+@log_format_option
+def serve(
+    db: str, host: str, port: int, target: str | None, insecure_no_auth: bool, log_format: str
+) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /v1/openapi.json) and the operator console
     (/console) over one journal.
 
@@ -81,6 +86,7 @@ def serve(db: str, host: str, port: int, target: str | None, insecure_no_auth: b
     TOKEN` (or sign in to the console with it). docs/http-api.md lists every route.
     """
     require_extra("http", purpose="ledgerflow serve")
+    configure_logging(log_format)
     if insecure_no_auth and not is_loopback(host):
         raise CommandLineError(
             f"--insecure-no-auth serves without authentication: only on a loopback address "
@@ -90,7 +96,9 @@ def serve(db: str, host: str, port: int, target: str | None, insecure_no_auth: b
     from ledgerflow.web import create_app
 
     registry = load_registry(target) if target else None
-    app = create_app(db, registry=registry, insecure_no_auth=insecure_no_auth)
+    # The process's default registry: /metrics shows what this server counted and the
+    # journal's gauges.
+    app = create_app(db, registry=registry, insecure_no_auth=insecure_no_auth, metrics=Metrics())
     sock = _bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
 

@@ -7,15 +7,32 @@ import logging
 import signal
 
 import click
+from prometheus_client import start_http_server
 
 from ledgerflow import limits
 from ledgerflow.cli.loading import load_registry
+from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
 from ledgerflow.errors import ConfigurationError
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
+from ledgerflow.runtime.metrics import Metrics
+
+log = logging.getLogger("ledgerflow.worker")
+
+
+def serve_metrics(host: str, port: int, *, signals_seconds: float) -> Metrics:
+    """The process's metrics, served on ``host:port`` (one line says where, for scripts)."""
+    metrics = Metrics(signals_seconds=signals_seconds)
+    try:
+        server, _ = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
+    # A line a script can read for the port (--metrics-port 0), in either log format.
+    log.info("METRICS http://%s:%d/metrics", host, server.server_port)
+    return metrics
 
 
 def install_faults() -> None:
@@ -29,7 +46,7 @@ def install_faults() -> None:
             f'{{"point": ..., "action": ...}}): {type(exc).__name__}: {exc}'
         ) from None
     if faults.plan is not None:
-        logging.getLogger("ledgerflow.worker").warning(
+        log.warning(
             "fault injection is ON (%s): this worker crashes, kills or pauses itself at %d "
             "named point(s) on purpose; never set it outside a fault test",
             faults.ENVIRONMENT_VARIABLE,
@@ -71,6 +88,33 @@ def install_faults() -> None:
     help="Reconcile with the participants every this many seconds (0: off). Every worker "
     "with it on asks the same lookups, so turn it on in one or a few workers.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port at /metrics (docs/observability.md); "
+    "off by default.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port listens on.",
+)
+@click.option(
+    "--metrics-signals-seconds",
+    type=click.FloatRange(min=0.05),
+    default=limits.METRICS_SIGNALS_SECONDS_DEFAULT,
+    show_default=True,
+    help="How often the metrics' journal gauges (parked, flagged, UNKNOWN open) are read.",
+)
+@click.option(
+    "--tracing",
+    is_flag=True,
+    help="Trace instance runs, steps, effects, compensations and waits with OpenTelemetry "
+    "(the otel extra), through the globally configured tracer provider.",
+)
+@log_format_option
 def worker(
     target: str,
     db: str,
@@ -79,6 +123,11 @@ def worker(
     poll_seconds: float,
     until_idle: bool,
     reconcile_seconds: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_signals_seconds: float,
+    tracing: bool,
+    log_format: str,
 ) -> None:
     """Run the workflows of MODULE:OBJECT (a ledgerflow.Registry) from the store.
 
@@ -87,14 +136,18 @@ def worker(
     SIGTERM or Ctrl-C stops claiming and lets in-flight instances finish. The worker creates
     the journal and migrates its schema on open, unless the URL says ?migrate=false.
     """
+    configure_logging(log_format)
     registry = load_registry(target)
     install_faults()
-    # Ledgerflow's own decisions at INFO; libraries (HTTP clients) only when they warn.
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("ledgerflow").setLevel(logging.INFO)
+
+    metrics = (
+        None
+        if metrics_port is None
+        else serve_metrics(metrics_host, metrics_port, signals_seconds=metrics_signals_seconds)
+    )
 
     async def main() -> None:
-        async with Engine(db, registry) as engine:
+        async with Engine(db, registry, metrics=metrics, tracing=tracing) as engine:
             # The stuck-work scan comes with every worker; reconciliation only where asked.
             periodic = (
                 [
@@ -114,7 +167,12 @@ def worker(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, runner.stop)
-            click.echo(f"worker {runner.id} running on {redact(engine.store.url)}", err=True)
+            log.info(
+                "worker %s running on %s",
+                runner.id,
+                redact(engine.store.url),
+                extra={"worker": runner.id},
+            )
             await runner.run(until_idle=until_idle)
 
     asyncio.run(main())

@@ -183,7 +183,7 @@ class AsyncOperations:
         repairs = self._operations.repairs()
 
         async def run() -> None:
-            await reconcile(
+            finished = await reconcile(
                 self._thread,
                 registry,
                 repairs=repairs,
@@ -191,6 +191,13 @@ class AsyncOperations:
                 max_corrections=max_corrections,
                 clock=self._engine.clock,
             )
+            if self._engine.metrics is not None:
+                self._engine.metrics.reconciled(
+                    matched=finished.matched,
+                    corrected=finished.corrected,
+                    escalated=finished.escalated,
+                    unreachable=finished.unreachable,
+                )
 
         return PeriodicTask(name="reconcile", interval_seconds=interval_seconds, run=run)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,9 +30,10 @@ from ledgerflow.errors import (
     RepairRefusedError,
     StalePreconditionError,
 )
-from ledgerflow.model.authority import checked_actor
+from ledgerflow.model.authority import RECONCILER, checked_actor
 from ledgerflow.model.codec import JSON, Codec
-from ledgerflow.model.ids import Generation, InstanceId
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import Generation, InstanceId, StepSeq
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import (
     RepairArgs,
@@ -43,7 +45,9 @@ from ledgerflow.model.repair import (
 from ledgerflow.model.repair_rules import plan_repair
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.snapshot import Snapshot, read_snapshot, repair_writes
+from ledgerflow.runtime import journal_log
 from ledgerflow.runtime.clock import Clock, SystemClock
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.storage.audit import (
     AuditEntry,
     AuditQuery,
@@ -54,6 +58,8 @@ from ledgerflow.storage.audit import (
 from ledgerflow.storage.store import OperatorStore
 
 __all__ = ["RepairKind", "RepairRequest", "RepairResult", "Repairs"]
+
+log = logging.getLogger("ledgerflow.repairs")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,11 +104,14 @@ class Repairs:
         *,
         clock: Clock | None = None,
         codec: Codec | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.authority = authority
         self.clock = clock or SystemClock()
         self.codec = codec or JSON
+        # An UNKNOWN outcome a repair settles is counted here (how: operator, reconciliation).
+        self.metrics = metrics
 
     # -- the two entry points ----------------------------------------------------------------
 
@@ -155,12 +164,30 @@ class Repairs:
         except OperatorError as exc:
             self._refused(args, request, role, snapshot, plan, exc)
             raise
+        self._count_settled(args, request, snapshot)
+        log.warning(
+            "repair %s applied by %s (role %s) as audit #%s: %s",
+            args.kind.value,
+            args.actor,
+            role,
+            audit_id,
+            args.reason,
+            extra=journal_log.identity(snapshot.instance, step=request.seq),
+        )
         return RepairResult(
             outcome="applied",
             plan=plan,
             audit_id=audit_id,
             message=f"applied as audit #{audit_id} by {args.actor} (role {role})",
         )
+
+    def _count_settled(self, args: RepairArgs, request: RepairRequest, snapshot: Snapshot) -> None:
+        if self.metrics is None or args.kind is not RepairKind.RESOLVE_EFFECT or args.seq is None:
+            return
+        before = snapshot.journal.effects.get(StepSeq(args.seq))
+        if before is not None and before.state is EffectState.UNKNOWN:
+            how = "reconciliation" if args.actor == RECONCILER else "operator"
+            self.metrics.settled(before.participant, before.operation, how=how)
 
     # -- planning ----------------------------------------------------------------------------
 

@@ -407,7 +407,12 @@ class ScopedOperations:
     # -- repairs -------------------------------------------------------------------------------
 
     def _repairs(self) -> Repairs:
-        return Repairs(self._store, authority_for(self.principal), clock=self._clock)
+        return Repairs(
+            self._store,
+            authority_for(self.principal),
+            clock=self._clock,
+            metrics=self._engine.metrics,
+        )
 
     def _as_principal(self, request: RepairRequest) -> RepairRequest:
         self.require(ApiRole.OPERATOR)

@@ -74,6 +74,7 @@ from ledgerflow.runtime.engine import (
     Started,
     SyncEngine,
 )
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.replay import ReplayVerdict
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage import open_store
@@ -181,11 +182,15 @@ class Operations:
         migrate: bool | None = False,
         clock: Clock = SYSTEM_CLOCK,
         codec: Codec = JSON,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = open_store(store, migrate=migrate) if isinstance(store, str) else store
+        # What this service's engine counts (starts, deliveries), and the journal's gauges it
+        # reads for a scrape; None: nothing is counted.
+        self.metrics = metrics
         # Reading, cancelling and signalling need no workflow code: an empty registry pins
         # nothing and starts nothing.
-        self._engine = SyncEngine(self._store, registry or Registry(), codec=codec)
+        self._engine = SyncEngine(self._store, registry or Registry(), codec=codec, metrics=metrics)
         self._authority = authority
         self._clock = clock
         self._codec = codec
@@ -367,6 +372,12 @@ class Operations:
         )
         self._store.release_idempotency(scope=scope, key=key)
 
+    def refresh_signals(self) -> None:
+        """Read the journal's gauges into this service's metrics, unless they were read
+        less than their interval ago (a scrape calls this; many scrapes read once)."""
+        if self.metrics is not None and self.metrics.signals_due():
+            self.metrics.signals(self._store.consistency_signals(), now=self._clock.now())
+
     # -- what needs a person ---------------------------------------------------------------------
 
     def attention(self, query: AttentionQuery | None = None) -> list[AttentionItem]:
@@ -395,7 +406,9 @@ class Operations:
 
     def repairs(self) -> Repairs:
         """The audited repair tool on this store, under this service's authority."""
-        return Repairs(self._store, self.authority, clock=self._clock, codec=self._codec)
+        return Repairs(
+            self._store, self.authority, clock=self._clock, codec=self._codec, metrics=self.metrics
+        )
 
     # -- definition versions ------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -42,6 +43,23 @@ from ledgerflow.model.effect import LookupAnswer, LookupVerdict
 from ledgerflow.model.ids import IdempotencyKey
 from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_LOOKUP_RETRY, RetryPolicy
 from ledgerflow.redaction import redact
+
+# The W3C trace-context propagator's module: loaded only when the process traces (the otel
+# extra: an engine made with tracing, or the application's own OpenTelemetry).
+_TRACECONTEXT = "opentelemetry.trace.propagation.tracecontext"
+
+
+def trace_headers() -> dict[str, str]:
+    """``traceparent`` (and ``tracestate``) of the current span, the effect's dispatch, so the
+    participant's own spans join the workflow's trace; nothing when the process does not trace.
+    It never imports OpenTelemetry itself."""
+    tracecontext = sys.modules.get(_TRACECONTEXT)
+    if tracecontext is None:
+        return {}
+    carrier: dict[str, str] = {}
+    tracecontext.TraceContextTextMapPropagator().inject(carrier)
+    return carrier
+
 
 # Statuses on which a body saying "rejected" is believed. Any other status carrying that body is
 # not this protocol, and a mis-read rejection would let the engine re-dispatch an applied effect.
@@ -170,7 +188,7 @@ class RemoteParticipant(Participant):
         response = await client.post(
             f"{self.base_url}/{self.name}/apply",
             content=body,
-            headers={"content-type": "application/json"},
+            headers={"content-type": "application/json", **trace_headers()},
         )
         return self._read_apply(operation, call.idempotency_key, response)
 
@@ -219,7 +237,9 @@ class RemoteParticipant(Participant):
         """
         client = await self._client()
         response = await client.get(
-            f"{self.base_url}/{self.name}/{path}/{quote(key, safe='')}", params=params
+            f"{self.base_url}/{self.name}/{path}/{quote(key, safe='')}",
+            params=params,
+            headers=trace_headers(),
         )
 
         def failed(why: str) -> _AskError:

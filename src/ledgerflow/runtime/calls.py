@@ -7,9 +7,11 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import traceback
 from collections.abc import Callable
 from typing import Any
 
+from ledgerflow import limits
 from ledgerflow.runtime.clock import Clock
 
 
@@ -115,3 +117,12 @@ def error_names(exc: BaseException) -> tuple[str, ...]:
 
 def describe_error(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000]}
+
+
+def bounded_traceback(exc: BaseException) -> str:
+    """The exception's traceback as text, kept to its last ``TRACEBACK_CHARS_MAX`` characters
+    (the innermost frames and the error itself are what explain a failure)."""
+    text = "".join(traceback.format_exception(exc))
+    if len(text) <= limits.TRACEBACK_CHARS_MAX:
+        return text
+    return "...\n" + text[-(limits.TRACEBACK_CHARS_MAX - 4) :]

@@ -16,6 +16,7 @@ only (the replay checker).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -164,7 +165,8 @@ class WorkflowContext:
             policy=policy,
             wait_until=self.wait_until,
         )
-        return await driver.run(function, args, attempt=attempt)
+        with session.traced(f"ledgerflow.step {name}", step=seq, step_name=name, attempt=attempt):
+            return await driver.run(function, args, attempt=attempt)
 
     async def effect(
         self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None
@@ -218,7 +220,8 @@ class WorkflowContext:
             input_text=input_text,
             recorded=recorded,
         )
-        await driver.sleep(due)
+        with self._wait_span(name, seq, recorded):
+            await driver.sleep(due)
 
     async def wait_for(self, event: str, *, timeout: float | None = None) -> Signal:
         """Wait for an event named ``event`` (delivered with ``Engine.signal``, the CLI or the
@@ -255,7 +258,17 @@ class WorkflowContext:
             input_text=input_text,
             recorded=recorded,
         )
-        return await driver.wait_for(event, due, approvers)
+        with self._wait_span(name, seq, recorded):
+            return await driver.wait_for(event, due, approvers)
+
+    def _wait_span(
+        self, name: str, seq: StepSeq, recorded: StepRecord | None
+    ) -> contextlib.AbstractContextManager[None]:
+        """A span for a wait or timer this session is waiting on (none for one the journal
+        already has the answer of)."""
+        if recorded is not None and recorded.status is StepStatus.COMPLETED:
+            return contextlib.nullcontext()
+        return self._session.traced(f"ledgerflow.wait {name}", step=seq, step_name=name)
 
     def patched(self, change_id: str) -> bool:
         """Whether this run takes the patched branch of a change to the workflow's code.

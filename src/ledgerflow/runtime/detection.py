@@ -161,7 +161,10 @@ def detection_task(
         report = await thread.call(scan, store, bounds, now=clock.now(), detected_by=detected_by)
         for finding in report.raised:
             log.warning(
-                "attention: %s %s: %s", finding.instance_id, finding.reason_code, finding.evidence
+                "instance flagged for attention (%s): %s",
+                finding.reason_code,
+                finding.evidence,
+                extra={"instance": finding.instance_id, "worker": detected_by},
             )
 
     return PeriodicTask(name="detection", interval_seconds=bounds.scan_interval_seconds, run=run)

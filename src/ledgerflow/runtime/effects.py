@@ -17,11 +17,12 @@ distinction safe.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ledgerflow.errors import EffectFailedError, EffectRejectedError
-from ledgerflow.model.attempts import with_attempt_error
+from ledgerflow.errors import EffectRejectedError
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
@@ -45,25 +46,20 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_by_deadline, describe_error, error_names
 from ledgerflow.runtime.completion import CallbackCompletion
 from ledgerflow.runtime.control import Diverged, Park
+from ledgerflow.runtime.effect_writes import EffectWrites
 from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
     EffectRecord,
-    EffectWrite,
     NoCancelRequest,
-    StepWrite,
     Write,
 )
 from ledgerflow.storage.transitions import (
-    KEEP,
     StepIdentity,
-    effect_change,
-    new_effect,
-    step_write,
 )
 
 
-class EffectDriver:
+class EffectDriver(EffectWrites):
     def __init__(
         self,
         *,
@@ -108,6 +104,19 @@ class EffectDriver:
                 participant=declaration.participant.name,
                 operation=declaration.operation,
             )
+        )
+
+    def _span(self, what: str, attempt: int) -> contextlib.AbstractContextManager[None]:
+        """The span of a dispatch or lookup sent now (none without tracing)."""
+        participant, operation = self.declaration.participant.name, self.declaration.operation
+        return self.session.traced(
+            f"ledgerflow.{what} {participant}.{operation}",
+            step=self.seq,
+            effect=self.effect_id,
+            key=self.key,
+            attempt=attempt,
+            participant=participant,
+            operation=operation,
         )
 
     def _where(self, attempt: int) -> dict[str, Any]:
@@ -265,26 +274,27 @@ class EffectDriver:
     async def _send(self, *, attempt: int) -> str | Exception:
         """Call the participant: its evidence as ledger text, or what it raised."""
         faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
-        key = self.key
         deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
-        call = self._call(attempt=attempt, key=key, deadline_at=deadline_at)
+        call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at)
+        keeper = late_answer_keeper(
+            self.session,
+            key=self.key,
+            effect_id=self.effect_id,
+            participant=self.declaration.participant.name,
+            seq=self.seq,
+            attempt=attempt,
+        )
         outcome: str | Exception
+        sent_at = time.perf_counter()
         try:
-            evidence = await self._by_deadline(
-                self.declaration.function,
-                call,
-                on_late=late_answer_keeper(
-                    self.session,
-                    key=self.key,
-                    effect_id=self.effect_id,
-                    participant=self.declaration.participant.name,
-                    seq=self.seq,
-                    attempt=attempt,
-                ),
-            )
-            outcome = self.session.codec.encode(evidence)
+            with self._span(self.points, attempt):
+                evidence = await self._by_deadline(self.declaration.function, call, on_late=keeper)
+                outcome = self.session.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
             outcome = exc
+        if self.session.metrics is not None:
+            seconds = time.perf_counter() - sent_at
+            self.session.metrics.dispatched(self.declaration, seconds=seconds, answer=outcome)
         faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
         return outcome
 
@@ -408,8 +418,10 @@ class EffectDriver:
         if lookup is None:
             return None, None
         faults.point(f"{self.points}.before_lookup", **self._where(attempt))
+        span = self._span("lookup", attempt)
         try:
-            answer = await self._by_deadline(lookup, self.key, attempt)
+            with span:
+                answer = await self._by_deadline(lookup, self.key, attempt)
         except Exception as exc:  # noqa: BLE001 - no answer; asked again on its policy.
             return None, exc
         if not isinstance(answer, LookupAnswer):
@@ -469,6 +481,15 @@ class EffectDriver:
             is Classification.MANUAL_INTERVENTION,
             attempts_left=self.policy.attempts_max - attempt,
         )
+        # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
+        fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
+        if self.session.metrics is not None and resolution.kind is not ResolutionKind.PARK:
+            # Settled by the participant's evidence, or by sending the same key again.
+            again = resolution.kind is ResolutionKind.REDISPATCH and not fenced
+            how = "redispatch" if again else "lookup"
+            self.session.metrics.settled(
+                self.declaration.participant.name, self.declaration.operation, how=how
+            )
         if resolution.kind is ResolutionKind.CONFIRM:
             evidence_text = self.session.codec.encode(resolution.evidence)
             await self.session.commit(
@@ -481,8 +502,6 @@ class EffectDriver:
                 self.step_write(StepEvent.COMPLETE, attempt=attempt, output=evidence_text),
             )
             return self.session.codec.decode(evidence_text)
-        # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
-        fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
         if resolution.kind is ResolutionKind.REDISPATCH:
             return await self._schedule_redispatch(
                 attempt=attempt,
@@ -511,86 +530,4 @@ class EffectDriver:
             f"(step {self.seq}, "
             f"key {self.key}, attempt {attempt}): {resolution.reason}{lookup_error}; "
             f"last known: {effect.reason}",
-        )
-
-    def failed(self, reason: str) -> EffectFailedError:
-        return EffectFailedError(
-            f"effect {self.declaration.participant.name}.{self.declaration.operation} "
-            f"failed: {reason}",
-            instance_id=self.session.instance_id,
-            effect_id=self.effect_id,
-        )
-
-    def step_write(
-        self,
-        event: StepEvent,
-        *,
-        attempt: int,
-        output: str | None = None,
-        error: str | None = None,
-        next_attempt_at: float | None = None,
-    ) -> StepWrite:
-        """This step moved by ``event``; its output, error and due time are what is given."""
-        return step_write(
-            self.step_identity,
-            self.session.step(self.seq),
-            event,
-            now=self.session.clock.now(),
-            attempt=attempt,
-            output=output,
-            error=error,
-            next_attempt_at=next_attempt_at,
-        )
-
-    def effect_write(
-        self,
-        event: EffectEvent,
-        *,
-        attempt: int,
-        evidence: str | None = None,
-        reason: str | None = None,
-        detail: str | None = None,
-        doubt: int | None = None,
-        lookup_failures: int = 0,
-        failed: tuple[int, BaseException] | None = None,
-    ) -> EffectWrite:
-        """This effect moved by ``event``. The reason explains the new state only (the timeline
-        keeps every earlier one); ``failed`` (attempt, error) adds that attempt's error to the
-        ones it keeps; lookups that could not be asked count only while in a row."""
-        session = self.session
-        now = session.clock.now()
-        current = session.effect(self.seq)
-        if current is None:
-            return new_effect(
-                session.instance,
-                self.seq,
-                event,
-                effect_id=self.effect_id,
-                participant=self.declaration.participant.name,
-                operation=self.declaration.operation,
-                classification=self.declaration.classification.value,
-                idempotency_key=self.key,
-                payload=self.payload_text,
-                now=now,
-                reason=reason,
-                detail=detail,
-                contract_version=self.declaration.contract_version,
-            )
-        errors = current.attempt_errors
-        if failed is not None:
-            errors = with_attempt_error(
-                errors, attempt=failed[0], error=describe_error(failed[1]), at=now
-            )
-        return effect_change(
-            current,
-            event,
-            now=now,
-            generation=session.generation,
-            attempt=attempt,
-            doubt=KEEP if doubt is None else doubt,
-            evidence=evidence,
-            reason=reason,
-            attempt_errors=errors,
-            lookup_failures=lookup_failures,
-            detail=detail,
         )

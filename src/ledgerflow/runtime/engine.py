@@ -12,10 +12,11 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ledgerflow import limits
 from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError
+from ledgerflow.extras import require_extra
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
@@ -32,12 +33,18 @@ from ledgerflow.runtime.core import (
     instance_id_for,
 )
 from ledgerflow.runtime.detection import bounds_from_environment, detection_task
-from ledgerflow.runtime.periodic import PeriodicTask
+from ledgerflow.runtime.metrics import Metrics
+from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ledgerflow.runtime.tracing import Tracing
 
 __all__ = [
     "Delivered",
@@ -83,6 +90,11 @@ class Engine:
             running = asyncio.create_task(engine.worker().run())
             started = await engine.start("order", key="order-42", input={"sku": "A1"})
             result = await engine.result(started.instance_id, timeout=30)
+
+    ``metrics`` (a :class:`~ledgerflow.runtime.metrics.Metrics`) counts what the engine and its
+    workers do; ``tracing`` (the ``otel`` extra) sends spans to the global OpenTelemetry tracer
+    provider when True, or to the provider given. Both are off by default and cost nothing
+    then (``docs/observability.md``).
     """
 
     def __init__(
@@ -93,6 +105,8 @@ class Engine:
         codec: Codec = JSON,
         clock: Clock = SYSTEM_CLOCK,
         inline: bool = False,
+        metrics: Metrics | None = None,
+        tracing: bool | TracerProvider = False,
     ) -> None:
         # The whole store is opened here and each part is handed the view it needs: the core
         # and the workers the journal, the stuck-work scan its flags.
@@ -103,7 +117,11 @@ class Engine:
         self.clock = clock
         # inline: the store and blocking user code run on the loop's own thread. Slow for a
         # service; it makes a simulation depend on nothing but its seed.
-        self._store_thread = AsyncStore(self._store, inline=inline)
+        self._store_thread = AsyncStore(self._store, inline=inline, metrics=metrics)
+        # None: nothing is counted (see ledgerflow.runtime.metrics).
+        self.metrics = metrics
+        # Spans (the otel extra): True for the global tracer provider, or the provider given.
+        self._tracing = _tracing(tracing)
         self._workers: list[Worker] = []
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
@@ -159,6 +177,8 @@ class Engine:
         if worker is None:
             for other in self._workers:
                 other.wake()
+        if self.metrics is not None and created:
+            self.metrics.started(new.workflow_name, new.workflow_version)
         return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
@@ -197,8 +217,7 @@ class Engine:
             run=run,
             now=self.clock.now(),
         )
-        for worker in self._workers:
-            worker.wake()
+        self._delivered(delivered)
         return delivered
 
     async def delivery(self, instance_id: str, event_id: str) -> Delivery:
@@ -232,9 +251,14 @@ class Engine:
             event_id=event_id,
             now=self.clock.now(),
         )
+        self._delivered(delivered)
+        return delivered
+
+    def _delivered(self, delivered: Delivered) -> None:
+        if self.metrics is not None:
+            self.metrics.delivered(delivered.outcome.value)
         for worker in self._workers:
             worker.wake()
-        return delivered
 
     async def set_concurrency_limit(
         self,
@@ -361,7 +385,11 @@ class Engine:
             clock=self.clock,
             detected_by=f"scan:{worker_id}",
         )
+        if self.metrics is not None:
+            periodic = (*periodic, signals_task(self._store_thread, self.store, self.metrics))
         worker = Worker(
+            metrics=self.metrics,
+            tracing=self._tracing,
             registry=self.registry,
             store=self._store_thread,
             codec=self.codec,
@@ -378,6 +406,31 @@ class Engine:
         return worker
 
 
+def _tracing(wanted: bool | TracerProvider) -> Tracing | None:
+    """The engine's tracing; only asking for it imports OpenTelemetry (the otel extra)."""
+    if wanted is False:
+        return None
+    require_extra("otel", purpose="tracing")
+    from ledgerflow.runtime.tracing import Tracing
+
+    return Tracing(None if wanted is True else wanted)
+
+
+def signals_task(thread: AsyncStore, store: Store, metrics: Metrics) -> PeriodicTask:
+    """The worker's periodic read of the journal's gauges (parked, flagged, UNKNOWN open)."""
+
+    async def run() -> None:
+        if metrics.signals_due():
+            signals = await thread.call(store.consistency_signals)
+            metrics.signals(signals, now=time.time())
+
+    return PeriodicTask(
+        name="metrics-signals",
+        interval_seconds=max(metrics.signals_seconds, INTERVAL_SECONDS_MIN),
+        run=run,
+    )
+
+
 class SyncEngine:
     """The same front door for synchronous code (scripts, web handlers, the CLI).
 
@@ -388,10 +441,19 @@ class SyncEngine:
         print(engine.result(started.instance_id, timeout=30))
     """
 
-    def __init__(self, store: Store | str, registry: Registry, *, codec: Codec = JSON) -> None:
+    def __init__(
+        self,
+        store: Store | str,
+        registry: Registry,
+        *,
+        codec: Codec = JSON,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.store = open_store(store) if isinstance(store, str) else store
         self._core = EngineCore(self.store, registry, codec)
         self.registry = registry
+        # Starts and deliveries are counted here (the operators' service, ``serve``).
+        self.metrics = metrics
 
     def __enter__(self) -> Self:
         return self
@@ -414,7 +476,10 @@ class SyncEngine:
         tenant: str | None = None,
     ) -> Started:
         _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
-        return self._core.start(new, now=time.time())
+        started = self._core.start(new, now=time.time())
+        if self.metrics is not None and started.created:
+            self.metrics.started(new.workflow_name, new.workflow_version)
+        return started
 
     def get(self, instance_id: str) -> InstanceRecord:
         return self._core.get(instance_id)
@@ -430,16 +495,23 @@ class SyncEngine:
         for_step: int | None = None,
         run: int | None = None,
     ) -> Delivered:
-        return self._core.signal(
-            instance_id,
-            name=name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-            now=time.time(),
+        return self._counted(
+            self._core.signal(
+                instance_id,
+                name=name,
+                event_id=event_id,
+                payload=payload,
+                sender=sender,
+                for_step=for_step,
+                run=run,
+                now=time.time(),
+            )
         )
+
+    def _counted(self, delivered: Delivered) -> Delivered:
+        if self.metrics is not None:
+            self.metrics.delivered(delivered.outcome.value)
+        return delivered
 
     def delivery(self, instance_id: str, event_id: str) -> Delivery:
         return self._core.delivery(instance_id, event_id)
@@ -453,13 +525,15 @@ class SyncEngine:
         reason: str | None = None,
         event_id: str | None = None,
     ) -> Delivered:
-        return self._core.complete_effect(
-            idempotency_key,
-            applied=applied,
-            evidence=evidence,
-            reason=reason,
-            event_id=event_id,
-            now=time.time(),
+        return self._counted(
+            self._core.complete_effect(
+                idempotency_key,
+                applied=applied,
+                evidence=evidence,
+                reason=reason,
+                event_id=event_id,
+                now=time.time(),
+            )
         )
 
     def set_concurrency_limit(

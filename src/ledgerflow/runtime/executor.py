@@ -8,9 +8,11 @@ drifted definition parks the instance instead of running it under other code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import traceback
+from typing import TYPE_CHECKING
 
 from ledgerflow import limits
 from ledgerflow.errors import PayloadError, UnknownVersionError, UnknownWorkflowError
@@ -21,16 +23,21 @@ from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
-from ledgerflow.runtime import faults
+from ledgerflow.runtime import faults, journal_log
 from ledgerflow.runtime.calls import describe_error, error_names
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend, Waiting
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import InstanceRecord, Journal, Release
 from ledgerflow.storage.transitions import instance_change
+
+if TYPE_CHECKING:
+    # Imported only by an engine made with tracing (the otel extra).
+    from ledgerflow.runtime.tracing import Tracing
 
 log = logging.getLogger("ledgerflow.executor")
 
@@ -45,8 +52,12 @@ class Executor:
         clock: Clock,
         owner: WorkerId,
         detection: DetectionBounds = DEFAULT_BOUNDS,
+        metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.detection = detection
+        self.metrics = metrics
+        self.tracing = tracing
         self.registry = registry
         self.store = store
         self.codec = codec
@@ -55,6 +66,11 @@ class Executor:
         self.alive = True
         # Sessions in flight, so the worker can tell one that a cancel request arrived.
         self.sessions: dict[InstanceId, Session] = {}
+
+    def _run_span(self, instance: InstanceRecord) -> contextlib.AbstractContextManager[str | None]:
+        if self.tracing is None:
+            return contextlib.nullcontext()
+        return self.tracing.run(instance, worker=self.owner)
 
     async def drive(self, instance: InstanceRecord) -> None:
         if instance.generation == 1 and instance.run == 1:
@@ -72,23 +88,37 @@ class Executor:
             codec=self.codec,
             clock=self.clock,
             detection=self.detection,
+            metrics=self.metrics,
+            tracing=self.tracing,
         )
         self.sessions[instance.instance_id] = session
         try:
-            try:
-                definition = self._pinned_definition(instance)
-                faults.point("instance.after_claim", instance=instance.business_key)
-                await self._run(session, definition)
-            except Park as park:
-                await self._park(session, park)
-            except Suspend as suspend:
-                await session.commit(Release(available_at=suspend.available_at))
-            except Waiting:
-                pass  # WAITING and its wake-up time are already committed.
+            with self._run_span(instance) as keep:
+                # The first run's trace context is kept with the instance by its next commit.
+                session.trace_to_keep = keep
+                try:
+                    definition = self._pinned_definition(instance)
+                    faults.point("instance.after_claim", instance=instance.business_key)
+                    await self._run(session, definition)
+                except Park as park:
+                    await self._park(session, park)
+                except Suspend as suspend:
+                    await session.commit(Release(available_at=suspend.available_at))
+                except Waiting:
+                    pass  # WAITING and its wake-up time are already committed.
         except LostOwnership:
-            log.warning("lost ownership of %s; another worker holds it", instance.instance_id)
+            log.warning(
+                "lost ownership of %s; another worker holds it",
+                instance.instance_id,
+                extra=journal_log.identity(instance, worker=self.owner),
+            )
         except Abandon as abandon:
-            log.error("stopped driving %s: %s", instance.instance_id, abandon)
+            log.error(
+                "stopped driving %s: %s",
+                instance.instance_id,
+                abandon,
+                extra=journal_log.identity(instance, worker=self.owner),
+            )
         finally:
             if self.sessions.get(instance.instance_id) is session:
                 del self.sessions[instance.instance_id]
@@ -253,7 +283,7 @@ class Executor:
         await runner.run()
 
     async def _park(self, session: Session, park: Park) -> None:
-        log.warning("parking %s: %s", session.instance_id, park.reason)
+        # Logged once the park is durable (journal_log), like every other transition.
         await session.commit(
             instance_change(
                 session.status,

@@ -19,7 +19,7 @@ from ledgerflow.model.ids import StepSeq, command_id
 from ledgerflow.model.retry import RetryPolicy
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.calls import call_user, describe_error, error_names
+from ledgerflow.runtime.calls import bounded_traceback, call_user, describe_error, error_names
 from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.transitions import KEEP, StepIdentity, step_write
@@ -66,6 +66,7 @@ class LocalStepDriver:
             error=describe_error(exc),
             at=self.session.clock.now(),
         )
+        trace = bounded_traceback(exc)
         if retryable and attempt < self.policy.attempts_max:
             following = attempt + 1
             identity = command_id(self.session.instance_id, self.session.instance.run, self.seq)
@@ -77,6 +78,7 @@ class LocalStepDriver:
                 error=error,
                 due=due,
                 attempt_errors=errors,
+                error_traceback=trace,
             )
             if detection.is_poison_step(described["repeated"], self.session.detection):
                 # The retry stays scheduled (a resume runs it), but not by itself: the same
@@ -90,7 +92,13 @@ class LocalStepDriver:
                 )
             await self.wait_until(due)
             return following
-        await self._write(StepEvent.FAIL, attempt=attempt, error=error, attempt_errors=errors)
+        await self._write(
+            StepEvent.FAIL,
+            attempt=attempt,
+            error=error,
+            attempt_errors=errors,
+            error_traceback=trace,
+        )
         raise StepFailedError(
             f"step {self.name!r} failed after {attempt} attempt(s): {exc}",
             instance_id=self.session.instance_id,
@@ -121,6 +129,7 @@ class LocalStepDriver:
         error: str | None = None,
         due: float | None = None,
         attempt_errors: str | None = None,
+        error_traceback: str | None = None,
     ) -> None:
         """Journal this step moved by ``event`` (its first write, or a later one)."""
         session = self.session
@@ -142,5 +151,6 @@ class LocalStepDriver:
             error=error,
             next_attempt_at=due,
             attempt_errors=KEEP if attempt_errors is None else attempt_errors,
+            error_traceback=error_traceback,
         )
         await session.commit(write)

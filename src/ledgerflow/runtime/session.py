@@ -7,9 +7,10 @@ work on the instance at once (:class:`~ledgerflow.runtime.control.LostOwnership`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ledgerflow import limits
 from ledgerflow.errors import (
@@ -23,8 +24,10 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.runtime import journal_log
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.storage.records import (
     Commit,
     Delivery,
@@ -33,11 +36,16 @@ from ledgerflow.storage.records import (
     InstanceRecord,
     InstanceWrite,
     Journal,
+    KeepTraceContext,
     Release,
     StepRecord,
     StepWrite,
     Write,
 )
+
+if TYPE_CHECKING:
+    # Imported only by an engine made with tracing (the otel extra).
+    from ledgerflow.runtime.tracing import Tracing
 
 
 class SessionStore(Protocol):
@@ -75,6 +83,12 @@ class Session:
     clock: Clock
     # The worker's detection bounds (the poison-step bound applies while driving a step).
     detection: DetectionBounds = DEFAULT_BOUNDS
+    # Where durable transitions are counted; None: metrics are off and nothing is counted.
+    metrics: Metrics | None = None
+    # Where spans go; None: nothing is traced (and OpenTelemetry is never imported).
+    tracing: Tracing | None = None
+    # The run span's trace context, kept with the instance by this session's next commit.
+    trace_to_keep: str | None = None
     # False once the worker is (simulated) dead: nothing it still runs may reach the store.
     alive: Callable[[], bool] = field(default=lambda: True)
     commits: int = field(default=0)
@@ -113,6 +127,8 @@ class Session:
             raise Abandon("this worker is dead")
         riding = len(self.riders)
         writes = (*writes, *self.riders)
+        if self.trace_to_keep is not None:
+            writes = (*writes, KeepTraceContext(trace_context=self.trace_to_keep))
         commit = Commit(
             instance_id=self.instance_id,
             owner=self.owner,
@@ -124,6 +140,8 @@ class Session:
         except StorageError as exc:
             raise Abandon(f"commit failed: {exc}") from exc
         if isinstance(error, FencedOutError):
+            if self.metrics is not None:
+                self.metrics.fenced(self.instance)
             raise LostOwnership(str(error))
         if isinstance(error, EventArrivedError):
             raise error  # The waiting code decides: the event wins, nothing was written.
@@ -139,6 +157,10 @@ class Session:
             raise Abandon(f"commit refused: {error}")
         self.commits += 1
         del self.riders[:riding]
+        self.trace_to_keep = None
+        journal_log.committed(self.instance, self.owner, commit.writes)
+        if self.metrics is not None:
+            self.metrics.committed(self.instance, commit.writes)
         for write in writes:
             if isinstance(write, StepWrite):
                 self.journal.steps[write.record.seq] = write.record
@@ -166,6 +188,13 @@ class Session:
             await self.clock.sleep(pause)
             return
         raise Suspend(available_at=due)
+
+    def traced(self, name: str, **attributes: Any) -> contextlib.AbstractContextManager[None]:
+        """A span for work done now (never for what the journal replays); nothing without
+        tracing."""
+        if self.tracing is None:
+            return contextlib.nullcontext()
+        return self.tracing.span(name, self.instance, **attributes)
 
     def step(self, seq: StepSeq) -> StepRecord | None:
         return self.journal.steps.get(seq)

@@ -24,12 +24,14 @@ import concurrent.futures
 import contextlib
 import functools
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Generic, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.model.ids import Generation, InstanceId, RunNumber, WorkerId
 from ledgerflow.runtime import faults
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.storage.records import (
     Commit,
     Delivery,
@@ -217,9 +219,13 @@ class AsyncStore:
     any other synchronous function of the store's on the same thread.
     """
 
-    def __init__(self, store: JournalStore, *, inline: bool = False) -> None:
+    def __init__(
+        self, store: JournalStore, *, inline: bool = False, metrics: Metrics | None = None
+    ) -> None:
         self._store = store
         self.inline = inline
+        # Group commits' sizes and latencies are reported here (None: not measured).
+        self.metrics = metrics
         self._thread = _StoreThread(embedded=store.embedded)
         self._commits: _Group[tuple[Commit, float], Exception | None] = _Group(
             self._thread,
@@ -300,7 +306,12 @@ class AsyncStore:
 
     def _commit_group(self, batch: list[tuple[Commit, float]]) -> list[Exception | None]:
         # One time for the whole transaction: the latest any of its commits asked for.
-        return self._store.commit([c for c, _ in batch], now=max(n for _, n in batch))
+        if self.metrics is None:
+            return self._store.commit([c for c, _ in batch], now=max(n for _, n in batch))
+        began = time.perf_counter()
+        outcome = self._store.commit([c for c, _ in batch], now=max(n for _, n in batch))
+        self.metrics.group_committed(size=len(batch), seconds=time.perf_counter() - began)
+        return outcome
 
     async def start(
         self, new: NewInstance, claim: StartClaim | None, *, now: float

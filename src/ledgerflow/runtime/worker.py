@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
@@ -31,13 +32,19 @@ from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.runtime import journal_log
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import Periodic, PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
+
+if TYPE_CHECKING:
+    # Imported only by an engine made with tracing (the otel extra).
+    from ledgerflow.runtime.tracing import Tracing
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -82,6 +89,8 @@ class Worker:
         detection: DetectionBounds | None = None,
         on_released: Callable[[InstanceId], None] | None = None,
         periodic: Sequence[PeriodicTask] = (),
+        metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
             raise ConfigurationError(
@@ -104,7 +113,12 @@ class Worker:
             clock=clock,
             owner=self.id,
             detection=self.detection,
+            metrics=metrics,
+            tracing=tracing,
         )
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.watch_slots(lambda: len(self._running), concurrency)
         # Housekeeping beside the instances (the stuck-work scan, reconciliation...): whoever
         # builds the worker decides which (see Engine.worker), so the worker knows none of them.
         self.periodic = Periodic()
@@ -258,7 +272,16 @@ class Worker:
             for r in records
         ):
             self._maybe_more = True  # It stopped early: more may be waiting.
+        if self.metrics is not None and records:
+            self.metrics.claimed(records, now=self.clock.now())
         for record in records:
+            if record.lease_expiries > 0:
+                log.warning(
+                    "taking over instance %s: its owner's lease expired (%d in a row)",
+                    record.instance_id,
+                    record.lease_expiries,
+                    extra=journal_log.identity(record, worker=self.id),
+                )
             self._start(record, held_until=sent + self.lease_seconds)
         return len(records)
 
@@ -309,7 +332,12 @@ class Worker:
                 self._crash = error
                 self.stop()
             elif error is not None:
-                log.error("driving %s failed", instance_id, exc_info=error)
+                log.error(
+                    "driving %s failed",
+                    instance_id,
+                    exc_info=error,
+                    extra={"instance": instance_id, "worker": self.id},
+                )
         if (full and self._maybe_more) or self._until_quiet:
             self._wake.set()
         if self._on_released is not None:
@@ -343,10 +371,13 @@ class Worker:
         for instance_id, entry in self._running.items():
             if entry.held_until < now and not entry.stopping:
                 entry.stopping = True
+                if self.metrics is not None:
+                    self.metrics.lease_lost("lapsed")
                 log.warning(
                     "no renewal of the lease of %s for %.1fs: it may have lapsed; stopping it",
                     instance_id,
                     now - entry.held_until + self.lease_seconds,
+                    extra={"instance": instance_id, "worker": self.id},
                 )
                 entry.task.cancel()
 
@@ -377,7 +408,13 @@ class Worker:
             session = self.executor.sessions.get(instance_id)
             if session is not None and session.released:
                 continue  # It gave the lease up itself while the renewal was queued.
-            log.warning("lease of %s lost; stopping it here", instance_id)
+            if self.metrics is not None:
+                self.metrics.lease_lost("lost")
+            log.warning(
+                "lease of %s lost; stopping it here",
+                instance_id,
+                extra={"instance": instance_id, "worker": self.id, "generation": generation},
+            )
             entry.task.cancel()
         try:
             asked = await self.store.cancel_requests(owner=self.id)

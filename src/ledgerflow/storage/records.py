@@ -64,6 +64,8 @@ class InstanceRecord:
     # What became of an accepted cancel request: "honoured" (it ended CANCELLED) or
     # "overtaken" (it ended otherwise first); None while none is settled.
     cancel_outcome: str | None = None
+    # The W3C trace context (JSON: traceparent, tracestate) of its run's span, when traced.
+    trace_context: str | None = None
 
     @property
     def input_value(self) -> Any:
@@ -96,6 +98,8 @@ class StepRecord:
     # The errors of this step's failed attempts, oldest first, bounded (a JSON array; see
     # model.attempts).
     attempt_errors: str | None = None
+    # The traceback of the latest failed attempt of a local step, bounded; None otherwise.
+    error_traceback: str | None = None
 
     @property
     def input_value(self) -> Any:
@@ -269,6 +273,14 @@ class NoCancelRequest:
     timer's start is recorded only if no request arrived first (the request wins)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeepTraceContext:
+    """Keep the trace context of the instance's first run span (a later run continues it; one
+    already kept is never replaced)."""
+
+    trace_context: str
+
+
 Write = (
     StepWrite
     | EffectWrite
@@ -278,6 +290,7 @@ Write = (
     | RejectDelivery
     | NoPendingDelivery
     | NoCancelRequest
+    | KeepTraceContext
 )
 
 
@@ -301,6 +314,17 @@ class Delivery:
     @property
     def payload_value(self) -> Any:
         return _decoded(self.payload)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsistencySignals:
+    """What the journal says needs a person or is in doubt, counted (metrics' gauges)."""
+
+    parked_by_reason: dict[str, int]
+    flagged_by_reason: dict[str, int]
+    unknown_open: int
+    # The earliest last change of an UNKNOWN effect (store time); None when none is open.
+    unknown_oldest_at: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,7 @@ from ledgerflow.model.ids import Generation, InstanceId, RunNumber, StepSeq, Ten
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.storage.access import InstanceQuery, VersionCount
 from ledgerflow.storage.records import (
+    ConsistencySignals,
     EffectRecord,
     InstanceRecord,
     Journal,
@@ -157,3 +158,16 @@ class ReadStore(SqlSeam):
         with self._read():
             rows, _ = self._run("count_by_status", {})
         return {InstanceStatus(r["status"]): int(r["n"]) for r in rows}
+
+    def consistency_signals(self) -> ConsistencySignals:
+        with self._read():
+            parked, _ = self._run("count_parked_by_reason", {})
+            flagged, _ = self._run("count_open_flags_by_reason", {})
+            unknown, _ = self._run("unknown_effects_open", {})
+        oldest = unknown[0]["oldest"] if unknown else None
+        return ConsistencySignals(
+            parked_by_reason={r["reason"]: int(r["n"]) for r in parked},
+            flagged_by_reason={r["reason"]: int(r["n"]) for r in flagged},
+            unknown_open=int(unknown[0]["n"]) if unknown else 0,
+            unknown_oldest_at=float(oldest) if oldest is not None else None,
+        )

@@ -37,6 +37,7 @@ from ledgerflow.storage.records import (
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
+    KeepTraceContext,
     NoCancelRequest,
     Release,
     StepWrite,
@@ -288,6 +289,11 @@ class SqlStore(
                 self._release(write, commit, now)
             elif isinstance(write, NoCancelRequest):
                 self._no_cancel_request(commit)
+            elif isinstance(write, KeepTraceContext):
+                self._send(
+                    "keep_trace_context",
+                    {"instance_id": commit.instance_id, "trace_context": write.trace_context},
+                )
             else:
                 self._write_inbox(write, commit, now)
 

@@ -44,6 +44,7 @@ from ledgerflow.storage.audit import AuditEntry, AuditQuery, AuditRecord, Repair
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import (
     Commit,
+    ConsistencySignals,
     Delivery,
     EffectRecord,
     InstanceRecord,
@@ -112,6 +113,11 @@ class LedgerReads(Protocol):
     def next_available_at(self) -> float | None: ...
 
     def count_by_status(self) -> dict[InstanceStatus, int]: ...
+
+    def consistency_signals(self) -> ConsistencySignals:
+        """Parked and flagged instances by reason and the UNKNOWN effects open, in one read
+        (the gauges metrics report)."""
+        ...
 
 
 class JournalStore(LedgerReads, Protocol):

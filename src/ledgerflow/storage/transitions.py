@@ -68,6 +68,7 @@ def new_step(
     next_attempt_at: float | None = None,
     attempt_errors: str | None = None,
     detail: str | None = None,
+    error_traceback: str | None = None,
 ) -> StepWrite:
     """The first write of a step: from no row (NEW) by ``event``."""
     record = StepRecord(
@@ -87,6 +88,7 @@ def new_step(
         generation=instance.generation,
         updated_at=now,
         attempt_errors=attempt_errors,
+        error_traceback=error_traceback,
     )
     return StepWrite(record=record, expected=StepStatus.NEW, event=event, detail=detail)
 
@@ -103,6 +105,7 @@ def step_change(
     next_attempt_at: float | Keep | None = KEEP,
     attempt_errors: str | Keep | None = KEEP,
     detail: str | None = None,
+    error_traceback: str | Keep | None = KEEP,
 ) -> StepWrite:
     """``current`` moved by ``event``; the columns named change, the others are kept."""
     record = dataclasses.replace(
@@ -113,6 +116,7 @@ def step_change(
         error=_or(error, current.error),
         next_attempt_at=_or(next_attempt_at, current.next_attempt_at),
         attempt_errors=_or(attempt_errors, current.attempt_errors),
+        error_traceback=_or(error_traceback, current.error_traceback),
         generation=generation,
         updated_at=now,
     )
@@ -143,10 +147,11 @@ def step_write(
     error: str | None = None,
     next_attempt_at: float | None = None,
     attempt_errors: str | Keep | None = KEEP,
+    error_traceback: str | None = None,
 ) -> StepWrite:
     """The step moved by ``event``: its first write when there is no row yet, else a change of
-    ``current``. Output, error and due time are what is given; attempt errors are kept unless
-    given."""
+    ``current``. Output, error, its traceback and due time are what is given; attempt errors
+    are kept unless given."""
     if current is None:
         return new_step(
             identity.instance,
@@ -162,6 +167,7 @@ def step_write(
             error=error,
             next_attempt_at=next_attempt_at,
             attempt_errors=None if attempt_errors is KEEP else attempt_errors,
+            error_traceback=error_traceback,
         )
     return step_change(
         current,
@@ -173,6 +179,7 @@ def step_write(
         error=error,
         next_attempt_at=next_attempt_at,
         attempt_errors=attempt_errors,
+        error_traceback=error_traceback,
     )
 
 

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
@@ -36,6 +37,7 @@ from ledgerflow.errors import (
 )
 from ledgerflow.model.definition import Registry
 from ledgerflow.operators.service import ApiRole, Operations
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.web import console, instance_routes, operator_routes
 from ledgerflow.web.declare import Server, authorized
 from ledgerflow.web.models import Health
@@ -55,13 +57,19 @@ API_VERSION = "1"
 
 
 def create_app(
-    store_url: str, *, registry: Registry | None = None, insecure_no_auth: bool = False
+    store_url: str,
+    *,
+    registry: Registry | None = None,
+    insecure_no_auth: bool = False,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """The app over the journal at ``store_url`` (created and migrated unless the URL says
     ``?migrate=false``). ``registry``: the workflows ``POST /v1/instances`` may start.
     ``insecure_no_auth``: every caller is an all-tenant admin (``ledgerflow serve`` allows it
-    on a loopback address only)."""
-    operations = Operations(store_url, registry=registry, migrate=None)
+    on a loopback address only). ``metrics``: what ``/metrics`` exposes (default: a registry
+    of this app's own; ``ledgerflow serve`` passes the process's)."""
+    metrics = metrics or Metrics(CollectorRegistry())
+    operations = Operations(store_url, registry=registry, migrate=None, metrics=metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -93,6 +101,17 @@ def _health(app: FastAPI) -> None:
     @app.get("/healthz", response_model=Health, tags=["health"], summary="The process serves")
     def healthz() -> Any:
         return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        # Counts and gauges only, labelled by workflow, participant and reason, never by an
+        # instance or a key; like the health checks it needs no token, so a scraper needs
+        # none (docs/observability.md).
+        server: Server = request.app.state.server
+        server.operations.refresh_signals()
+        exported = server.operations.metrics
+        body = generate_latest(exported.registry) if exported is not None else b""
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get(
         "/readyz",

@@ -212,3 +212,9 @@ FROM lf_instances
 WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
 GROUP BY workflow_name, workflow_version, fingerprint, status
 ORDER BY workflow_name, workflow_version DESC, fingerprint, status;
+
+-- name: keep_trace_context
+-- The trace context of the instance's first run span, inside a commit of its owner (fenced):
+-- every later run continues that trace, so the first one kept is never replaced.
+UPDATE lf_instances SET trace_context = :trace_context
+WHERE instance_id = :instance_id AND trace_context IS NULL;

@@ -4,10 +4,10 @@
 -- name: insert_step
 INSERT INTO lf_steps (
     instance_id, run, seq, kind, name, command_id, status, attempt, input, output, error,
-    attempt_errors, retry_policy, next_attempt_at, generation, updated_at
+    error_traceback, attempt_errors, retry_policy, next_attempt_at, generation, updated_at
 ) VALUES (
     :instance_id, :run, :seq, :kind, :name, :command_id, :status, :attempt, :input, :output,
-    :error, :attempt_errors, :retry_policy, :next_attempt_at, :generation, :now
+    :error, :error_traceback, :attempt_errors, :retry_policy, :next_attempt_at, :generation, :now
 );
 
 -- name: insert_steps
@@ -15,13 +15,15 @@ INSERT INTO lf_steps (
 -- parameters): the new steps of a whole group commit.
 INSERT INTO lf_steps (
     instance_id, run, seq, kind, name, command_id, status, attempt, input, output,
-    error, attempt_errors, retry_policy, next_attempt_at, generation, updated_at
+    error, error_traceback, attempt_errors, retry_policy, next_attempt_at, generation, updated_at
 )
 SELECT s.instance_id, s.run, s.seq, s.kind, s.name, s.command_id, s.status, s.attempt, s.input,
-       s.output, s.error, s.attempt_errors, s.retry_policy, s.next_attempt_at, s.generation, s.now
+       s.output, s.error, s.error_traceback, s.attempt_errors, s.retry_policy, s.next_attempt_at,
+       s.generation, s.now
 FROM jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
     instance_id text, run bigint, seq bigint, kind text, name text, command_id text,
-    status text, attempt bigint, input text, output text, error text, attempt_errors text,
+    status text, attempt bigint, input text, output text, error text, error_traceback text,
+    attempt_errors text,
     retry_policy text,
     next_attempt_at double precision, generation bigint, now double precision
 );
@@ -29,7 +31,7 @@ FROM jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
 -- name: update_step
 UPDATE lf_steps
 SET status = :status, attempt = :attempt, output = :output, error = :error,
-    attempt_errors = :attempt_errors, next_attempt_at = :next_attempt_at, generation = :generation, updated_at = :now
+    error_traceback = :error_traceback, attempt_errors = :attempt_errors, next_attempt_at = :next_attempt_at, generation = :generation, updated_at = :now
 WHERE instance_id = :instance_id AND run = :run AND seq = :seq AND status = :expected;
 
 -- name: select_steps

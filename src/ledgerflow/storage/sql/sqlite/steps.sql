@@ -4,10 +4,10 @@
 -- name: insert_step
 INSERT INTO lf_steps (
     instance_id, run, seq, kind, name, command_id, status, attempt, input, output, error,
-    attempt_errors, retry_policy, next_attempt_at, generation, updated_at
+    error_traceback, attempt_errors, retry_policy, next_attempt_at, generation, updated_at
 ) VALUES (
     :instance_id, :run, :seq, :kind, :name, :command_id, :status, :attempt, :input, :output,
-    :error, :attempt_errors, :retry_policy, :next_attempt_at, :generation, :now
+    :error, :error_traceback, :attempt_errors, :retry_policy, :next_attempt_at, :generation, :now
 );
 
 -- name: insert_steps
@@ -15,14 +15,14 @@ INSERT INTO lf_steps (
 -- parameters): the new steps of a whole group commit.
 INSERT INTO lf_steps (
     instance_id, run, seq, kind, name, command_id, status, attempt, input, output,
-    error, attempt_errors, retry_policy, next_attempt_at, generation, updated_at
+    error, error_traceback, attempt_errors, retry_policy, next_attempt_at, generation, updated_at
 )
 SELECT json_extract(value, '$.instance_id'), json_extract(value, '$.run'),
        json_extract(value, '$.seq'), json_extract(value, '$.kind'), json_extract(value, '$.name'),
        json_extract(value, '$.command_id'), json_extract(value, '$.status'),
        json_extract(value, '$.attempt'), json_extract(value, '$.input'),
        json_extract(value, '$.output'), json_extract(value, '$.error'),
-       json_extract(value, '$.attempt_errors'),
+       json_extract(value, '$.error_traceback'), json_extract(value, '$.attempt_errors'),
        json_extract(value, '$.retry_policy'), json_extract(value, '$.next_attempt_at'),
        json_extract(value, '$.generation'), json_extract(value, '$.now')
 FROM json_each(:steps)
@@ -31,7 +31,7 @@ ORDER BY key;
 -- name: update_step
 UPDATE lf_steps
 SET status = :status, attempt = :attempt, output = :output, error = :error,
-    attempt_errors = :attempt_errors, next_attempt_at = :next_attempt_at, generation = :generation, updated_at = :now
+    error_traceback = :error_traceback, attempt_errors = :attempt_errors, next_attempt_at = :next_attempt_at, generation = :generation, updated_at = :now
 WHERE instance_id = :instance_id AND run = :run AND seq = :seq AND status = :expected;
 
 -- name: select_steps
