@@ -66,6 +66,8 @@ def test_a_cancel_and_a_signal_at_every_point_of_an_order(tmp_path: Path) -> Non
     )  # the signal runs, and overtaken ones
 
 
+# 10,000 executions take ~80 s of CPU alone; the default bound (120 s) is for ordinary tests.
+@pytest.mark.timeout(360)
 def test_ten_thousand_random_executions(tmp_path: Path) -> None:
     """200 seeds x 50 concurrent orders: seeded crashes, engine errors, lost replies, timeouts,
     rejections, late deliveries, store stalls past the lease, answers after the deadline,
