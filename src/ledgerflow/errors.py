@@ -423,9 +423,26 @@ class StepError(LedgerflowError):
 
 
 class StepFailedError(StepError):
-    """A local step failed on its last allowed attempt."""
+    """A local step failed on its last allowed attempt.
+
+    ``business`` is the verdict journaled with the step's failure: whether the step's own
+    exception was a business failure of the workflow (a ``BusinessFailure``, a declared type).
+    Raised into workflow code and not handled there, a business one ends the instance as a
+    business failure does; any other is a defect, and parks it (see ``model/defects.py``).
+    """
 
     code = "LF501"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        seq: int | None = None,
+        business: bool = True,
+    ) -> None:
+        super().__init__(message, instance_id=instance_id, seq=seq)
+        self.business = business
 
 
 class EffectFailedError(StepError):

@@ -50,7 +50,8 @@ def check_stock(sku: str) -> None:
     raise ValueError(f"{sku} is out of stock")
 
 
-@registry.workflow(name="refunded", version=1)
+# Out of stock is refunded's declared business failure: the charge is compensated.
+@registry.workflow(name="refunded", version=1, business_failures=(ValueError,))
 async def refunded(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
     charge = await ctx.effect(payment.effects["charge"], {"amount": request["amount"]})
     await ctx.step("check_stock", check_stock, request["sku"], retry=ONCE)

@@ -29,7 +29,8 @@ def validate(depth: int, message: str) -> None:
     _deep(depth, message)
 
 
-@registry.workflow(name="checked", version=1)
+# A validation error is checked's declared business failure: the instance ends FAILED.
+@registry.workflow(name="checked", version=1, business_failures=(ValueError,))
 async def checked(ctx: lf.WorkflowContext, request: dict[str, object]) -> None:
     await ctx.step("validate", validate, request["depth"], request["message"], retry=ONCE)
 

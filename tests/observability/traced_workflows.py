@@ -42,7 +42,8 @@ def build(url: str) -> lf.Registry:
         await ctx.step("two", add, first)
         return receipt
 
-    @registry.workflow(name="refund", version=1)
+    # Out of stock is refund's declared business failure: the charge is compensated.
+    @registry.workflow(name="refund", version=1, business_failures=(ValueError,))
     async def refund(ctx: lf.WorkflowContext, _: None) -> None:
         await ctx.wait_for("go")
         await ctx.effect(bank.effects["charge"], {"amount": 3})

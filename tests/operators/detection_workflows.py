@@ -91,7 +91,9 @@ def different_each_time(key: str) -> int:
     return attempts[key]
 
 
-@registry.workflow(name="same_failure", version=1)
+# A missing price is same_failure's declared business failure: with fewer attempts than the
+# poison bound the instance ends FAILED.
+@registry.workflow(name="same_failure", version=1, business_failures=(ValueError,))
 async def same_failure(ctx: WorkflowContext, policy: str) -> None:
     await ctx.step(
         "price", always_the_same, ctx.business_key, retry=MANY if policy == "many" else FEW

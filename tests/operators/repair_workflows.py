@@ -79,7 +79,9 @@ async def pay(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
     return {"receipt": receipt}
 
 
-@registry.workflow(name="ship", version=1)
+# The poison input is ship's declared business failure (a local step that ends in one ends the
+# instance as one; any other exception of the step would park it as a defect).
+@registry.workflow(name="ship", version=1, business_failures=(ValueError,))
 async def ship(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
     """A pivot first (a letter cannot be unsent), then a local step and a charge: any failure
     after the pivot ends FORWARD_RECOVERY_REQUIRED, where only forward repairs help."""

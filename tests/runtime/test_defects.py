@@ -12,6 +12,7 @@ charge applied once.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 
 import ledgerflow as lf
 from ledgerflow.errors import RegistrationError
-from ledgerflow.model.defects import DEFECT_RETRY, WORKFLOW_DEFECT
+from ledgerflow.model.defects import DEFECT_RETRY, STEP_VERDICT, WORKFLOW_DEFECT, step_verdict
 from ledgerflow.model.definition import fingerprint_of
 from ledgerflow.operators.service import Authority, Operations, RepairKind, RepairRequest
 
@@ -77,7 +78,27 @@ def transfer_with(bank: Bank, **settings: Any) -> None:
             raise InsufficientFunds("the receiving account cannot take it")
         if failure == "value":
             raise ValueError("a declared business failure")
+        if "step" in order:
+            await ctx.step("check", checked_in_a_step, order["step"], retry=STEP_TWICE)
         return receipt_line(order["amount"])
+
+
+# A local step's own retry policy: two attempts, then the step has failed.
+STEP_TWICE = lf.RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=1))
+STEP_CALLS = 0
+
+
+def checked_in_a_step(what: str) -> bool:
+    """A local step's function: raises what the order asks for, on every attempt."""
+    global STEP_CALLS
+    STEP_CALLS += 1
+    if what == "insufficient":
+        raise InsufficientFunds("the receiving account cannot take it")
+    if what == "value":
+        raise ValueError("a declared business failure")
+    if RECEIPT_FIXED:
+        return True
+    return undefined_limit > 0  # type: ignore[name-defined, no-any-return]  # noqa: F821 - the defect under test
 
 
 async def _run(url: str, registry: lf.Registry, order: dict[str, Any]) -> lf.InstanceRecord:
@@ -89,8 +110,8 @@ async def _run(url: str, registry: lf.Registry, order: dict[str, Any]) -> lf.Ins
 
 @pytest.fixture(autouse=True)
 def broken_receipts() -> None:
-    global RECEIPT_FIXED, RECEIPT_CALLS
-    RECEIPT_FIXED, RECEIPT_CALLS = False, 0
+    global RECEIPT_FIXED, RECEIPT_CALLS, STEP_CALLS
+    RECEIPT_FIXED, RECEIPT_CALLS, STEP_CALLS = False, 0, 0
 
 
 def test_a_defect_after_a_confirmed_charge_parks_without_refunding(journal_url: str) -> None:
@@ -259,3 +280,122 @@ def test_declarations_enter_the_fingerprint_only_when_made() -> None:
         lf.Registry().workflow(name="g", version=1, on_defect="ignore")
     with pytest.raises(RegistrationError, match="exception classes"):
         lf.Registry().workflow(name="g", version=1, business_failures=("KeyError",))  # type: ignore[arg-type]
+
+
+def test_a_defect_inside_a_local_step_parks_without_refunding(
+    journal_url: str, tmp_path: Any
+) -> None:
+    """Goal: a NameError inside a local step's function, after a confirmed charge, is a defect
+    too: once the step has used up its own retries the instance parks ``workflow_defect``,
+    with no defect retries on top, and nothing is refunded; the verdict is journaled with the
+    step, so a resumed (replayed) run decides the same way.
+
+    Method: the step raises NameError on both of its attempts. The instance is
+    MANUAL_INTERVENTION / workflow_defect, its reason naming the step, its own retries and
+    the NameError; the step ran twice, the timeline holds no defect retry; the bank holds one
+    charge, no refund; the step's journaled error holds the verdict ``business: false``.
+    Resumed by an operator, the replayed FAILED step parks it again at once, still without a
+    refund and without running the step again. With the fix deployed, ``retry-step`` gives the
+    step one more attempt and the instance finishes, the charge still applied once.
+    """
+    bank = Bank()
+    transfer_with(bank)
+    record = asyncio.run(_run(journal_url, bank.registry, {"amount": 10, "step": "name"}))
+    assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION, record.reason
+    assert record.reason_code == WORKFLOW_DEFECT
+    reason = record.reason or ""
+    assert "local step 2, after the step's own retries" in reason
+    assert "failed after 2 attempt(s)" in reason
+    assert "undefined_limit" in reason
+    assert STEP_TWICE.attempts_max == STEP_CALLS
+    assert list(bank.charges.values()) == [1]
+    assert not bank.refunds
+    with Operations(journal_url) as ops:
+        detail = ops.detail(record.instance_id)
+    assert not [e for e in detail.timeline if e.detail == DEFECT_RETRY]
+    [step] = [s for s in detail.steps if s.name == "check"]
+    assert json.loads(step.error or "{}")[STEP_VERDICT] is False
+
+    roles = tmp_path / "roles.toml"
+    roles.write_text('[roles]\nop = ["resume"]\n[actors]\nalice = ["op"]\n')
+    with Operations(journal_url, authority=Authority.from_file(roles)) as ops:
+        resumed = ops.apply(
+            RepairRequest(
+                kind=RepairKind.RESUME,
+                instance_id=record.instance_id,
+                actor="alice",
+                reason="looking again",
+            )
+        )
+        assert resumed.outcome == "applied"
+    again = asyncio.run(_run(journal_url, bank.registry, {"amount": 10, "step": "name"}))
+    assert again.status is lf.InstanceStatus.MANUAL_INTERVENTION
+    assert again.reason_code == WORKFLOW_DEFECT
+    assert STEP_TWICE.attempts_max == STEP_CALLS
+    assert list(bank.charges.values()) == [1]
+    assert not bank.refunds
+
+    # The recipe for a step: deploy the fix, give the step one more attempt (which resumes).
+    global RECEIPT_FIXED
+    RECEIPT_FIXED = True
+    roles.write_text('[roles]\nop = ["retry-step"]\n[actors]\nalice = ["op"]\n')
+    with Operations(journal_url, authority=Authority.from_file(roles)) as ops:
+        retried = ops.apply(
+            RepairRequest(
+                kind=RepairKind.RETRY_STEP,
+                instance_id=record.instance_id,
+                seq=step.seq,
+                actor="alice",
+                reason="fixed in release 43",
+            )
+        )
+        assert retried.outcome == "applied"
+    done = asyncio.run(_run(journal_url, bank.registry, {"amount": 10, "step": "name"}))
+    assert done.status is lf.InstanceStatus.SUCCEEDED, done.reason
+    assert done.result_value == "EUR 10"
+    assert list(bank.charges.values()) == [1]
+    assert not bank.refunds
+
+
+@pytest.mark.parametrize(
+    ("settings", "step", "cause"),
+    [
+        ({}, "insufficient", "cannot take it"),
+        ({"business_failures": (ValueError,)}, "value", "a declared business failure"),
+        ({"on_defect": "compensate"}, "name", "'undefined_limit' is not defined"),
+    ],
+    ids=["business-failure-subclass", "declared-list", "on-defect-compensate"],
+)
+def test_a_business_failure_inside_a_local_step_still_compensates(
+    journal_url: str, settings: dict[str, Any], step: str, cause: str
+) -> None:
+    """Goal: a local step whose own exception is a business failure (a BusinessFailure
+    subclass, a declared type) ends the instance as one, and ``on_defect="compensate"`` keeps
+    the old behaviour for any exception of a step.
+
+    Method: the step raises on both attempts; each instance ends COMPENSATED, its cause naming
+    the step's failure and the step's exception, one charge and one refund of it; no defect
+    retry on the timeline.
+    """
+    bank = Bank()
+    transfer_with(bank, **settings)
+    record = asyncio.run(_run(journal_url, bank.registry, {"amount": 10, "step": step}))
+    assert record.status is lf.InstanceStatus.COMPENSATED, record.reason
+    assert "StepFailedError" in (record.cause or "")
+    assert cause in (record.cause or "")
+    assert STEP_TWICE.attempts_max == STEP_CALLS
+    [key] = bank.charges
+    assert bank.charges[key] == 1
+    assert dict(bank.refunds) == {key: 1}
+    with Operations(journal_url) as ops:
+        timeline = ops.detail(record.instance_id).timeline
+    assert not [e for e in timeline if e.detail == DEFECT_RETRY]
+
+
+def test_a_step_failure_journaled_before_verdicts_counts_as_business() -> None:
+    """Goal: a FAILED step recorded before verdicts were journaled replays as the engine
+    decided it then (a business failure); a journaled verdict is read as written."""
+    assert step_verdict({"type": "ValueError", "message": "x"}) is True
+    assert step_verdict(None) is True
+    assert step_verdict({"type": "NameError", STEP_VERDICT: False}) is False
+    assert step_verdict({"type": "ValueError", STEP_VERDICT: True}) is True

@@ -5,15 +5,23 @@ An exception that escapes workflow code is one of two things:
 - a **business failure**, raised on purpose: a :class:`~ledgerflow.errors.BusinessFailure`
   (subclassed per outcome), an exception type the workflow lists in
   ``Registry.workflow(business_failures=...)``, or what the engine raises into workflow code
-  from the journal's own facts (:class:`~ledgerflow.errors.StepError`: a participant proved an
-  effect not applied, a wait timed out, a local step used up its own retry policy). It ends the
-  instance as the state machine says: compensated after confirmed effects, FAILED when none is
-  confirmed, FORWARD_RECOVERY_REQUIRED after a pivot.
+  from the journal's own facts (a participant proved an effect not applied:
+  :class:`~ledgerflow.errors.EffectFailedError`; a wait timed out:
+  :class:`~ledgerflow.errors.WaitTimeoutError`). It ends the instance as the state machine
+  says: compensated after confirmed effects, FAILED when none is confirmed,
+  FORWARD_RECOVERY_REQUIRED after a pivot.
 - a **defect** (a ``NameError``, a ``KeyError``, a result that cannot be encoded): a bug in
   the code, fixed by a deploy, never by compensation. It is tried again a bounded number of
   times (a transient bug: the definition's ``defect_retry`` policy, with its backoff), each try
   a durable suspension; then the instance is parked ``workflow_defect`` with the traceback and
   the code fingerprint, and nothing is compensated.
+
+A local step that used up its own retry policy raises a
+:class:`~ledgerflow.errors.StepFailedError` into the code; it is what the step's own exception
+was. The verdict (:func:`is_business_failure` of that exception) is journaled with the step's
+failure, under :data:`STEP_VERDICT`, so a replay decides as the run did (:func:`step_verdict`).
+A step whose exception was a defect parks the instance at once, with no defect retries: the
+step has already been tried as often as its policy allows.
 
 ``on_defect="compensate"`` on a workflow keeps the behaviour from before this distinction:
 every exception is treated as a business failure.
@@ -22,9 +30,9 @@ every exception is treated as a business failure.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from ledgerflow.errors import BusinessFailure, StepError
+from ledgerflow.errors import BusinessFailure, StepError, StepFailedError
 
 # The park reason of an instance whose workflow code raised a defect past its retries.
 WORKFLOW_DEFECT = "workflow_defect"
@@ -41,9 +49,31 @@ class OnDefect(enum.Enum):
     COMPENSATE = "compensate"  # as a business failure (the behaviour before defects existed)
 
 
+# The key of a failed local step's journaled error that holds its verdict (True: business).
+STEP_VERDICT = "business"
+
+
 def is_business_failure(exc: BaseException, declared: tuple[type[BaseException], ...]) -> bool:
-    """Whether ``exc`` is a failure the workflow meant (or the journal proved), not a defect."""
+    """Whether ``exc`` is a failure the workflow meant (or the journal proved), not a defect.
+
+    A :class:`~ledgerflow.errors.StepFailedError` is what its step's own exception was, as
+    journaled (``exc.business``).
+    """
+    if isinstance(exc, StepFailedError):
+        return exc.business
     return isinstance(exc, (BusinessFailure, StepError, *declared))
+
+
+def step_verdict(error: object) -> bool:
+    """The verdict journaled with a failed local step's error (a decoded JSON object).
+
+    A step that failed before verdicts were journaled has none: it counts as a business
+    failure, as the engine decided when it was recorded.
+    """
+    if isinstance(error, Mapping):
+        verdict = error.get(STEP_VERDICT, True)
+        return verdict is not False
+    return True
 
 
 def defect_streak(entries: Iterable[tuple[str, str | None]]) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError
+from ledgerflow.model.defects import step_verdict
 from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
@@ -154,6 +155,7 @@ class WorkflowContext:
                     f"step {name!r} failed: {recorded.error}",
                     instance_id=session.instance_id,
                     seq=seq,
+                    business=step_verdict(session.codec.decode(recorded.error or "null")),
                 )
             attempt = recorded.attempt
             await self.wait_until(recorded.next_attempt_at)
@@ -164,6 +166,7 @@ class WorkflowContext:
             input_text=input_text,
             policy=policy,
             wait_until=self.wait_until,
+            business=self._definition.is_business_failure,
         )
         with session.traced(f"ledgerflow.step {name}", step=seq, step_name=name, attempt=attempt):
             return await driver.run(function, args, attempt=attempt)

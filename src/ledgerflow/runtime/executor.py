@@ -15,7 +15,12 @@ import traceback
 from typing import TYPE_CHECKING
 
 from ledgerflow import limits
-from ledgerflow.errors import PayloadError, UnknownVersionError, UnknownWorkflowError
+from ledgerflow.errors import (
+    PayloadError,
+    StepFailedError,
+    UnknownVersionError,
+    UnknownWorkflowError,
+)
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.defects import DEFECT_RETRY, WOKEN, WORKFLOW_DEFECT, defect_streak
@@ -225,10 +230,21 @@ class Executor:
         """A bug in the workflow's code, not an outcome it meant: tried again after the
         policy's backoff (a durable suspension, counted on the timeline), then parked with
         the traceback and the code fingerprint. Nothing is compensated: a deploy fixes it."""
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        confirmed = len(session.confirmed_effects())
+        if isinstance(exc, StepFailedError):
+            # The step has been tried as often as its own policy allows: no defect retries.
+            raise Park(
+                WORKFLOW_DEFECT,
+                f"workflow defect in local step {exc.seq}, after the step's own retries (not "
+                f"tried again as a defect): {error}; code fingerprint {definition.fingerprint}; "
+                f"nothing was compensated ({confirmed} confirmed effect(s) stay applied): "
+                "deploy a fix, then retry the step (or declare the exception a business "
+                f"failure) and resume the instance\n{_trace(exc)}",
+            )
         timeline = await self.store.timeline(session.instance_id)
         attempt = defect_streak((e.subject, e.detail) for e in timeline) + 1
         policy = definition.defect_retry
-        error = f"{type(exc).__name__}: {exc}"[:500]
         if attempt < policy.attempts_max and policy.retries(error_names(exc)):
             identity = f"{session.instance_id}:{session.instance.run}:defect"
             pause = policy.delay_before(attempt + 1, identity=identity)
@@ -244,14 +260,12 @@ class Executor:
                 )
             )
             return
-        trace = "".join(traceback.format_exception(exc))[-limits.DEFECT_TRACEBACK_CHARS_MAX :]
-        confirmed = len(session.confirmed_effects())
         raise Park(
             WORKFLOW_DEFECT,
             f"workflow defect after {attempt} attempt(s): {error}; code fingerprint "
             f"{definition.fingerprint}; nothing was compensated ({confirmed} confirmed "
             "effect(s) stay applied): deploy a fix and resume the instance (or declare the "
-            f"exception a business failure)\n{trace}",
+            f"exception a business failure)\n{_trace(exc)}",
         )
 
     async def _cancel(self, session: Session, stopped: str) -> None:
@@ -294,3 +308,8 @@ class Executor:
                 cause=f"{park.code}: {park.reason}"[:2000],
             )
         )
+
+
+def _trace(exc: BaseException) -> str:
+    """The end of the exception's traceback (its cause chain included), for a park reason."""
+    return "".join(traceback.format_exception(exc))[-limits.DEFECT_TRACEBACK_CHARS_MAX :]

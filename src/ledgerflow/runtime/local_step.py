@@ -15,6 +15,7 @@ from typing import Any
 from ledgerflow.errors import PayloadError, StepFailedError
 from ledgerflow.model import detection
 from ledgerflow.model.attempts import with_attempt_error
+from ledgerflow.model.defects import STEP_VERDICT
 from ledgerflow.model.ids import StepSeq, command_id
 from ledgerflow.model.retry import RetryPolicy
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
@@ -33,6 +34,9 @@ class LocalStepDriver:
     input_text: str
     policy: RetryPolicy
     wait_until: Callable[[float | None], Awaitable[None]]
+    # Whether an exception of the step's own code is a business failure of its workflow: the
+    # verdict is journaled with the step's failure, so a replay decides as the run did.
+    business: Callable[[BaseException], bool]
 
     async def run(
         self,
@@ -92,10 +96,11 @@ class LocalStepDriver:
                 )
             await self.wait_until(due)
             return following
+        business = self.business(exc)
         await self._write(
             StepEvent.FAIL,
             attempt=attempt,
-            error=error,
+            error=self.session.codec.encode({**described, STEP_VERDICT: business}),
             attempt_errors=errors,
             error_traceback=trace,
         )
@@ -103,6 +108,7 @@ class LocalStepDriver:
             f"step {self.name!r} failed after {attempt} attempt(s): {exc}",
             instance_id=self.session.instance_id,
             seq=self.seq,
+            business=business,
         ) from exc
 
     def _described(self, exc: Exception) -> dict[str, Any]:

@@ -265,7 +265,7 @@ def business_failures(definition: WorkflowDefinition) -> list[str]:
     return [
         "ledgerflow.BusinessFailure and its subclasses",
         "the engine's step errors raised into the code: EffectFailedError, WaitTimeoutError, "
-        "StepFailedError",
+        "and StepFailedError when the local step's own exception is a business failure",
         *(f"declared: {name}" for name in declared_names(definition.business_failures)),
     ]
 
