@@ -6,16 +6,16 @@ payload it sends (``Participant.effect(contract_version=2)``); the journal recor
 effect. A history whose effects were recorded under another version than the declaration
 carries now cannot be replayed blindly: the payload the code would build is not the one the
 participant took. :func:`contract_mismatches` lists them, for the replay checker and for a
-migration plan that declares how an old contract's payload maps.
+migration plan that declares how an old contract's payload maps (:class:`ContractMapping`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ledgerflow.errors import RegistrationError
+from ledgerflow.errors import PayloadError, RegistrationError
 from ledgerflow.model.definition import Registry
 
 
@@ -86,3 +86,60 @@ def contract_mismatches(
                 )
             )
     return found
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContractMapping:
+    """How a payload recorded under an old contract version of ``participant.operation`` maps
+    to a newer one, declared in a migration plan: top-level fields renamed (``rename``: old
+    name -> new name); fields not named keep their names.
+
+    Example (a plan in TOML)::
+
+        [[contracts]]
+        participant = "payments"
+        operation = "charge"
+        from = 1
+        to = 2
+        rename = { amount = "amount_cents" }
+    """
+
+    participant: str
+    operation: str
+    from_version: str | None
+    to_version: str | None
+    rename: Mapping[str, str]
+
+    def applies_to(self, effect: RecordedContract) -> bool:
+        return (
+            effect.participant == self.participant
+            and effect.operation == self.operation
+            and effect.contract_version == self.from_version
+        )
+
+    def mapped(self, payload: object) -> dict[str, object]:
+        """The recorded payload in the new contract's shape (a JSON object is required)."""
+        if not isinstance(payload, Mapping):
+            raise PayloadError(
+                f"{self.participant}.{self.operation}: a recorded payload that is not a JSON "
+                "object cannot be mapped by field names"
+            )
+        out: dict[str, object] = {}
+        for name, value in payload.items():
+            target = self.rename.get(str(name), str(name))
+            if target in out:
+                raise PayloadError(
+                    f"{self.participant}.{self.operation}: the mapping gives two fields the "
+                    f"name {target!r}"
+                )
+            out[target] = value
+        return out
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "participant": self.participant,
+            "operation": self.operation,
+            "from": self.from_version,
+            "to": self.to_version,
+            "rename": dict(self.rename),
+        }

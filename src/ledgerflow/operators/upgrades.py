@@ -26,6 +26,7 @@ from ledgerflow.errors import (
     RepairRefusedError,
 )
 from ledgerflow.model.codec import Codec
+from ledgerflow.model.contracts import ContractMapping
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import EffectId, Generation, IdempotencyKey, StepSeq
@@ -35,7 +36,7 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.core import detail_of
 from ledgerflow.runtime.history import history_document, journal_of, read_histories
 from ledgerflow.runtime.replay import ReplayVerdict, replay, replay_against
-from ledgerflow.storage.audit import AuditEntry, PositionMove, RepairWrite, Repin
+from ledgerflow.storage.audit import AuditEntry, ContractRemap, PositionMove, RepairWrite, Repin
 from ledgerflow.storage.records import EffectRecord, InstanceRecord, Journal
 from ledgerflow.storage.store import Store
 
@@ -55,13 +56,15 @@ class MigrationPlan:
     """A declared mapping of journal positions from one version to another.
 
     ``positions`` maps an old position to its new one; a position not named keeps its number.
-    (A mapping of an old participant contract's payload is not part of a plan yet.)
+    ``contracts`` declares how payloads recorded under an old participant contract map to the
+    contract the new code declares (see :class:`~ledgerflow.model.contracts.ContractMapping`).
     """
 
     workflow: str
     from_version: int
     to_version: int
     positions: Mapping[int, int]
+    contracts: tuple[ContractMapping, ...] = ()
 
     @staticmethod
     def from_document(document: Any, *, source: str = "the plan") -> MigrationPlan:
@@ -74,8 +77,9 @@ class MigrationPlan:
                 from_version=int(document["from_version"]),
                 to_version=int(document["to_version"]),
                 positions=positions,
+                contracts=tuple(_contract_mapping(c) for c in document.get("contracts", [])),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise PayloadError(
                 f"{source} is not a migration plan: {type(exc).__name__}: {exc}"
             ) from None
@@ -83,7 +87,30 @@ class MigrationPlan:
             raise PayloadError(f"{source}: journal positions are numbered from 1")
         if len(set(positions.values())) != len(positions):
             raise PayloadError(f"{source}: two positions map to the same new position")
+        declared = [(c.participant, c.operation, c.from_version) for c in plan.contracts]
+        if len(set(declared)) != len(declared):
+            raise PayloadError(f"{source}: a contract of an operation is mapped twice")
         return plan
+
+
+def _contract_mapping(item: Any) -> ContractMapping:
+    """One ``[[contracts]]`` entry of a plan (``from``/``to`` are versions as declared)."""
+
+    def version(value: Any) -> str | None:
+        return None if value is None else str(value)
+
+    rename = item.get("rename", {})
+    if not isinstance(rename, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in rename.items()
+    ):
+        raise TypeError("a contract's rename maps field names to field names")
+    return ContractMapping(
+        participant=str(item["participant"]),
+        operation=str(item["operation"]),
+        from_version=version(item["from"]),
+        to_version=version(item["to"]),
+        rename=dict(rename),
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,6 +273,7 @@ class Upgrades:
                 actor=actor,
                 dry_run=dry_run,
                 from_version=plan.from_version,
+                contracts=plan.contracts,
             )
         )
 
@@ -277,11 +305,12 @@ class Upgrades:
         actor: str,
         dry_run: bool,
         from_version: int,
+        contracts: tuple[ContractMapping, ...] = (),
     ) -> MoveReport:
         """Move each instance (one after another, each in its own transaction): the async
         core of :meth:`upgrade` and :meth:`migrate`, for a caller already on an event loop."""
         outcomes = [
-            await self._move(kind, target, i, positions, actor=actor, dry_run=dry_run)
+            await self._move(kind, target, i, positions, contracts, actor=actor, dry_run=dry_run)
             for i in instances
         ]
         return MoveReport(
@@ -316,6 +345,7 @@ class Upgrades:
         target: WorkflowDefinition,
         instance: InstanceRecord,
         positions: Mapping[int, int],
+        contracts: tuple[ContractMapping, ...],
         *,
         actor: str,
         dry_run: bool,
@@ -326,32 +356,35 @@ class Upgrades:
             return _outcome(instance, "refused", None, refusal=refused)
         try:
             mapped, moves = _mapped(journal, positions)
+            mapped, remaps = _contracts_mapped(mapped, contracts, codec=self.codec)
         except PayloadError as exc:
             return _outcome(instance, "refused", None, refusal=exc.message)
         moved = dataclasses.replace(
             instance, workflow_version=target.version, fingerprint=target.fingerprint
         )
-        verdict = await replay(target, moved, mapped, codec=self.codec)
+        verdict = await replay(target, moved, mapped, codec=self.codec, registry=self.registry)
         if not verdict.compatible:
             return _outcome(instance, "diverged", verdict)
         if dry_run:
             return _outcome(instance, "would-move", verdict)
-        return self._apply(kind, target, instance, moves, verdict, actor=actor)
+        return self._apply(kind, target, instance, (moves, remaps), verdict, actor=actor)
 
     def _apply(
         self,
         kind: str,
         target: WorkflowDefinition,
         instance: InstanceRecord,
-        moves: tuple[PositionMove, ...],
+        changes: tuple[tuple[PositionMove, ...], tuple[_Remapped, ...]],
         verdict: ReplayVerdict,
         *,
         actor: str,
     ) -> MoveOutcome:
+        moves, remaps = changes
         plan = {
             "from": {"version": instance.workflow_version, "fingerprint": instance.fingerprint},
             "to": {"version": target.version, "fingerprint": target.fingerprint},
             "moves": [dataclasses.asdict(m) for m in moves],
+            "contracts": [r.evidence for r in remaps],
         }
         entry = AuditEntry(
             actor=actor,
@@ -381,6 +414,7 @@ class Upgrades:
                 version=target.version,
                 fingerprint=target.fingerprint,
                 moves=moves,
+                contracts=tuple(r.remap for r in remaps),
             ),
         )
         try:
@@ -419,3 +453,44 @@ def _mapped(
                 )
             )
     return Journal(steps=steps, effects=effects), tuple(moves)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Remapped:
+    remap: ContractRemap
+    evidence: dict[str, Any]
+
+
+def _contracts_mapped(
+    journal: Journal, contracts: tuple[ContractMapping, ...], *, codec: Codec
+) -> tuple[Journal, tuple[_Remapped, ...]]:
+    """The (position-mapped) journal with the payloads the plan's contract mappings declare:
+    each effect recorded under a mapped old contract gets the mapped payload as its step's
+    input (what the new code sends) and the new contract version. Its recorded payload, its id
+    and its key are kept: the payload is the evidence of what the participant took, and it is
+    copied into the audit record beside the mapping."""
+    steps, effects = dict(journal.steps), dict(journal.effects)
+    remapped: list[_Remapped] = []
+    for seq, effect in sorted(journal.effects.items()):
+        mapping = next((c for c in contracts if seq > 0 and c.applies_to(effect)), None)
+        if mapping is None:
+            continue
+        step = steps[seq]
+        text = codec.encode(mapping.mapped(codec.decode(step.input or "null")))
+        steps[seq] = dataclasses.replace(step, input=text)
+        effects[seq] = dataclasses.replace(effect, contract_version=mapping.to_version)
+        remapped.append(
+            _Remapped(
+                remap=ContractRemap(seq=int(seq), input=text, contract_version=mapping.to_version),
+                evidence={
+                    "seq": int(seq),
+                    "effect_id": effect.effect_id,
+                    "idempotency_key": effect.idempotency_key,
+                    "mapping": mapping.describe(),
+                    "recorded_input": step.input,
+                    "recorded_payload": effect.payload,
+                    "input": text,
+                },
+            )
+        )
+    return Journal(steps=steps, effects=effects), tuple(remapped)

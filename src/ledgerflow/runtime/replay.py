@@ -19,6 +19,13 @@ It is the executor's own replay (a :class:`~ledgerflow.runtime.context.WorkflowC
 A mismatch at a position (another kind, name, input, participant or operation) is reported as
 the journal holds it and as the code asked for it; so are added, removed, reordered, renamed
 and re-parameterised steps and effects, each at the first position where they show.
+
+Given the registry, an effect recorded under another participant contract version than its
+declaration carries now (:func:`~ledgerflow.model.contracts.contract_mismatches`) is a
+divergence too, of kind ``contract``, at the effect's position: the participant took a payload
+of another shape than the code would build, so the history is not proven for this code unless
+a migration plan maps the old contract's payload (``operators/upgrades.py``). The first
+position wins: a step divergence before the effect is reported instead.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 
 from ledgerflow.errors import UnknownVersionError, UnknownWorkflowError
 from ledgerflow.model.codec import Codec
+from ledgerflow.model.contracts import ContractMismatch, contract_mismatches
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, StepSeq, WorkerId
@@ -59,7 +67,8 @@ class ReplayVerdict:
     ``compatible`` is True when the code asked for exactly what the journal holds, in order.
     Otherwise ``position`` is the first journal position where they part, ``holds`` what the
     journal holds there and ``asks`` what the code asked for (``None``: nothing), ``kind`` one
-    of ``mismatch``, ``added``, ``missing`` or ``refused`` and ``reason`` a sentence.
+    of ``mismatch``, ``added``, ``missing``, ``contract`` (an effect recorded under another
+    participant contract version than declared now) or ``refused`` and ``reason`` a sentence.
     ``replayed`` counts the positions the code was answered from the journal.
     """
 
@@ -204,8 +213,50 @@ async def replay(
     *,
     codec: Codec,
     clock: Clock | None = None,
+    registry: Registry | None = None,
 ) -> ReplayVerdict:
-    """Replay one instance's journal against ``definition``'s code; nothing is dispatched."""
+    """Replay one instance's journal against ``definition``'s code; nothing is dispatched.
+
+    With ``registry`` (the code's participants), recorded effects are also held to the
+    contract versions it declares (see the module's docstring)."""
+    verdict = await _replayed_code(definition, instance, journal, codec=codec, clock=clock)
+    if registry is None:
+        return verdict
+    mismatches = contract_mismatches(journal.effects.values(), registry)
+    if not mismatches:
+        return verdict
+    first = mismatches[0]
+    if not verdict.compatible and verdict.position is not None and verdict.position < first.seq:
+        return verdict
+    return _contract_verdict(verdict, first)
+
+
+def _contract_verdict(verdict: ReplayVerdict, mismatch: ContractMismatch) -> ReplayVerdict:
+    def under(version: str | None) -> str:
+        shown = "no contract version" if version is None else f"contract {version}"
+        return f"effect {mismatch.participant}.{mismatch.operation} under {shown}"
+
+    return dataclasses.replace(
+        verdict,
+        compatible=False,
+        replayed=mismatch.seq - 1,
+        kind="contract",
+        position=mismatch.seq,
+        holds=under(mismatch.recorded),
+        asks=under(mismatch.declared),
+        reason=mismatch.describe()
+        + ": declare how the old contract's payload maps in a migration plan",
+    )
+
+
+async def _replayed_code(
+    definition: WorkflowDefinition,
+    instance: InstanceRecord,
+    journal: Journal,
+    *,
+    codec: Codec,
+    clock: Clock | None,
+) -> ReplayVerdict:
     session = Session(
         instance=instance,
         owner=REPLAY_OWNER,
@@ -298,4 +349,4 @@ async def replay_against(
             kind="refused",
             reason=f"the registry has no {instance.workflow_name} v{instance.workflow_version}",
         )
-    return await replay(definition, instance, journal, codec=codec)
+    return await replay(definition, instance, journal, codec=codec, registry=registry)

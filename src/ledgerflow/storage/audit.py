@@ -73,6 +73,18 @@ class PositionMove:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ContractRemap:
+    """A migration maps the payload of the effect at (new) position ``seq`` from an old
+    participant contract: the step's input becomes ``input`` (what the new code sends) and the
+    effect's contract version ``contract_version``. The effect's recorded payload, id and key
+    stay as they are: the payload is the evidence of what the participant took."""
+
+    seq: int
+    input: str
+    contract_version: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Repin:
     """Pin an instance to another definition: only if it is still pinned to the expected one."""
 
@@ -81,6 +93,7 @@ class Repin:
     version: int
     fingerprint: str
     moves: tuple[PositionMove, ...] = ()
+    contracts: tuple[ContractRemap, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -172,6 +172,17 @@ class AuditStore(SqlSeam):
                             "idempotency_key": move.idempotency_key,
                         },
                     )
+        for remap in repin.contracts:
+            params = {**where, "seq": remap.seq}
+            _, stepped = self._run("remap_step_input", {**params, "input": remap.input})
+            _, effected = self._run(
+                "remap_effect_contract", {**params, "contract_version": remap.contract_version}
+            )
+            if (stepped, effected) != (1, 1):
+                raise IllegalTransitionError(
+                    f"journal position {remap.seq} holds no effect to map",
+                    instance_id=current.instance_id,
+                )
         _, changed = self._run(
             "repin_instance",
             {

@@ -66,3 +66,15 @@ WHERE instance_id = :instance_id AND run = :run AND seq = :from_seq;
 UPDATE lf_effects
 SET seq = :to_seq, effect_id = :effect_id, idempotency_key = :idempotency_key
 WHERE instance_id = :instance_id AND run = :run AND seq = :from_seq;
+
+-- name: remap_step_input
+-- A migration maps an effect's payload from an old participant contract: the step's input
+-- becomes what the new code sends, so that its replay is clean.
+UPDATE lf_steps SET input = :input
+WHERE instance_id = :instance_id AND run = :run AND seq = :seq AND kind = 'effect';
+
+-- name: remap_effect_contract
+-- ... and the effect is recorded under the new contract version; its payload (what the
+-- participant took), id and key stay as they are.
+UPDATE lf_effects SET contract_version = :contract_version
+WHERE instance_id = :instance_id AND run = :run AND seq = :seq;
