@@ -10,6 +10,8 @@ dispatch sends, the compensation planner) with a broken version, and puts the or
 - ``fresh-key-on-redispatch``: a re-dispatch goes out under a fresh idempotency key.
 - ``stale-writes-accepted``: the store takes writes from an owner whose generation is stale.
 - ``compensate-unconfirmed``: a failed instance also compensates effects never confirmed.
+- ``claim-ignores-capability``: a claim hands out instances pinned to any definition, not only
+  those the claiming worker serves.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from ledgerflow.runtime import compensations
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.storage import sql_store
 from ledgerflow.storage.records import Commit, EffectWrite
+from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_store import SqlStore
 
 INTENT_AFTER_DISPATCH = "intent-after-dispatch"
 FRESH_KEY_ON_REDISPATCH = "fresh-key-on-redispatch"
 STALE_WRITES_ACCEPTED = "stale-writes-accepted"
 COMPENSATE_UNCONFIRMED = "compensate-unconfirmed"
+CLAIM_IGNORES_CAPABILITY = "claim-ignores-capability"
 
 
 def _intends(commit: Commit) -> bool:
@@ -89,11 +93,22 @@ def _compensate_unconfirmed() -> Iterator[tuple[object, str, Any]]:
     yield compensations, "plan", every_effect
 
 
+def _claim_ignores_capability() -> Iterator[tuple[object, str, Any]]:
+    claim = ClaimStore.claim
+
+    def any_definition(self: ClaimStore, **kwargs: Any) -> Any:
+        kwargs["serves"] = None
+        return claim(self, **kwargs)
+
+    yield ClaimStore, "claim", any_definition
+
+
 BREAKAGES: dict[str, Callable[[], Iterator[tuple[object, str, Any]]]] = {
     INTENT_AFTER_DISPATCH: _intent_after_dispatch,
     FRESH_KEY_ON_REDISPATCH: _fresh_key_on_redispatch,
     STALE_WRITES_ACCEPTED: _stale_writes_accepted,
     COMPENSATE_UNCONFIRMED: _compensate_unconfirmed,
+    CLAIM_IGNORES_CAPABILITY: _claim_ignores_capability,
 }
 
 

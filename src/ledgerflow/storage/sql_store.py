@@ -58,6 +58,7 @@ from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
+from ledgerflow.storage.sql_workers import WorkerStore
 
 log = logging.getLogger("ledgerflow.storage")
 
@@ -78,6 +79,7 @@ class SqlStore(
     AttentionStore,
     AuditStore,
     ReconcileStore,
+    WorkerStore,
     AccessStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
