@@ -26,6 +26,7 @@ from ledgerflow.cli.signals import register as register_signals
 from ledgerflow.cli.tokens import register as register_tokens
 from ledgerflow.cli.verify import register as register_verify
 from ledgerflow.cli.worker import worker
+from ledgerflow.cli.workers import register as register_workers
 from ledgerflow.errors import CommandLineError, LedgerflowError
 from ledgerflow.operators.shapes import error_json
 from ledgerflow.redaction import redact
@@ -51,6 +52,7 @@ register_repairs(cli)
 register_attention(cli)
 register_reconcile(cli)
 register_tokens(cli)
+register_workers(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:

@@ -38,7 +38,9 @@ from ledgerflow.operators import actions
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
+from ledgerflow.operators.workers import live_workers, worker_json
 from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.engine import (
     Delivered,
     InstanceDetail,
@@ -250,16 +252,13 @@ class ScopedOperations:
         self.require(ApiRole.VIEWER)
         return self._store.version_counts(tenant=self.principal.tenant_filter)
 
-    def workers(self) -> list[dict[str, Any]] | None:
-        """EXTENSION POINT: the live workers and what they can run.
-
-        The journal keeps no worker registry yet (it is being added with deploys and
-        versions); until it does this answers None, and the console says so instead of
-        guessing from leases. When the registry lands, return its rows here, limited to what
-        this principal may see, and the console's workers page shows them.
-        """
+    def workers(self) -> list[dict[str, Any]]:
+        """The live workers and what they can run (heartbeat, slots, definitions served).
+        Workers hold no tenant's data (they serve every tenant), so every viewer sees them."""
         self.require(ApiRole.VIEWER)
-        return None
+        now = self._clock.now()
+        found = live_workers(self._store, now=now, bounds=bounds_from_environment())
+        return [worker_json(w, now=now) for w in found]
 
     def _tenant(self, tenant: str | None) -> str:
         if tenant is None:

@@ -57,6 +57,7 @@ from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.scoped import InstancePage, ScopedOperations
+from ledgerflow.operators.workers import live_workers, worker_json
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.detection import ScanReport, bounds_from_environment, scan
 from ledgerflow.runtime.engine import (
@@ -76,6 +77,7 @@ from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import Store
 from ledgerflow.storage.url import migration_status
+from ledgerflow.storage.workers import WorkerRecord
 
 __all__ = [
     "ACTION_KINDS",
@@ -109,10 +111,12 @@ __all__ = [
     "Started",
     "Tokens",
     "VersionCount",
+    "WorkerRecord",
     "local_actor",
     "migrate_journal",
     "migration_status",
     "request_hash",
+    "worker_json",
 ]
 
 ACTION_KINDS = actions.ACTION_KINDS
@@ -362,6 +366,12 @@ class Operations:
         ``LEDGERFLOW_DETECTION``)."""
         bounds = bounds or bounds_from_environment()
         return scan(self._store, bounds, now=self._clock.now(), detected_by=detected_by)
+
+    def workers(self, *, bounds: DetectionBounds | None = None) -> list[WorkerRecord]:
+        """The live workers (heartbeat within ``bounds.worker_silent_seconds``; default
+        ``LEDGERFLOW_DETECTION``), oldest first, with what each serves."""
+        bounds = bounds or bounds_from_environment()
+        return live_workers(self._store, now=self._clock.now(), bounds=bounds)
 
     # -- repairs and their audit -------------------------------------------------------------
 
