@@ -11,6 +11,7 @@ shows that the two-services check catches it.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import ledgerflow as lf
 from breakages import CLAIM_IGNORES_CAPABILITY, broken
 from conditions import until
 from ledgerflow.model.detection import DetectionBounds
+from ledgerflow.runtime.detection import scan
 
 BOUNDS = DetectionBounds(worker_silent_seconds=5.0, scan_interval_seconds=60.0)
 PER_SERVICE = 12
@@ -211,3 +213,87 @@ def test_an_older_registered_version_can_be_started(journal_url: str) -> None:
             return [await engine.result(i, timeout=5) for i in (old.instance_id, new.instance_id)]
 
     assert asyncio.run(main()) == ["hello ada", "hi ada"]
+
+
+def test_a_worker_registers_beats_and_signs_off(journal_url: str) -> None:
+    """Goal: a running worker is in the registry as live, with its slots and every definition
+    its registry serves; a clean stop signs it off at once.
+
+    Method: run a worker of a registry with two versions; read the live workers while it
+    runs, then after stop (its row says stopped, and it is no longer live).
+    """
+    registry = _service("a")
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            worker = engine.worker(concurrency=5, poll_seconds=0.01, detection=BOUNDS)
+            running = asyncio.create_task(worker.run())
+
+            def live() -> list[Any]:
+                return engine.store.workers(live_since=time.time() - 5)
+
+            [seen] = await until(live, what="the worker is registered")
+            assert (seen.worker_id, seen.slots, seen.serves) == (worker.id, 5, registry.served())
+            assert seen.stopped_at is None
+            worker.stop()
+            await running
+            assert live() == []
+            [gone] = engine.store.workers(live_since=None)
+            assert gone.stopped_at is not None
+
+    asyncio.run(main())
+
+
+def test_a_start_no_live_worker_serves_succeeds_and_is_flagged(journal_url: str) -> None:
+    """Goal: starting a version no live worker serves is not refused; once due past the bound,
+    the scan flags it no_capable_worker with the definition and fingerprint, and a worker
+    serving it clears the flag by running it.
+
+    Method: a worker serving only v1 runs; start v2 (the registry of the starter has both);
+    scan at a time past the bound; then run a worker with both versions and scan again.
+    """
+    both = lf.Registry()
+
+    @both.workflow(name="greet", version=1)
+    async def greet_v1(ctx: lf.WorkflowContext, name: str) -> str:
+        return f"hello {name}"
+
+    @both.workflow(name="greet", version=2)
+    async def greet_v2(ctx: lf.WorkflowContext, name: str) -> str:
+        return f"hi {name}"
+
+    only_v1 = lf.Registry()
+    only_v1.workflow(name="greet", version=1)(greet_v1)
+    bounds = DetectionBounds(unserved_after_seconds=60, worker_silent_seconds=300)
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, only_v1) as engine:
+            worker = engine.worker(poll_seconds=0.01, detection=bounds)
+            running = asyncio.create_task(worker.run())
+            await until(
+                lambda: engine.store.workers(live_since=time.time() - 5), what="a live worker"
+            )
+            with lf.SyncEngine(journal_url, both) as starter:
+                started = starter.start("greet", key="g", input="ada")
+            assert started.instance.workflow_version == 2
+            report = scan(engine.store, bounds, now=time.time() + 61)
+            [finding] = report.raised
+            assert finding.reason_code == "no_capable_worker"
+            assert f"greet v2 (fingerprint {started.instance.fingerprint})" in finding.evidence
+            assert "live workers serve only greet v1" in finding.evidence
+            record = await engine.get(started.instance_id)
+            assert (record.status, record.owner, record.generation) == (
+                lf.InstanceStatus.RUNNING,
+                None,
+                0,
+            )
+            worker.stop()
+            await running
+        async with lf.Engine(journal_url, both) as engine:
+            await engine.worker(poll_seconds=0.01, detection=bounds).run(until_idle=True)
+            assert await engine.result(started.instance_id, timeout=5) == "hi ada"
+            assert scan(engine.store, bounds, now=time.time() + 61).cleared == (
+                (started.instance_id, "no_capable_worker"),
+            )
+
+    asyncio.run(main())
