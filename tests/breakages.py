@@ -10,6 +10,10 @@ dispatch sends, the compensation planner) with a broken version, and puts the or
 - ``fresh-key-on-redispatch``: a re-dispatch goes out under a fresh idempotency key.
 - ``stale-writes-accepted``: the store takes writes from an owner whose generation is stale.
 - ``compensate-unconfirmed``: a failed instance also compensates effects never confirmed.
+- ``any-code``: a worker claims any instance and runs it on the code it has for the
+  instance's version, whatever fingerprint the instance is pinned to.
+- ``remint-moved-keys``: a migration writes a moved effect back with an id and a key derived
+  from its new position.
 - ``claim-ignores-capability``: a claim hands out instances pinned to any definition, not only
   those the claiming worker serves.
 """
@@ -22,12 +26,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from ledgerflow.model import compensation as compensation_model
+from ledgerflow.model.definition import WorkflowDefinition
 from ledgerflow.model.effect import EffectState
-from ledgerflow.model.ids import IdempotencyKey
+from ledgerflow.model.ids import EffectId, IdempotencyKey, StepSeq, effect_id
+from ledgerflow.operators import upgrades
 from ledgerflow.runtime import compensations
 from ledgerflow.runtime.effects import EffectDriver
+from ledgerflow.runtime.executor import Executor
 from ledgerflow.storage import sql_store
-from ledgerflow.storage.records import Commit, EffectWrite
+from ledgerflow.storage.records import Commit, EffectRecord, EffectWrite, InstanceRecord
 from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_store import SqlStore
 
@@ -35,6 +42,8 @@ INTENT_AFTER_DISPATCH = "intent-after-dispatch"
 FRESH_KEY_ON_REDISPATCH = "fresh-key-on-redispatch"
 STALE_WRITES_ACCEPTED = "stale-writes-accepted"
 COMPENSATE_UNCONFIRMED = "compensate-unconfirmed"
+REMINT_MOVED_KEYS = "remint-moved-keys"
+ANY_CODE = "any-code"
 CLAIM_IGNORES_CAPABILITY = "claim-ignores-capability"
 
 
@@ -93,6 +102,25 @@ def _compensate_unconfirmed() -> Iterator[tuple[object, str, Any]]:
     yield compensations, "plan", every_effect
 
 
+def _remint_moved_keys() -> Iterator[tuple[object, str, Any]]:
+    def reminted(effect: EffectRecord, to_seq: int) -> tuple[EffectId, IdempotencyKey]:
+        return (
+            effect_id(effect.instance_id, effect.run, StepSeq(to_seq)),
+            IdempotencyKey(f"{effect.idempotency_key}@{to_seq}"),
+        )
+
+    yield upgrades, "moved_effect_identity", reminted
+
+
+def _any_code() -> Iterator[tuple[object, str, Any]]:
+    def whatever_it_has(self: Executor, instance: InstanceRecord) -> WorkflowDefinition:
+        return self.registry.get(instance.workflow_name, instance.workflow_version)
+
+    yield Executor, "_pinned_definition", whatever_it_has
+    # The claim routes by fingerprint too: it must hand out any instance for the code to run.
+    yield from _claim_ignores_capability()
+
+
 def _claim_ignores_capability() -> Iterator[tuple[object, str, Any]]:
     claim = ClaimStore.claim
 
@@ -108,6 +136,8 @@ BREAKAGES: dict[str, Callable[[], Iterator[tuple[object, str, Any]]]] = {
     FRESH_KEY_ON_REDISPATCH: _fresh_key_on_redispatch,
     STALE_WRITES_ACCEPTED: _stale_writes_accepted,
     COMPENSATE_UNCONFIRMED: _compensate_unconfirmed,
+    REMINT_MOVED_KEYS: _remint_moved_keys,
+    ANY_CODE: _any_code,
     CLAIM_IGNORES_CAPABILITY: _claim_ignores_capability,
 }
 

@@ -25,6 +25,7 @@ from ledgerflow.errors import LedgerflowError
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 LEDGERFLOW_ALL = [
+    "BusinessFailure",
     "Classification",
     "Codec",
     "Delivered",
@@ -74,6 +75,7 @@ TESTING_ALL = [
     "FaultPlan",
     "FaultRule",
     "Rates",
+    "ReplayVerdict",
     "RunResult",
     "Scenario",
     "ScriptedParticipant",
@@ -83,10 +85,13 @@ TESTING_ALL = [
     "Violation",
     "World",
     "build_report",
+    "replay_histories",
+    "replay_history",
     "scenario_for",
 ]
 
 ERRORS = [
+    "BusinessFailure",
     "CancelArrivedError",
     "CommandLineError",
     "ConcurrencyError",
@@ -125,6 +130,7 @@ ERRORS = [
     "UnknownVersionError",
     "UnknownWorkflowError",
     "UnsupportedMediaTypeError",
+    "VersionRetiredError",
     "WaitTimeoutError",
     "WorkflowError",
 ]
@@ -211,7 +217,7 @@ def test_errors_module_draws_every_error_in_its_tree() -> None:
     parents: list[str] = []
     drawn = 0
     for line in doc.splitlines():
-        match = re.match(r"^(\s*)((?:[│├└─ ]*)?)([A-Z]\w+Error)\b", line)
+        match = re.match(r"^(\s*)((?:[│├└─ ]*)?)([A-Z]\w+(?:Error|Failure))\b", line)
         if match is None or match.group(3) not in classes or not line.startswith("    "):
             continue
         depth = (len(match.group(1)) + len(match.group(2)) - 4) // 4
@@ -272,7 +278,7 @@ def test_the_tree_in_docs_is_the_hierarchy_with_its_codes() -> None:
     parents: list[str] = []
     drawn: list[str] = []
     for line in tree.splitlines():
-        match = re.match(r"^([│├└─ ]*)([A-Z]\w+Error)\s+(LF\d{3})$", line)
+        match = re.match(r"^([│├└─ ]*)([A-Z]\w+(?:Error|Failure))\s+(LF\d{3})$", line)
         if match is None:
             continue
         depth = len(match.group(1)) // 4

@@ -56,6 +56,7 @@ Example::
 
 from __future__ import annotations
 
+from ledgerflow.errors import BusinessFailure as BusinessFailure
 from ledgerflow.model.classification import Classification as Classification
 from ledgerflow.model.codec import Codec as Codec
 from ledgerflow.model.codec import JsonCodec as JsonCodec
@@ -93,6 +94,7 @@ __all__ = [
     "WorkflowContext",
     "Codec",
     "JsonCodec",
+    "BusinessFailure",
     # Running
     "Engine",
     "SyncEngine",

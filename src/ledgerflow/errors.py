@@ -8,7 +8,8 @@
     │   ├── UnknownWorkflowError      no workflow of that name is registered
     │   ├── UnknownVersionError       the workflow exists, but not at that version
     │   ├── CommandLineError          a ``ledgerflow`` command line that cannot be understood
-    │   └── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
+    │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
+    │   └── VersionRetiredError       that version is retired: it starts no new instance
     ├── PayloadError                  input/output that cannot be encoded or is too large
     │   └── PayloadTooLargeError      a request body past its bound, refused before it is read
     ├── RequestError                  an HTTP request the API cannot take as it was sent
@@ -32,10 +33,11 @@
     ├── InstanceNotFoundError
     ├── ResultTimeoutError            waited for a result that did not come in time
     ├── WorkflowError                 the instance ended without a result
-    └── StepError                     raised into workflow code
-        ├── StepFailedError           a local step used up its attempts
-        ├── EffectFailedError         an effect is proven not applied and no attempt is left
-        └── WaitTimeoutError          a wait's timeout came before its event
+    ├── StepError                     raised into workflow code
+    │   ├── StepFailedError           a local step used up its attempts
+    │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
+    │   └── WaitTimeoutError          a wait's timeout came before its event
+    └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
     ├── NotAuthorizedError        the actor holds no role that allows this command
@@ -129,6 +131,20 @@ class MissingExtraError(ConfigurationError):
     """An optional part of Ledgerflow is not installed; the message names the extra to add."""
 
     code = "LF105"
+
+
+class VersionRetiredError(ConfigurationError):
+    """That workflow version is retired: no new instance may start pinned to it."""
+
+    code = "LF106"
+    ID_NAMES = ("workflow", "version")
+
+    def __init__(
+        self, message: str | None = None, *, workflow: str | None = None, version: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.workflow = workflow
+        self.version = version
 
 
 class PayloadError(LedgerflowError):
@@ -433,6 +449,25 @@ class WaitTimeoutError(StepError):
     """The wait's timeout came before any event it would accept."""
 
     code = "LF503"
+
+
+class BusinessFailure(LedgerflowError):  # noqa: N818 - an outcome the workflow means, not an error of its code
+    """A failure the workflow raises on purpose; it compensates (or fails) the instance.
+
+    Subclass it for each business outcome that ends an instance without its result::
+
+        class InsufficientFunds(ledgerflow.BusinessFailure):
+            pass
+
+        raise InsufficientFunds(f"balance {balance} is below {amount}")
+
+    Any other exception that escapes workflow code is a defect: retried a bounded number of
+    times, then parked ``workflow_defect`` with nothing compensated (see
+    ``docs/retiring-and-defects.md``). A workflow may also declare other exception types as its
+    business failures (``Registry.workflow(business_failures=...)``).
+    """
+
+    code = "LF510"
 
 
 class EffectRejectedError(LedgerflowError):

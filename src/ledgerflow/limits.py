@@ -51,6 +51,13 @@ RETRY_INLINE_WAIT_SECONDS_MAX = 1.0
 # Names: workflow, participant, operation, step names and business keys.
 NAME_LENGTH_MAX = 200
 BUSINESS_KEY_LENGTH_MAX = 500
+# A participant contract version as declared on an effect (a small integer or a short name).
+CONTRACT_VERSION_LENGTH_MAX = 40
+# A workflow defect (an exception that is not a declared business failure) is tried again
+# this many times in a row, with the step retry machinery's backoff, before the instance is
+# parked ``workflow_defect``; and the traceback kept with it is cut to this many characters.
+DEFECT_ATTEMPTS_DEFAULT = 3
+DEFECT_TRACEBACK_CHARS_MAX = 4000
 # Tenant names (business keys have their own bound above).
 TENANT_LENGTH_MAX = NAME_LENGTH_MAX
 # SQLite waits this long for another process's write lock before reporting the store busy.
@@ -76,6 +83,13 @@ RECONCILE_LIMIT_DEFAULT = 100
 RECONCILE_LIMIT_MAX = 10_000
 RECONCILE_CORRECTIONS_DEFAULT = 20
 RECONCILE_RUNS_LISTED_MAX = 1_000
+# Replay checks and moves of in-flight instances (`ledgerflow replay`, `versions upgrade`,
+# `versions migrate`): histories one check replays by default, and instances one command
+# reads (per status, for a move) at most; a move past it is run again for the rest.
+REPLAY_LIMIT_DEFAULT = 100
+REPLAY_SCAN_MAX = 10_000
+# Exported history files one `ledgerflow replay --histories DIR` reads at most.
+REPLAY_HISTORIES_MAX = 10_000
 # The HTTP API and console (`ledgerflow serve`). A request body larger than this is refused
 # (413) from its Content-Length, or as soon as the bytes read pass it: never read whole first.
 # Room for a PAYLOAD_BYTES_MAX payload and the JSON around it.

@@ -63,7 +63,8 @@ async def post(call: lf.EffectCall) -> dict[str, Any]:
     return {"posted": call.payload["amount_cents"], "key": call.idempotency_key}
 
 
-@registry.workflow(name="transfer", version=1)
+# A refusal before any effect is the transfer's declared business failure: it ends FAILED.
+@registry.workflow(name="transfer", version=1, business_failures=(ValueError,))
 async def transfer_v1(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
     if request.get("fail"):
         raise ValueError("refused before any effect")

@@ -492,3 +492,30 @@ def test_progress_is_a_bar_on_a_terminal_and_nothing_elsewhere(
     assert shown.exit_code == 0, shown.output
     assert "random" in screen.getvalue()
     assert "3/3" in screen.getvalue()
+
+
+def test_report_states_which_exceptions_are_business_failures() -> None:
+    """Goal: the consistency report says which exceptions compensate (business failures) and
+    what any other exception does (a defect: bounded tries, then parked, nothing undone).
+
+    Method: a workflow declaring KeyError as a business failure lists BusinessFailure, the
+    engine's step errors and "declared: builtins.KeyError", and its defects line names the
+    attempts and workflow_defect; the same workflow with on_defect="compensate" says every
+    exception compensates and nothing is a defect.
+    """
+    registry = Registry()
+
+    async def flow(ctx: Any, value: Any) -> None:
+        return None
+
+    registry.workflow(name="flow", version=1, business_failures=(KeyError,))(flow)
+    registry.workflow(name="flow", version=2, on_defect="compensate")(flow)
+    declared = build_report(registry, registry.get("flow", 1))
+    assert declared.business_failures[0] == "ledgerflow.BusinessFailure and its subclasses"
+    assert "EffectFailedError" in declared.business_failures[1]
+    assert declared.business_failures[2:] == ["declared: builtins.KeyError"]
+    assert "tried 3 times in all" in declared.defects
+    assert "parked workflow_defect" in declared.defects
+    compensating = build_report(registry, registry.get("flow", 2))
+    assert compensating.business_failures == ["every exception (on_defect='compensate')"]
+    assert compensating.defects.startswith("none")

@@ -69,7 +69,8 @@ def double(amount: int) -> int:
     return amount * 2
 
 
-@registry.workflow(name="pay", version=1)
+# Failing after the charge is pay's declared business failure: the charge is refunded.
+@registry.workflow(name="pay", version=1, business_failures=(ValueError,))
 async def pay(ctx: WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
     """Charge; fail afterwards when asked (so the charge is compensated by a refund)."""
     receipt = await ctx.effect(charge, {"amount": request["amount"]})

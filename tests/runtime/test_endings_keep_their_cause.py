@@ -44,7 +44,8 @@ class Bank:
             self.applied[call.idempotency_key] += 1
             return {"refunded": call.original_key}
 
-        @self.registry.workflow(name="transfer", version=1)
+        # The deposit's failure is the transfer's declared business failure: it compensates.
+        @self.registry.workflow(name="transfer", version=1, business_failures=(RuntimeError,))
         async def transfer(ctx: lf.WorkflowContext, amount: int) -> str:
             await ctx.effect(withdraw, amount)
             raise RuntimeError("deposit failed: BankUnavailable")

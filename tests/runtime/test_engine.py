@@ -63,7 +63,11 @@ class Shop:
         self.hold, self.send = hold, send
         self.ran: Counter[str] = Counter()
 
-        @self.registry.workflow(name="order", version=1, step_retry=QUICK)
+        # The order's and plain's failures are declared business failures: they end the
+        # instance by the effect ledger (FAILED, COMPENSATED, FORWARD_RECOVERY_REQUIRED).
+        @self.registry.workflow(
+            name="order", version=1, step_retry=QUICK, business_failures=(RuntimeError,)
+        )
         async def order(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
             self.ran[ctx.business_key] += 1
             held = await ctx.effect(hold, request["sku"])
@@ -75,7 +79,9 @@ class Shop:
                 raise RuntimeError("boom after mail")
             return {"held": held}
 
-        @self.registry.workflow(name="plain", version=1, step_retry=QUICK)
+        @self.registry.workflow(
+            name="plain", version=1, step_retry=QUICK, business_failures=(ValueError,)
+        )
         async def plain(ctx: lf.WorkflowContext, n: int) -> int:
             if n < 0:
                 raise ValueError("negative")

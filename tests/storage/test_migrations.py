@@ -90,6 +90,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "reconciled_at",
         "attempt_errors",
         "lookup_failures",
+        "contract_version",
     ],
     "lf_timeline": [
         "entry_id",
@@ -181,6 +182,14 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "csrf_token",
         "created_at",
         "expires_at",
+    ],
+    "lf_retired_versions": [
+        "workflow_name",
+        "workflow_version",
+        "retired_at",
+        "retired_by",
+        "reason",
+        "audit_id",
     ],
     "lf_workers": [
         "worker_id",

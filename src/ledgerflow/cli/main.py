@@ -24,7 +24,9 @@ from ledgerflow.cli.repairs import register as register_repairs
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signals
 from ledgerflow.cli.tokens import register as register_tokens
+from ledgerflow.cli.upgrades import register as register_upgrades
 from ledgerflow.cli.verify import register as register_verify
+from ledgerflow.cli.versions import register as register_versions
 from ledgerflow.cli.worker import worker
 from ledgerflow.cli.workers import register as register_workers
 from ledgerflow.errors import CommandLineError, LedgerflowError
@@ -52,6 +54,8 @@ register_repairs(cli)
 register_attention(cli)
 register_reconcile(cli)
 register_tokens(cli)
+register_versions(cli)
+register_upgrades(cli)
 register_workers(cli)
 
 

@@ -138,9 +138,12 @@ def effects_table(effects: Iterable[EffectRecord], *, title: str = "effects") ->
     table.add_column("evidence", overflow="fold")
     table.add_column("reason", overflow="fold")
     for effect in effects:
+        name = f"{effect.participant}.{effect.operation}"
+        if effect.contract_version is not None:
+            name += f" (contract {effect.contract_version})"
         table.add_row(
             cell(effect.seq),
-            cell(f"{effect.participant}.{effect.operation}"),
+            cell(name),
             cell(effect.classification),
             cell(effect.idempotency_key),
             cell(effect.state.value),

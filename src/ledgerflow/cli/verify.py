@@ -318,6 +318,8 @@ def print_report(out: Console, report: ConsistencyReport) -> None:
                 ("lease default", f"{report.lease_seconds_default:g}s"),
                 ("owners", report.owners),
                 ("versions", report.pinning),
+                ("business failures", "; ".join(report.business_failures)),
+                ("defects", report.defects),
             ]
         )
     )

@@ -21,9 +21,11 @@ from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, UnknownVersionError, UnknownWorkflowError
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition
+from ledgerflow.model.defects import OnDefect, declared_names, is_business_failure
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.ids import EffectId, IdempotencyKey, InstanceId
 from ledgerflow.model.retry import (
+    DEFAULT_DEFECT_RETRY,
     DEFAULT_EFFECT_RETRY,
     DEFAULT_LOOKUP_RETRY,
     DEFAULT_STEP_RETRY,
@@ -90,6 +92,9 @@ class EffectDeclaration:
     precondition: PreconditionFunction | None = None
     # An asynchronous effect: seconds to wait for the participant's completion callback.
     completes_by_callback: float | None = None
+    # The participant contract (payload shape) version this declaration speaks, recorded with
+    # every effect it writes; None: not declared.
+    contract_version: str | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -101,6 +106,7 @@ class EffectDeclaration:
             "compensation": self.compensation,
             "deduplicates": self.participant.deduplicates,
             "has_lookup": self.participant.lookup_function is not None,
+            "contract_version": self.contract_version,
         }
 
 
@@ -153,8 +159,14 @@ class Participant:
         timeout_seconds: float = limits.EFFECT_TIMEOUT_SECONDS_DEFAULT,
         compensation: str | None = None,
         completes_by_callback: float | None = None,
+        contract_version: int | str | None = None,
     ) -> Callable[[EffectFunction], EffectDeclaration]:
         """Declare an effect. ``classification`` is required: there is no safe default.
+
+        ``contract_version`` names the version of the participant's contract (the shape of the
+        payload it takes) this declaration speaks; it is recorded with every effect, so that a
+        replay can tell histories written under another contract (see
+        :func:`~ledgerflow.model.contracts.contract_mismatches`).
 
         ``completes_by_callback=seconds`` declares an asynchronous effect: the participant's
         answer to the dispatch only says it accepted the request; the effect completes when
@@ -188,6 +200,7 @@ class Participant:
                 timeout_seconds=timeout_seconds,
                 compensation=compensation,
                 completes_by_callback=completes_by_callback,
+                contract_version=contract_text(f"effect {self.name}.{op}", contract_version),
             )
             self.effects[op] = declaration
             return declaration
@@ -247,7 +260,60 @@ class Participant:
         return function
 
 
+def contract_text(what: str, version: int | str | None) -> str | None:
+    """A declared contract version as recorded: a small integer or a short name, as text."""
+    if version is None:
+        return None
+    if isinstance(version, bool) or not isinstance(version, int | str):
+        raise RegistrationError(f"{what}: contract_version must be an int or a str")
+    text = str(version)
+    if not text or len(text) > limits.CONTRACT_VERSION_LENGTH_MAX or text != text.strip():
+        raise RegistrationError(
+            f"{what}: contract_version must be 1 to {limits.CONTRACT_VERSION_LENGTH_MAX} "
+            "characters without surrounding spaces"
+        )
+    return text
+
+
 WorkflowFunction = Callable[..., Awaitable[Any]]
+
+
+def _checked_on_defect(workflow: str, on_defect: OnDefect | str) -> OnDefect:
+    try:
+        return OnDefect(on_defect)
+    except ValueError:
+        raise RegistrationError(
+            f"workflow {workflow}: on_defect must be one of "
+            + ", ".join(repr(o.value) for o in OnDefect)
+        ) from None
+
+
+def _defect_settings(
+    failures: tuple[type[BaseException], ...], on_defect: OnDefect, defect_retry: RetryPolicy
+) -> dict[str, Any]:
+    """What a workflow declares about its failures, as its fingerprint's configuration.
+    Recorded only when declared: the fingerprints of definitions that declare none stay what
+    they were before business failures and defects were told apart."""
+    settings: dict[str, Any] = {}
+    if failures:
+        settings["business_failures"] = declared_names(failures)
+    if on_defect is not OnDefect.PARK:
+        settings["on_defect"] = on_defect.value
+    if defect_retry != DEFAULT_DEFECT_RETRY:
+        settings["defect_retry"] = defect_retry.to_record()
+    return settings
+
+
+def _checked_failures(
+    workflow: str, declared: tuple[type[BaseException], ...] | list[type[BaseException]]
+) -> tuple[type[BaseException], ...]:
+    found = tuple(declared)
+    for kind in found:
+        if not (isinstance(kind, type) and issubclass(kind, Exception)):
+            raise RegistrationError(
+                f"workflow {workflow}: business_failures must be exception classes, not {kind!r}"
+            )
+    return found
 
 
 def fingerprint_of(
@@ -281,6 +347,20 @@ class WorkflowDefinition:
     config: dict[str, Any] = field(default_factory=dict)
     # Sample inputs, for `ledgerflow verify` and documentation; not part of the fingerprint.
     examples: tuple[Any, ...] = ()
+    # The exception types this workflow raises on purpose (beyond BusinessFailure): they
+    # compensate or fail the instance; any other exception is a defect (model/defects.py).
+    business_failures: tuple[type[BaseException], ...] = ()
+    on_defect: OnDefect = OnDefect.PARK
+    # How often, and after what backoff, a defect is tried again before the instance parks.
+    defect_retry: RetryPolicy = DEFAULT_DEFECT_RETRY
+
+    def is_business_failure(self, exc: BaseException) -> bool:
+        """Whether ``exc`` from this workflow's code compensates or fails the instance (a
+        business failure, or any exception under ``on_defect="compensate"``) rather than
+        being a defect, tried again and then parked."""
+        return self.on_defect is OnDefect.COMPENSATE or is_business_failure(
+            exc, self.business_failures
+        )
 
 
 class Registry:
@@ -315,22 +395,34 @@ class Registry:
         config: dict[str, Any] | None = None,
         step_retry: RetryPolicy = DEFAULT_STEP_RETRY,
         examples: tuple[Any, ...] | list[Any] = (),
+        business_failures: tuple[type[BaseException], ...] | list[type[BaseException]] = (),
+        on_defect: OnDefect | str = OnDefect.PARK,
+        defect_retry: RetryPolicy = DEFAULT_DEFECT_RETRY,
     ) -> Callable[[WorkflowFunction], WorkflowFunction]:
         """Register an ``async def`` workflow under a name and a version.
 
         ``schema`` names the shape of the workflow's input and state (bump it when that shape
         changes); ``config`` is any settings the workflow's behaviour depends on. Both enter
         the fingerprint. ``examples`` are sample inputs that ``ledgerflow verify`` explores.
+
+        ``business_failures`` lists the exception types the workflow raises on purpose (besides
+        :class:`~ledgerflow.errors.BusinessFailure` and its subclasses): they compensate or
+        fail the instance. Any other exception is a defect: tried again on ``defect_retry``,
+        then parked ``workflow_defect`` with nothing compensated; ``on_defect="compensate"``
+        treats every exception as a business failure instead.
         """
         check_name("workflow", name)
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise RegistrationError(f"workflow {name}: version must be a positive integer")
+        failures = _checked_failures(name, business_failures)
+        defects = _checked_on_defect(name, on_defect)
 
         def register(function: WorkflowFunction) -> WorkflowFunction:
             if not inspect.iscoroutinefunction(function):
                 raise RegistrationError(f"workflow {name} must be an async def")
             settings = dict(config or {})
             settings["step_retry"] = step_retry.to_record()
+            settings.update(_defect_settings(failures, defects, defect_retry))
             definition = WorkflowDefinition(
                 name=name,
                 version=version,
@@ -342,6 +434,9 @@ class Registry:
                 schema=schema,
                 config=settings,
                 examples=tuple(examples),
+                business_failures=failures,
+                on_defect=defects,
+                defect_retry=defect_retry,
             )
             versions = self._workflows.setdefault(name, {})
             if version in versions:

@@ -114,6 +114,8 @@ class RetryPolicy:
 
 
 DEFAULT_STEP_RETRY = RetryPolicy()
+# A workflow defect (see model/defects.py) is tried this often before the instance parks.
+DEFAULT_DEFECT_RETRY = RetryPolicy(attempts_max=limits.DEFECT_ATTEMPTS_DEFAULT)
 DEFAULT_EFFECT_RETRY = RetryPolicy()
 # Asking a participant's lookup again when it could not be asked at all (unreachable): a short
 # outage must not park work, so the lookup outlasts about three quarters of a minute of it on

@@ -19,6 +19,9 @@ class StepKind(enum.Enum):
     # A durable sleep, and a wait for an event (signal, callback, approval) with a timeout.
     TIMER = "timer"
     WAIT = "wait"
+    # A patch marker (``ctx.patched``): journaled complete, it records that the run took the
+    # patched branch at this position.
+    MARKER = "marker"
 
 
 class StepStatus(enum.Enum):

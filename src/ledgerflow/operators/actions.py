@@ -1,11 +1,13 @@
 """The audit records of what is not a repair: starts, cancels, signals, callbacks, tokens
 (internal).
 
-Repairs write their own audit records (:mod:`ledgerflow.operators.repairs`). Everything else
-that changes state from outside -- a start, a cancel request, a signal or approval, an effect's
-callback, a token made or revoked -- is recorded here by whoever carried it out (the operators'
-service), with the principal that asked, the role it acted under and what came of it, so that
-the audit log answers "who did this" for every change, whichever face it came through.
+Repairs write their own audit records (:mod:`ledgerflow.operators.repairs`), and so does a
+version's retirement (:mod:`ledgerflow.operators.versions`, in the retirement's transaction;
+its kind is listed here). Everything else that changes state from outside -- a start, a cancel
+request, a signal or approval, an effect's callback, a token made or revoked -- is recorded
+here by whoever carried it out (the operators' service), with the principal that asked, the
+role it acted under and what came of it, so that the audit log answers "who did this" for
+every change, whichever face it came through.
 
 An action's record has the shape of a repair's: ``kind`` is one of :data:`ACTION_KINDS`,
 ``outcome`` is ``applied``, ``no-op`` (a repeat that changed nothing) or ``refused``, and
@@ -32,7 +34,22 @@ SIGNAL = "signal"
 COMPLETE_EFFECT = "complete-effect"
 TOKEN_CREATE = "token-create"
 TOKEN_REVOKE = "token-revoke"
-ACTION_KINDS = (START, CANCEL, SIGNAL, COMPLETE_EFFECT, TOKEN_CREATE, TOKEN_REVOKE)
+# Moves of in-flight instances to other code (operators/upgrades.py), each with its replay.
+UPGRADE = "upgrade"
+MIGRATE = "migrate"
+# Written by ledgerflow.operators.versions, with the retirement in one transaction.
+RETIRE_VERSION = "retire-version"
+ACTION_KINDS = (
+    START,
+    CANCEL,
+    SIGNAL,
+    COMPLETE_EFFECT,
+    TOKEN_CREATE,
+    TOKEN_REVOKE,
+    UPGRADE,
+    MIGRATE,
+    RETIRE_VERSION,
+)
 # An action's reason and refusal are kept to this many characters.
 ACTION_TEXT_MAX = 1000
 

@@ -38,6 +38,12 @@ from ledgerflow.operators import actions
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
+from ledgerflow.operators.versions import (
+    Retirement,
+    VersionSummary,
+    retire_version,
+    version_summaries,
+)
 from ledgerflow.operators.workers import live_workers, worker_json
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.detection import bounds_from_environment
@@ -251,6 +257,32 @@ class ScopedOperations:
         """Instances per workflow, version, fingerprint and status, as the journal holds them."""
         self.require(ApiRole.VIEWER)
         return self._store.version_counts(tenant=self.principal.tenant_filter)
+
+    def version_summaries(self) -> list[VersionSummary]:
+        """Per workflow, version and fingerprint: instances by status (of the principal's
+        tenant), the oldest in flight, whether it is retired."""
+        self.require(ApiRole.VIEWER)
+        live = live_workers(self._store, now=self._clock.now(), bounds=bounds_from_environment())
+        return version_summaries(self._store, tenant=self.principal.tenant_filter, live=live)
+
+    def retire(self, workflow: str, version: int, *, reason: str) -> Retirement:
+        """Retire a workflow version (every tenant's instances count as its evidence): an
+        admin's call, and only one that sees every tenant."""
+        self.require(ApiRole.ADMIN)
+        if self.principal.tenant != ALL_TENANTS:
+            raise NotAuthorizedError(
+                f"{self.principal.name} sees one tenant; retiring a version concerns them all",
+                actor=self.principal.name,
+            )
+        return retire_version(
+            self._store,
+            self._clock,
+            workflow=workflow,
+            version=version,
+            actor=self.principal.name,
+            role=self.principal.role.value,
+            reason=reason,
+        )
 
     def workers(self) -> list[dict[str, Any]]:
         """The live workers and what they can run (heartbeat, slots, definitions served).

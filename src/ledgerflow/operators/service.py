@@ -57,6 +57,14 @@ from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.scoped import InstancePage, ScopedOperations
+from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
+from ledgerflow.operators.versions import (
+    Retirement,
+    VersionSummary,
+    parse_target,
+    retire_version,
+    version_summaries,
+)
 from ledgerflow.operators.workers import live_workers, worker_json
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.detection import ScanReport, bounds_from_environment, scan
@@ -67,6 +75,7 @@ from ledgerflow.runtime.engine import (
     Started,
     SyncEngine,
 )
+from ledgerflow.runtime.replay import ReplayVerdict
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage import open_store
 from ledgerflow.storage.access import ApiToken, InstanceQuery, VersionCount
@@ -97,7 +106,10 @@ __all__ = [
     "InstanceQuery",
     "InstanceRecord",
     "InstanceReport",
+    "MigrationPlan",
     "MigrationStatus",
+    "MoveOutcome",
+    "MoveReport",
     "Operations",
     "Principal",
     "ReconciliationRun",
@@ -105,16 +117,20 @@ __all__ = [
     "RepairRequest",
     "RepairResult",
     "Replay",
+    "ReplayVerdict",
+    "Retirement",
     "ScanReport",
     "ScopedOperations",
     "SignedIn",
     "Started",
     "Tokens",
     "VersionCount",
+    "VersionSummary",
     "WorkerRecord",
     "local_actor",
     "migrate_journal",
     "migration_status",
+    "parse_target",
     "request_hash",
     "worker_json",
 ]
@@ -391,6 +407,30 @@ class Operations:
         """The audited repair tool on this store, under this service's authority."""
         return Repairs(self._store, self.authority, clock=self._clock, codec=self._codec)
 
+    # -- definition versions ------------------------------------------------------------------
+
+    def versions(self, *, tenant: str | None = None) -> list[VersionSummary]:
+        """Per workflow, version and fingerprint: instances by status, the oldest in flight,
+        whether it is retired (of one tenant, or of all)."""
+        live = live_workers(self._store, now=self._clock.now(), bounds=bounds_from_environment())
+        return version_summaries(self._store, tenant=tenant, live=live)
+
+    def retire(
+        self, workflow: str, version: int, *, reason: str, actor: str | None = None
+    ) -> Retirement:
+        """Retire a workflow version with its evidence on the audit record, against ``actor``
+        (default: :func:`local_actor`); refused (on the record) while instances in flight are
+        pinned to it."""
+        return retire_version(
+            self._store,
+            self._clock,
+            workflow=workflow,
+            version=version,
+            actor=actor or local_actor(),
+            role=None,
+            reason=reason,
+        )
+
     # -- reconciliation ------------------------------------------------------------------------
 
     def reconcile(
@@ -422,6 +462,56 @@ class Operations:
     def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:
         """The newest ``limit`` reconciliation runs, newest first."""
         return self._store.reconciliations(limit=limit)
+
+    # -- replay checks and moves to other code -------------------------------------------------
+
+    def upgrades(self, registry: Registry) -> Upgrades:
+        """Replay checks, history export, upgrades and migrations against ``registry``'s code."""
+        return Upgrades(self._store, registry, clock=self._clock, codec=self._codec)
+
+    def replay(
+        self,
+        registry: Registry,
+        *,
+        workflow: str | None = None,
+        version: int | None = None,
+        limit: int = limits.REPLAY_LIMIT_DEFAULT,
+    ) -> list[ReplayVerdict]:
+        """Replay in-flight and recently ended histories against ``registry``'s code as it is
+        now; nothing is dispatched or written."""
+        return self.upgrades(registry).replay_stored(
+            workflow=workflow, version=version, limit=limit
+        )
+
+    def export(self, instance_id: str) -> dict[str, Any]:
+        """One instance's history as a versioned JSON document (``ledgerflow export``)."""
+        return self.upgrades(Registry()).export(instance_id)
+
+    def upgrade(
+        self,
+        registry: Registry,
+        *,
+        workflow: str,
+        version: int,
+        to_fingerprint: str,
+        actor: str,
+        dry_run: bool = False,
+    ) -> MoveReport:
+        """Move W@N's in-flight instances to ``registry``'s code for W@N (``to_fingerprint``),
+        each only if its replay against that code is clean; audited as ``actor``."""
+        return self.upgrades(registry).upgrade(
+            workflow=workflow,
+            version=version,
+            to_fingerprint=to_fingerprint,
+            actor=actor,
+            dry_run=dry_run,
+        )
+
+    def migrate_instances(
+        self, registry: Registry, plan: MigrationPlan, *, actor: str, dry_run: bool = False
+    ) -> MoveReport:
+        """Move in-flight instances to another version under a declared plan of positions."""
+        return self.upgrades(registry).migrate(plan, actor=actor, dry_run=dry_run)
 
     # Last in the class: below it, ``list`` in an annotation would name this method.
     def list(

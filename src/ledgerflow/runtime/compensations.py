@@ -97,6 +97,8 @@ class CompensationRunner:
             reason=f"undoes {original.participant}.{original.operation}",
             compensates=original.effect_id,
             detail="planned",
+            # It sends the original's payload: the contract that payload was written under.
+            contract_version=original.contract_version,
         )
 
     async def run(self) -> None:

@@ -4,10 +4,18 @@ Each call to :meth:`WorkflowContext.step` or :meth:`WorkflowContext.effect` take
 sequence number. On replay the journal answers: a completed step returns its recorded output
 without running again, and a step that does not match what the journal holds at that position
 (another kind, name or input) is a divergence, which parks the instance instead of running on.
+
+Positions are taken in program order by the one task that runs the workflow function: a call
+from another task (``asyncio.gather``, ``create_task``) would race for positions, so it is
+refused and the instance parks (``concurrent_steps``). :meth:`WorkflowContext.patched` is
+decided at its position from the journal, so a replayed run takes the branch it took.
+:class:`~ledgerflow.runtime.replay.ReplayContext` is the same context answered from the journal
+only (the replay checker).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,15 +23,24 @@ from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError
 from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
-from ledgerflow.model.retry import RetryPolicy
+from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.signal import Signal
-from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.runtime.control import Cancelled, Park
+from ledgerflow.model.step import StepEvent, StepKind, StepStatus
+from ledgerflow.runtime.control import Cancelled, Diverged, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.waits import WaitDriver
 from ledgerflow.storage.records import StepRecord
+from ledgerflow.storage.transitions import new_step
+
+PATCH_PREFIX = "patched:"
+CHANGE_ID_LENGTH_MAX = 200
+
+
+def describe_step(kind: StepKind, name: str, input_text: str | None) -> str:
+    """One journal position as a person reads it: kind, name and input."""
+    return f"{kind.value} {name!r} with input {input_text}"
 
 
 class WorkflowContext:
@@ -42,6 +59,11 @@ class WorkflowContext:
         self._session = session
         self._definition = definition
         self._seq = 0
+        # The task that runs the workflow function: the only one that may take positions.
+        try:
+            self._task: asyncio.Task[object] | None = asyncio.current_task()
+        except RuntimeError:  # built outside a running loop (never by the executor)
+            self._task = None
 
     @property
     def instance_id(self) -> InstanceId:
@@ -59,6 +81,17 @@ class WorkflowContext:
     def steps_taken(self) -> int:
         return self._seq
 
+    def _in_program_order(self, what: str) -> None:
+        """Refuse a call from another task: two branches would race for positions, and a
+        replay would hand them out in another order."""
+        if self._task is not None and asyncio.current_task() is not self._task:
+            raise Park(
+                "concurrent_steps",
+                f"{what} was called from a task other than the workflow's own (asyncio.gather "
+                "or create_task in workflow code); steps and effects are taken one after "
+                "another, in program order",
+            )
+
     def _next_seq(self) -> StepSeq:
         self._seq += 1
         if self._seq > limits.STEPS_PER_INSTANCE_MAX:
@@ -75,11 +108,13 @@ class WorkflowContext:
         if recorded is None:
             return None
         if recorded.kind is not kind or recorded.name != name or recorded.input != input_text:
-            raise Park(
-                "replay_divergence",
-                f"step {seq}: the journal holds {recorded.kind.value} {recorded.name!r} "
-                f"with input {recorded.input}, the code now asks for {kind.value} {name!r} "
-                f"with input {input_text}",
+            holds = describe_step(recorded.kind, recorded.name, recorded.input)
+            asks = describe_step(kind, name, input_text)
+            raise Diverged(
+                seq,
+                holds=holds,
+                asks=asks,
+                reason=f"step {seq}: the journal holds {holds}, the code now asks for {asks}",
             )
         return recorded
 
@@ -104,6 +139,7 @@ class WorkflowContext:
         """
         session = self._session
         policy = retry or self._definition.step_retry
+        self._in_program_order(f"step {name!r}")
         seq = self._next_seq()
         input_text = session.codec.encode(list(args))
         recorded = self._replayed(seq, kind=StepKind.LOCAL, name=name, input_text=input_text)
@@ -142,6 +178,7 @@ class WorkflowContext:
         """
         session = self._session
         step_name = name or f"{declaration.participant.name}.{declaration.operation}"
+        self._in_program_order(f"effect {step_name!r}")
         seq = self._next_seq()
         payload_text = session.codec.encode(payload)
         recorded = self._replayed(
@@ -168,6 +205,7 @@ class WorkflowContext:
         await self._timer("sleep_until", {"until": at}, at)
 
     async def _timer(self, name: str, spec: dict[str, Any], due: float) -> None:
+        self._in_program_order(name)
         seq = self._next_seq()
         input_text = self._session.codec.encode(spec)
         recorded = self._replayed(seq, kind=StepKind.TIMER, name=name, input_text=input_text)
@@ -201,8 +239,9 @@ class WorkflowContext:
     async def _wait(
         self, event: str, *, timeout: float | None, approvers: tuple[str, ...]
     ) -> Signal:
-        seq = self._next_seq()
         name = f"wait:{event}"
+        self._in_program_order(name)
+        seq = self._next_seq()
         spec = {"event": event, "timeout": timeout, "approvers": list(approvers)}
         input_text = self._session.codec.encode(spec)
         recorded = self._replayed(seq, kind=StepKind.WAIT, name=name, input_text=input_text)
@@ -217,6 +256,57 @@ class WorkflowContext:
             recorded=recorded,
         )
         return await driver.wait_for(event, due, approvers)
+
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the patched branch of a change to the workflow's code.
+
+        A new run (or one that reaches this point for the first time) gets True, and a marker
+        is journaled at this position; a run journaled before the change, whose journal holds
+        something else here, gets False and the position stays the old code's. Each call is
+        decided at its own position, so a replay always takes the branch the run took.
+
+        Example::
+
+            if ctx.patched("fee-before-charge"):
+                fee = await ctx.step("fee", fee_of, order)
+            receipt = await ctx.effect(charge, {"amount": total})
+        """
+        if not isinstance(change_id, str) or not 0 < len(change_id) <= CHANGE_ID_LENGTH_MAX:
+            raise RegistrationError(
+                f"a change id is a text of 1 to {CHANGE_ID_LENGTH_MAX} characters, got "
+                f"{change_id!r}"
+            )
+        self._in_program_order(f"patched({change_id!r})")
+        name = PATCH_PREFIX + change_id
+        at = StepSeq(self._seq + 1)
+        recorded = self._session.step(at)
+        if recorded is None:
+            if not self._patch_at_frontier(at, name):
+                return False
+            seq = self._next_seq()
+            s = self._session
+            s.riders.append(
+                new_step(
+                    s.instance,
+                    seq,
+                    StepEvent.COMPLETE,
+                    kind=StepKind.MARKER,
+                    name=name,
+                    input=None,
+                    retry_policy=s.codec.encode(DEFAULT_STEP_RETRY.to_record()),
+                    now=s.clock.now(),
+                    output="true",
+                )
+            )
+            return True
+        if recorded.kind is StepKind.MARKER and recorded.name == name:
+            self._next_seq()
+            return True
+        return False
+
+    def _patch_at_frontier(self, seq: StepSeq, name: str) -> bool:
+        """The answer past the end of the journal: a live run takes the patched branch."""
+        return True
 
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""

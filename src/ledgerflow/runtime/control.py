@@ -46,3 +46,14 @@ class Cancelled(BaseException):
 
 class Waiting(BaseException):
     """The instance is WAITING: that, and its wake-up time, are already committed."""
+
+
+class Diverged(Park):
+    """The code asked, at journal position ``seq``, for something other than what the journal
+    holds there: ``holds`` and ``asks`` describe both sides (``None``: nothing)."""
+
+    def __init__(self, seq: int, *, holds: str | None, asks: str | None, reason: str) -> None:
+        super().__init__("replay_divergence", reason)
+        self.seq = seq
+        self.holds = holds
+        self.asks = asks

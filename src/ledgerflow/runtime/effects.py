@@ -44,7 +44,7 @@ from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_by_deadline, describe_error, error_names
 from ledgerflow.runtime.completion import CallbackCompletion
-from ledgerflow.runtime.control import Park
+from ledgerflow.runtime.control import Diverged, Park
 from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
@@ -136,12 +136,7 @@ class EffectDriver:
                 intent = (*intent, NoCancelRequest())
             await self.session.commit(*intent)
             return await self._dispatch(attempt=1)
-        if effect is None or effect.idempotency_key != self.key:
-            journaled = effect.idempotency_key if effect else "no effect"
-            raise Park(
-                "replay_divergence",
-                f"step {self.seq}: the journal holds {journaled}, the code derives {self.key}",
-            )
+        effect = self._adopt(effect)
         if step.status is StepStatus.COMPLETED and effect.state is EffectState.FAILED:
             # An operator skipped the step (repair skip-step): the effect stays FAILED, proven
             # not applied, and the workflow receives the substitute result they recorded.
@@ -167,6 +162,36 @@ class EffectDriver:
                 )
             )
         return await self.resolve()
+
+    def _adopt(self, effect: EffectRecord | None) -> EffectRecord:
+        """Take the journaled effect's id and key, or refuse a position that holds another.
+
+        An effect keeps the id and key it was minted with for good: a declared migration may
+        move it to another position, and its key is never derived again from the new one."""
+        participant, operation = self.declaration.participant.name, self.declaration.operation
+        if self.undoes is not None:
+            same = effect is not None and effect.idempotency_key == self.key
+        else:
+            same = (
+                effect is not None
+                and effect.participant == participant
+                and effect.operation == operation
+            )
+        if effect is None or not same:
+            holds = (
+                f"effect {effect.participant}.{effect.operation} under key {effect.idempotency_key}"
+                if effect is not None
+                else "no effect"
+            )
+            asks = f"effect {participant}.{operation} under key {self.key}"
+            raise Diverged(
+                self.seq,
+                holds=holds,
+                asks=asks,
+                reason=f"step {self.seq}: the journal holds {holds}, the code asks for {asks}",
+            )
+        self.effect_id, self.key = effect.effect_id, effect.idempotency_key
+        return effect
 
     def _call(
         self, *, attempt: int, key: IdempotencyKey, deadline_at: float | None = None
@@ -549,6 +574,7 @@ class EffectDriver:
                 now=now,
                 reason=reason,
                 detail=detail,
+                contract_version=self.declaration.contract_version,
             )
         errors = current.attempt_errors
         if failed is not None:

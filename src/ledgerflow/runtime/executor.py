@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import traceback
 
+from ledgerflow import limits
 from ledgerflow.errors import PayloadError, UnknownVersionError, UnknownWorkflowError
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.codec import Codec
+from ledgerflow.model.defects import DEFECT_RETRY, WOKEN, WORKFLOW_DEFECT, defect_streak
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.calls import describe_error
+from ledgerflow.runtime.calls import describe_error, error_names
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
@@ -124,7 +127,7 @@ class Executor:
         if session.status is InstanceStatus.WAITING:
             # Woken by its timer, an event or a cancel request: replay decides which.
             await session.commit(
-                instance_change(InstanceStatus.WAITING, InstanceEvent.WAKE, reason_code="woken")
+                instance_change(InstanceStatus.WAITING, InstanceEvent.WAKE, reason_code=WOKEN)
             )
         if session.status in (InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING):
             await CompensationRunner(session, self.registry).run()
@@ -139,7 +142,10 @@ class Executor:
             await self._cancel(session, cancelled.stopped)
             return
         except Exception as exc:  # noqa: BLE001 - the workflow's own failure is recorded.
-            await self._fail(session, exc)
+            if definition.is_business_failure(exc):
+                await self._fail(session, exc)
+            else:
+                await self._defect(session, definition, exc)
             return
         journaled = sum(1 for seq in session.journal.steps if seq > 0)
         # The one park about code that stays: the fingerprint matched, yet the journal holds
@@ -190,6 +196,41 @@ class Executor:
                 release=True,
                 cause=cause,
             )
+        )
+
+    async def _defect(
+        self, session: Session, definition: WorkflowDefinition, exc: Exception
+    ) -> None:
+        """A bug in the workflow's code, not an outcome it meant: tried again after the
+        policy's backoff (a durable suspension, counted on the timeline), then parked with
+        the traceback and the code fingerprint. Nothing is compensated: a deploy fixes it."""
+        timeline = await self.store.timeline(session.instance_id)
+        attempt = defect_streak((e.subject, e.detail) for e in timeline) + 1
+        policy = definition.defect_retry
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        if attempt < policy.attempts_max and policy.retries(error_names(exc)):
+            identity = f"{session.instance_id}:{session.instance.run}:defect"
+            pause = policy.delay_before(attempt + 1, identity=identity)
+            log.warning("workflow defect in %s, trying again: %s", session.instance_id, error)
+            await session.commit(
+                instance_change(
+                    session.status,
+                    InstanceEvent.SUSPEND,
+                    reason_code=DEFECT_RETRY,
+                    reason=f"workflow defect (attempt {attempt} of {policy.attempts_max}): {error}",
+                    release=True,
+                    available_at=self.clock.now() + pause.total_seconds(),
+                )
+            )
+            return
+        trace = "".join(traceback.format_exception(exc))[-limits.DEFECT_TRACEBACK_CHARS_MAX :]
+        confirmed = len(session.confirmed_effects())
+        raise Park(
+            WORKFLOW_DEFECT,
+            f"workflow defect after {attempt} attempt(s): {error}; code fingerprint "
+            f"{definition.fingerprint}; nothing was compensated ({confirmed} confirmed "
+            "effect(s) stay applied): deploy a fix and resume the instance (or declare the "
+            f"exception a business failure)\n{trace}",
         )
 
     async def _cancel(self, session: Session, stopped: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ledgerflow import limits
 from ledgerflow.errors import (
@@ -24,9 +25,9 @@ from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
-from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import (
     Commit,
+    Delivery,
     EffectRecord,
     EffectWrite,
     InstanceRecord,
@@ -39,12 +40,37 @@ from ledgerflow.storage.records import (
 )
 
 
+class SessionStore(Protocol):
+    """What a session asks of its store: a worker's is the store thread
+    (:class:`~ledgerflow.runtime.store_thread.AsyncStore`); a replay check's answers nothing."""
+
+    inline: bool
+
+    async def commit(self, commit: Commit, *, now: float) -> Exception | None: ...
+
+    async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...
+
+    async def deliver(
+        self,
+        *,
+        instance_id: InstanceId,
+        event_id: str,
+        name: str,
+        payload: str,
+        sender: str | None,
+        for_seq: int | None,
+        run: int | None,
+        refuse: tuple[str, str] | None,
+        now: float,
+    ) -> tuple[Delivery, bool] | None: ...
+
+
 @dataclass(slots=True, kw_only=True)
 class Session:
     instance: InstanceRecord
     owner: WorkerId
     journal: Journal
-    store: AsyncStore
+    store: SessionStore
     codec: Codec
     clock: Clock
     # The worker's detection bounds (the poison-step bound applies while driving a step).
@@ -63,6 +89,9 @@ class Session:
     cause: str | None = field(init=False)
     # True once this session gave the instance up (released, waiting or ended).
     released: bool = field(init=False, default=False)
+    # Writes that ride with the next commit: a patch marker (``ctx.patched``) is decided at
+    # once, in program order, and made durable no later than anything after it.
+    riders: list[Write] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.status = self.instance.status
@@ -82,11 +111,13 @@ class Session:
         """Make the writes durable in one transaction, or stop: nothing is half-written."""
         if not self.alive():
             raise Abandon("this worker is dead")
+        riding = len(self.riders)
+        writes = (*writes, *self.riders)
         commit = Commit(
             instance_id=self.instance_id,
             owner=self.owner,
             generation=self.generation,
-            writes=tuple(writes),
+            writes=writes,
         )
         try:
             error = await self.store.commit(commit, now=self.clock.now())
@@ -107,6 +138,7 @@ class Session:
             # on that. Recovery re-reads the journal.
             raise Abandon(f"commit refused: {error}")
         self.commits += 1
+        del self.riders[:riding]
         for write in writes:
             if isinstance(write, StepWrite):
                 self.journal.steps[write.record.seq] = write.record

@@ -38,6 +38,7 @@ from ledgerflow.storage.records import (
     Journal,
     NewInstance,
     StartClaim,
+    TimelineEntry,
 )
 from ledgerflow.storage.store import JournalStore
 from ledgerflow.storage.workers import WorkerRecord
@@ -264,6 +265,10 @@ class AsyncStore:
     def _journal_group(self, batch: list[tuple[InstanceId, RunNumber]]) -> list[Journal]:
         found = self._store.journals(batch)
         return [found[key] for key in batch]
+
+    async def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]:
+        """The instance's timeline, oldest first (read on the store's thread)."""
+        return await self.call(self._store.timeline, instance_id)
 
     @property
     def database_clock(self) -> bool:

@@ -62,6 +62,28 @@ class AuditQuery:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PositionMove:
+    """A journal position moved by a migration. The effect there (if any) is written back
+    with ``effect_id`` and ``idempotency_key``: the ones it was minted with, never new ones."""
+
+    from_seq: int
+    to_seq: int
+    effect_id: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Repin:
+    """Pin an instance to another definition: only if it is still pinned to the expected one."""
+
+    expected_version: int
+    expected_fingerprint: str
+    version: int
+    fingerprint: str
+    moves: tuple[PositionMove, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CancelRequest:
     reason: str
     compensate: bool
@@ -83,3 +105,6 @@ class RepairWrite:
     writes: tuple[StepWrite | EffectWrite | InstanceWrite, ...]
     cancel: CancelRequest | None
     audit: AuditEntry
+    # An upgrade or a migration: the definition the instance is pinned to from now on, and
+    # the journal positions that move (see :class:`Repin`).
+    repin: Repin | None = None

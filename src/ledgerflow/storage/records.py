@@ -136,6 +136,8 @@ class EffectRecord:
     attempt_errors: str | None = None
     # Lookups in a row that could not be asked at all (the participant was unreachable).
     lookup_failures: int = 0
+    # The participant contract version its declaration carried when the intent was written.
+    contract_version: str | None = None
 
     @property
     def payload_value(self) -> Any:

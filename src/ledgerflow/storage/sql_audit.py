@@ -22,6 +22,7 @@ from ledgerflow.storage.audit import (
     AuditRecord,
     CancelRequest,
     RepairWrite,
+    Repin,
 )
 from ledgerflow.storage.records import (
     Commit,
@@ -31,6 +32,9 @@ from ledgerflow.storage.records import (
 )
 from ledgerflow.storage.rows import fields, instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
+
+# Where a migration parks a position between its two passes: past any position a step takes.
+_MOVE_OFFSET = 1_000_000_000
 
 
 class AuditStore(SqlSeam):
@@ -62,6 +66,8 @@ class AuditStore(SqlSeam):
             tag = f"repair #{audit_id} by {entry.actor}"
             try:
                 self._repair_writes(repair, generation, tag, now)
+                if repair.repin is not None:
+                    self._repin(current, repair.repin, generation, tag, now)
             except IllegalTransitionError as exc:
                 raise StalePreconditionError(
                     f"the ledger changed since the repair was planned: {exc.message}",
@@ -137,6 +143,62 @@ class AuditStore(SqlSeam):
                 self._write_instance(change, commit, now, by_operator=True)
         if repair.cancel is not None:
             self._repair_cancel(repair.instance_id, repair.cancel, generation, tag, now)
+
+    def _repin(
+        self, current: InstanceRecord, repin: Repin, generation: Generation, tag: str, now: float
+    ) -> None:
+        """Pin the instance to another definition; move the journal positions a migration
+        declares (through positions no step can take, so that two may trade places)."""
+        where = {"instance_id": current.instance_id, "run": current.run}
+        for passing, moves in (
+            ("out", [(m.from_seq, m.from_seq + _MOVE_OFFSET, m) for m in repin.moves]),
+            ("in", [(m.from_seq + _MOVE_OFFSET, m.to_seq, m) for m in repin.moves]),
+        ):
+            for source, target, move in moves:
+                _, stepped = self._run("move_step", {**where, "from_seq": source, "to_seq": target})
+                if stepped != 1:
+                    raise IllegalTransitionError(
+                        f"journal position {move.from_seq} holds no step to move",
+                        instance_id=current.instance_id,
+                    )
+                if move.effect_id is not None and passing == "in":
+                    self._run(
+                        "move_effect",
+                        {
+                            **where,
+                            "from_seq": move.from_seq,
+                            "to_seq": target,
+                            "effect_id": move.effect_id,
+                            "idempotency_key": move.idempotency_key,
+                        },
+                    )
+        _, changed = self._run(
+            "repin_instance",
+            {
+                "instance_id": current.instance_id,
+                "generation": generation,
+                "expected_version": repin.expected_version,
+                "expected_fingerprint": repin.expected_fingerprint,
+                "version": repin.version,
+                "fingerprint": repin.fingerprint,
+                "now": now,
+            },
+        )
+        if changed != 1:
+            raise IllegalTransitionError(
+                f"the instance is no longer pinned to v{repin.expected_version} "
+                f"{repin.expected_fingerprint}",
+                instance_id=current.instance_id,
+            )
+        self._timeline(
+            current.instance_id,
+            generation,
+            "definition",
+            f"v{repin.expected_version} {repin.expected_fingerprint}",
+            f"v{repin.version} {repin.fingerprint}",
+            now,
+            tag,
+        )
 
     def _repair_cancel(
         self,

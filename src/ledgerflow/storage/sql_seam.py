@@ -1,8 +1,8 @@
 """What every part of the SQL store stands on (internal).
 
 The SQL store is one class made of parts that sit side by side on this seam, each a mixin of
-one concern (reads, starts, claims, inbox, attention, audit, reconciliation), none built on
-another. What one part needs from elsewhere is declared here, once, and supplied by whoever
+one concern (reads, starts, claims, inbox, attention, audit, reconciliation, versions), none
+built on another. What one part needs from elsewhere is declared here, once, and supplied by whoever
 owns it:
 
 - a dialect (:mod:`~ledgerflow.storage.sqlite`, :mod:`~ledgerflow.storage.postgres`) supplies
@@ -24,6 +24,7 @@ from typing import Any
 
 from ledgerflow.errors import LedgerflowError
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.storage.audit import AuditEntry
 from ledgerflow.storage.records import (
     Commit,
     EffectWrite,
@@ -119,3 +120,8 @@ class SqlSeam(abc.ABC):
     ) -> bool:
         """Open a flag in the current transaction; False when one of that reason is open
         (attention; a claim that sets a damaged row aside uses it too)."""
+
+    @abc.abstractmethod
+    def _insert_audit(self, entry: AuditEntry, now: float) -> int:
+        """Append an audit record in the current write transaction; return its id (audit; a
+        retirement writes its record with it)."""

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from ledgerflow.errors import ConcurrencyError, LedgerflowError
+from ledgerflow.errors import ConcurrencyError, LedgerflowError, VersionRetiredError
 from ledgerflow.model.ids import Generation
 from ledgerflow.storage.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.storage.rows import Row, fields, instance_from_row
@@ -41,18 +41,30 @@ def _find_params(new: NewInstance) -> dict[str, Any]:
     }
 
 
-def _existing(new: NewInstance, rows: list[Row], inserted: bool) -> tuple[InstanceRecord, bool]:
-    """The instance a start found under its business key (inserted, or there before)."""
-    if not rows:
-        # The insert was skipped on the primary key, not on the business key.
+class StartStore(SqlSeam):
+    def _existing(
+        self, new: NewInstance, rows: list[Row], inserted: bool
+    ) -> tuple[InstanceRecord, bool]:
+        """The instance a start found under its business key (inserted, or there before)."""
+        if rows:
+            return instance_from_row(rows[0]), inserted
+        # Nothing was inserted and nothing is there: the version is retired, or the insert
+        # was skipped on the primary key, not on the business key.
+        version = {"workflow_name": new.workflow_name, "workflow_version": new.workflow_version}
+        retired, _ = self._run("select_retired_version", version)
+        if retired:
+            raise VersionRetiredError(
+                f"{new.workflow_name} v{new.workflow_version} is retired (by "
+                f"{retired[0]['retired_by']}: {retired[0]['reason']}); it starts no new "
+                "instance: start another version",
+                workflow=new.workflow_name,
+                version=new.workflow_version,
+            )
         raise ConcurrencyError(
             f"instance id {new.instance_id} belongs to another business key",
             instance_id=new.instance_id,
         )
-    return instance_from_row(rows[0]), inserted
 
-
-class StartStore(SqlSeam):
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
             return self._start_one(new, None, now)
@@ -130,7 +142,7 @@ class StartStore(SqlSeam):
                     keep = functools.partial(_keep, found, index)
                     self._send("find_instance", _find_params(new), keep)
         for index, rows in found.items():
-            results[index] = _existing(starts[index][0], rows, fresh[index])
+            results[index] = self._existing(starts[index][0], rows, fresh[index])
         return [results[index] for index in range(len(starts))]
 
     def _start_one(
@@ -148,7 +160,7 @@ class StartStore(SqlSeam):
                     self._claimed(record, claim.owner)
                     return record, True
         rows, _ = self._run("find_instance", _find_params(new))
-        return _existing(new, rows, inserted == 1)
+        return self._existing(new, rows, inserted == 1)
 
     def _started(self, new: NewInstance, now: float) -> None:
         self._timeline(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")

@@ -58,6 +58,7 @@ from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
+from ledgerflow.storage.sql_versions import VersionStore
 from ledgerflow.storage.sql_workers import WorkerStore
 
 log = logging.getLogger("ledgerflow.storage")
@@ -81,6 +82,7 @@ class SqlStore(
     ReconcileStore,
     WorkerStore,
     AccessStore,
+    VersionStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 

@@ -20,7 +20,7 @@ what it has no business calling:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect, UnservedInstance
@@ -53,6 +53,7 @@ from ledgerflow.storage.records import (
     StartClaim,
     TimelineEntry,
 )
+from ledgerflow.storage.versions import InFlight, RetiredVersion, RetirementEvidence
 from ledgerflow.storage.workers import WorkerRecord
 
 
@@ -358,6 +359,28 @@ class OperatorStore(LedgerReads, DetectionStore, Protocol):
 
     def version_counts(self, *, tenant: str | None) -> list[VersionCount]:
         """Instances per workflow, version, fingerprint and status (one tenant's, or all)."""
+        ...
+
+    # -- definition versions (storage/sql_versions.py) ---------------------------------------
+
+    def oldest_in_flight(self, *, tenant: str | None) -> list[InFlight]:
+        """Per workflow, version and fingerprint: its oldest instance not ended for good."""
+        ...
+
+    def retired_versions(self) -> list[RetiredVersion]: ...
+
+    def retire_version(
+        self,
+        workflow_name: str,
+        workflow_version: int,
+        *,
+        retired_by: str,
+        reason: str,
+        audit: Callable[[RetirementEvidence], AuditEntry | None],
+        now: float,
+    ) -> tuple[RetirementEvidence, int | None]:
+        """Read the version's evidence and retire it with the audit record ``audit`` makes of
+        it, in one transaction (None from ``audit``: nothing is written)."""
         ...
 
     # -- the perimeter (storage/sql_access.py) ------------------------------------------------

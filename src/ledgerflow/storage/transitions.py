@@ -194,6 +194,7 @@ def new_effect(
     reason: str | None = None,
     compensates: EffectId | None = None,
     detail: str | None = None,
+    contract_version: str | None = None,
 ) -> EffectWrite:
     """The first write of an effect: its intent, or a compensation's place in the plan."""
     record = EffectRecord(
@@ -214,6 +215,7 @@ def new_effect(
         generation=instance.generation,
         updated_at=now,
         compensates=compensates,
+        contract_version=contract_version,
     )
     return EffectWrite(
         record=record, expected=EffectState.NEW, event=event, detail=detail or reason

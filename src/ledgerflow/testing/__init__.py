@@ -7,6 +7,8 @@
 - :class:`Explorer`: crashes a workflow at every fault point (exhaustive mode, with crashes
   during recovery) or from seeds (random mode), and checks the invariants after every run with
   the :mod:`oracle <ledgerflow.testing.oracle>`.
+- :func:`replay_history` and :func:`replay_histories`: exported histories replayed against the
+  code as it is now, nothing dispatched; each gives a :class:`ReplayVerdict`.
 
 Example::
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 from ledgerflow.runtime.faults import FaultPlan as FaultPlan
 from ledgerflow.runtime.faults import FaultRule as FaultRule
 from ledgerflow.runtime.faults import SimulatedCrash as SimulatedCrash
+from ledgerflow.runtime.replay import ReplayVerdict as ReplayVerdict
 from ledgerflow.testing.clock import FakeClock as FakeClock
 from ledgerflow.testing.explorer import Explorer as Explorer
 from ledgerflow.testing.explorer import SeedBank as SeedBank
@@ -31,6 +34,8 @@ from ledgerflow.testing.participants import Behavior as Behavior
 from ledgerflow.testing.participants import ScriptedParticipant as ScriptedParticipant
 from ledgerflow.testing.participants import World as World
 from ledgerflow.testing.plans import Rates as Rates
+from ledgerflow.testing.replay import replay_histories as replay_histories
+from ledgerflow.testing.replay import replay_history as replay_history
 from ledgerflow.testing.report import ConsistencyReport as ConsistencyReport
 from ledgerflow.testing.report import build_report as build_report
 from ledgerflow.testing.simulation import RunResult as RunResult
@@ -45,6 +50,7 @@ __all__ = [
     "FaultPlan",
     "FaultRule",
     "Rates",
+    "ReplayVerdict",
     "RunResult",
     "Scenario",
     "ScriptedParticipant",
@@ -54,5 +60,7 @@ __all__ = [
     "Violation",
     "World",
     "build_report",
+    "replay_histories",
+    "replay_history",
     "scenario_for",
 ]

@@ -105,6 +105,8 @@ class World:
     overlaps: list[Overlap] = field(default_factory=list)
     # Copies of each instance's workflow code running now, and every time two ran at once.
     executions: dict[str, int] = field(default_factory=dict)
+    # The fingerprints of the code each instance's workflow function ran on, in order.
+    ran_on: dict[str, list[str]] = field(default_factory=dict)
     # (participant, key, attempt) of every answer given after the caller's deadline.
     late_answers: list[tuple[str, str, int]] = field(default_factory=list)
     # Lookups refused in a row per (participant, key), and each participant's lookup policy

@@ -28,6 +28,7 @@ from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.model.classification import Classification
+from ledgerflow.model.defects import WORKFLOW_DEFECT, OnDefect, declared_names
 from ledgerflow.model.definition import (
     EffectDeclaration,
     Participant,
@@ -105,6 +106,10 @@ class ConsistencyReport:
     pinning: str
     warnings: list[str]
     figures: list[dict[str, object]] = field(default_factory=list)
+    # Which exceptions from the workflow's code compensate or fail it (its business
+    # failures), and what any other exception (a defect) does.
+    business_failures: list[str] = field(default_factory=list)
+    defects: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -247,6 +252,33 @@ def build_report(
         pinning=PINNING,
         warnings=warnings,
         figures=[summary.figures() for summary in summaries],
+        business_failures=business_failures(definition),
+        defects=defects(definition),
+    )
+
+
+def business_failures(definition: WorkflowDefinition) -> list[str]:
+    """The exceptions that end the instance as the workflow's declared failure (they
+    compensate, or fail it when nothing is confirmed)."""
+    if definition.on_defect is OnDefect.COMPENSATE:
+        return ["every exception (on_defect='compensate')"]
+    return [
+        "ledgerflow.BusinessFailure and its subclasses",
+        "the engine's step errors raised into the code: EffectFailedError, WaitTimeoutError, "
+        "StepFailedError",
+        *(f"declared: {name}" for name in declared_names(definition.business_failures)),
+    ]
+
+
+def defects(definition: WorkflowDefinition) -> str:
+    """What any other exception from the workflow's code does."""
+    if definition.on_defect is OnDefect.COMPENSATE:
+        return "none: every exception is treated as a business failure"
+    policy = definition.defect_retry
+    return (
+        f"any other exception is a defect: tried {policy.attempts_max} times in all "
+        f"({describe_backoff(policy)}), then parked {WORKFLOW_DEFECT} with its traceback and "
+        "the code fingerprint; nothing is compensated"
     )
 
 

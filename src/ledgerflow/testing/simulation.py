@@ -32,11 +32,13 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.engine import Engine
 from ledgerflow.runtime.faults import SimulatedCrash
+from ledgerflow.runtime.replay import ReplayContext
 from ledgerflow.runtime.worker import Worker
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Commit, Release
 from ledgerflow.testing import oracle
 from ledgerflow.testing.clock import FakeClock
+from ledgerflow.testing.drift import VersionDrift
 from ledgerflow.testing.dropping_store import DroppingStore, dropping
 from ledgerflow.testing.participants import ScriptedParticipant, World
 from ledgerflow.testing.plans import CANCEL, Hit, RandomPlan, ScheduledPlan
@@ -63,18 +65,30 @@ class Scenario:
     cleanup: list[Callable[[], None]] = field(default_factory=list)
     # What a signal arriving from outside is named (default: one no wait takes).
     signal: str = PROBE_SIGNAL
+    # Version drift: workers with this changed code replace the first worker after its first
+    # life, and (``upgrade_on_drift``) an operator then upgrades what replays clean against it.
+    drift: Registry | None = None
+    upgrade_on_drift: bool = True
 
 
 ScenarioFactory = Callable[[], Scenario]
 
 
 def scenario_for(
-    registry: Registry, workflow: str, inputs: list[Any], *, copies: int = 1
+    registry: Registry,
+    workflow: str,
+    inputs: list[Any],
+    *,
+    copies: int = 1,
+    drift: Registry | None = None,
+    upgrade_on_drift: bool = True,
 ) -> ScenarioFactory:
     """Run a user's workflow unchanged against scripted twins of its participants.
 
     Each twin declares what the user's participant declares (deduplication, lookup,
     classifications); the user's effect declarations are pointed at the twins for the run.
+    ``drift`` is changed code for the same workflow versions: a worker with it appears after
+    the first worker's first life (see :class:`Scenario`).
     """
 
     def make() -> Scenario:
@@ -85,13 +99,28 @@ def scenario_for(
             twin = ScriptedParticipant.standing_in_for(participant, world)
             restores.append(twin.take_over(participant))
             twins.append(twin)
+        by_name = {twin.participant.name: twin for twin in twins}
+        for participant in drift.participants.values() if drift else ():
+            # One participant, whichever code calls it: the same twin keeps its state.
+            twin = by_name.get(participant.name) or ScriptedParticipant.standing_in_for(
+                participant, world
+            )
+            restores.append(twin.take_over(participant))
+            if participant.name not in by_name:
+                twins.append(twin)
         starts = [
             (workflow, f"sim-{n}-{copy}", value)
             for n, value in enumerate(inputs)
             for copy in range(copies)
         ]
         return Scenario(
-            registry=registry, world=world, participants=twins, starts=starts, cleanup=restores
+            registry=registry,
+            world=world,
+            participants=twins,
+            starts=starts,
+            cleanup=restores,
+            drift=drift,
+            upgrade_on_drift=upgrade_on_drift,
         )
 
     return make
@@ -142,6 +171,8 @@ class RunResult:
     # What arrived from outside, and where ("cancel at #12 ...").
     arrived: list[str] = field(default_factory=list)
     outside: OutsideFaults = field(default_factory=lambda: OutsideFaults())
+    # Version drift: instances moved to the changed code after a clean replay.
+    upgraded: int = 0
 
     @property
     def ok(self) -> bool:
@@ -165,6 +196,8 @@ async def simulate(
     if prepare is not None:
         prepare(scenario)
     scenario.cleanup.extend(_count_executions(scenario.registry, scenario.world))
+    if scenario.drift is not None:
+        scenario.cleanup.extend(_count_executions(scenario.drift, scenario.world))
     run = _Run(scenario, plan, url=f"sqlite:///{folder / (label + '.db')}?synchronous=off")
     faults.install(plan)
     try:
@@ -179,7 +212,7 @@ async def simulate(
     world = scenario.world
     return RunResult(
         label=label,
-        violations=oracle.check(snapshot, world),
+        violations=[*oracle.check(snapshot, world), *await run.drift.judge(run.url, world)],
         statuses=Counter(i.status.value for i in snapshot.instances),
         crashes=run.crashes,
         errors=len(plan.errors) if isinstance(plan, RandomPlan) else 0,
@@ -198,6 +231,7 @@ async def simulate(
             ]
         ],
         arrived=[f"{kind} at {h}" for kind, h in plan.arrivals],
+        upgraded=run.drift.upgraded,
         outside=OutsideFaults(
             cancels=sum(1 for kind, _ in plan.arrivals if kind == CANCEL),
             signals=sum(1 for kind, _ in plan.arrivals if kind != CANCEL),
@@ -215,13 +249,16 @@ def _count_executions(registry: Registry, world: World) -> list[Callable[[], Non
     restores: list[Callable[[], None]] = []
     for definition in registry.definitions():
         original = definition.function
-        object.__setattr__(definition, "function", _counted(world, original))
+        counted = _counted(world, original, definition.fingerprint)
+        object.__setattr__(definition, "function", counted)
         restores.append(_restore(definition, original))
     return restores
 
 
-def _counted(world: World, function: WorkflowFunction) -> WorkflowFunction:
+def _counted(world: World, function: WorkflowFunction, fingerprint: str) -> WorkflowFunction:
     async def counted(ctx: Any, value: Any) -> Any:
+        if not isinstance(ctx, ReplayContext):  # a replay check runs nothing
+            world.ran_on.setdefault(ctx.instance_id, []).append(fingerprint)
         with world.execution(ctx.instance_id):
             return await function(ctx, value)
 
@@ -248,6 +285,11 @@ class _Run:
         self.engine: Engine | None = None
         self.worker: Worker | None = None
         self.workflow_of = {key: workflow for workflow, key, _ in scenario.starts}
+        # The code the next worker life runs: the scenario's, then its drift (once it came).
+        self.registry = scenario.registry
+        self.drift = VersionDrift(
+            scenario.registry, scenario.drift, upgrade=scenario.upgrade_on_drift
+        )
         plan.arrive = self._arrive
         scenario.world.clock = self.clock
         scenario.world.stall = self._stall
@@ -256,7 +298,7 @@ class _Run:
         store = open_store(self.url)
         if isinstance(self.plan, RandomPlan) and self.plan.rates.store_drop:
             store = dropping(store, self.plan.rng, self.plan.rates.store_drop)
-        self.engine = Engine(store, self.scenario.registry, clock=self.clock, inline=True)
+        self.engine = Engine(store, self.registry, clock=self.clock, inline=True)
         return self.engine
 
     async def start(self) -> None:
@@ -270,11 +312,15 @@ class _Run:
             async with self._engine() as engine:
                 alive = await self._life(engine)
                 self._count_drops(engine)
+                if self.drift.pending:
+                    self.registry = await self.drift.arrives(engine.store, clock=self.clock)
                 if not alive:
                     continue
                 for participant in self.scenario.participants:
                     participant.deliver_late()
-                due = engine.store.next_available_at()
+                # Only what the next life's code can claim: work pinned to other code waits
+                # for a worker that serves it (none comes in a simulation), it is not due here.
+                due = engine.store.next_available_at(self.registry.served())
             if due is None:
                 # Judged on a store of its own: the faults of the lives are over.
                 async with Engine(self.url, self.scenario.registry, clock=self.clock) as final:

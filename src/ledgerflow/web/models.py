@@ -77,6 +77,19 @@ class CompletionBody(Body):
     event_id: EventText | None = None
 
 
+class RetireBody(Body):
+    reason: Reason
+
+
+class RetireOut(BaseModel):
+    outcome: Literal["applied", "no-op"]
+    audit_id: int
+    message: str
+    evidence: Record = Field(
+        description="what the journal held: instances per status, the last ended"
+    )
+
+
 class RepairBody(Body):
     kind: RepairKindName
     reason: Reason

@@ -9,6 +9,8 @@ The actor of a repair is always the authenticated principal.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -25,7 +27,14 @@ from ledgerflow.operators.service import (
 )
 from ledgerflow.operators.shapes import listing, record_json
 from ledgerflow.web.declare import Outcome, Scoped, answer, api_route
-from ledgerflow.web.models import JSON_INTEGER_MAX, ListingOut, RepairBody, RepairOut
+from ledgerflow.web.models import (
+    JSON_INTEGER_MAX,
+    ListingOut,
+    RepairBody,
+    RepairOut,
+    RetireBody,
+    RetireOut,
+)
 
 router = APIRouter(prefix="/v1", tags=["operators"])
 
@@ -145,10 +154,37 @@ def reconciliations(
 
 @api_route(
     router, "GET", "/versions", role=ApiRole.VIEWER, response_model=ListingOut,
-    summary="Instances per workflow, version, fingerprint and status",
+    summary="Per workflow, version and fingerprint: instances by status, the oldest in "
+    "flight, whether retired",
 )  # fmt: skip
 def versions(scoped: Scoped) -> Any:
-    return listing([record_json(v) for v in scoped.versions()])
+    now = time.time()
+    return listing([v.to_json(now=now) for v in scoped.version_summaries()])
+
+
+@api_route(
+    router, "POST", "/versions/{workflow}/{version}/retire", role=ApiRole.ADMIN,
+    response_model=RetireOut,
+    summary="Retire a workflow version (refused while instances are in flight on it); the "
+    "evidence goes to the audit log",
+)  # fmt: skip
+def retire_version(
+    request: Request,
+    scoped: Scoped,
+    workflow: Annotated[str, Path(min_length=1, max_length=limits.NAME_LENGTH_MAX)],
+    version: Annotated[int, Path(ge=1, le=JSON_INTEGER_MAX)],
+    body: RetireBody,
+) -> Response:
+    def carry_out() -> Outcome:
+        done = scoped.retire(workflow, version, reason=body.reason)
+        return 200, {
+            "outcome": done.outcome,
+            "audit_id": done.audit_id,
+            "message": done.message,
+            "evidence": dataclasses.asdict(done.evidence),
+        }
+
+    return answer(request, carry_out)
 
 
 @api_route(

@@ -39,6 +39,7 @@ from ledgerflow.errors import (
     UnknownVersionError,
     UnknownWorkflowError,
     UnsupportedMediaTypeError,
+    VersionRetiredError,
     WorkflowError,
 )
 from ledgerflow.redaction import redact
@@ -61,6 +62,7 @@ STATUS_BY_ERROR: tuple[tuple[type[LedgerflowError], int], ...] = (
     (PayloadError, 422),
     (UnknownWorkflowError, 422),
     (UnknownVersionError, 422),
+    (VersionRetiredError, 409),
     (IdempotencyKeyReusedError, 409),
     (EventRefusedError, 409),
     (RepairRefusedError, 409),

@@ -41,3 +41,24 @@ SELECT * FROM lf_audit
 WHERE fingerprint = :fingerprint AND outcome = 'applied'
 ORDER BY audit_id DESC
 LIMIT 1;
+
+-- name: repin_instance
+-- An upgrade or a migration pins the instance to another definition: only if it is still
+-- pinned to the one the replay proved against, under the repair's generation.
+UPDATE lf_instances
+SET workflow_version = :version, fingerprint = :fingerprint, updated_at = :now
+WHERE instance_id = :instance_id AND generation = :generation
+  AND workflow_version = :expected_version AND fingerprint = :expected_fingerprint;
+
+-- name: move_step
+-- A migration moves a journal position (in two passes, through :offset, so that positions
+-- may trade places). The step keeps its command id.
+UPDATE lf_steps SET seq = :to_seq
+WHERE instance_id = :instance_id AND run = :run AND seq = :from_seq;
+
+-- name: move_effect
+-- The effect at a moved position goes with it, written with the id and key it is given (its
+-- original ones: a key is never minted again).
+UPDATE lf_effects
+SET seq = :to_seq, effect_id = :effect_id, idempotency_key = :idempotency_key
+WHERE instance_id = :instance_id AND run = :run AND seq = :from_seq;

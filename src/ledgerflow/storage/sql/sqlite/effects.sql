@@ -5,11 +5,11 @@
 INSERT INTO lf_effects (
     effect_id, instance_id, run, seq, participant, operation, classification,
     idempotency_key, state, attempt, doubt, payload, evidence, reason, attempt_errors,
-    lookup_failures, compensates, generation, updated_at
+    lookup_failures, compensates, contract_version, generation, updated_at
 ) VALUES (
     :effect_id, :instance_id, :run, :seq, :participant, :operation, :classification,
     :idempotency_key, :state, :attempt, :doubt, :payload, :evidence, :reason, :attempt_errors,
-    :lookup_failures, :compensates, :generation, :now
+    :lookup_failures, :compensates, :contract_version, :generation, :now
 );
 
 -- name: update_effect

@@ -1,4 +1,4 @@
--- Ledgerflow schema 0010: the worker registry, so that work is routed by capability and due
+-- Ledgerflow schema 0011: the worker registry, so that work is routed by capability and due
 -- work no live worker can run is seen.
 
 -- A worker process while it runs: where it runs, how many instances it drives at once (slots),
