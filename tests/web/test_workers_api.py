@@ -10,7 +10,7 @@ import time
 import warnings
 
 import pytest
-from perimeter_world import World, build
+from perimeter_world import World, build, registry
 from starlette.exceptions import StarletteDeprecationWarning
 
 from ledgerflow.model.ids import WorkerId
@@ -23,7 +23,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from starlette.testclient import TestClient
 
-SERVES = (Served("pay", 1, "f" * 32), Served("pay", 2, "e" * 32))
+# The world's pay v1 as deployed, and a v2 nobody started.
+SERVES = (Served("pay", 1, registry.get("pay", 1).fingerprint), Served("pay", 2, "e" * 32))
 
 
 @pytest.fixture
@@ -48,7 +49,8 @@ def world(journal_url: str) -> World:
 
 def test_the_live_workers_are_listed_to_every_viewer(world: World) -> None:
     """Goal: GET /v1/workers lists the live workers (a silent one is left out) with their
-    slots and what they serve, to a viewer of any tenant; the console shows the same.
+    slots and what they serve, to a viewer of any tenant; the versions listing names them as
+    serving their version; the console shows the same.
 
     Method: two workers registered, one with an old heartbeat; ask as acme's viewer and
     globex's operator; sign in to the console and read the Versions page.
@@ -73,6 +75,13 @@ def test_the_live_workers_are_listed_to_every_viewer(world: World) -> None:
             ]  # fmt: skip
             assert 0 <= item["heartbeat_age_seconds"] < 60
         assert client.get("/v1/workers").status_code == 401
+        # The versions listing names the live workers that serve each version and fingerprint.
+        versions = client.get(
+            "/v1/versions", headers={"Authorization": f"Bearer {world.tokens['victor']}"}
+        ).json()["items"]
+        assert {(v["workflow_version"], tuple(v["served_by"])) for v in versions} == {
+            (1, ("live-1",))
+        }
         form = client.get("/console/sign-in")
         csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
         assert csrf is not None
