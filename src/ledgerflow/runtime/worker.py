@@ -56,6 +56,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("ledgerflow.worker")
 
 
+def _check_limits(*, concurrency: int, lease_seconds: float) -> None:
+    if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
+        raise ConfigurationError(
+            f"concurrency must be between 1 and {limits.WORKER_CONCURRENCY_MAX}"
+        )
+    if lease_seconds < limits.LEASE_SECONDS_MIN:
+        raise ConfigurationError(f"lease_seconds must be at least {limits.LEASE_SECONDS_MIN}")
+
+
 def new_worker_id() -> WorkerId:
     return WorkerId(f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
 
@@ -99,12 +108,7 @@ class Worker:
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
     ) -> None:
-        if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
-            raise ConfigurationError(
-                f"concurrency must be between 1 and {limits.WORKER_CONCURRENCY_MAX}"
-            )
-        if lease_seconds < limits.LEASE_SECONDS_MIN:
-            raise ConfigurationError(f"lease_seconds must be at least {limits.LEASE_SECONDS_MIN}")
+        _check_limits(concurrency=concurrency, lease_seconds=lease_seconds)
         self.id = worker_id or new_worker_id()
         self.store = store
         self.clock = clock
