@@ -10,10 +10,12 @@ dispatch sends, the compensation planner) with a broken version, and puts the or
 - ``fresh-key-on-redispatch``: a re-dispatch goes out under a fresh idempotency key.
 - ``stale-writes-accepted``: the store takes writes from an owner whose generation is stale.
 - ``compensate-unconfirmed``: a failed instance also compensates effects never confirmed.
-- ``any-code``: a worker runs an instance on the code it has for the instance's version,
-  whatever fingerprint the instance is pinned to.
+- ``any-code``: a worker claims any instance and runs it on the code it has for the
+  instance's version, whatever fingerprint the instance is pinned to.
 - ``remint-moved-keys``: a migration writes a moved effect back with an id and a key derived
   from its new position.
+- ``claim-ignores-capability``: a claim hands out instances pinned to any definition, not only
+  those the claiming worker serves.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.storage import sql_store
 from ledgerflow.storage.records import Commit, EffectRecord, EffectWrite, InstanceRecord
+from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_store import SqlStore
 
 INTENT_AFTER_DISPATCH = "intent-after-dispatch"
@@ -41,6 +44,7 @@ STALE_WRITES_ACCEPTED = "stale-writes-accepted"
 COMPENSATE_UNCONFIRMED = "compensate-unconfirmed"
 REMINT_MOVED_KEYS = "remint-moved-keys"
 ANY_CODE = "any-code"
+CLAIM_IGNORES_CAPABILITY = "claim-ignores-capability"
 
 
 def _intends(commit: Commit) -> bool:
@@ -113,6 +117,18 @@ def _any_code() -> Iterator[tuple[object, str, Any]]:
         return self.registry.get(instance.workflow_name, instance.workflow_version)
 
     yield Executor, "_pinned_definition", whatever_it_has
+    # The claim routes by fingerprint too: it must hand out any instance for the code to run.
+    yield from _claim_ignores_capability()
+
+
+def _claim_ignores_capability() -> Iterator[tuple[object, str, Any]]:
+    claim = ClaimStore.claim
+
+    def any_definition(self: ClaimStore, **kwargs: Any) -> Any:
+        kwargs["serves"] = None
+        return claim(self, **kwargs)
+
+    yield ClaimStore, "claim", any_definition
 
 
 BREAKAGES: dict[str, Callable[[], Iterator[tuple[object, str, Any]]]] = {
@@ -122,6 +138,7 @@ BREAKAGES: dict[str, Callable[[], Iterator[tuple[object, str, Any]]]] = {
     COMPENSATE_UNCONFIRMED: _compensate_unconfirmed,
     REMINT_MOVED_KEYS: _remint_moved_keys,
     ANY_CODE: _any_code,
+    CLAIM_IGNORES_CAPABILITY: _claim_ignores_capability,
 }
 
 

@@ -32,6 +32,13 @@ READ_BATCH_MAX = 500
 LEASE_SECONDS_DEFAULT = 10.0
 LEASE_SECONDS_MIN = 0.2
 HEARTBEATS_PER_LEASE = 3
+# The worker registry: heartbeats a worker sends per liveness bound (see DetectionBounds
+# .worker_silent_seconds), how many definitions one worker may announce, how many workers a
+# listing shows, and how long the row of a stopped or silent worker is kept before it is pruned.
+WORKER_HEARTBEATS_PER_BOUND = 3
+WORKER_DEFINITIONS_MAX = 10_000
+WORKERS_LISTED_MAX = 1_000
+WORKER_RETENTION_SECONDS = 7 * 24 * 3600
 # How long an idle worker sleeps between looks at the store when nothing woke it.
 POLL_SECONDS_DEFAULT = 0.2
 # An effect dispatch that has not answered by then is UNKNOWN.

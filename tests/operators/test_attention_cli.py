@@ -91,7 +91,8 @@ def test_attention_lists_filters_and_scans(tmp_path: Path) -> None:
     assert "stuck_step" in table.stdout
     assert "oldest first" in table.stdout
 
-    env = {"LEDGERFLOW_DETECTION": "unclaimed_after_seconds=1"}
+    # No worker is registered here: no_capable_worker (tested on its own) is kept out of it.
+    env = {"LEDGERFLOW_DETECTION": "unclaimed_after_seconds=1,unserved_after_seconds=1e12"}
     scanned = _json(_ledgerflow("attention", "--db", db, "--json", "--scan", env=env))
     raised = {(r["instance_id"], r["reason_code"]) for r in scanned["scan"]["raised"]}
     assert raised == {(flagged, "stuck_unclaimed"), (unclaimed, "stuck_unclaimed")}

@@ -111,11 +111,12 @@ def test_versions_count_what_the_journal_holds_and_workers_are_not_guessed(
     journal_url: str,
 ) -> None:
     """Goal: the versions page counts instances per workflow, version, fingerprint and status
-    of the principal's tenant; the workers call is the marked extension point (None: the
-    journal keeps no worker registry yet), not a guess.
+    of the principal's tenant; the workers come from the worker registry, not from a guess
+    over leases.
 
     Method: fill the journal; acme's counts are order v1/fp1 x4 and v2/fp2 x1, all RUNNING;
-    an admin of every tenant counts globex's two as well; workers() is None.
+    an admin of every tenant counts globex's two as well; no worker ever registered, so
+    workers() is empty.
     """
     _fill(journal_url)
     acme = Principal(name="v", role=ApiRole.VIEWER, tenant="acme")
@@ -127,7 +128,7 @@ def test_versions_count_what_the_journal_holds_and_workers_are_not_guessed(
         ]
         total = sum(c.instances for c in operations.acting_as(ADMIN).versions())
         assert total == 7
-        assert operations.acting_as(acme).workers() is None
+        assert operations.acting_as(acme).workers() == []
 
 
 def test_the_asynchronous_service_scopes_alike(journal_url: str) -> None:

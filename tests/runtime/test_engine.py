@@ -307,63 +307,6 @@ def test_replay_divergence_is_parked(shop: Shop, url: str) -> None:
     asyncio.run(second())
 
 
-def test_definition_drift_parks_with_reason(shop: Shop, url: str, tmp_path: Path) -> None:
-    """An instance started under one fingerprint and resumed by a worker whose code for the
-    same name and version differs is parked with both fingerprints in the reason."""
-    old = lf.Registry()
-
-    @old.workflow(name="drift", version=1)
-    async def drift_v1(ctx: lf.WorkflowContext, n: int) -> int:
-        return n
-
-    new = lf.Registry()
-
-    @new.workflow(name="drift", version=1)
-    async def drift_v1_edited(ctx: lf.WorkflowContext, n: int) -> int:
-        return n + 1
-
-    with lf.SyncEngine(url, old) as engine:
-        started = engine.start("drift", key="v-1", input=1)
-
-    async def main() -> None:
-        async with lf.Engine(url, new) as engine:
-            await _run(engine)
-            record = await engine.get(started.instance_id)
-            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
-            assert record.reason_code == "definition_drift"
-            assert started.instance.fingerprint in (record.reason or "")
-
-    asyncio.run(main())
-
-
-def test_missing_version_parks(url: str) -> None:
-    """A worker that does not have the pinned version parks the instance instead of running
-    a newer one in its place."""
-    v1 = lf.Registry()
-
-    @v1.workflow(name="pinned", version=1)
-    async def pinned(ctx: lf.WorkflowContext, n: int) -> int:
-        return n
-
-    v2 = lf.Registry()
-
-    @v2.workflow(name="pinned", version=2)
-    async def pinned2(ctx: lf.WorkflowContext, n: int) -> int:
-        return n
-
-    with lf.SyncEngine(url, v1) as engine:
-        started = engine.start("pinned", key="m-1", input=1)
-
-    async def main() -> None:
-        async with lf.Engine(url, v2) as engine:
-            await _run(engine)
-            record = await engine.get(started.instance_id)
-            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
-            assert record.reason_code == "definition_missing"
-
-    asyncio.run(main())
-
-
 def test_many_instances_run_concurrently_in_one_worker(shop: Shop, url: str) -> None:
     """200 instances in one worker process all succeed, each effect applied once."""
 

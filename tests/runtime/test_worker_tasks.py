@@ -19,8 +19,8 @@ def test_the_builder_hands_the_worker_its_periodic_tasks(tmp_path: Path) -> None
     """Goal: ``engine.worker(periodic=...)`` runs the scan and the given tasks, nothing else.
 
     Method: build a worker with one extra task of a short interval; its periodic names are
-    the scan and that task; run the worker until the task has run twice (bounded wait), then
-    stop it.
+    the scan, that task and its heartbeat in the worker registry; run the worker until the
+    task has run twice (bounded wait), then stop it.
     """
     ran: list[int] = []
 
@@ -31,7 +31,7 @@ def test_the_builder_hands_the_worker_its_periodic_tasks(tmp_path: Path) -> None
         async with lf.Engine(f"sqlite:///{tmp_path / 'journal.db'}", lf.Registry()) as engine:
             task = PeriodicTask(name="tick", interval_seconds=0.05, run=tick)
             worker = engine.worker(poll_seconds=0.01, periodic=[task])
-            assert worker.periodic.names == ["detection", "tick"]
+            assert worker.periodic.names == ["detection", "tick", "worker-heartbeat"]
             running = asyncio.create_task(worker.run())
             await until(lambda: worker.periodic.runs("tick") >= 2, what="the task ran twice")
             worker.stop()

@@ -193,6 +193,16 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "reason",
         "audit_id",
     ],
+    "lf_workers": [
+        "worker_id",
+        "host",
+        "pid",
+        "started_at",
+        "slots",
+        "heartbeat_at",
+        "stopped_at",
+    ],
+    "lf_worker_definitions": ["worker_id", "workflow_name", "workflow_version", "fingerprint"],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -211,6 +221,11 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_idempotency_created": ("lf_idempotency", ["created_at"]),
     "lf_instances_created": ("lf_instances", ["created_at", "instance_id"]),
     "lf_effects_unknown": ("lf_effects", ["updated_at"]),
+    "lf_workers_heartbeat": ("lf_workers", ["heartbeat_at"]),
+    "lf_worker_definitions_served": (
+        "lf_worker_definitions",
+        ["workflow_name", "workflow_version", "fingerprint"],
+    ),
 }
 # Uniqueness the protocol depends on: table -> unique column sets (primary keys included).
 DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
@@ -228,6 +243,8 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     # One stored answer per key and token.
     "lf_idempotency": {("scope", "idempotency_key")},
     "lf_console_sessions": {("session_hash",)},
+    "lf_workers": {("worker_id",)},
+    "lf_worker_definitions": {("worker_id", "workflow_name", "workflow_version", "fingerprint")},
     "lf_schema_migrations": {("version",)},
 }
 

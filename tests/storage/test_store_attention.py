@@ -156,7 +156,11 @@ def test_scan_flags_stuck_work_and_clears_it_when_gone(store: Store) -> None:
     scan past the bounds; then make each condition go away and scan again.
     """
     bounds = DetectionBounds(
-        step_deadline_seconds=50, unclaimed_after_seconds=50, participant_silent_seconds=20
+        step_deadline_seconds=50,
+        unclaimed_after_seconds=50,
+        participant_silent_seconds=20,
+        # No worker is registered here: no_capable_worker has its own test.
+        unserved_after_seconds=1000,
     )
     quiet, silent = start(store, "quiet"), start(store, "silent")
     claimed = {r.instance_id: r for r in claim(store, W1, 1.0)}

@@ -28,6 +28,7 @@ from ledgerflow.cli.upgrades import register as register_upgrades
 from ledgerflow.cli.verify import register as register_verify
 from ledgerflow.cli.versions import register as register_versions
 from ledgerflow.cli.worker import worker
+from ledgerflow.cli.workers import register as register_workers
 from ledgerflow.errors import CommandLineError, LedgerflowError
 from ledgerflow.operators.shapes import error_json
 from ledgerflow.redaction import redact
@@ -55,6 +56,7 @@ register_reconcile(cli)
 register_tokens(cli)
 register_versions(cli)
 register_upgrades(cli)
+register_workers(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:

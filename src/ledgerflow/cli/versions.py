@@ -66,7 +66,7 @@ def _table(summaries: list[VersionSummary], *, now: float) -> Table:
             cell(", ".join(f"{k} {v}" for k, v in s.statuses.items()) or "none"),
             cell(s.in_flight),
             cell(oldest or "-"),
-            cell(", ".join(s.served_by) or "(no worker registry yet)"),
+            cell(", ".join(s.served_by) or "(no live worker)"),
             cell(retired),
         )
     return table

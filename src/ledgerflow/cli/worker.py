@@ -135,6 +135,9 @@ def worker(
     unfinished instance once its lease lapses and resumes it at the exact safe point.
     SIGTERM or Ctrl-C stops claiming and lets in-flight instances finish. The worker creates
     the journal and migrates its schema on open, unless the URL says ?migrate=false.
+
+    It claims only instances pinned to a definition MODULE:OBJECT holds (same workflow,
+    version and code fingerprint), and shows itself to `ledgerflow workers` while it runs.
     """
     configure_logging(log_format)
     registry = load_registry(target)

@@ -31,6 +31,7 @@ from ledgerflow.model.retry import (
     DEFAULT_STEP_RETRY,
     RetryPolicy,
 )
+from ledgerflow.model.routing import Served
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -474,6 +475,11 @@ class Registry:
 
     def definitions(self) -> list[WorkflowDefinition]:
         return [d for versions in self._workflows.values() for d in versions.values()]
+
+    def served(self) -> tuple[Served, ...]:
+        """What a worker with this registry can run: every (workflow, version, fingerprint)
+        registered. A worker claims only instances pinned to one of them."""
+        return tuple(sorted(Served(d.name, d.version, d.fingerprint) for d in self.definitions()))
 
     def effect(self, participant: str, operation: str) -> EffectDeclaration:
         try:

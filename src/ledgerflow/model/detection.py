@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgerflow.errors import ConfigurationError
+from ledgerflow.model.routing import Served
 
 # -- reason codes -------------------------------------------------------------------------------
 
@@ -29,9 +30,11 @@ POISON_CORRUPT_ROW = "poison_corrupt_row"
 STUCK_STEP = "stuck_step"
 STUCK_UNCLAIMED = "stuck_unclaimed"
 PARTICIPANT_UNRESPONSIVE = "participant_unresponsive"
+# Due work pinned to a definition (workflow, version, fingerprint) that no live worker serves.
+NO_CAPABLE_WORKER = "no_capable_worker"
 
 # The flags a scan raises and, when the condition is gone, clears by itself.
-SCANNED_FLAGS = (STUCK_STEP, STUCK_UNCLAIMED, PARTICIPANT_UNRESPONSIVE)
+SCANNED_FLAGS = (STUCK_STEP, STUCK_UNCLAIMED, PARTICIPANT_UNRESPONSIVE, NO_CAPABLE_WORKER)
 # Who clears a scanned flag whose condition no longer holds.
 DETECTOR = "detector"
 
@@ -56,6 +59,11 @@ class DetectionBounds:
     unclaimed_after_seconds: float = 300.0
     # An effect sent (INTENDED) or accepted (ACCEPTED) and not answered for this long.
     participant_silent_seconds: float = 120.0
+    # A worker whose last heartbeat is older than this is not live (it beats a few times per
+    # bound, see limits.WORKER_HEARTBEATS_PER_BOUND).
+    worker_silent_seconds: float = 30.0
+    # Due work that no live worker serves for this long is flagged no_capable_worker.
+    unserved_after_seconds: float = 60.0
     # How often every worker scans for stuck work.
     scan_interval_seconds: float = 30.0
     # At most this many findings per reason and scan (a scan is bounded like everything else).
@@ -266,4 +274,54 @@ def participant_unresponsive(
         evidence=(f"no answer past {bounds.participant_silent_seconds:g}s: " + "; ".join(parts))[
             :4000
         ],
+    )
+
+
+# -- routing: due work no live worker can run -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnservedInstance:
+    """A runnable instance, due since the scan's cutoff with no live lease, pinned to a
+    definition no live worker announced."""
+
+    instance_id: str
+    status: str
+    workflow_name: str
+    workflow_version: int
+    fingerprint: str
+    # Its due time, or for one whose owner's lease lapsed, the lapse.
+    due_at: float
+
+
+def no_capable_worker(
+    unserved: UnservedInstance,
+    *,
+    now: float,
+    bounds: DetectionBounds,
+    live: Sequence[Served],
+) -> Finding | None:
+    """Due work that no live worker can run past the bound: flagged, never parked or touched
+    (a worker with its definition may yet start). ``live`` is what the live workers serve."""
+    if now - unserved.due_at < bounds.unserved_after_seconds:
+        return None
+    pinned = Served(unserved.workflow_name, unserved.workflow_version, unserved.fingerprint)
+    if pinned in live:
+        return None
+    same = sorted({s for s in live if s.workflow_name == unserved.workflow_name})
+    if same:
+        others = "live workers serve only " + ", ".join(s.label for s in same)
+    elif live:
+        others = f"no live worker serves any version of {unserved.workflow_name}"
+    else:
+        others = "no worker is live"
+    return Finding(
+        instance_id=unserved.instance_id,
+        reason_code=NO_CAPABLE_WORKER,
+        evidence=(
+            f"{unserved.status} and due for {_age(now, unserved.due_at)} (bound "
+            f"{bounds.unserved_after_seconds:g}s), pinned to {pinned.label}, which no live "
+            f"worker serves; {others}. Start a worker with that code (or move the instance "
+            "to code that is proven to replay it)"
+        ),
     )

@@ -38,6 +38,7 @@ from ledgerflow.storage.attention import AttentionQuery
 from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.workers import WorkerRecord
 
 __all__ = ["AsyncOperations"]
 
@@ -140,6 +141,10 @@ class AsyncOperations:
         return await self._thread.call(
             self._operations.scan, detected_by=detected_by, bounds=bounds
         )
+
+    async def workers(self, *, bounds: DetectionBounds | None = None) -> list[WorkerRecord]:
+        """The live workers, with what each serves (see :meth:`Operations.workers`)."""
+        return await self._thread.call(self._operations.workers, bounds=bounds)
 
     async def plan(self, request: RepairRequest) -> RepairResult:
         return await self._thread.call(self._operations.plan, request)

@@ -44,7 +44,9 @@ from ledgerflow.operators.versions import (
     retire_version,
     version_summaries,
 )
+from ledgerflow.operators.workers import live_workers, worker_json
 from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.engine import (
     Delivered,
     InstanceDetail,
@@ -260,7 +262,8 @@ class ScopedOperations:
         """Per workflow, version and fingerprint: instances by status (of the principal's
         tenant), the oldest in flight, whether it is retired."""
         self.require(ApiRole.VIEWER)
-        return version_summaries(self._store, tenant=self.principal.tenant_filter)
+        live = live_workers(self._store, now=self._clock.now(), bounds=bounds_from_environment())
+        return version_summaries(self._store, tenant=self.principal.tenant_filter, live=live)
 
     def retire(self, workflow: str, version: int, *, reason: str) -> Retirement:
         """Retire a workflow version (every tenant's instances count as its evidence): an
@@ -281,16 +284,13 @@ class ScopedOperations:
             reason=reason,
         )
 
-    def workers(self) -> list[dict[str, Any]] | None:
-        """EXTENSION POINT: the live workers and what they can run.
-
-        The journal keeps no worker registry yet (it is being added with deploys and
-        versions); until it does this answers None, and the console says so instead of
-        guessing from leases. When the registry lands, return its rows here, limited to what
-        this principal may see, and the console's workers page shows them.
-        """
+    def workers(self) -> list[dict[str, Any]]:
+        """The live workers and what they can run (heartbeat, slots, definitions served).
+        Workers hold no tenant's data (they serve every tenant), so every viewer sees them."""
         self.require(ApiRole.VIEWER)
-        return None
+        now = self._clock.now()
+        found = live_workers(self._store, now=now, bounds=bounds_from_environment())
+        return [worker_json(w, now=now) for w in found]
 
     def _tenant(self, tenant: str | None) -> str:
         if tenant is None:

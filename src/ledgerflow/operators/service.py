@@ -65,6 +65,7 @@ from ledgerflow.operators.versions import (
     retire_version,
     version_summaries,
 )
+from ledgerflow.operators.workers import live_workers, worker_json
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.detection import ScanReport, bounds_from_environment, scan
 from ledgerflow.runtime.engine import (
@@ -86,6 +87,7 @@ from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import Store
 from ledgerflow.storage.url import migration_status
+from ledgerflow.storage.workers import WorkerRecord
 
 __all__ = [
     "ACTION_KINDS",
@@ -125,11 +127,13 @@ __all__ = [
     "Tokens",
     "VersionCount",
     "VersionSummary",
+    "WorkerRecord",
     "local_actor",
     "migrate_journal",
     "migration_status",
     "parse_target",
     "request_hash",
+    "worker_json",
 ]
 
 ACTION_KINDS = actions.ACTION_KINDS
@@ -390,6 +394,12 @@ class Operations:
         bounds = bounds or bounds_from_environment()
         return scan(self._store, bounds, now=self._clock.now(), detected_by=detected_by)
 
+    def workers(self, *, bounds: DetectionBounds | None = None) -> list[WorkerRecord]:
+        """The live workers (heartbeat within ``bounds.worker_silent_seconds``; default
+        ``LEDGERFLOW_DETECTION``), oldest first, with what each serves."""
+        bounds = bounds or bounds_from_environment()
+        return live_workers(self._store, now=self._clock.now(), bounds=bounds)
+
     # -- repairs and their audit -------------------------------------------------------------
 
     def plan(self, request: RepairRequest) -> RepairResult:
@@ -415,7 +425,8 @@ class Operations:
     def versions(self, *, tenant: str | None = None) -> list[VersionSummary]:
         """Per workflow, version and fingerprint: instances by status, the oldest in flight,
         whether it is retired (of one tenant, or of all)."""
-        return version_summaries(self._store, tenant=tenant)
+        live = live_workers(self._store, now=self._clock.now(), bounds=bounds_from_environment())
+        return version_summaries(self._store, tenant=tenant, live=live)
 
     def retire(
         self, workflow: str, version: int, *, reason: str, actor: str | None = None

@@ -18,16 +18,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ledgerflow.errors import PayloadError, RepairRefusedError
 from ledgerflow.model.instance import FINAL_STATUSES
+from ledgerflow.model.routing import Served
 from ledgerflow.operators.actions import RETIRE_VERSION
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.storage.audit import AuditEntry
 from ledgerflow.storage.store import OperatorStore
 from ledgerflow.storage.versions import RetirementEvidence
+from ledgerflow.storage.workers import WorkerRecord
 
 _FINAL = {s.value for s in FINAL_STATUSES}
 
@@ -36,8 +39,8 @@ _FINAL = {s.value for s in FINAL_STATUSES}
 class VersionSummary:
     """One definition version and fingerprint as the journal holds it (of one tenant, or all).
 
-    ``served_by`` names the live workers that can run it: filled from the worker registry
-    once the journal keeps one; empty until then, never guessed.
+    ``served_by`` names the live workers that can run it (they serve this workflow, version
+    and fingerprint), from the worker registry; empty when none is live, never guessed.
     """
 
     workflow_name: str
@@ -75,9 +78,12 @@ class Retirement:
     message: str
 
 
-def version_summaries(store: OperatorStore, *, tenant: str | None) -> list[VersionSummary]:
+def version_summaries(
+    store: OperatorStore, *, tenant: str | None, live: Sequence[WorkerRecord] = ()
+) -> list[VersionSummary]:
     """Every workflow version and fingerprint the journal holds instances of (newest version
-    first per workflow), and every retired version, with its in-flight evidence."""
+    first per workflow), and every retired version, with its in-flight evidence and which of
+    the ``live`` workers serve it."""
     statuses: dict[tuple[str, int, str], dict[str, int]] = defaultdict(dict)
     for count in store.version_counts(tenant=tenant):
         key = (count.workflow_name, count.workflow_version, count.fingerprint)
@@ -105,6 +111,7 @@ def version_summaries(store: OperatorStore, *, tenant: str | None) -> list[Versi
                 retired=gone is not None,
                 retired_at=gone.retired_at if gone else None,
                 retired_by=gone.retired_by if gone else None,
+                served_by=[w.worker_id for w in live if Served(*key) in w.serves],
             )
         )
     return summaries

@@ -2,7 +2,9 @@
 
 Detection is the engine watching its own work, with no person and no authority involved: a
 claim parks a crash loop and sets a damaged row aside, the local-step driver parks a poison
-step, and this scan flags stuck work. Every worker runs it periodically (its builder hands the
+step, and this scan flags stuck work and due work that no live worker serves (routing by
+capability never hands it to a worker that cannot run it, so only a flag makes it visible).
+Every worker runs it periodically (its builder hands the
 worker :func:`detection_task`, see :meth:`~ledgerflow.runtime.engine.Engine.worker`) and an
 operator can run it on demand (``ledgerflow attention --scan``). The SQL only narrows the
 candidates (rows past a cutoff); the rules in :mod:`ledgerflow.model.detection` decide and word
@@ -31,6 +33,7 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.store import DetectionStore
+from ledgerflow.storage.workers import served_by
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -69,6 +72,12 @@ def _findings(
     silent = store.silent_effects(
         now=now, cutoff=now - bounds.participant_silent_seconds, limit=limit
     )
+    live_since = now - bounds.worker_silent_seconds
+    unserved = store.unserved_instances(
+        now=now, cutoff=now - bounds.unserved_after_seconds, live_since=live_since, limit=limit
+    )
+    # What the live workers serve, to say in the evidence what is there instead.
+    live = served_by(store.workers(live_since=live_since)) if unserved else []
     by_instance: dict[str, list[SilentEffect]] = defaultdict(list)
     for effect in silent:
         by_instance[effect.instance_id].append(effect)
@@ -81,11 +90,15 @@ def _findings(
             detection.participant_unresponsive(group, now=now, bounds=bounds)
             for group in by_instance.values()
         ],
+        detection.NO_CAPABLE_WORKER: [
+            detection.no_capable_worker(u, now=now, bounds=bounds, live=live) for u in unserved
+        ],
     }
     read = {
         detection.STUCK_STEP: len(quiet),
         detection.STUCK_UNCLAIMED: len(due),
         detection.PARTICIPANT_UNRESPONSIVE: len(silent),
+        detection.NO_CAPABLE_WORKER: len(unserved),
     }
     truncated = [reason for reason, count in read.items() if count >= limit]
     return {r: [f for f in fs if f is not None] for r, fs in found.items()}, truncated

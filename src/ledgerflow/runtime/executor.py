@@ -1,9 +1,11 @@
 """Drives one claimed instance from its journal to its next resting point (internal).
 
-Checks that this worker runs the definition the instance is pinned to, replays the workflow
-function against the journal, and records the verdict: a terminal state, a suspension with a
-durable wake-up time, or MANUAL_INTERVENTION with the reason. Nothing is guessed: a missing or
-drifted definition parks the instance instead of running it under other code.
+Finds the definition the instance is pinned to, replays the workflow function against the
+journal, and records the verdict: a terminal state, a suspension with a durable wake-up time,
+or MANUAL_INTERVENTION with the reason. Nothing is guessed. The claim routes by capability, so
+a worker only ever holds instances pinned to a definition it has (same workflow, version and
+fingerprint); should a store hand it another all the same, it gives the lease back untouched
+rather than run or park work it lacks the code for.
 """
 
 from __future__ import annotations
@@ -98,11 +100,25 @@ class Executor:
         )
         self.sessions[instance.instance_id] = session
         try:
+            definition = self._pinned_definition(instance)
+            if definition is None:
+                # Not ours to run, and lacking the code is no reason to park it: give it back
+                # as it was (same due time), for a worker that serves its definition.
+                log.error(
+                    "claimed %s, pinned to %s v%s (fingerprint %s), which this worker does not "
+                    "serve; giving it back untouched (the claim should not have handed it out)",
+                    instance.instance_id,
+                    instance.workflow_name,
+                    instance.workflow_version,
+                    instance.fingerprint,
+                    extra=journal_log.identity(instance, worker=self.owner),
+                )
+                await session.commit(Release(available_at=instance.available_at))
+                return
             with self._run_span(instance) as keep:
                 # The first run's trace context is kept with the instance by its next commit.
                 session.trace_to_keep = keep
                 try:
-                    definition = self._pinned_definition(instance)
                     faults.point("instance.after_claim", instance=instance.business_key)
                     await self._run(session, definition)
                 except Park as park:
@@ -133,24 +149,15 @@ class Executor:
         if session is not None:
             session.cancel_requested = True
 
-    def _pinned_definition(self, instance: InstanceRecord) -> WorkflowDefinition:
+    def _pinned_definition(self, instance: InstanceRecord) -> WorkflowDefinition | None:
+        """The definition the instance is pinned to, or None when this worker lacks it (its
+        name, version or fingerprint): the fingerprint is what proves the code compatible,
+        so another fingerprint of the same version is never run on the off chance."""
         try:
             definition = self.registry.get(instance.workflow_name, instance.workflow_version)
-        except (UnknownWorkflowError, UnknownVersionError) as exc:
-            raise Park(
-                "definition_missing",
-                f"this worker has no definition {instance.workflow_name} "
-                f"v{instance.workflow_version}, to which the instance is pinned: {exc.message}",
-            ) from None
-        if definition.fingerprint != instance.fingerprint:
-            raise Park(
-                "definition_drift",
-                f"{instance.workflow_name} v{instance.workflow_version} changed since the "
-                f"instance started (pinned fingerprint {instance.fingerprint}, this worker has "
-                f"{definition.fingerprint}); deploy the pinned code, declare a migration, or "
-                "decide as an operator",
-            )
-        return definition
+        except (UnknownWorkflowError, UnknownVersionError):
+            return None
+        return definition if definition.fingerprint == instance.fingerprint else None
 
     async def _run(self, session: Session, definition: WorkflowDefinition) -> None:
         if session.status is InstanceStatus.WAITING:
@@ -177,6 +184,9 @@ class Executor:
                 await self._defect(session, definition, exc)
             return
         journaled = sum(1 for seq in session.journal.steps if seq > 0)
+        # The one park about code that stays: the fingerprint matched, yet the journal holds
+        # steps this code did not ask for. Compatibility is then unprovable, so the run is
+        # preserved for a person rather than finished on code that disagrees with its history.
         if ctx.steps_taken < journaled:
             raise Park(
                 "replay_divergence",

@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.model.ids import Generation, InstanceId, RunNumber, WorkerId
+from ledgerflow.model.routing import Served
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.storage.records import (
@@ -42,6 +43,7 @@ from ledgerflow.storage.records import (
     TimelineEntry,
 )
 from ledgerflow.storage.store import JournalStore
+from ledgerflow.storage.workers import WorkerRecord
 
 # A start's answer: the instance and whether this start created it, or the start's error.
 StartOutcome = tuple[InstanceRecord, bool] | Exception
@@ -342,8 +344,10 @@ class AsyncStore:
         lease_expiries_max: int,
         alone: bool,
         running: Collection[InstanceId],
+        serves: Collection[Served],
     ) -> list[InstanceRecord]:
-        """Take up to ``limit`` due instances for ``owner`` (see :meth:`JournalStore.claim`)."""
+        """Take up to ``limit`` due instances for ``owner`` pinned to a definition it
+        ``serves`` (see :meth:`JournalStore.claim`)."""
         return await self.call(
             self._store.claim,
             owner=owner,
@@ -353,7 +357,21 @@ class AsyncStore:
             lease_expiries_max=lease_expiries_max,
             alone=alone,
             running=running,
+            serves=serves,
         )
+
+    async def register_worker(self, worker: WorkerRecord, *, now: float) -> None:
+        """Announce a worker and what it serves (see :meth:`JournalStore.register_worker`)."""
+        await self.call(self._store.register_worker, worker, now=now)
+
+    async def heartbeat_worker(self, worker_id: WorkerId, *, now: float) -> bool:
+        """Renew a worker's heartbeat; False when it must register again."""
+        beat: bool = await self.call(self._store.heartbeat_worker, worker_id, now=now)
+        return beat
+
+    async def stop_worker(self, worker_id: WorkerId, *, now: float) -> None:
+        """Mark a worker stopped (a clean shutdown)."""
+        await self.call(self._store.stop_worker, worker_id, now=now)
 
     async def renew(
         self,
@@ -372,9 +390,10 @@ class AsyncStore:
         """Instances ``owner`` drives that someone asked to cancel."""
         return await self.call(self._store.cancel_requests, owner=owner)
 
-    async def next_available_at(self) -> float | None:
-        """When the earliest instance that is not ended becomes due (None: nothing will)."""
-        return await self.call(self._store.next_available_at)
+    async def next_available_at(self, serves: Collection[Served] | None = None) -> float | None:
+        """When the earliest instance that is not ended becomes due, of those pinned to one of
+        ``serves`` when given (None: nothing will)."""
+        return await self.call(self._store.next_available_at, serves)
 
     async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]:
         """Events of that name kept for the instance and not yet taken, oldest first."""

@@ -6,6 +6,12 @@ heartbeat renews the leases of everything in flight; an instance whose lease was
 worker took it over with a higher generation) is cancelled here, and its writes would be
 refused by the store anyway.
 
+Work is routed by capability: the worker claims only instances pinned to a definition its
+registry holds (workflow, version and fingerprint, compared in the claim's SQL), so it never
+holds, let alone parks, an instance it cannot run. It announces itself in the store's worker
+registry (host, pid, slots, what it serves) and keeps a heartbeat there while it runs, so an
+operator sees the live workers and detection sees due work that no live worker serves.
+
 One worker never runs two copies of one instance: a claim never hands it an instance it is
 driving (even one whose lease lapsed while a stalled store held the heartbeat back), and a copy
 whose lease nobody could renew for a whole lease length is stopped here, before any other
@@ -38,15 +44,25 @@ from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.metrics import Metrics
-from ledgerflow.runtime.periodic import Periodic, PeriodicTask
+from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, Periodic, PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
+from ledgerflow.storage.workers import WorkerRecord
 
 if TYPE_CHECKING:
     # Imported only by an engine made with tracing (the otel extra).
     from ledgerflow.runtime.tracing import Tracing
 
 log = logging.getLogger("ledgerflow.worker")
+
+
+def _check_limits(*, concurrency: int, lease_seconds: float) -> None:
+    if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
+        raise ConfigurationError(
+            f"concurrency must be between 1 and {limits.WORKER_CONCURRENCY_MAX}"
+        )
+    if lease_seconds < limits.LEASE_SECONDS_MIN:
+        raise ConfigurationError(f"lease_seconds must be at least {limits.LEASE_SECONDS_MIN}")
 
 
 def new_worker_id() -> WorkerId:
@@ -92,12 +108,7 @@ class Worker:
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
     ) -> None:
-        if not 1 <= concurrency <= limits.WORKER_CONCURRENCY_MAX:
-            raise ConfigurationError(
-                f"concurrency must be between 1 and {limits.WORKER_CONCURRENCY_MAX}"
-            )
-        if lease_seconds < limits.LEASE_SECONDS_MIN:
-            raise ConfigurationError(f"lease_seconds must be at least {limits.LEASE_SECONDS_MIN}")
+        _check_limits(concurrency=concurrency, lease_seconds=lease_seconds)
         self.id = worker_id or new_worker_id()
         self.store = store
         self.clock = clock
@@ -106,6 +117,8 @@ class Worker:
         self.poll_seconds = poll_seconds
         # Bounds for poison (applied while claiming and driving) and stuck work (the scan).
         self.detection = detection or bounds_from_environment()
+        # What this worker can run: the claim takes only instances pinned to one of these.
+        self.serves = registry.served()
         self.executor = Executor(
             registry=registry,
             store=store,
@@ -124,6 +137,8 @@ class Worker:
         self.periodic = Periodic()
         for task in periodic:
             self.periodic.add(task)
+        self.periodic.add(self._heartbeat_task())
+        self._started_at: float | None = None
         self._running: dict[InstanceId, _Driven] = {}
         # Running instances one lapse away from the crash-loop bound (see _isolating).
         self._last_chance: set[InstanceId] = set()
@@ -209,6 +224,7 @@ class Worker:
         ``until_nothing_due`` it returns as soon as nothing can be claimed now and nothing is
         in flight (a simulation then moves its clock and calls again).
         """
+        await self._announce()
         heartbeat = asyncio.create_task(self._heartbeat(), name="ledgerflow-heartbeat")
         housekeeping = asyncio.create_task(self.periodic.run_forever(), name="ledgerflow-periodic")
         self._active = True
@@ -219,7 +235,7 @@ class Worker:
                 if until_nothing_due and not claimed and not self._running:
                     return
                 if until_idle and not claimed and not self._running:
-                    due = await self.store.next_available_at()
+                    due = await self.store.next_available_at(self.serves)
                     if due is None:
                         return
                 if claimed and len(self._running) < self.concurrency:
@@ -231,6 +247,7 @@ class Worker:
             housekeeping.cancel()
             if self._crash is None:
                 await self._drain(grace_seconds)
+                await self._sign_off()
             else:
                 # A simulated death: everything in memory is dropped, nothing is released, and
                 # nothing still unwinding may reach the store. Waiting for the unwinding keeps
@@ -260,6 +277,7 @@ class Worker:
                 lease_expiries_max=self.detection.crash_loop_lease_expiries,
                 alone=not self._running,
                 running=list(self._running),
+                serves=self.serves,
             )
         except StorageUnavailableError as exc:
             log.warning("claim failed, will retry: %s", exc)
@@ -284,6 +302,49 @@ class Worker:
                 )
             self._start(record, held_until=sent + self.lease_seconds)
         return len(records)
+
+    # -- the worker registry -------------------------------------------------------------------
+
+    def _heartbeat_task(self) -> PeriodicTask:
+        """The worker's heartbeat in the registry, a few times per liveness bound."""
+        every = self.detection.worker_silent_seconds / limits.WORKER_HEARTBEATS_PER_BOUND
+        return PeriodicTask(
+            name="worker-heartbeat",
+            interval_seconds=max(INTERVAL_SECONDS_MIN, every),
+            run=self._beat,
+        )
+
+    def _record(self) -> WorkerRecord:
+        now = self.clock.now()
+        if self._started_at is None:
+            self._started_at = now
+        return WorkerRecord(
+            worker_id=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=self._started_at,
+            slots=self.concurrency,
+            heartbeat_at=now,
+            serves=self.serves,
+        )
+
+    async def _announce(self) -> None:
+        """Register in the store's worker registry. A store that is down now does not stop
+        the worker: its next heartbeat registers it."""
+        try:
+            await self.store.register_worker(self._record(), now=self.clock.now())
+        except StorageUnavailableError as exc:
+            log.warning("could not register worker %s yet: %s", self.id, exc)
+
+    async def _beat(self) -> None:
+        if not await self.store.heartbeat_worker(self.id, now=self.clock.now()):
+            # Its row was pruned or marked stopped meanwhile: announce it again.
+            await self.store.register_worker(self._record(), now=self.clock.now())
+
+    async def _sign_off(self) -> None:
+        """A clean shutdown: no longer live from now, rather than when its heartbeat ages."""
+        with contextlib.suppress(StorageError):
+            await self.store.stop_worker(self.id, now=self.clock.now())
 
     def _isolating(self) -> bool:
         """True while an instance on its last chance before the crash-loop bound runs here and

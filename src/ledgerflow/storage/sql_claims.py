@@ -1,7 +1,8 @@
 """The claim part of the SQL store: handing runnable instances to a worker (internal).
 
-A claim takes ownership with a new generation, counted against concurrency limits, and hands
-out no instance that has reached its crash-loop bound (it parks it instead) or whose row is
+A claim takes ownership with a new generation, counted against concurrency limits, only of
+instances pinned to a definition the claimer serves (routing by capability, in the SQL), and
+hands out no instance that has reached its crash-loop bound (it parks it instead) or whose row is
 damaged (set aside and flagged). Both decisions run in the claim's own transaction, so a poison
 instance is never handed out once the bound is reached.
 """
@@ -20,6 +21,7 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
+from ledgerflow.model.routing import Served, served_json
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.rows import Row, instance_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
@@ -39,14 +41,21 @@ class _Careful(Exception):  # noqa: N818 - a signal inside the claim, not an err
 
 
 def claim_params(
-    instance_id: str, owner: WorkerId, now: float | None, lease_seconds: float
+    instance_id: str,
+    owner: WorkerId,
+    now: float | None,
+    lease_seconds: float,
+    serves: str | None = None,
 ) -> dict[str, Any]:
+    """The parameters of claim_instance; ``serves`` is :func:`served_json` of what the claimer
+    runs, or None for a claimer that takes any definition."""
     return {
         "instance_id": instance_id,
         "owner": owner,
         "lease_seconds": lease_seconds,
         "lease_expires_at": now + lease_seconds if now is not None else None,
         "now": now,
+        "serves": serves,
     }
 
 
@@ -61,23 +70,30 @@ class ClaimStore(SqlSeam):
         lease_expiries_max: int = DEFAULT_BOUNDS.crash_loop_lease_expiries,
         alone: bool = True,
         running: Collection[InstanceId] = (),
+        serves: Collection[Served] | None = None,
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` runnable instances for ``owner``. ``running`` names the
         instances this owner is driving now: they are never handed to it again, even when
         their lease lapsed (a stall held the heartbeat back), so no worker runs two copies
-        of one instance; its heartbeat renews them instead."""
-        mine = {"owner": owner, "running": json.dumps(sorted(running))}
+        of one instance; its heartbeat renews them instead. ``serves`` routes by capability:
+        only instances pinned to one of these definitions are taken (None: any, for a caller
+        that runs no workflow code; a worker always says what it serves)."""
+        mine = {
+            "owner": owner,
+            "running": json.dumps(sorted(running)),
+            "serves": None if serves is None else served_json(serves),
+        }
         # Most claims take healthy instances: all at once, statements batched. One that meets
         # a damaged row or an instance near its crash-loop bound is done again row by row.
         try:
             with self._write_transaction():
                 rows = self._claimable(now, limit, mine)
-                return self._claim_all(rows, owner, now, lease_seconds, lease_expiries_max)
+                return self._claim_all(rows, mine, now, lease_seconds, lease_expiries_max)
         except _Careful:
             pass
         with self._write_transaction():
             rows = self._claimable(now, limit, mine)
-            return self._claim_each(rows, owner, now, lease_seconds, lease_expiries_max, alone)
+            return self._claim_each(rows, mine, now, lease_seconds, lease_expiries_max, alone)
 
     def _claimable(self, now: float | None, limit: int, mine: dict[str, Any]) -> list[Row]:
         # Concurrency limits count owned instances: claims must not count the same slot.
@@ -88,15 +104,16 @@ class ClaimStore(SqlSeam):
     def _claim_all(
         self,
         rows: list[Row],
-        owner: WorkerId,
+        mine: dict[str, Any],
         now: float | None,
         lease_seconds: float,
         lease_expiries_max: int,
     ) -> list[InstanceRecord]:
+        owner = mine["owner"]
         taken: list[list[Row]] = []
         with self._batch():
             for row in rows:
-                params = claim_params(row["instance_id"], owner, now, lease_seconds)
+                params = claim_params(row["instance_id"], owner, now, lease_seconds, mine["serves"])
                 self._send("claim_instance", params, lambda got, _: taken.append(got))
         claimed: list[InstanceRecord] = []
         with self._batch():
@@ -119,18 +136,19 @@ class ClaimStore(SqlSeam):
     def _claim_each(
         self,
         rows: list[Row],
-        owner: WorkerId,
+        mine: dict[str, Any],
         now: float | None,
         lease_seconds: float,
         lease_expiries_max: int,
         alone: bool,
     ) -> list[InstanceRecord]:
+        owner = mine["owner"]
         claimed: list[InstanceRecord] = []
         for row in rows:
             try:
                 with self._savepoint("claim"):
                     record = self._claim_one(
-                        row["instance_id"], owner, now, lease_seconds, lease_expiries_max
+                        row["instance_id"], mine, now, lease_seconds, lease_expiries_max
                     )
                     if record is not None and self._last_chance_refused(
                         record, lease_expiries_max, alone=alone and not claimed
@@ -152,12 +170,14 @@ class ClaimStore(SqlSeam):
     def _claim_one(
         self,
         instance_id: str,
-        owner: WorkerId,
+        mine: dict[str, Any],
         now: float | None,
         lease_seconds: float,
         lease_expiries_max: int,
     ) -> InstanceRecord | None:
-        got, _ = self._run("claim_instance", claim_params(instance_id, owner, now, lease_seconds))
+        owner = mine["owner"]
+        params = claim_params(instance_id, owner, now, lease_seconds, mine["serves"])
+        got, _ = self._run("claim_instance", params)
         if not got:
             return None
         record = instance_from_row(got[0])

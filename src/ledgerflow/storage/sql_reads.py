@@ -6,11 +6,12 @@ Every read is one consistent read (:meth:`ReadStore._read`); none of them writes
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ledgerflow import limits
 from ledgerflow.model.ids import Generation, InstanceId, RunNumber, StepSeq, TenantId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.routing import Served, served_json
 from ledgerflow.storage.access import InstanceQuery, VersionCount
 from ledgerflow.storage.records import (
     ConsistencySignals,
@@ -148,9 +149,13 @@ class ReadStore(SqlSeam):
             for r in rows
         ]
 
-    def next_available_at(self) -> float | None:
+    def next_available_at(self, serves: Collection[Served] | None = None) -> float | None:
+        params = {
+            "never": limits.WAIT_FOREVER_AT,
+            "serves": None if serves is None else served_json(serves),
+        }
         with self._read():
-            rows, _ = self._run("next_available_at", {"never": limits.WAIT_FOREVER_AT})
+            rows, _ = self._run("next_available_at", params)
         at = rows[0]["at"] if rows else None
         return float(at) if at is not None else None
 

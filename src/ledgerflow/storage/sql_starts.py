@@ -26,7 +26,9 @@ def _keep(into: dict[int, list[Row]], index: int, rows: list[Row], _: int) -> No
 
 def _start_claim_params(new: NewInstance, claim: StartClaim, now: float) -> dict[str, Any]:
     # The lease clock was read before the start's: never claim "before" the insert. A new
-    # instance has never lost a lease, so the crash-loop bound cannot apply to this claim.
+    # instance has never lost a lease, so the crash-loop bound cannot apply to this claim. It
+    # needs no capability test either: the starting engine took the definition (and so its
+    # fingerprint) from the registry of the very worker that claims it.
     at = None if claim.now is None else max(claim.now, now)
     return claim_params(new.instance_id, claim.owner, at, claim.lease_seconds)
 

@@ -60,6 +60,7 @@ from ledgerflow.storage.sql_reconcile import ReconcileStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
 from ledgerflow.storage.sql_versions import VersionStore
+from ledgerflow.storage.sql_workers import WorkerStore
 
 log = logging.getLogger("ledgerflow.storage")
 
@@ -80,6 +81,7 @@ class SqlStore(
     AttentionStore,
     AuditStore,
     ReconcileStore,
+    WorkerStore,
     AccessStore,
     VersionStore,
 ):

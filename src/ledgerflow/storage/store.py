@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect
+from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect, UnservedInstance
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.routing import Served
 from ledgerflow.storage.access import (
     ApiToken,
     ConsoleSession,
@@ -54,6 +55,7 @@ from ledgerflow.storage.records import (
     TimelineEntry,
 )
 from ledgerflow.storage.versions import InFlight, RetiredVersion, RetirementEvidence
+from ledgerflow.storage.workers import WorkerRecord
 
 
 class LedgerReads(Protocol):
@@ -110,7 +112,10 @@ class LedgerReads(Protocol):
 
     def inbox(self, instance_id: InstanceId) -> list[Delivery]: ...
 
-    def next_available_at(self) -> float | None: ...
+    def next_available_at(self, serves: Collection[Served] | None = None) -> float | None:
+        """When the earliest runnable instance becomes claimable, counting only those pinned to
+        one of ``serves`` when given; None when nothing is."""
+        ...
 
     def count_by_status(self) -> dict[InstanceStatus, int]: ...
 
@@ -145,8 +150,12 @@ class JournalStore(LedgerReads, Protocol):
         lease_expiries_max: int = ...,
         alone: bool = ...,
         running: Collection[InstanceId] = ...,
+        serves: Collection[Served] | None = ...,
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` due instances that nobody holds, each with a higher generation.
+
+        Routed by capability: only instances pinned to one of ``serves`` (workflow, version,
+        fingerprint) are taken; None takes any (a caller that runs no workflow code).
 
         ``running`` names the instances ``owner`` drives now: never handed to it again, even
         with a lapsed lease (its heartbeat renews them), so one worker never runs two copies.
@@ -157,6 +166,18 @@ class JournalStore(LedgerReads, Protocol):
         instance of the claim. A row that fails its invariants is skipped, flagged
         (``poison_corrupt_row``) and set aside.
         """
+        ...
+
+    def register_worker(self, worker: WorkerRecord, *, now: float) -> None:
+        """Announce a worker and the definitions it serves (again, if already known)."""
+        ...
+
+    def heartbeat_worker(self, worker_id: WorkerId, *, now: float) -> bool:
+        """Renew its heartbeat; False when it is not registered (it registers again)."""
+        ...
+
+    def stop_worker(self, worker_id: WorkerId, *, now: float) -> None:
+        """A clean shutdown: the worker stops being live at once."""
         ...
 
     def renew(
@@ -259,6 +280,17 @@ class DetectionStore(Protocol):
     def silent_effects(self, *, now: float, cutoff: float, limit: int) -> list[SilentEffect]:
         """Effects of live instances sent or accepted since ``cutoff`` and not answered (the
         unresponsive-participant scan)."""
+        ...
+
+    def workers(self, *, live_since: float | None, limit: int = ...) -> list[WorkerRecord]:
+        """Workers not stopped with a heartbeat since ``live_since`` (every one when None)."""
+        ...
+
+    def unserved_instances(
+        self, *, now: float, cutoff: float, live_since: float, limit: int
+    ) -> list[UnservedInstance]:
+        """Runnable instances due since ``cutoff`` with no live lease that no worker with a
+        heartbeat since ``live_since`` serves."""
         ...
 
     def requeue_repaired(self, instance_id: InstanceId, *, cleared_by: str, now: float) -> bool:

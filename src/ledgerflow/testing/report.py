@@ -63,8 +63,9 @@ INSTANCE_ID_RULE = (
 )
 OWNERS = "a worker holds an instance through a lease with a fencing generation"
 PINNING = (
-    "an instance runs only under the version and fingerprint it started with; on drift it "
-    "parks in MANUAL_INTERVENTION"
+    "an instance runs only under the version and fingerprint it started with: only workers "
+    "serving both claim it, and it moves to other code only by a replay-proven upgrade or "
+    "migration"
 )
 
 # A failing run's trace shows at most this many fault point hits before its last fault.

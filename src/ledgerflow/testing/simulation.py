@@ -318,7 +318,9 @@ class _Run:
                     continue
                 for participant in self.scenario.participants:
                     participant.deliver_late()
-                due = engine.store.next_available_at()
+                # Only what the next life's code can claim: work pinned to other code waits
+                # for a worker that serves it (none comes in a simulation), it is not due here.
+                due = engine.store.next_available_at(self.registry.served())
             if due is None:
                 # Judged on a store of its own: the faults of the lives are over.
                 async with Engine(self.url, self.scenario.registry, clock=self.clock) as final:

@@ -1,5 +1,5 @@
 """The API's operator routes: the attention queue, repairs (dry run and apply), the audit log,
-reconciliation runs and definition versions (internal).
+reconciliation runs, definition versions and the live workers (internal).
 
 A repair is planned with ``POST .../repairs/plan`` (a dry run: nothing is written) and applied
 with ``POST .../repairs``; a client that showed a plan passes its ``generation`` as
@@ -185,3 +185,11 @@ def retire_version(
         }
 
     return answer(request, carry_out)
+
+
+@api_route(
+    router, "GET", "/workers", role=ApiRole.VIEWER, response_model=ListingOut,
+    summary="The live workers: heartbeat, slots and the definitions each serves",
+)  # fmt: skip
+def workers(scoped: Scoped) -> Any:
+    return listing(scoped.workers())

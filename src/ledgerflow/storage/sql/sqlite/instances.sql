@@ -37,6 +37,9 @@ ORDER BY created_at DESC, instance_id
 LIMIT :limit;
 
 -- name: select_claimable
+-- Routed by capability: only instances pinned to a definition the worker serves (:serves, a
+-- JSON array of {workflow_name, workflow_version, fingerprint}; NULL for a caller that runs no
+-- workflow code and takes any), so no worker ever holds an instance it cannot run.
 -- Runnable, due, and either unowned or with a lapsed lease; never one the claiming worker is
 -- still driving (:running, a JSON array of ids): a lease of its own that lapsed while a store
 -- stall held its heartbeat back is renewed, not taken again beside the copy that runs.
@@ -45,6 +48,11 @@ WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
   AND (owner IS NULL OR lease_expires_at <= :now)
   AND NOT (owner = :owner AND instance_id IN (SELECT value FROM json_each(:running)))
+  AND (:serves IS NULL OR EXISTS (
+      SELECT 1 FROM json_each(:serves) s
+      WHERE json_extract(s.value, '$.workflow_name') = lf_instances.workflow_name
+        AND json_extract(s.value, '$.workflow_version') = lf_instances.workflow_version
+        AND json_extract(s.value, '$.fingerprint') = lf_instances.fingerprint))
   AND NOT EXISTS (
       SELECT 1 FROM lf_limits l
       WHERE l.scope IN ('workflow:' || lf_instances.workflow_name, 'tenant:' || lf_instances.tenant)
@@ -57,8 +65,9 @@ LIMIT :limit;
 
 -- name: claim_instance
 -- Take ownership with a new, higher generation. Repeats the claimability test so that two
--- claimers racing for one instance cannot both win. Taking it from an owner whose lease ran
--- out counts one more lease expiry in a row (the crash-loop detector's count).
+-- claimers racing for one instance cannot both win, and that the instance is still pinned to a
+-- definition the worker serves (an operator may have moved it meanwhile). Taking it from an
+-- owner whose lease ran out counts one more lease expiry in a row (the crash-loop count).
 UPDATE lf_instances
 SET owner = :owner, generation = generation + 1,
     lease_expiries = lease_expiries + CASE WHEN owner IS NULL THEN 0 ELSE 1 END,
@@ -68,6 +77,11 @@ WHERE instance_id = :instance_id
   AND status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
   AND (owner IS NULL OR lease_expires_at <= :now)
+  AND (:serves IS NULL OR EXISTS (
+      SELECT 1 FROM json_each(:serves) s
+      WHERE json_extract(s.value, '$.workflow_name') = lf_instances.workflow_name
+        AND json_extract(s.value, '$.workflow_version') = lf_instances.workflow_version
+        AND json_extract(s.value, '$.fingerprint') = lf_instances.fingerprint))
   AND NOT EXISTS (
       SELECT 1 FROM lf_limits l
       WHERE l.scope IN ('workflow:' || lf_instances.workflow_name, 'tenant:' || lf_instances.tenant)
@@ -139,13 +153,19 @@ WHERE instance_id = :instance_id AND generation = :generation;
 -- When the earliest runnable instance becomes claimable: its due time, or for one still held,
 -- the later of that and its lease expiry. A waiting instance counts when its timer is set (a
 -- wait with no timeout is due at :never, and so is a damaged row set aside by a claim). NULL
--- when nothing is runnable at all.
+-- when nothing is runnable at all. Only instances a worker serving :serves could claim count
+-- (NULL: every one), so a worker does not wait for work it will never take.
 SELECT min(
     CASE WHEN owner IS NULL THEN available_at ELSE max(available_at, lease_expires_at) END
 ) AS at
 FROM lf_instances
 WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
-  AND available_at < :never;
+  AND available_at < :never
+  AND (:serves IS NULL OR EXISTS (
+      SELECT 1 FROM json_each(:serves) s
+      WHERE json_extract(s.value, '$.workflow_name') = lf_instances.workflow_name
+        AND json_extract(s.value, '$.workflow_version') = lf_instances.workflow_version
+        AND json_extract(s.value, '$.fingerprint') = lf_instances.fingerprint));
 
 -- name: count_by_status
 SELECT status, count(*) AS n FROM lf_instances GROUP BY status;
