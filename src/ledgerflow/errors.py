@@ -480,7 +480,7 @@ class BusinessFailure(LedgerflowError):  # noqa: N818 - an outcome the workflow 
 
     Any other exception that escapes workflow code is a defect: retried a bounded number of
     times, then parked ``workflow_defect`` with nothing compensated (see
-    ``docs/retiring-and-defects.md``). A workflow may also declare other exception types as its
+    ``docs/versioning.md``). A workflow may also declare other exception types as its
     business failures (``Registry.workflow(business_failures=...)``).
     """
 

@@ -191,7 +191,7 @@ def test_a_plan_refuses_bad_contract_mappings() -> None:
 def test_the_documented_toml_plan_migrates_from_the_command_line(
     journal_url: str, charged: str, tmp_path: Path
 ) -> None:
-    """Goal: the plan of docs/replay-and-upgrades.md, as a TOML file, is read by ``ledgerflow
+    """Goal: the plan of docs/versioning.md, as a TOML file, is read by ``ledgerflow
     versions migrate`` and moves the instance (after a dry run that moves nothing).
 
     Method: the documented plan (``[[contracts]]`` with a rename) in plan.toml; a dry run

@@ -7,7 +7,7 @@ applied by idempotency key; workers are ``ledgerflow worker`` processes loading 
 editions of the same workflow (``transfer`` v1): the broken one raises a ``NameError`` after the
 charge is confirmed, the fixed one does not. The two files differ in the workflow function, so
 the fixed code has another fingerprint of the same workflow and version. Every command is the
-one docs/retiring-and-defects.md tells a user to run.
+one docs/versioning.md tells a user to run.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One instance's recorded history as a versioned JSON document (internal; the format is
-documented in ``docs/replay-and-upgrades.md``).
+documented in ``docs/versioning.md``).
 
 ``ledgerflow export ID`` writes it; ``ledgerflow replay ... --histories DIR`` and
 ``ledgerflow.testing.replay_history`` read it back and replay it. The document holds the
