@@ -227,6 +227,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--postgres", metavar="URL", help="also measure on this PostgreSQL")
     parser.add_argument("--micro", action="store_true", help="only the replayed-calls figure")
+    parser.add_argument("--runs", type=int, help="pairs per workload (default: 5, --quick 3)")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), help=argparse.SUPPRESS)
@@ -236,6 +237,8 @@ def main() -> int:
     if args.run:
         return _one_run(args)
     sizes = QUICK if args.quick else FULL
+    if args.runs:
+        sizes = {**sizes, "runs": args.runs}
     with tempfile.TemporaryDirectory(prefix="lf-metrics-micro-") as tmp:
         micro = _micro(Path(tmp), sizes["concurrent"])
     if args.micro:
