@@ -28,7 +28,7 @@ from browser import artifacts
 pytestmark = pytest.mark.slow
 
 # The budget of one run, in seconds, and the examples per operation and phase.
-FUZZ_SECONDS = 40
+FUZZ_SECONDS = 20
 EXAMPLES = 20
 
 
