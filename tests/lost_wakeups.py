@@ -1,7 +1,8 @@
 """Lost wake-ups, for the tests that land an arrival between a read and a park (issue 22).
 
-- :func:`registry`: the workflows each path needs (two waits, one wait, a sleep, an
-  asynchronous effect completed by callback);
+- :data:`registry`: the workflows each path needs (two waits, one wait, a loop of waits, a
+  sleep, an asynchronous effect completed by callback), importable by worker processes too
+  (``lost_wakeups:registry``: this folder is on their path);
 - :class:`ArriveAt`: a fault plan that makes something arrive, through another connection, at
   the first hit of a named point (between a worker's read and the park it decides from);
 - :func:`revert_arrival_flag`: the park of before the fix. A park then wrote its wake-up time
@@ -21,35 +22,45 @@ import ledgerflow as lf
 from ledgerflow.runtime import faults
 from ledgerflow.storage import queries
 
+TICKS = 5
 
-def registry() -> lf.Registry:
-    workflows = lf.Registry()
-    bank = workflows.add_participant(lf.Participant("bank", deduplicates=True))
+registry = lf.Registry()
+bank = registry.add_participant(lf.Participant("bank", deduplicates=True))
 
-    @bank.effect(classification="forward-recovery-only", completes_by_callback=3600)
-    async def transfer(call: lf.EffectCall) -> dict[str, Any]:
-        return {"accepted": call.idempotency_key}
 
-    @workflows.workflow(name="two", version=1)
-    async def two(ctx: lf.WorkflowContext, _: None) -> list[Any]:
-        first = await ctx.wait_for("a")
-        second = await ctx.wait_for("b")
-        return [first.payload, second.payload]
+@bank.effect(classification="forward-recovery-only", completes_by_callback=3600)
+async def transfer(call: lf.EffectCall) -> dict[str, Any]:
+    # Accepted now; the bank calls back (the test, from outside) with the outcome.
+    return {"accepted": call.idempotency_key}
 
-    @workflows.workflow(name="one", version=1)
-    async def one(ctx: lf.WorkflowContext, _: None) -> Any:
-        return (await ctx.wait_for("a")).payload
 
-    @workflows.workflow(name="nap", version=1)
-    async def nap(ctx: lf.WorkflowContext, _: None) -> str:
-        await ctx.sleep(3600)
-        return "rested"
+@registry.workflow(name="two", version=1)
+async def two(ctx: lf.WorkflowContext, _: None) -> list[Any]:
+    first = await ctx.wait_for("a")
+    second = await ctx.wait_for("b")
+    return [first.payload, second.payload]
 
-    @workflows.workflow(name="pay", version=1)
-    async def pay(ctx: lf.WorkflowContext, amount: int) -> Any:
-        return await ctx.effect(transfer, {"amount": amount})
 
-    return workflows
+@registry.workflow(name="one", version=1)
+async def one(ctx: lf.WorkflowContext, _: None) -> Any:
+    return (await ctx.wait_for("a")).payload
+
+
+@registry.workflow(name="loop", version=1)
+async def loop(ctx: lf.WorkflowContext, _: None) -> list[Any]:
+    return [(await ctx.wait_for("tick")).payload for _ in range(TICKS)]
+
+
+@registry.workflow(name="nap", version=1)
+async def nap(ctx: lf.WorkflowContext, _: None) -> str:
+    await ctx.step("prepare", lambda: "ready")
+    await ctx.sleep(3600)
+    return "rested"
+
+
+@registry.workflow(name="pay", version=1)
+async def pay(ctx: lf.WorkflowContext, amount: int) -> Any:
+    return await ctx.effect(transfer, {"amount": amount})
 
 
 class ArriveAt(faults.FaultPlan):

@@ -31,7 +31,7 @@ BOUNDS = DetectionBounds(arrival_unanswered_seconds=5, participant_silent_second
 class Journal:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.registry = registry()
+        self.registry = registry
         self.outside = lf.SyncEngine(url, self.registry)
 
     def work(self, plan: faults.FaultPlan | None = None, *, later: float = 0.0) -> None:

@@ -25,7 +25,7 @@ from lost_wakeups import ArriveAt, registry
 class Scene:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.registry = registry()
+        self.registry = registry
         # Another process's view: its own connection, its own transactions.
         self.outside = lf.SyncEngine(url, self.registry)
 
