@@ -103,6 +103,8 @@ class CallbackCompletion:
                     )
                 )
                 raise Waiting
+            # The deadline passed with no callback read: the commit below proves none arrived.
+            faults.point("effect.before_deadline", instance=s.instance.business_key, seq=driver.seq)
             try:
                 await s.commit(
                     NoPendingDelivery(name=name),
