@@ -7,9 +7,10 @@ instance at a time); a cancel request and a signal arriving at every point of an
 life (each ends with an outcome the caller can read; no new effect after the request); a
 failure's cause kept to the end; a participant that ignores the cancellation at the deadline
 and answers late (the late answer never confirms); an unreachable lookup (doubt parked only
-when the lookup policy is spent). Each revert restores the old behaviour through a seam
-(monkeypatching the store or the runtime function that carries the fix), never a switch in
-the shipped engine.
+when the lookup policy is spent); a signal landing between a wait's read of the inbox and its
+park (no lost wake-up, on a workflow of its own: the order has no wait). Each revert restores
+the old behaviour through a seam (monkeypatching the store, its named SQL or the runtime
+function that carries the fix), never a switch in the shipped engine.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from typing import Any
 
 import pytest
 
+import ledgerflow as lf
 from ledgerflow.demo.order import registry, sample_order
+from ledgerflow.errors import WaitTimeoutError
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.runtime import effects as effects_module
 from ledgerflow.runtime.calls import call_user
@@ -33,6 +36,7 @@ from ledgerflow.runtime.worker import Worker, _Driven
 from ledgerflow.storage.records import Commit, EffectRecord, InstanceRecord, InstanceWrite
 from ledgerflow.storage.sql_store import SqlStore
 from ledgerflow.testing import Behavior, Explorer, Summary, scenario_for
+from lost_wakeups import revert_arrival_flag
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +122,11 @@ def _late_answers_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(effects_module, "call_by_deadline", like_wait_for)
 
 
+def _parks_ignoring_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a park wrote its wake-up time whatever arrived after the owner's read."""
+    revert_arrival_flag(monkeypatch)
+
+
 def _unreachable_lookup_is_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: a lookup that could not be asked counted as "cannot tell" at once."""
 
@@ -143,6 +152,27 @@ def _stalls(tmp_path: Path) -> Summary:
 
 def _arrivals(tmp_path: Path) -> Summary:
     return asyncio.run(_orders(tmp_path, count=1, copies=1).arrivals())
+
+
+def _approvals() -> lf.Registry:
+    approvals = lf.Registry()
+
+    @approvals.workflow(name="approval", version=1)
+    async def approval(ctx: lf.WorkflowContext, order: int) -> Any:
+        try:
+            decision = await ctx.wait_for("approved", timeout=600)
+        except WaitTimeoutError:
+            return "timed out"
+        return decision.payload
+
+    return approvals
+
+
+def _arrivals_racing_a_wait(tmp_path: Path) -> Summary:
+    """The signal that arrives is the one the wait takes: at every point, including between
+    the wait's read of the inbox and its park."""
+    factory = scenario_for(_approvals(), "approval", [1], signal="approved")
+    return asyncio.run(Explorer(factory, folder=tmp_path).arrivals())
 
 
 def _final_rejections(tmp_path: Path) -> Summary:
@@ -176,6 +206,11 @@ CASES = {
         _arrivals,
         "no-new-effect-after-cancel",
     ),
+    "signal between a read and its park": (
+        _parks_ignoring_arrivals,
+        _arrivals_racing_a_wait,
+        "no-lost-wakeup",
+    ),
     "cause of an ending": (_causes_not_kept, _final_rejections, "ending-names-its-cause"),
     "late answer": (_late_answers_taken, _stubborn, "late-answer-never-confirms"),
     "lookup outage": (
@@ -203,7 +238,8 @@ def test_the_explorer_finds_the_class_with_its_fix_reverted(reverted: str, tmp_p
 
 
 @pytest.mark.parametrize(
-    "explore", [_stalls, _arrivals, _final_rejections, _stubborn, _lookup_outages]
+    "explore",
+    [_stalls, _arrivals, _arrivals_racing_a_wait, _final_rejections, _stubborn, _lookup_outages],
 )
 def test_the_same_runs_are_clean_with_the_fixes(
     explore: Callable[[Path], Summary], tmp_path: Path

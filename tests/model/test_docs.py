@@ -114,3 +114,19 @@ def test_doc_states_the_unknown_resolution_order_and_the_failed_rule() -> None:
     text = DOC.read_text()
     assert "## Resolving `UNKNOWN`" in text
     assert "## `FAILED` only if nothing was committed" in text
+
+
+def test_every_write_decided_from_a_read_names_an_existing_test() -> None:
+    """The table of writes decided from an earlier read names, for each, the test that
+    commits a conflicting write between the read and the commit: each named test exists."""
+    text = DOC.read_text()
+    section = text[text.index("## Decided from a read") :]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`tests/" in line]
+    assert len(rows) >= 15
+    root = DOC.parents[1]
+    for row in rows:
+        named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", row)
+        assert named, row
+        for path, name in named:
+            source = (root / path).read_text()
+            assert re.search(rf"^def {name}\(", source, re.MULTILINE), f"{path}::{name}"

@@ -108,3 +108,34 @@ def test_stuck_rules_decide_from_row_values() -> None:
     assert "bank.charge key key-1 attempt 2 ACCEPTED since 15.0s ago" in silent.evidence
     recent = dataclasses.replace(effect, updated_at=995.0)
     assert detection.participant_unresponsive([recent], now=1000.0, bounds=bounds) is None
+
+
+def test_stuck_arrival_fires_past_its_bound_and_names_what_is_held() -> None:
+    """Goal: a held arrival younger than the bound is not a finding (the instance may be about
+    to take it); past it, the evidence names each arrival and when the instance is due."""
+    bounds = DetectionBounds(arrival_unanswered_seconds=30)
+    assert DEFAULT_BOUNDS.arrival_unanswered_seconds == 30
+    event = detection.HeldArrival(
+        instance_id="i",
+        available_at=1e15,
+        arrival=detection.ARRIVAL_EVENT,
+        arrived_at=1000.0,
+        name="approved",
+        event_id="e-1",
+        seq=3,
+    )
+    cancel = detection.HeldArrival(
+        instance_id="i", available_at=1e15, arrival=detection.ARRIVAL_CANCEL, arrived_at=1010.0
+    )
+    assert detection.stuck_arrival([event, cancel], now=1020.0, bounds=bounds) is None
+    finding = detection.stuck_arrival([event, cancel], now=1045.0, bounds=bounds)
+    assert finding is not None
+    assert finding.reason_code == detection.STUCK_ARRIVAL
+    assert "event 'approved' (e-1) for step 3, received 45.0s ago" in finding.evidence
+    assert "a cancel request" in finding.evidence
+    assert "due never" in finding.evidence
+    timer = dataclasses.replace(event, available_at=4600.0, arrival=detection.ARRIVAL_COMPLETION)
+    finding = detection.stuck_arrival([timer], now=1045.0, bounds=bounds)
+    assert finding is not None
+    assert "due in 3555.0s" in finding.evidence
+    assert "completion callback 'approved'" in finding.evidence

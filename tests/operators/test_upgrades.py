@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ import breakages
 import ledgerflow as lf
 from database_dump import dump
 from ledgerflow.model.ids import WorkerId
+from ledgerflow.operators import upgrades as upgrades_module
 from ledgerflow.operators.service import MigrationPlan, Operations
 from ledgerflow.storage import open_store
 from ledgerflow.storage.audit import AuditQuery
@@ -298,3 +300,48 @@ def test_an_instance_whose_compensation_is_under_way_is_refused(journal_url: str
     (outcome,) = report.outcomes
     assert outcome.outcome == "refused"
     assert outcome.refusal == "a compensation is in progress"
+
+
+def test_a_journal_that_moves_on_after_the_replay_is_not_moved(
+    journal_url: str, waiting: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: an upgrade decides from the journal it replayed; a worker that drives the
+    instance on between that replay and the move (another transaction) makes the move stale,
+    and it is refused, not applied over the new history (docs/state-machines.md, "Decided from
+    a read").
+
+    Method: wrap the replay: once it has judged instance "a" clean, a v1 worker delivers "go"
+    and runs "a" to its end, in another thread and connection; the move of "a" is refused as
+    stale, "a" ended under the code it was pinned to, and "b" (untouched) moves.
+    """
+    patched = shop("patched")
+    fingerprint = patched.registry.get("order", 1).fingerprint
+    replay = upgrades_module.replay
+
+    async def replay_then_move_on(*args: Any, **kwargs: Any) -> Any:
+        verdict = await replay(*args, **kwargs)
+        instance = args[1]
+        if instance.instance_id == waiting["a"]:
+            moved_on: dict[str, lf.InstanceRecord] = {}
+            worker = threading.Thread(
+                target=lambda: moved_on.update(_go(journal_url, shop("v1").registry, waiting["a"]))
+            )
+            worker.start()
+            worker.join(timeout=60)
+            assert moved_on[waiting["a"]].status is lf.InstanceStatus.SUCCEEDED
+        return verdict
+
+    monkeypatch.setattr(upgrades_module, "replay", replay_then_move_on)
+    with Operations(journal_url) as operations:
+        report = operations.upgrade(
+            patched.registry, workflow="order", version=1, to_fingerprint=fingerprint, actor="al"
+        )
+        ended = operations.detail(waiting["a"]).instance
+    outcomes = {o.instance_id: o for o in report.outcomes}
+    assert outcomes[waiting["a"]].outcome == "refused"
+    assert "planned against WAITING" in (outcomes[waiting["a"]].refusal or "")
+    assert outcomes[waiting["b"]].outcome == "moved"
+    assert (ended.status, ended.fingerprint) == (
+        lf.InstanceStatus.SUCCEEDED,
+        shop("v1").registry.get("order", 1).fingerprint,
+    )

@@ -390,12 +390,20 @@ def test_fail_rule_is_unknown_not_a_rejection(service: Service) -> None:
 def test_timeout_is_unknown_not_a_rejection(service: Service) -> None:
     """Goal: a dispatch that times out (the request may still apply) is not a rejection.
 
-    Method: hold `legacy` requests and dispatch with a 0.2 s timeout: an httpx timeout error
-    propagates; then drop the held request.
+    Method: hold `legacy` requests and dispatch with a 1 s timeout from another thread; once
+    the service holds the request (it reached the participant, so it may apply), the client's
+    timeout comes: an httpx timeout error propagates; then drop the held request. (The hold is
+    awaited first: on a loaded machine a shorter timeout could fire before the request is
+    even sent, and then nothing is held.)
     """
     service.rules({"participant": "legacy", "action": "hold"})
-    with pytest.raises(httpx.TimeoutException):
-        _dispatch(_remote(service, "legacy", timeout_seconds=0.2), "remote-timeout-1")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        call = pool.submit(
+            _dispatch, _remote(service, "legacy", timeout_seconds=1.0), "remote-timeout-1"
+        )
+        assert service.wait_held(1) == 1
+        with pytest.raises(httpx.TimeoutException):
+            call.result(timeout=30)
     assert service.release("drop") == 1
 
 

@@ -51,6 +51,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "cause",
         "cancel_outcome",
         "trace_context",
+        "arrived_since_claim",
     ],
     "lf_steps": [
         "instance_id",

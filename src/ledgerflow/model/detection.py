@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError
 from ledgerflow.model.routing import Served
 
@@ -32,9 +33,18 @@ STUCK_UNCLAIMED = "stuck_unclaimed"
 PARTICIPANT_UNRESPONSIVE = "participant_unresponsive"
 # Due work pinned to a definition (workflow, version, fingerprint) that no live worker serves.
 NO_CAPABLE_WORKER = "no_capable_worker"
+# A waiting instance, not due, that holds what would move it on (a lost wake-up): the scan
+# flags it and makes it due.
+STUCK_ARRIVAL = "stuck_arrival"
 
 # The flags a scan raises and, when the condition is gone, clears by itself.
-SCANNED_FLAGS = (STUCK_STEP, STUCK_UNCLAIMED, PARTICIPANT_UNRESPONSIVE, NO_CAPABLE_WORKER)
+SCANNED_FLAGS = (
+    STUCK_STEP,
+    STUCK_UNCLAIMED,
+    PARTICIPANT_UNRESPONSIVE,
+    NO_CAPABLE_WORKER,
+    STUCK_ARRIVAL,
+)
 # Who clears a scanned flag whose condition no longer holds.
 DETECTOR = "detector"
 
@@ -64,6 +74,9 @@ class DetectionBounds:
     worker_silent_seconds: float = 30.0
     # Due work that no live worker serves for this long is flagged no_capable_worker.
     unserved_after_seconds: float = 60.0
+    # A waiting instance that is not due although it holds, for this long, an event its open
+    # wait takes, the callback of an effect it awaits, or a cancel request at a wait or timer.
+    arrival_unanswered_seconds: float = 30.0
     # How often every worker scans for stuck work.
     scan_interval_seconds: float = 30.0
     # At most this many findings per reason and scan (a scan is bounded like everything else).
@@ -324,4 +337,59 @@ def no_capable_worker(
             f"worker serves; {others}. Start a worker with that code (or move the instance "
             "to code that is proven to replay it)"
         ),
+    )
+
+
+# -- lost wake-ups: what arrived, held by an instance asleep past it ------------------------------
+
+# What a held arrival is (HeldArrival.arrival).
+ARRIVAL_EVENT = "event"
+ARRIVAL_COMPLETION = "completion"
+ARRIVAL_CANCEL = "cancel"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldArrival:
+    """Something that would move a WAITING instance on, which it holds while not due: an event
+    its open wait (step ``seq``) takes, the completion callback of the effect at ``seq`` it
+    awaits, or a cancel request while it is parked at a wait or timer (``name`` and ``event_id``
+    are None then)."""
+
+    instance_id: str
+    # When the instance is due as the ledger holds it (a wait with no timeout: never).
+    available_at: float
+    arrival: str
+    arrived_at: float
+    name: str | None = None
+    event_id: str | None = None
+    seq: int | None = None
+
+
+def stuck_arrival(
+    held: Sequence[HeldArrival], *, now: float, bounds: DetectionBounds
+) -> Finding | None:
+    """Arrivals of one instance held past the bound while it sleeps past them: a wake-up was
+    lost (the engine's own bug, not a participant's). The scan makes the instance due."""
+    old = [h for h in held if now - h.arrived_at >= bounds.arrival_unanswered_seconds]
+    if not old:
+        return None
+    parts = []
+    for h in old:
+        if h.arrival == ARRIVAL_CANCEL:
+            parts.append(f"a cancel request of {_age(now, h.arrived_at)} ago")
+        else:
+            what = "event" if h.arrival == ARRIVAL_EVENT else "completion callback"
+            parts.append(
+                f"{what} {h.name!r} ({h.event_id}) for step {h.seq}, received "
+                f"{_age(now, h.arrived_at)} ago"
+            )
+    due = old[0].available_at
+    until = "never" if due >= limits.WAIT_FOREVER_AT else f"in {_age(due, now)}"
+    return Finding(
+        instance_id=old[0].instance_id,
+        reason_code=STUCK_ARRIVAL,
+        evidence=(
+            f"WAITING and due {until}, although it holds {'; '.join(parts)} (bound "
+            f"{bounds.arrival_unanswered_seconds:g}s): a wake-up was lost; made due now"
+        )[:4000],
     )

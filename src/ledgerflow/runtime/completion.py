@@ -17,6 +17,7 @@ from ledgerflow.model.effect import EffectEvent
 from ledgerflow.model.ids import EffectId, StepSeq
 from ledgerflow.model.instance import InstanceEvent
 from ledgerflow.model.step import StepEvent
+from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Waiting
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.records import (
@@ -87,6 +88,10 @@ class CallbackCompletion:
             if found:
                 return await self._completed(found[0], attempt=attempt)
             if s.clock.now() < due:
+                # An arrival between the read above and this park makes the park due at once.
+                faults.point(
+                    "effect.before_suspend", instance=s.instance.business_key, seq=driver.seq
+                )
                 await s.commit(
                     instance_change(
                         s.status,
@@ -98,6 +103,8 @@ class CallbackCompletion:
                     )
                 )
                 raise Waiting
+            # The deadline passed with no callback read: the commit below proves none arrived.
+            faults.point("effect.before_deadline", instance=s.instance.business_key, seq=driver.seq)
             try:
                 await s.commit(
                     NoPendingDelivery(name=name),

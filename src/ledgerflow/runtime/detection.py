@@ -8,9 +8,10 @@ Every worker runs it periodically (its builder hands the
 worker :func:`detection_task`, see :meth:`~ledgerflow.runtime.engine.Engine.worker`) and an
 operator can run it on demand (``ledgerflow attention --scan``). The SQL only narrows the
 candidates (rows past a cutoff); the rules in :mod:`ledgerflow.model.detection` decide and word
-the evidence. A scan never changes an instance: stuck work may still move on by itself, so it
+the evidence. A scan never parks an instance: stuck work may still move on by itself, so it
 is flagged, not parked, and a flag whose condition a later scan no longer finds is cleared by
-``detector``.
+``detector``. The one change a scan makes is a due time: a waiting instance that holds an
+arrival it sleeps past (a lost wake-up, ``stuck_arrival``) is made due now as well as flagged.
 
 Example::
 
@@ -27,7 +28,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ledgerflow.model import detection
-from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds, Finding, SilentEffect
+from ledgerflow.model.detection import (
+    DEFAULT_BOUNDS,
+    DetectionBounds,
+    Finding,
+    HeldArrival,
+    SilentEffect,
+)
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.periodic import PeriodicTask
@@ -76,11 +83,15 @@ def _findings(
     unserved = store.unserved_instances(
         now=now, cutoff=now - bounds.unserved_after_seconds, live_since=live_since, limit=limit
     )
+    held = store.held_arrivals(now=now, cutoff=now - bounds.arrival_unanswered_seconds, limit=limit)
     # What the live workers serve, to say in the evidence what is there instead.
     live = served_by(store.workers(live_since=live_since)) if unserved else []
     by_instance: dict[str, list[SilentEffect]] = defaultdict(list)
     for effect in silent:
         by_instance[effect.instance_id].append(effect)
+    held_by: dict[str, list[HeldArrival]] = defaultdict(list)
+    for arrival in held:
+        held_by[arrival.instance_id].append(arrival)
     found = {
         detection.STUCK_STEP: [detection.stuck_step(q, now=now, bounds=bounds) for q in quiet],
         detection.STUCK_UNCLAIMED: [
@@ -93,12 +104,16 @@ def _findings(
         detection.NO_CAPABLE_WORKER: [
             detection.no_capable_worker(u, now=now, bounds=bounds, live=live) for u in unserved
         ],
+        detection.STUCK_ARRIVAL: [
+            detection.stuck_arrival(group, now=now, bounds=bounds) for group in held_by.values()
+        ],
     }
     read = {
         detection.STUCK_STEP: len(quiet),
         detection.STUCK_UNCLAIMED: len(due),
         detection.PARTICIPANT_UNRESPONSIVE: len(silent),
         detection.NO_CAPABLE_WORKER: len(unserved),
+        detection.STUCK_ARRIVAL: len(held),
     }
     truncated = [reason for reason, count in read.items() if count >= limit]
     return {r: [f for f in fs if f is not None] for r, fs in found.items()}, truncated
@@ -131,6 +146,9 @@ def scan(
                 raised.append(finding)
             else:
                 still_open += 1
+            if finding.reason_code == detection.STUCK_ARRIVAL:
+                # The one finding a scan acts on: what arrived must not wait for a person.
+                store.wake_held(InstanceId(finding.instance_id), now=now)
     cleared: list[tuple[str, str]] = []
     requeued: list[str] = []
     for flag in open_flags:

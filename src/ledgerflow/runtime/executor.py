@@ -124,6 +124,9 @@ class Executor:
                 except Park as park:
                     await self._park(session, park)
                 except Suspend as suspend:
+                    # A back-off decided from what the session knew: an arrival before this
+                    # release makes it due at once (the store's arrival flag).
+                    faults.point("instance.before_release", instance=instance.business_key)
                     await session.commit(Release(available_at=suspend.available_at))
                 except Waiting:
                     pass  # WAITING and its wake-up time are already committed.

@@ -17,6 +17,14 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``effect.before_lookup``: about to ask the participant about an UNKNOWN effect
 - ``instance.before_finish``: the workflow returned, its terminal state is not yet durable
 - ``wait.before_timeout``: a wait found no event and its timeout is due, not yet recorded
+- ``wait.before_suspend``: a wait or timer read the inbox and the cancel request and decided
+  to park (WAITING until its timer), not yet recorded
+- ``effect.before_suspend``: an asynchronous effect found no callback in the inbox and decided
+  to park until its deadline, not yet recorded
+- ``effect.before_deadline``: an asynchronous effect's deadline passed with no callback read;
+  its UNKNOWN outcome is not yet recorded
+- ``instance.before_release``: a retry back-off decided to give the instance up until its next
+  attempt, not yet recorded
 - ``compensation.*``: as ``effect.*``, for a compensation (``seq`` is the original step's)
 """
 

@@ -87,6 +87,11 @@ class WaitDriver:
         )
 
     async def _suspend(self, pending: list[Write], due: float) -> None:
+        # Between the reads this park decided from (the inbox, the cancel request) and its
+        # commit: an arrival here makes the park due at once (the store's arrival flag).
+        faults.point(
+            "wait.before_suspend", instance=self.session.instance.business_key, seq=self.seq
+        )
         await self.session.commit(
             *pending,
             instance_change(

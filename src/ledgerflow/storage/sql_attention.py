@@ -11,7 +11,7 @@ from __future__ import annotations
 from ledgerflow import limits
 from ledgerflow.errors import StorageCorruptError
 from ledgerflow.model import detection
-from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect
+from ledgerflow.model.detection import DueInstance, HeldArrival, QuietInstance, SilentEffect
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.storage.attention import (
     AttentionFlag,
@@ -114,6 +114,19 @@ class AttentionStore(SqlSeam):
         with self._read():
             rows, _ = self._run("scan_silent_effects", params)
         return [record_from_row(SilentEffect, r) for r in rows]
+
+    def held_arrivals(self, *, now: float, cutoff: float, limit: int) -> list[HeldArrival]:
+        """What waiting instances not due hold since ``cutoff`` that would move them on."""
+        params = {"now": now, "cutoff": cutoff, "limit": limit}
+        with self._read():
+            rows, _ = self._run("scan_stuck_arrivals", params)
+        return [record_from_row(HeldArrival, r) for r in rows]
+
+    def wake_held(self, instance_id: InstanceId, *, now: float) -> bool:
+        """Make a waiting instance due now; False when it is not waiting any more."""
+        with self._write_transaction():
+            _, changed = self._run("wake_held", {"instance_id": instance_id, "now": now})
+        return changed == 1
 
     def attention_rows(
         self, query: AttentionQuery

@@ -82,16 +82,18 @@ class InboxStore(SqlSeam):
         ``refuse`` (refusal, reason) keeps it as refused whatever the instance's state."""
         ids = {"instance_id": instance_id, "event_id": event_id}
         with self._write_transaction():
-            rows, _ = self._run("get_delivery", ids)
-            if rows:
-                return delivery_from_row(rows[0]), False
+            # The instance's row first: a delivery of the same event id racing this one waits
+            # here, so the inbox read after it sees the other's event if it was kept.
             found, _ = self._run("lock_instance", {"instance_id": instance_id})
             if not found:
                 return None
+            rows, _ = self._run("get_delivery", ids)
+            if rows:
+                return delivery_from_row(rows[0]), False
             instance = instance_from_row(found[0])
             refusal, reason = refuse or self._late(instance, for_seq=for_seq, run=run)
             state = "REJECTED" if refusal else "PENDING"
-            self._run(
+            _, inserted = self._run(
                 "insert_event_delivery",
                 {
                     **ids,
@@ -105,6 +107,10 @@ class InboxStore(SqlSeam):
                     "now": now,
                 },
             )
+            if inserted != 1:
+                # Kept by another delivery after all (the insert's own conflict): a duplicate.
+                rows, _ = self._run("get_delivery", ids)
+                return delivery_from_row(rows[0]), False
             if state == "PENDING":
                 self._run("wake_instance", {"instance_id": instance_id, "now": now})
             self._timeline(

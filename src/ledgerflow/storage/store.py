@@ -23,7 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from ledgerflow.model.detection import DueInstance, QuietInstance, SilentEffect, UnservedInstance
+from ledgerflow.model.detection import (
+    DueInstance,
+    HeldArrival,
+    QuietInstance,
+    SilentEffect,
+    UnservedInstance,
+)
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.routing import Served
@@ -280,6 +286,16 @@ class DetectionStore(Protocol):
     def silent_effects(self, *, now: float, cutoff: float, limit: int) -> list[SilentEffect]:
         """Effects of live instances sent or accepted since ``cutoff`` and not answered (the
         unresponsive-participant scan)."""
+        ...
+
+    def held_arrivals(self, *, now: float, cutoff: float, limit: int) -> list[HeldArrival]:
+        """Waiting instances not due that hold, since ``cutoff``, an event their open wait
+        takes, the callback of an effect they await, or a cancel request at a wait or timer
+        (the lost wake-up scan)."""
+        ...
+
+    def wake_held(self, instance_id: InstanceId, *, now: float) -> bool:
+        """Make a waiting instance due now (a lost wake-up found); False if it is not waiting."""
         ...
 
     def workers(self, *, live_since: float | None, limit: int = ...) -> list[WorkerRecord]:

@@ -22,7 +22,7 @@ from ledgerflow.model.instance import (
     InstanceStatus,
 )
 from ledgerflow.model.machine import Machine
-from ledgerflow.model.step import STEP_MACHINE
+from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
 from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.participants import World
@@ -403,6 +403,52 @@ def doubt_parked_only_when_lookups_are_spent(
                     f"parked after {misses} unreachable lookup(s) of {effect.idempotency_key}; "
                     f"its lookup policy allows {bound}",
                 )
+
+
+def lost_wakeups(store: Store, *, now: float) -> list[Violation]:
+    """I2 and I6 at a quiet moment (nothing is due ``now``): no waiting instance sleeps past
+    what would move it on. Judged from the ledger's facts, not from the engine's own scan: an
+    event pending for a wait its run has open, a pending callback of an effect it awaits, or a
+    cancel request not yet answered while it waits at a wait or timer (with no effect in
+    flight, which finishes first)."""
+    found: list[Violation] = []
+    for instance in store.list_instances(status=InstanceStatus.WAITING, limit=1_000_000):
+        if instance.available_at <= now:
+            continue
+        journal = store.journal(instance.instance_id, instance.run)
+        open_waits = {
+            s.name
+            for s in journal.steps.values()
+            if s.status is StepStatus.STARTED and s.kind in (StepKind.WAIT, StepKind.TIMER)
+        }
+        awaited = {
+            f"complete:{e.effect_id}"
+            for e in journal.effects.values()
+            if e.state is EffectState.ACCEPTED
+        }
+        for delivery in store.inbox(instance.instance_id):
+            if delivery.state != "PENDING":
+                continue
+            if f"wait:{delivery.name}" in open_waits or delivery.name in awaited:
+                found.append(
+                    Violation(
+                        "no-lost-wakeup",
+                        instance.instance_id,
+                        f"WAITING until {instance.available_at:.0f} (now {now:.0f}) with "
+                        f"{delivery.name!r} ({delivery.event_id}) pending for it",
+                    )
+                )
+        asked = instance.cancel_requested_at is not None and instance.cancel_outcome is None
+        if asked and open_waits and not awaited:
+            found.append(
+                Violation(
+                    "no-lost-wakeup",
+                    instance.instance_id,
+                    f"WAITING until {instance.available_at:.0f} (now {now:.0f}) at "
+                    f"{sorted(open_waits)} with a cancel request not yet answered",
+                )
+            )
+    return found
 
 
 def stuck(snapshot: Snapshot) -> list[InstanceRecord]:

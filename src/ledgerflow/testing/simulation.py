@@ -82,13 +82,15 @@ def scenario_for(
     copies: int = 1,
     drift: Registry | None = None,
     upgrade_on_drift: bool = True,
+    signal: str = PROBE_SIGNAL,
 ) -> ScenarioFactory:
     """Run a user's workflow unchanged against scripted twins of its participants.
 
     Each twin declares what the user's participant declares (deduplication, lookup,
     classifications); the user's effect declarations are pointed at the twins for the run.
     ``drift`` is changed code for the same workflow versions: a worker with it appears after
-    the first worker's first life (see :class:`Scenario`).
+    the first worker's first life (see :class:`Scenario`). ``signal`` names the event that
+    arrives from outside (a name a wait of the workflow takes, to race it).
     """
 
     def make() -> Scenario:
@@ -121,6 +123,7 @@ def scenario_for(
             cleanup=restores,
             drift=drift,
             upgrade_on_drift=upgrade_on_drift,
+            signal=signal,
         )
 
     return make
@@ -212,7 +215,11 @@ async def simulate(
     world = scenario.world
     return RunResult(
         label=label,
-        violations=[*oracle.check(snapshot, world), *await run.drift.judge(run.url, world)],
+        violations=[
+            *oracle.check(snapshot, world),
+            *run.lost_wakeups,
+            *await run.drift.judge(run.url, world),
+        ],
         statuses=Counter(i.status.value for i in snapshot.instances),
         crashes=run.crashes,
         errors=len(plan.errors) if isinstance(plan, RandomPlan) else 0,
@@ -283,6 +290,8 @@ class _Run:
         self.stalls = 0
         self.store_drops = 0
         self.engine: Engine | None = None
+        # Waiting instances found asleep past an arrival at a quiet moment (see oracle).
+        self.lost_wakeups: list[oracle.Violation] = []
         self.worker: Worker | None = None
         self.workflow_of = {key: workflow for workflow, key, _ in scenario.starts}
         # The code the next worker life runs: the scenario's, then its drift (once it came).
@@ -321,6 +330,8 @@ class _Run:
                 # Only what the next life's code can claim: work pinned to other code waits
                 # for a worker that serves it (none comes in a simulation), it is not due here.
                 due = engine.store.next_available_at(self.registry.served())
+                # Nothing is due now: time is about to move. What arrived must not wait for it.
+                self.lost_wakeups.extend(oracle.lost_wakeups(engine.store, now=self.clock.now()))
             if due is None:
                 # Judged on a store of its own: the faults of the lives are over.
                 async with Engine(self.url, self.scenario.registry, clock=self.clock) as final:

@@ -37,9 +37,13 @@ SELECT count(*) AS n FROM lf_inbox
 WHERE instance_id = :instance_id AND name = :name AND state = 'PENDING';
 
 -- name: wake_instance
--- A delivery makes a waiting instance due now; an instance that is running sees it at its wait.
-UPDATE lf_instances SET available_at = LEAST(available_at, :now)
-WHERE instance_id = :instance_id AND status = 'WAITING';
+-- A delivery makes a waiting instance due now. An instance held by a worker may be between
+-- its read of the inbox and its next park: the arrival is noted, and that park makes it due.
+UPDATE lf_instances
+SET available_at = CASE WHEN status = 'WAITING' THEN LEAST(available_at, :now)
+                        ELSE available_at END,
+    arrived_since_claim = 1
+WHERE instance_id = :instance_id;
 
 -- name: close_inbox
 -- An instance that ends refuses the events no wait took: an event the caller was told was

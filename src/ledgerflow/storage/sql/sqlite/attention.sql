@@ -103,8 +103,49 @@ WHERE i.status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND (e.state = 'ACCEPTED'
        OR (e.state = 'INTENDED' AND i.owner IS NOT NULL AND i.lease_expires_at > :now))
   AND e.updated_at <= :cutoff
+  -- A callback waiting in the inbox is the participant's answer: not its silence.
+  AND NOT EXISTS (
+      SELECT 1 FROM lf_inbox b
+      WHERE b.instance_id = e.instance_id AND b.state = 'PENDING'
+        AND b.name = 'complete:' || e.effect_id)
 ORDER BY e.updated_at, e.effect_id
 LIMIT :limit;
+
+-- name: scan_stuck_arrivals
+-- Waiting instances not due before later (or never) that hold, since :cutoff, what would move
+-- them on: an event an open wait of their run takes, the completion callback of an effect they
+-- await, or a cancel request while parked at a wait or timer (reason 'waiting'; parked for a
+-- callback, the effect in flight finishes first). Each is a lost wake-up.
+SELECT i.instance_id, i.available_at, 'event' AS arrival, b.received_at AS arrived_at,
+       b.name, b.event_id, s.seq
+FROM lf_instances i
+JOIN lf_inbox b ON b.instance_id = i.instance_id AND b.state = 'PENDING'
+JOIN lf_steps s
+  ON s.instance_id = i.instance_id AND s.run = i.run AND s.kind = 'wait'
+ AND s.status = 'STARTED' AND s.name = 'wait:' || b.name
+WHERE i.status = 'WAITING' AND i.available_at > :now AND b.received_at <= :cutoff
+UNION ALL
+SELECT i.instance_id, i.available_at, 'completion' AS arrival, b.received_at AS arrived_at,
+       b.name, b.event_id, e.seq
+FROM lf_instances i
+JOIN lf_effects e ON e.instance_id = i.instance_id AND e.run = i.run AND e.state = 'ACCEPTED'
+JOIN lf_inbox b
+  ON b.instance_id = i.instance_id AND b.state = 'PENDING' AND b.name = 'complete:' || e.effect_id
+WHERE i.status = 'WAITING' AND i.available_at > :now AND b.received_at <= :cutoff
+UNION ALL
+SELECT i.instance_id, i.available_at, 'cancel' AS arrival, i.cancel_requested_at AS arrived_at,
+       NULL AS name, NULL AS event_id, NULL AS seq
+FROM lf_instances i
+WHERE i.status = 'WAITING' AND i.available_at > :now AND i.reason_code = 'waiting'
+  AND i.cancel_requested_at <= :cutoff AND i.cancel_outcome IS NULL
+ORDER BY arrived_at, instance_id
+LIMIT :limit;
+
+-- name: wake_held
+-- The scan's answer to a lost wake-up: the waiting instance is due now, and its next owner
+-- replays it and takes what it holds.
+UPDATE lf_instances SET available_at = min(available_at, :now)
+WHERE instance_id = :instance_id AND status = 'WAITING';
 
 -- name: attention_parked
 -- Parked instances (an operator must decide), oldest parking first; filters are optional.

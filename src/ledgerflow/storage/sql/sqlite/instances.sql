@@ -70,6 +70,8 @@ LIMIT :limit;
 -- owner whose lease ran out counts one more lease expiry in a row (the crash-loop count).
 UPDATE lf_instances
 SET owner = :owner, generation = generation + 1,
+    -- What arrived before this claim, the new owner reads; only later arrivals count.
+    arrived_since_claim = 0,
     lease_expiries = lease_expiries + CASE WHEN owner IS NULL THEN 0 ELSE 1 END,
     lease_expires_at = :lease_expires_at,
     updated_at = :now
@@ -145,8 +147,14 @@ SET cancel_outcome = CASE WHEN :status = 'CANCELLED' THEN 'honoured' ELSE 'overt
 WHERE instance_id = :instance_id AND cancel_requested_at IS NOT NULL AND cancel_outcome IS NULL;
 
 -- name: release_instance
+-- A park that no arrival can be lost behind: when a signal, callback or cancel request arrived
+-- after this owner's claim, the owner may have decided this wake-up time without it (it read the
+-- inbox or the request before), so the instance is due now instead and the next claim reads it.
 UPDATE lf_instances
-SET owner = NULL, lease_expires_at = NULL, available_at = :available_at, updated_at = :now
+SET owner = NULL, lease_expires_at = NULL,
+    available_at = CASE WHEN arrived_since_claim <> 0 THEN min(:available_at, :now)
+                        ELSE :available_at END,
+    updated_at = :now
 WHERE instance_id = :instance_id AND generation = :generation;
 
 -- name: next_available_at
@@ -172,12 +180,14 @@ SELECT status, count(*) AS n FROM lf_instances GROUP BY status;
 
 -- name: request_cancel
 -- The first request wins: repeating it changes nothing. It also makes a suspended instance
--- due now, so that a worker takes it and cancels it without waiting for its wake-up time.
+-- due now, so that a worker takes it and cancels it without waiting for its wake-up time, and
+-- counts as an arrival, so that an owner's later park cannot put it back to sleep.
 UPDATE lf_instances
 SET cancel_requested_at = coalesce(cancel_requested_at, :now),
     cancel_reason = coalesce(cancel_reason, :reason),
     cancel_compensate = coalesce(cancel_compensate, :compensate),
-    available_at = min(available_at, :now)
+    available_at = min(available_at, :now),
+    arrived_since_claim = 1
 WHERE instance_id = :instance_id
   AND status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED',
                      'FORWARD_RECOVERY_REQUIRED', 'MANUAL_INTERVENTION')
