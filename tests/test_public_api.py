@@ -106,6 +106,7 @@ ERRORS = [
     "IdempotencyKeyReusedError",
     "IllegalTransitionError",
     "InstanceNotFoundError",
+    "InvalidCursorError",
     "LedgerflowError",
     "MethodNotAllowedError",
     "MissingExtraError",

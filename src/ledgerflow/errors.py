@@ -15,7 +15,8 @@
     ├── RequestError                  an HTTP request the API cannot take as it was sent
     │   ├── RouteNotFoundError        no route has this path
     │   ├── MethodNotAllowedError     the route exists, not with this method
-    │   └── UnsupportedMediaTypeError a body that is not the media type the route reads
+    │   ├── UnsupportedMediaTypeError a body that is not the media type the route reads
+    │   └── InvalidCursorError        a listing's cursor this API did not give
     ├── StorageError                  the store could not do what was asked
     │   ├── StorageUnavailableError   transient: busy, locked, unreachable
     │   ├── StorageCorruptError       the file is not a readable database
@@ -181,6 +182,12 @@ class UnsupportedMediaTypeError(RequestError):
     """The body is not in the media type the route reads (application/json)."""
 
     code = "LF123"
+
+
+class InvalidCursorError(RequestError):
+    """A listing's cursor is not one this API gave (forged, altered or cut short)."""
+
+    code = "LF124"
 
 
 class StorageError(LedgerflowError):

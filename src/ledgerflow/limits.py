@@ -101,6 +101,10 @@ IDEMPOTENCY_KEY_LENGTH_MAX = 200
 # Instances one page of a listing holds (API and console), and audit records likewise.
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 500
+# Rows a store reads for one page at most: the largest page and the look-ahead row that proves
+# another page follows (ledgerflow.operators.paging); never the page size itself, or a full
+# page of the largest size would end with no cursor although more remain.
+PAGE_READ_MAX = PAGE_SIZE_MAX + 1
 # A console sign-in lasts this long (the token stays the authority: revoking it ends sessions).
 CONSOLE_SESSION_SECONDS = 8 * 3600
 # Integers a request body may hold: those a 64-bit signed integer can (SQLite's and

@@ -246,7 +246,7 @@ def test_error_routes_answer_problems(api: Api) -> None:
     )
     _problem(form, 415, "LF123")
     _problem(api.call("GET", "/v1/instances?limit=0", by="olga"), 422, "LF110")
-    _problem(api.call("GET", "/v1/instances?cursor=!!", by="olga"), 422, "LF110")
+    _problem(api.call("GET", "/v1/instances?cursor=!!", by="olga"), 422, "LF124")
     _problem(api.call("GET", "/v1/instances/a%00b", by="olga"), 422, "LF110")
 
 

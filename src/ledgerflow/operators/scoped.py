@@ -17,18 +17,13 @@ The HTTP API and the console never call the service unscoped: each request is an
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import (
     InstanceNotFoundError,
     NotAuthorizedError,
-    PayloadError,
     ResultTimeoutError,
 )
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
@@ -37,6 +32,7 @@ from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.operators import actions
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.paging import InstancePage, page_instances
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.versions import (
     Retirement,
@@ -60,33 +56,7 @@ from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import Store
 
-__all__ = ["InstancePage", "ScopedOperations", "decode_cursor", "encode_cursor"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InstancePage:
-    """One page of a listing and the cursor of the next (None: this was the last)."""
-
-    items: list[InstanceRecord]
-    next_cursor: str | None
-
-
-def encode_cursor(record: InstanceRecord) -> str:
-    """An opaque cursor: the position after ``record`` in the newest-first order."""
-    text = json.dumps([record.created_at, record.instance_id])
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    """The position a cursor names, or :class:`PayloadError` for one not made here."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, instance_id = json.loads(raw.decode())
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise PayloadError("the cursor is not one this API gave") from None
-    if not isinstance(at, int | float) or not isinstance(instance_id, str) or not math.isfinite(at):
-        raise PayloadError("the cursor is not one this API gave")
-    return float(at), instance_id
+__all__ = ["ScopedOperations"]
 
 
 def authority_for(principal: Principal) -> Authority:
@@ -144,17 +114,8 @@ class ScopedOperations:
         scope = self.principal.tenant_filter
         if scope is not None and query.tenant not in (None, scope):
             return InstancePage(items=[], next_cursor=None)
-        limit = max(1, min(query.limit, limits.PAGE_SIZE_MAX))
-        wanted = replace(
-            query,
-            tenant=scope if scope is not None else query.tenant,
-            after=decode_cursor(cursor) if cursor else None,
-            limit=limit + 1,
-        )
-        found = self._store.page_instances(wanted)
-        more = len(found) > limit
-        items = found[:limit]
-        return InstancePage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
+        tenant = scope if scope is not None else query.tenant
+        return page_instances(self._store, replace(query, tenant=tenant), cursor=cursor)
 
     def detail(self, instance_id: str) -> InstanceDetail:
         self.require(ApiRole.VIEWER)

@@ -54,9 +54,10 @@ from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
+from ledgerflow.operators.paging import InstancePage, page_instances
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
-from ledgerflow.operators.scoped import InstancePage, ScopedOperations
+from ledgerflow.operators.scoped import ScopedOperations
 from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
 from ledgerflow.operators.versions import (
     Retirement,
@@ -217,6 +218,11 @@ class Operations:
         return self._authority
 
     # -- instances -----------------------------------------------------------------------------
+
+    def page(self, query: InstanceQuery, *, cursor: str | None = None) -> InstancePage:
+        """Instances matching ``query``, newest first, a page at a time (``cursor``: the
+        previous page's ``next_cursor``)."""
+        return page_instances(self._store, query, cursor=cursor)
 
     def detail(self, instance_id: str) -> InstanceDetail:
         """An instance with its step and effect ledgers, timeline and inbox."""

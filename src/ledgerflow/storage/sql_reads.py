@@ -87,7 +87,7 @@ class ReadStore(SqlSeam):
                     "flagged": None if flagged is None else int(flagged),
                     "after_at": after_at,
                     "after_id": after_id,
-                    "limit": max(1, min(query.limit, limits.READ_BATCH_MAX)),
+                    "limit": max(1, min(query.limit, limits.PAGE_READ_MAX)),
                 },
             )
         return [instance_from_row(r) for r in rows]

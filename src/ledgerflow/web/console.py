@@ -61,6 +61,7 @@ from ledgerflow.web.declare import server_of
 router = APIRouter(prefix=CONSOLE_PATH, include_in_schema=False)
 STATIC = Path(__file__).parent / "static"
 Field = Annotated[str | None, Form(max_length=limits.PAYLOAD_BYTES_MAX)]
+PAGE = limits.PAGE_SIZE_DEFAULT
 
 
 def is_console(request: Request) -> bool:
@@ -258,8 +259,12 @@ def cancel(
 @router.get("/attention")
 def attention(request: Request) -> Response:
     session = signed_in(request)
-    items = scoped(request, session).attention(limit=limits.PAGE_SIZE_MAX)
-    return _page(request, "attention.html", items=items, when=when)
+    # One item past the page says that more wait than are shown (never a silent cut).
+    items = scoped(request, session).attention(limit=limits.PAGE_SIZE_MAX + 1)
+    more = len(items) > limits.PAGE_SIZE_MAX
+    return _page(
+        request, "attention.html", items=items[: limits.PAGE_SIZE_MAX], more=more, when=when
+    )
 
 
 @router.get("/audit")
@@ -268,10 +273,13 @@ def audit(
     before_id: Annotated[int | None, Query(ge=1, le=limits.REQUEST_INTEGER_MAX)] = None,
 ) -> Response:
     session = signed_in(request)
-    records = scoped(request, session).audit(before_id=before_id, limit=limits.PAGE_SIZE_DEFAULT)
-    older = records[0].audit_id if len(records) == limits.PAGE_SIZE_DEFAULT else None
+    # Oldest first: the newest page and, before it, one older record if there is one, which
+    # is what makes the "Older" link true (a page of exactly 50 has nothing older).
+    records = scoped(request, session).audit(before_id=before_id, limit=PAGE + 1)
+    shown = records[-PAGE:]
+    older = shown[0].audit_id if len(records) > PAGE else None
     return _page(
-        request, "audit.html", records=list(reversed(records)), older=older, when=when,
+        request, "audit.html", records=list(reversed(shown)), older=older, when=when,
         decoded=decoded,
     )  # fmt: skip
 
