@@ -96,6 +96,11 @@ REPLAY_HISTORIES_MAX = 10_000
 REQUEST_BODY_BYTES_MAX = 2 * PAYLOAD_BYTES_MAX
 # How long the first answer to a POST with an Idempotency-Key is kept to be replayed.
 IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600
+# A key whose first request was never answered (its server died while carrying it out) is
+# taken over by a retry of the same request after this long, and the request carried out
+# again (each route is idempotent by its own identity, see operators/idempotency.py). Far
+# longer than any request takes: a request's statements each wait at most seconds for a lock.
+IDEMPOTENCY_PENDING_SECONDS = 60.0
 # An Idempotency-Key header's length (printable ASCII).
 IDEMPOTENCY_KEY_LENGTH_MAX = 200
 # Instances one page of a listing holds (API and console), and audit records likewise.

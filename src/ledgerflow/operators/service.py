@@ -378,9 +378,14 @@ class Operations:
         scope, key = "ledgerflow:ready", secrets.token_hex(8)
         now = self._clock.now()
         self._store.reserve_idempotency(
-            scope=scope, key=key, request_hash="", now=now, cutoff=now - 1
+            scope=scope,
+            key=key,
+            request_hash="",
+            now=now,
+            cutoff=now - limits.IDEMPOTENCY_RETENTION_SECONDS,
+            abandoned_before=now - limits.IDEMPOTENCY_PENDING_SECONDS,
         )
-        self._store.release_idempotency(scope=scope, key=key)
+        self._store.release_idempotency(scope=scope, key=key, claimed_at=now)
 
     def refresh_signals(self) -> None:
         """Read the journal's gauges into this service's metrics, unless they were read

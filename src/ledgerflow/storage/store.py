@@ -408,15 +408,25 @@ class OperatorStore(LedgerReads, DetectionStore, Protocol):
     def delete_session(self, session_hash: str) -> None: ...
 
     def reserve_idempotency(
-        self, *, scope: str, key: str, request_hash: str, now: float, cutoff: float
+        self,
+        *,
+        scope: str,
+        key: str,
+        request_hash: str,
+        now: float,
+        cutoff: float,
+        abandoned_before: float,
     ) -> IdempotencyRecord | None:
-        """Claim ``key`` (None), or the record that already holds it; records older than
-        ``cutoff`` are swept first."""
+        """Claim ``key`` at ``now`` (None), or the record that already holds it; records older
+        than ``cutoff`` are swept first; an unanswered claim of the same request made before
+        ``abandoned_before`` is taken over (None)."""
         ...
 
-    def finish_idempotency(self, *, scope: str, key: str, status: int, body: str) -> None: ...
+    def finish_idempotency(
+        self, *, scope: str, key: str, claimed_at: float, status: int, body: str
+    ) -> bool: ...
 
-    def release_idempotency(self, *, scope: str, key: str) -> None: ...
+    def release_idempotency(self, *, scope: str, key: str, claimed_at: float) -> None: ...
 
 
 class Store(JournalStore, OperatorStore, Protocol):
