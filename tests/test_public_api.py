@@ -105,6 +105,7 @@ ERRORS = [
     "ForeignDatabaseError",
     "IdempotencyKeyReusedError",
     "IllegalTransitionError",
+    "InboxFullError",
     "InstanceNotFoundError",
     "InvalidCursorError",
     "LedgerflowError",

@@ -11,7 +11,8 @@
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     │   └── VersionRetiredError       that version is retired: it starts no new instance
     ├── PayloadError                  input/output that cannot be encoded or is too large
-    │   └── PayloadTooLargeError      a request body past its bound, refused before it is read
+    │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
+    │   └── InboxFullError            an event past its instance's inbox bounds; not kept
     ├── RequestError                  an HTTP request the API cannot take as it was sent
     │   ├── RouteNotFoundError        no route has this path
     │   ├── MethodNotAllowedError     the route exists, not with this method
@@ -158,6 +159,25 @@ class PayloadTooLargeError(PayloadError):
     """A request body is larger than its bound; it was refused before being read past it."""
 
     code = "LF111"
+
+
+class InboxFullError(PayloadError):
+    """The instance's inbox holds as many events no wait has taken as it may (in number or in
+    payload bytes): the event was refused, not kept, only counted."""
+
+    code = "LF112"
+    ID_NAMES = ("instance_id", "event_id")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        event_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        self.event_id = event_id
 
 
 class RequestError(LedgerflowError):

@@ -70,6 +70,19 @@ POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 WAIT_FOREVER_AT = 1e15
 # Event ids, signal names and senders.
 EVENT_ID_LENGTH_MAX = 200
+# One event's payload (a signal, an approval, a callback), encoded: checked where every event
+# is kept (the store's deliver), whatever the codec.
+EVENT_PAYLOAD_BYTES_MAX = PAYLOAD_BYTES_MAX
+# An instance's inbox: the events it keeps that no wait has taken (pending ones, and refused
+# ones: late, ended, not an approver; over every run), in number and in payload bytes. An
+# event past either bound is refused (InboxFullError, LF112) and not kept, only counted: a
+# signaller cannot grow an instance without bound. Events a wait consumed do not count: each
+# is a step of the workflow's own, bounded by STEPS_PER_INSTANCE_MAX.
+INBOX_EVENTS_MAX = 1_000
+INBOX_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
+# What a page of an instance's inbox (API, console) shows of an event's payload: the payload
+# itself up to this many bytes, else only its size (the event's own route gives it whole).
+INBOX_PAYLOAD_SHOWN_BYTES_MAX = 4_000
 # The operator's queue and the audit log: items one listing shows by default, and at most.
 ATTENTION_LIMIT_DEFAULT = 100
 ATTENTION_LIMIT_MAX = 10_000

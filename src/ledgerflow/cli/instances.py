@@ -50,7 +50,7 @@ from ledgerflow.cli.tables import (
     timeline_table,
 )
 from ledgerflow.operators.service import InstanceQuery, Operations, Started
-from ledgerflow.operators.shapes import decoded, detail_json, listing, record_json
+from ledgerflow.operators.shapes import decoded, detail_json, page_json, record_json
 
 LIST_LIMIT_DEFAULT = 50
 
@@ -288,7 +288,7 @@ def list_(
     with Operations(db) as operations:
         page = operations.page(query, cursor=cursor)
     if as_json:
-        echo_json(listing([record_json(r) for r in page.items], next_cursor=page.next_cursor))
+        echo_json(page_json(page, record_json))
         return
     out = console()
     if not page.items:

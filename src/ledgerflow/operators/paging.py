@@ -1,5 +1,5 @@
 """Listings a page at a time: keyset cursors, and the look-ahead row that says whether another
-page follows (internal).
+page follows; an instance with its inbox and timeline a page at a time (internal).
 
 Every paged listing (instances; an instance's inbox and timeline) reads one row more than the
 page holds: that row, when it exists, is the proof that another page follows, and the page's
@@ -13,6 +13,10 @@ It is read back only through :func:`decode_cursor`, which checks its shape and e
 against what the listing's positions can be (a finite number, a 64-bit integer, printable
 text of bounded length), so a forged or cut cursor is
 :class:`~ledgerflow.errors.InvalidCursorError` (422), never a query the journal cannot run.
+
+An instance's page (:class:`InstanceOverview`, ``GET /v1/instances/ID`` and the console's) holds
+its step and effect ledgers, the first page of its inbox and of its timeline with the cursors
+of the next, and what its inbox refused for being full: small whatever a signaller sent it.
 """
 
 from __future__ import annotations
@@ -29,17 +33,22 @@ from ledgerflow import limits
 from ledgerflow.errors import InvalidCursorError
 from ledgerflow.model.names import refused_character
 from ledgerflow.storage.access import InstanceQuery
-from ledgerflow.storage.records import InstanceRecord
-from ledgerflow.storage.store import Store
+from ledgerflow.storage.inbox import InboxEntry, InboxRefusals
+from ledgerflow.storage.records import EffectRecord, InstanceRecord, StepRecord, TimelineEntry
+from ledgerflow.storage.store import OperatorStore, Store
 
 __all__ = [
+    "InstanceOverview",
     "InstancePage",
     "Page",
     "decode_cursor",
     "encode_cursor",
+    "overview",
+    "page_inbox",
     "page_instances",
     "page_of",
     "page_size",
+    "page_timeline",
 ]
 
 T = TypeVar("T")
@@ -121,3 +130,59 @@ def page_instances(store: Store, query: InstanceQuery, *, cursor: str | None) ->
         after = (float(at), str(instance_id))
     found = store.page_instances(replace(query, after=after, limit=limit + 1))
     return page_of(found, limit=limit, position=lambda r: (r.created_at, r.instance_id))
+
+
+def page_inbox(
+    store: OperatorStore, record: InstanceRecord, *, cursor: str | None, limit: int
+) -> Page[InboxEntry]:
+    """A page of an instance's inbox, oldest first (``cursor``: where the previous ended)."""
+    limit = page_size(limit)
+    after = None
+    if cursor:
+        at, event_id = decode_cursor(cursor, (float, str))
+        after = (float(at), str(event_id))
+    found = store.inbox_page(record.instance_id, after=after, limit=limit + 1)
+    return page_of(found, limit=limit, position=lambda e: (e.received_at, e.event_id))
+
+
+def page_timeline(
+    store: OperatorStore, record: InstanceRecord, *, cursor: str | None, limit: int
+) -> Page[TimelineEntry]:
+    """A page of an instance's timeline, oldest first (``cursor``: where the previous ended)."""
+    limit = page_size(limit)
+    after = int(decode_cursor(cursor, (int,))[0]) if cursor else None
+    found = store.timeline_page(record.instance_id, after=after, limit=limit + 1)
+    return page_of(found, limit=limit, position=lambda e: (e.entry_id,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceOverview:
+    """An instance's page: its ledgers, a page of its inbox and of its timeline."""
+
+    instance: InstanceRecord
+    steps: list[StepRecord]
+    effects: list[EffectRecord]
+    inbox: Page[InboxEntry]
+    timeline: Page[TimelineEntry]
+    inbox_refusals: InboxRefusals | None
+
+
+def overview(
+    store: OperatorStore,
+    record: InstanceRecord,
+    *,
+    inbox_cursor: str | None = None,
+    timeline_cursor: str | None = None,
+) -> InstanceOverview:
+    """``record``'s page: the first pages of its inbox and timeline (or those the cursors
+    name), ``limits.PAGE_SIZE_DEFAULT`` entries each."""
+    journal = store.journal(record.instance_id, record.run)
+    size = limits.PAGE_SIZE_DEFAULT
+    return InstanceOverview(
+        instance=record,
+        steps=[journal.steps[s] for s in sorted(journal.steps)],
+        effects=[journal.effects[s] for s in sorted(journal.effects)],
+        inbox=page_inbox(store, record, cursor=inbox_cursor, limit=size),
+        timeline=page_timeline(store, record, cursor=timeline_cursor, limit=size),
+        inbox_refusals=store.inbox_refusals(record.instance_id),
+    )

@@ -32,7 +32,15 @@ from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.operators import actions
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
-from ledgerflow.operators.paging import InstancePage, page_instances
+from ledgerflow.operators.paging import (
+    InstanceOverview,
+    InstancePage,
+    Page,
+    overview,
+    page_inbox,
+    page_instances,
+    page_timeline,
+)
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.versions import (
     Retirement,
@@ -45,15 +53,15 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.engine import (
     Delivered,
-    InstanceDetail,
     Started,
     SyncEngine,
 )
 from ledgerflow.storage.access import InstanceQuery, VersionCount
 from ledgerflow.storage.attention import AttentionQuery
 from ledgerflow.storage.audit import AuditQuery, AuditRecord
+from ledgerflow.storage.inbox import InboxEntry
 from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.records import Delivery, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 
 __all__ = ["ScopedOperations"]
@@ -117,14 +125,42 @@ class ScopedOperations:
         tenant = scope if scope is not None else query.tenant
         return page_instances(self._store, replace(query, tenant=tenant), cursor=cursor)
 
-    def detail(self, instance_id: str) -> InstanceDetail:
-        self.require(ApiRole.VIEWER)
-        self._visible(instance_id)
-        return self._engine.detail(instance_id)
-
     def get(self, instance_id: str) -> InstanceRecord:
         self.require(ApiRole.VIEWER)
         return self._visible(instance_id)
+
+    def overview(
+        self,
+        instance_id: str,
+        *,
+        inbox_cursor: str | None = None,
+        timeline_cursor: str | None = None,
+    ) -> InstanceOverview:
+        """An instance's page: its ledgers and a bounded page of its inbox and timeline."""
+        record = self.get(instance_id)
+        return overview(
+            self._store, record, inbox_cursor=inbox_cursor, timeline_cursor=timeline_cursor
+        )
+
+    def inbox(self, instance_id: str, *, cursor: str | None, limit: int) -> Page[InboxEntry]:
+        """A page of an instance's inbox, oldest first (large payloads shown by size only)."""
+        return page_inbox(self._store, self.get(instance_id), cursor=cursor, limit=limit)
+
+    def timeline(self, instance_id: str, *, cursor: str | None, limit: int) -> Page[TimelineEntry]:
+        """A page of an instance's timeline, oldest first."""
+        return page_timeline(self._store, self.get(instance_id), cursor=cursor, limit=limit)
+
+    def event(self, instance_id: str, event_id: str) -> Delivery:
+        """One event of an instance's inbox, whole (its payload however large)."""
+        record = self.get(instance_id)
+        found = self._store.delivery(record.instance_id, event_id)
+        if found is None:
+            raise InstanceNotFoundError(
+                "the instance has no event of this id",
+                instance_id=record.instance_id,
+                event_id=event_id,
+            )
+        return found
 
     def result(self, instance_id: str) -> InstanceRecord:
         """A SUCCEEDED instance (its result decoded by ``result_value``); otherwise

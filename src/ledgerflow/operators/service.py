@@ -54,7 +54,7 @@ from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
-from ledgerflow.operators.paging import InstancePage, page_instances
+from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.scoped import ScopedOperations
@@ -104,6 +104,7 @@ __all__ = [
     "DeliveryOutcome",
     "IdempotentAnswers",
     "InstanceDetail",
+    "InstanceOverview",
     "InstancePage",
     "InstanceQuery",
     "InstanceRecord",

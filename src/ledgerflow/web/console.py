@@ -176,10 +176,17 @@ def instances(
 
 
 @router.get("/instances/{instance_id}")
-def instance(request: Request, instance_id: str, done: str | None = None) -> Response:
+def instance(
+    request: Request,
+    instance_id: str,
+    done: str | None = None,
+    inbox: Annotated[str | None, Query(max_length=1000)] = None,
+    timeline: Annotated[str | None, Query(max_length=1000)] = None,
+) -> Response:
     session = signed_in(request)
     ops = scoped(request, session)
-    view = instance_view(ops.detail(instance_id), *ops.flags_and_audit(instance_id))
+    page = ops.overview(instance_id, inbox_cursor=inbox or None, timeline_cursor=timeline or None)
+    view = instance_view(page, *ops.flags_and_audit(instance_id))
     return _page(
         request,
         "instance.html",

@@ -25,6 +25,7 @@ from ledgerflow.errors import (
     EventRefusedError,
     IdempotencyKeyReusedError,
     IllegalTransitionError,
+    InboxFullError,
     InstanceNotFoundError,
     InvalidCursorError,
     LedgerflowError,
@@ -59,6 +60,8 @@ STATUS_BY_ERROR: tuple[tuple[type[LedgerflowError], int], ...] = (
     (RouteNotFoundError, 404),
     (MethodNotAllowedError, 405),
     (PayloadTooLargeError, 413),
+    # The instance's state refuses the event (its inbox is full), not the request's shape.
+    (InboxFullError, 409),
     (UnsupportedMediaTypeError, 415),
     (PayloadError, 422),
     (InvalidCursorError, 422),
