@@ -114,6 +114,10 @@ IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600
 # again (each route is idempotent by its own identity, see operators/idempotency.py). Far
 # longer than any request takes: a request's statements each wait at most seconds for a lock.
 IDEMPOTENCY_PENDING_SECONDS = 60.0
+# /readyz proves the journal readable and writable (a row written and removed) at most once per
+# this many seconds per server; calls in between answer that proof's verdict, so nobody can
+# make the server write a row per call, or pile threads on a stalled journal.
+READY_PROBE_SECONDS = 5.0
 # An Idempotency-Key header's length (printable ASCII).
 IDEMPOTENCY_KEY_LENGTH_MAX = 200
 # Instances one page of a listing holds (API and console), and audit records likewise.

@@ -347,6 +347,8 @@ def test_readyz_is_503_only_when_the_journal_cannot_be_written(
     body holds no SQL word, /healthz 200; once the lock is released /readyz is 200 again.
     """
     monkeypatch.setattr(limits, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    # Every call probes here (the bound that spares the journal is tested on its own).
+    monkeypatch.setattr(limits, "READY_PROBE_SECONDS", 0.0)
     url = f"sqlite:///{tmp_path}/ready.db"
     world = build(url)
     with TestClient(create_app(url), raise_server_exceptions=False) as client:

@@ -40,6 +40,7 @@ from ledgerflow.web.console_session import (
     SIGN_IN_COOKIE,
     SignInRequiredError,
     check_csrf,
+    checked_form,
     is_https,
     may,
     render,
@@ -58,7 +59,9 @@ from ledgerflow.web.console_views import (
 )
 from ledgerflow.web.declare import server_of
 
-router = APIRouter(prefix=CONSOLE_PATH, include_in_schema=False)
+router = APIRouter(
+    prefix=CONSOLE_PATH, include_in_schema=False, dependencies=[Depends(checked_form)]
+)
 STATIC = Path(__file__).parent / "static"
 Field = Annotated[str | None, Form(max_length=limits.PAYLOAD_BYTES_MAX)]
 PAGE = limits.PAGE_SIZE_DEFAULT
@@ -179,7 +182,7 @@ def instances(
 def instance(
     request: Request,
     instance_id: str,
-    done: str | None = None,
+    done: Annotated[int | None, Query(ge=1, le=limits.REQUEST_INTEGER_MAX)] = None,
     inbox: Annotated[str | None, Query(max_length=1000)] = None,
     timeline: Annotated[str | None, Query(max_length=1000)] = None,
 ) -> Response:
@@ -187,11 +190,14 @@ def instance(
     ops = scoped(request, session)
     page = ops.overview(instance_id, inbox_cursor=inbox or None, timeline_cursor=timeline or None)
     view = instance_view(page, *ops.flags_and_audit(instance_id))
+    # ?done= names the audit record a repair just wrote: the banner says what that record
+    # says, and only for a record of this instance (a link cannot make the page claim more).
+    applied = next((a for a in view.audit if a.audit_id == done), None)
     return _page(
         request,
         "instance.html",
         view=view,
-        done=done,
+        done=applied,
         kinds=[k.value for k in RepairKind],
         terminal=["SUCCEEDED", "COMPENSATED", "FAILED", "CANCELLED", "FORWARD_RECOVERY_REQUIRED"],
         when=when,

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ledgerflow.errors import PayloadError
-from ledgerflow.model import json_text
 from ledgerflow.operators.service import AuditRecord, InstanceOverview
 from ledgerflow.operators.shapes import decoded
+from ledgerflow.web.request_guard import checked_json
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -38,10 +38,14 @@ def pretty(text: str | None) -> str:
 
 
 def form_json(text: str, what: str) -> Any:
-    """A JSON field of a form (blank: not given)."""
+    """A JSON field of a form (blank: not given), held to the rule of an API body (the same
+    reader: nesting, NUL and lone surrogates, 64-bit integers, finite numbers)."""
     if not text.strip():
         return None
-    return json_text.loads(text, what=f"the {what} field")
+    try:
+        return checked_json(text.encode("utf-8", "surrogatepass"))
+    except PayloadError as exc:
+        raise PayloadError(f"the {what} field, read as an API body is: {exc.message}") from None
 
 
 def form_int(text: str, what: str) -> int | None:
