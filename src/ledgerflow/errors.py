@@ -11,11 +11,13 @@
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     │   └── VersionRetiredError       that version is retired: it starts no new instance
     ├── PayloadError                  input/output that cannot be encoded or is too large
-    │   └── PayloadTooLargeError      a request body past its bound, refused before it is read
+    │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
+    │   └── InboxFullError            an event past its instance's inbox bounds; not kept
     ├── RequestError                  an HTTP request the API cannot take as it was sent
     │   ├── RouteNotFoundError        no route has this path
     │   ├── MethodNotAllowedError     the route exists, not with this method
-    │   └── UnsupportedMediaTypeError a body that is not the media type the route reads
+    │   ├── UnsupportedMediaTypeError a body that is not the media type the route reads
+    │   └── InvalidCursorError        a listing's cursor this API did not give
     ├── StorageError                  the store could not do what was asked
     │   ├── StorageUnavailableError   transient: busy, locked, unreachable
     │   ├── StorageCorruptError       the file is not a readable database
@@ -159,6 +161,25 @@ class PayloadTooLargeError(PayloadError):
     code = "LF111"
 
 
+class InboxFullError(PayloadError):
+    """The instance's inbox holds as many events no wait has taken as it may (in number or in
+    payload bytes): the event was refused, not kept, only counted."""
+
+    code = "LF112"
+    ID_NAMES = ("instance_id", "event_id")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        event_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        self.event_id = event_id
+
+
 class RequestError(LedgerflowError):
     """An HTTP request the API cannot take as it was sent (its route, method or media type)."""
 
@@ -181,6 +202,12 @@ class UnsupportedMediaTypeError(RequestError):
     """The body is not in the media type the route reads (application/json)."""
 
     code = "LF123"
+
+
+class InvalidCursorError(RequestError):
+    """A listing's cursor is not one this API gave (forged, altered or cut short)."""
+
+    code = "LF124"
 
 
 class StorageError(LedgerflowError):

@@ -70,6 +70,19 @@ POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 WAIT_FOREVER_AT = 1e15
 # Event ids, signal names and senders.
 EVENT_ID_LENGTH_MAX = 200
+# One event's payload (a signal, an approval, a callback), encoded: checked where every event
+# is kept (the store's deliver), whatever the codec.
+EVENT_PAYLOAD_BYTES_MAX = PAYLOAD_BYTES_MAX
+# An instance's inbox: the events it keeps that no wait has taken (pending ones, and refused
+# ones: late, ended, not an approver; over every run), in number and in payload bytes. An
+# event past either bound is refused (InboxFullError, LF112) and not kept, only counted: a
+# signaller cannot grow an instance without bound. Events a wait consumed do not count: each
+# is a step of the workflow's own, bounded by STEPS_PER_INSTANCE_MAX.
+INBOX_EVENTS_MAX = 1_000
+INBOX_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
+# What a page of an instance's inbox (API, console) shows of an event's payload: the payload
+# itself up to this many bytes, else only its size (the event's own route gives it whole).
+INBOX_PAYLOAD_SHOWN_BYTES_MAX = 4_000
 # The operator's queue and the audit log: items one listing shows by default, and at most.
 ATTENTION_LIMIT_DEFAULT = 100
 ATTENTION_LIMIT_MAX = 10_000
@@ -96,11 +109,24 @@ REPLAY_HISTORIES_MAX = 10_000
 REQUEST_BODY_BYTES_MAX = 2 * PAYLOAD_BYTES_MAX
 # How long the first answer to a POST with an Idempotency-Key is kept to be replayed.
 IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600
+# A key whose first request was never answered (its server died while carrying it out) is
+# taken over by a retry of the same request after this long, and the request carried out
+# again (each route is idempotent by its own identity, see operators/idempotency.py). Far
+# longer than any request takes: a request's statements each wait at most seconds for a lock.
+IDEMPOTENCY_PENDING_SECONDS = 60.0
+# /readyz proves the journal readable and writable (a row written and removed) at most once per
+# this many seconds per server; calls in between answer that proof's verdict, so nobody can
+# make the server write a row per call, or pile threads on a stalled journal.
+READY_PROBE_SECONDS = 5.0
 # An Idempotency-Key header's length (printable ASCII).
 IDEMPOTENCY_KEY_LENGTH_MAX = 200
 # Instances one page of a listing holds (API and console), and audit records likewise.
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 500
+# Rows a store reads for one page at most: the largest page and the look-ahead row that proves
+# another page follows (ledgerflow.operators.paging); never the page size itself, or a full
+# page of the largest size would end with no cursor although more remain.
+PAGE_READ_MAX = PAGE_SIZE_MAX + 1
 # A console sign-in lasts this long (the token stays the authority: revoking it ends sessions).
 CONSOLE_SESSION_SECONDS = 8 * 3600
 # Integers a request body may hold: those a 64-bit signed integer can (SQLite's and

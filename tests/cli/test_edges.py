@@ -100,7 +100,7 @@ def test_libpq_urls_work_and_a_missing_database_is_named_at_once(
     assert code == 0, err
     code, out, err = entry("list", "--db", url, "--json")
     assert code == 0, err
-    assert json.loads(out) == {"items": []}
+    assert json.loads(out) == {"items": [], "next_cursor": None}
     parts = urlsplit(base)
     missing = urlunsplit(parts._replace(path="/lf_no_such_database"))
     began = time.monotonic()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledgerflow.errors import PayloadError
+from ledgerflow.errors import InvalidCursorError
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.operators.service import (
     ALL_TENANTS,
@@ -103,7 +103,7 @@ def test_filters_and_keyset_pages(journal_url: str) -> None:
         assert found(status="SUCCEEDED") == []
         everyone = operations.acting_as(ADMIN).page(InstanceQuery(tenant="globex")).items
         assert sorted(r.instance_id for r in everyone) == ["wf_globex_0", "wf_globex_1"]
-        with pytest.raises(PayloadError):
+        with pytest.raises(InvalidCursorError):
             scoped.page(InstanceQuery(), cursor="not-a-cursor")
 
 

@@ -204,6 +204,15 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "stopped_at",
     ],
     "lf_worker_definitions": ["worker_id", "workflow_name", "workflow_version", "fingerprint"],
+    "lf_inbox_refusals": [
+        "instance_id",
+        "refused",
+        "first_at",
+        "last_at",
+        "last_event_id",
+        "last_name",
+        "last_sender",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -213,6 +222,7 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_effects_instance": ("lf_effects", ["instance_id", "run", "seq"]),
     "lf_effects_compensates": ("lf_effects", ["compensates"]),
     "lf_inbox_pending": ("lf_inbox", ["instance_id", "name", "state", "received_at"]),
+    "lf_inbox_received": ("lf_inbox", ["instance_id", "received_at", "event_id"]),
     "lf_timeline_instance": ("lf_timeline", ["instance_id", "entry_id"]),
     "lf_audit_instance": ("lf_audit", ["instance_id", "audit_id"]),
     "lf_audit_fingerprint": ("lf_audit", ["fingerprint", "audit_id"]),
@@ -246,6 +256,8 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_console_sessions": {("session_hash",)},
     "lf_workers": {("worker_id",)},
     "lf_worker_definitions": {("worker_id", "workflow_name", "workflow_version", "fingerprint")},
+    # One count of refused events per instance.
+    "lf_inbox_refusals": {("instance_id",)},
     "lf_schema_migrations": {("version",)},
 }
 

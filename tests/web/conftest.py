@@ -63,9 +63,15 @@ class Processes:
         self.started.append(process)
         return process
 
-    def server(self, *extra: str, db_url: str | None = None) -> tuple[str, subprocess.Popen[str]]:
+    def server(
+        self,
+        *extra: str,
+        db_url: str | None = None,
+        faults: list[dict[str, Any]] | None = None,
+    ) -> tuple[str, subprocess.Popen[str]]:
         """Start ``ledgerflow serve --port 0`` (with ``extra`` options, on ``db_url`` or this
-        world's journal); return its URL (once it accepts connections) and the process."""
+        world's journal, with the fault plan ``faults``); return its URL (once it accepts
+        connections) and the process."""
         # The serve command object directly: it works whether or not the entry point's group
         # has registered it yet.
         command = [
@@ -74,7 +80,7 @@ class Processes:
         ]
         with self.log.open("ab") as log:
             process = subprocess.Popen(
-                command, env=self._env(None), stdout=subprocess.PIPE, stderr=log, text=True
+                command, env=self._env(faults), stdout=subprocess.PIPE, stderr=log, text=True
             )
         self.started.append(process)
         line = first_line(process)

@@ -23,7 +23,7 @@ from typing import Any
 import click
 from rich.text import Text
 
-from ledgerflow import InstanceStatus
+from ledgerflow import InstanceStatus, limits
 from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.options import (
@@ -49,8 +49,8 @@ from ledgerflow.cli.tables import (
     steps_table,
     timeline_table,
 )
-from ledgerflow.operators.service import Operations, Started
-from ledgerflow.operators.shapes import decoded, detail_json, listing, record_json
+from ledgerflow.operators.service import InstanceQuery, Operations, Started
+from ledgerflow.operators.shapes import decoded, detail_json, page_json, record_json
 
 LIST_LIMIT_DEFAULT = 50
 
@@ -258,7 +258,15 @@ def cancel(
 )
 @click.option("--workflow", help="Only instances of this workflow.")
 @click.option("--tenant", help="Only instances of this tenant.")
-@limit_option(default=LIST_LIMIT_DEFAULT, text="At most this many, newest first.")
+@limit_option(
+    default=LIST_LIMIT_DEFAULT,
+    text="At most this many, newest first (a page: --cursor gives the next).",
+    maximum=limits.PAGE_SIZE_MAX,
+)
+@click.option(
+    "--cursor",
+    help="Where the previous page ended: the next_cursor it printed.",
+)
 @db_option
 @json_option
 def list_(
@@ -266,25 +274,29 @@ def list_(
     workflow: str | None,
     tenant: str | None,
     limit: int,
+    cursor: str | None,
     db: str,
     as_json: bool,
 ) -> None:
-    """List instances, newest first."""
+    """List instances, newest first, a page at a time."""
+    query = InstanceQuery(
+        status=status.upper() if status else None,
+        workflow_name=workflow,
+        tenant=tenant_of(tenant),
+        limit=limit,
+    )
     with Operations(db) as operations:
-        records = operations.list(
-            status=InstanceStatus(status.upper()) if status else None,
-            workflow=workflow,
-            tenant=tenant_of(tenant),
-            limit=limit,
-        )
+        page = operations.page(query, cursor=cursor)
     if as_json:
-        echo_json(listing([record_json(r) for r in records]))
+        echo_json(page_json(page, record_json))
         return
     out = console()
-    if not records:
+    if not page.items:
         out.print("no instances")
         return
-    print_table(out, instances_table(records))
+    print_table(out, instances_table(page.items))
+    if page.next_cursor:
+        out.print(Text(f"more: --cursor {page.next_cursor}"))
 
 
 # -- show --------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import click
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
+from ledgerflow.cli.worker import install_faults
 from ledgerflow.errors import CommandLineError, ConfigurationError
 from ledgerflow.extras import require_extra
 from ledgerflow.runtime.metrics import Metrics
@@ -87,6 +88,8 @@ def serve(
     """
     require_extra("http", purpose="ledgerflow serve")
     configure_logging(log_format)
+    # Fault tests kill a server mid-request at the API's named points (web/declare.py).
+    install_faults()
     if insecure_no_auth and not is_loopback(host):
         raise CommandLineError(
             f"--insecure-no-auth serves without authentication: only on a loopback address "

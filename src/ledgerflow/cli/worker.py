@@ -37,7 +37,8 @@ def serve_metrics(host: str, port: int, *, signals_seconds: float) -> Metrics:
 
 def install_faults() -> None:
     """The fault plan of ``LEDGERFLOW_FAULTS`` (fault tests), or a clear error if it is not
-    one. A worker that has one says so loudly: it will crash or kill itself on purpose."""
+    one. A worker (or ``serve``) that has one says so loudly: it will crash or kill itself on
+    purpose."""
     try:
         faults.install_from_environment()
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -47,7 +48,7 @@ def install_faults() -> None:
         ) from None
     if faults.plan is not None:
         log.warning(
-            "fault injection is ON (%s): this worker crashes, kills or pauses itself at %d "
+            "fault injection is ON (%s): this process crashes, kills or pauses itself at %d "
             "named point(s) on purpose; never set it outside a fault test",
             faults.ENVIRONMENT_VARIABLE,
             len(faults.plan.rules),

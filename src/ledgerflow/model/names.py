@@ -38,6 +38,17 @@ def refused_character(char: str) -> bool:
     return char in BIDI_CONTROLS or unicodedata.category(char) in _REFUSED_CATEGORIES
 
 
+def check_storable(text: str, *, where: str) -> None:
+    """The rule for any text a caller sends, whatever the face (an API body's strings and
+    keys, a console form's fields): :class:`PayloadError` for a NUL character (no journal
+    keeps one: PostgreSQL refuses it) or a lone surrogate (not Unicode text). Identifiers
+    follow the stricter :func:`checked` on top of it."""
+    if "\x00" in text:
+        raise PayloadError(f"{where} holds a NUL character, which no journal stores")
+    if any("\ud800" <= c <= "\udfff" for c in text):
+        raise PayloadError(f"{where} holds a lone surrogate: it is not Unicode text")
+
+
 def checked(value: object, *, what: str, length_max: int) -> str:
     """``value`` in NFC if it follows the rule above, else :class:`PayloadError`."""
     if not isinstance(value, str):

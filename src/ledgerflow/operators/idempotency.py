@@ -10,7 +10,21 @@ of the request (method, path, body):
   server error must not be replayed forever);
 - the key holds an answer to the same request: that answer is replayed;
 - the key holds another request, or one still being answered:
-  :class:`~ledgerflow.errors.IdempotencyKeyReusedError`, and nothing is carried out.
+  :class:`~ledgerflow.errors.IdempotencyKeyReusedError`, and nothing is carried out;
+- the key holds the same request, claimed more than ``limits.IDEMPOTENCY_PENDING_SECONDS``
+  ago and never answered: its server died while answering it (nothing else leaves a claim
+  unanswered that long). The retry takes the claim over and carries the request out again.
+
+Taking over is safe because the claim and the change are not one transaction yet (the one
+write path is a later step), and so the change may or may not have committed before the
+server died; each route is idempotent by its own identity, so carrying it out again does the
+change at most once and answers truthfully for what the ledger now holds: a start is found by
+its business key (200, ``created: false``), a signal or a callback by its event id (200, a
+repeat), a cancel request stands once (the first wins; the same record), a retirement is a
+no-op, a repair whose result is in place is a no-op naming its audit record (or, planned at a
+generation, a 409 naming the audit record that moved it), a dry run changes nothing. A claim
+is held by its claim time: an answer is kept, and a claim released, only by the request that
+holds the claim now, so a slow first request that finishes after a takeover keeps nothing.
 
 Answers are kept for ``limits.IDEMPOTENCY_RETENTION_SECONDS``; older ones are swept as new keys
 arrive, and a key past retention is free again.
@@ -26,7 +40,7 @@ from ledgerflow.errors import IdempotencyKeyReusedError, PayloadError
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.storage.store import OperatorStore
 
-__all__ = ["IdempotentAnswers", "Replay", "request_hash"]
+__all__ = ["Claim", "IdempotentAnswers", "Replay", "request_hash"]
 
 
 def request_hash(method: str, path: str, body: bytes) -> str:
@@ -58,6 +72,15 @@ class Replay:
     body: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """A key this request holds now: carry the request out, then keep its answer."""
+
+    scope: str
+    key: str
+    claimed_at: float
+
+
 class IdempotentAnswers:
     """The stored answers of one journal."""
 
@@ -65,8 +88,8 @@ class IdempotentAnswers:
         self._store = store
         self._clock = clock
 
-    def claim(self, *, scope: str, key: str, request: str) -> Replay | None:
-        """Claim ``key`` for ``request`` (None: go ahead), or the answer to replay."""
+    def claim(self, *, scope: str, key: str, request: str) -> Claim | Replay:
+        """Claim ``key`` for ``request`` (go ahead), or the answer to replay."""
         now = self._clock.now()
         held = self._store.reserve_idempotency(
             scope=scope,
@@ -74,9 +97,10 @@ class IdempotentAnswers:
             request_hash=request,
             now=now,
             cutoff=now - limits.IDEMPOTENCY_RETENTION_SECONDS,
+            abandoned_before=now - limits.IDEMPOTENCY_PENDING_SECONDS,
         )
         if held is None:
-            return None
+            return Claim(scope=scope, key=key, claimed_at=now)
         if held.request_hash != request:
             raise IdempotencyKeyReusedError(
                 "this Idempotency-Key was used for another request (method, path or body); "
@@ -86,15 +110,20 @@ class IdempotentAnswers:
         if held.status == 0:
             raise IdempotencyKeyReusedError(
                 "the first request with this Idempotency-Key is still being answered; retry "
-                "in a moment to get its answer",
+                "in a moment to get its answer (a request that never finishes frees its key "
+                f"{limits.IDEMPOTENCY_PENDING_SECONDS:.0f} s after it was sent)",
                 key=key,
             )
         return Replay(status=held.status, body=held.body)
 
-    def finish(self, *, scope: str, key: str, status: int, body: str) -> None:
-        """Keep the answer to a claimed key."""
-        self._store.finish_idempotency(scope=scope, key=key, status=status, body=body)
+    def finish(self, claim: Claim, *, status: int, body: str) -> None:
+        """Keep the answer to a claimed key (unless a retry took the claim over)."""
+        self._store.finish_idempotency(
+            scope=claim.scope, key=claim.key, claimed_at=claim.claimed_at, status=status, body=body
+        )
 
-    def release(self, *, scope: str, key: str) -> None:
+    def release(self, claim: Claim) -> None:
         """Free a claimed key whose request could not be answered."""
-        self._store.release_idempotency(scope=scope, key=key)
+        self._store.release_idempotency(
+            scope=claim.scope, key=claim.key, claimed_at=claim.claimed_at
+        )

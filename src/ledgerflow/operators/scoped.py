@@ -17,18 +17,13 @@ The HTTP API and the console never call the service unscoped: each request is an
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import (
     InstanceNotFoundError,
     NotAuthorizedError,
-    PayloadError,
     ResultTimeoutError,
 )
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
@@ -37,6 +32,15 @@ from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.operators import actions
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.paging import (
+    InstanceOverview,
+    InstancePage,
+    Page,
+    overview,
+    page_inbox,
+    page_instances,
+    page_timeline,
+)
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.versions import (
     Retirement,
@@ -49,44 +53,18 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.engine import (
     Delivered,
-    InstanceDetail,
     Started,
     SyncEngine,
 )
 from ledgerflow.storage.access import InstanceQuery, VersionCount
 from ledgerflow.storage.attention import AttentionQuery
 from ledgerflow.storage.audit import AuditQuery, AuditRecord
+from ledgerflow.storage.inbox import InboxEntry
 from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.records import Delivery, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 
-__all__ = ["InstancePage", "ScopedOperations", "decode_cursor", "encode_cursor"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InstancePage:
-    """One page of a listing and the cursor of the next (None: this was the last)."""
-
-    items: list[InstanceRecord]
-    next_cursor: str | None
-
-
-def encode_cursor(record: InstanceRecord) -> str:
-    """An opaque cursor: the position after ``record`` in the newest-first order."""
-    text = json.dumps([record.created_at, record.instance_id])
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    """The position a cursor names, or :class:`PayloadError` for one not made here."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, instance_id = json.loads(raw.decode())
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise PayloadError("the cursor is not one this API gave") from None
-    if not isinstance(at, int | float) or not isinstance(instance_id, str) or not math.isfinite(at):
-        raise PayloadError("the cursor is not one this API gave")
-    return float(at), instance_id
+__all__ = ["ScopedOperations"]
 
 
 def authority_for(principal: Principal) -> Authority:
@@ -144,26 +122,45 @@ class ScopedOperations:
         scope = self.principal.tenant_filter
         if scope is not None and query.tenant not in (None, scope):
             return InstancePage(items=[], next_cursor=None)
-        limit = max(1, min(query.limit, limits.PAGE_SIZE_MAX))
-        wanted = replace(
-            query,
-            tenant=scope if scope is not None else query.tenant,
-            after=decode_cursor(cursor) if cursor else None,
-            limit=limit + 1,
-        )
-        found = self._store.page_instances(wanted)
-        more = len(found) > limit
-        items = found[:limit]
-        return InstancePage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
-
-    def detail(self, instance_id: str) -> InstanceDetail:
-        self.require(ApiRole.VIEWER)
-        self._visible(instance_id)
-        return self._engine.detail(instance_id)
+        tenant = scope if scope is not None else query.tenant
+        return page_instances(self._store, replace(query, tenant=tenant), cursor=cursor)
 
     def get(self, instance_id: str) -> InstanceRecord:
         self.require(ApiRole.VIEWER)
         return self._visible(instance_id)
+
+    def overview(
+        self,
+        instance_id: str,
+        *,
+        inbox_cursor: str | None = None,
+        timeline_cursor: str | None = None,
+    ) -> InstanceOverview:
+        """An instance's page: its ledgers and a bounded page of its inbox and timeline."""
+        record = self.get(instance_id)
+        return overview(
+            self._store, record, inbox_cursor=inbox_cursor, timeline_cursor=timeline_cursor
+        )
+
+    def inbox(self, instance_id: str, *, cursor: str | None, limit: int) -> Page[InboxEntry]:
+        """A page of an instance's inbox, oldest first (large payloads shown by size only)."""
+        return page_inbox(self._store, self.get(instance_id), cursor=cursor, limit=limit)
+
+    def timeline(self, instance_id: str, *, cursor: str | None, limit: int) -> Page[TimelineEntry]:
+        """A page of an instance's timeline, oldest first."""
+        return page_timeline(self._store, self.get(instance_id), cursor=cursor, limit=limit)
+
+    def event(self, instance_id: str, event_id: str) -> Delivery:
+        """One event of an instance's inbox, whole (its payload however large)."""
+        record = self.get(instance_id)
+        found = self._store.delivery(record.instance_id, event_id)
+        if found is None:
+            raise InstanceNotFoundError(
+                "the instance has no event of this id",
+                instance_id=record.instance_id,
+                event_id=event_id,
+            )
+        return found
 
     def result(self, instance_id: str) -> InstanceRecord:
         """A SUCCEEDED instance (its result decoded by ``result_value``); otherwise

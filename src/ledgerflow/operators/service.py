@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import secrets
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -54,9 +53,11 @@ from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
+from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
+from ledgerflow.operators.readiness import Readiness
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
-from ledgerflow.operators.scoped import InstancePage, ScopedOperations
+from ledgerflow.operators.scoped import ScopedOperations
 from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
 from ledgerflow.operators.versions import (
     Retirement,
@@ -103,6 +104,7 @@ __all__ = [
     "DeliveryOutcome",
     "IdempotentAnswers",
     "InstanceDetail",
+    "InstanceOverview",
     "InstancePage",
     "InstanceQuery",
     "InstanceRecord",
@@ -198,6 +200,7 @@ class Operations:
         self._authority = authority
         self._clock = clock
         self._codec = codec
+        self._readiness = Readiness(self._store, clock)
 
     def __enter__(self) -> Self:
         return self
@@ -217,6 +220,11 @@ class Operations:
         return self._authority
 
     # -- instances -----------------------------------------------------------------------------
+
+    def page(self, query: InstanceQuery, *, cursor: str | None = None) -> InstancePage:
+        """Instances matching ``query``, newest first, a page at a time (``cursor``: the
+        previous page's ``next_cursor``)."""
+        return page_instances(self._store, query, cursor=cursor)
 
     def detail(self, instance_id: str) -> InstanceDetail:
         """An instance with its step and effect ledgers, timeline and inbox."""
@@ -367,14 +375,9 @@ class Operations:
 
     def ready(self) -> None:
         """Prove the journal can be read and written now (a readiness probe): a row is
-        written and removed again; any storage error is raised as it is."""
-        self._store.count_by_status()
-        scope, key = "ledgerflow:ready", secrets.token_hex(8)
-        now = self._clock.now()
-        self._store.reserve_idempotency(
-            scope=scope, key=key, request_hash="", now=now, cutoff=now - 1
-        )
-        self._store.release_idempotency(scope=scope, key=key)
+        written and removed again, at most once per ``limits.READY_PROBE_SECONDS``; calls in
+        between get that probe's verdict. Any storage error is raised as it is."""
+        self._readiness.check()
 
     def refresh_signals(self) -> None:
         """Read the journal's gauges into this service's metrics, unless they were read

@@ -11,7 +11,12 @@ documents them:
   ``{"items": [record, ...]}``, with further top-level keys only for what a command adds
   (``attention --scan`` adds ``"scan"``); never a bare array, never JSON lines.
 - **An instance with its ledgers** (``show``, ``GET /instances/ID``) is
-  ``{"instance": ..., "steps": [...], "effects": [...], "events": [...], "inbox": [...]}``.
+  ``{"instance": ..., "steps": [...], "effects": [...], "events": [...], "inbox": [...]}``;
+  over HTTP ``events`` and ``inbox`` are first pages (:func:`overview_json`), with the cursors
+  of the next and the count of the events the inbox refused for being full.
+- **A page** (``GET /instances``, ``.../inbox``, ``.../timeline``, ``list``) is
+  ``{"items": [...], "next_cursor": C}``; an inbox entry shows its payload only up to a bound
+  (``payload_shown``), and its size (``payload_bytes``) always.
 - **A delivered event** (``signal``, ``POST .../signals/NAME``) is ``{"outcome", "event_id",
   "instance_id", "name", "state", "reason"}``.
 - **An error** is ``{"error": KIND, "code": "LFnnn", "message": TEXT}``.
@@ -23,12 +28,16 @@ import dataclasses
 import enum
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ledgerflow.errors import LedgerflowError
+from ledgerflow.operators.paging import InstanceOverview, Page
 from ledgerflow.runtime.core import Delivered, InstanceDetail
+from ledgerflow.storage.inbox import InboxEntry
 from ledgerflow.storage.records import TimelineEntry
 
+T = TypeVar("T")
 JSON_TEXT_FIELDS = frozenset(
     {"input", "result", "output", "error", "evidence", "payload", "retry_policy", "plan"}
 )
@@ -63,6 +72,11 @@ def listing(items: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"items": items, **extra}
 
 
+def page_json(page: Page[T], item: Callable[[T], dict[str, Any]]) -> dict[str, Any]:
+    """A page of a listing: its items (each shaped by ``item``) and the next page's cursor."""
+    return {"items": [item(i) for i in page.items], "next_cursor": page.next_cursor}
+
+
 def timeline_json(entry: TimelineEntry) -> dict[str, Any]:
     """A timeline entry as published: ``show --json`` and ``GET /instances/ID`` list the
     timeline under ``events``, each entry numbered ``event_id``. Those outward names predate
@@ -79,6 +93,27 @@ def detail_json(detail: InstanceDetail) -> dict[str, Any]:
         "effects": [record_json(e) for e in detail.effects],
         "events": [timeline_json(e) for e in detail.timeline],
         "inbox": [record_json(d) for d in detail.inbox],
+    }
+
+
+def inbox_entry_json(entry: InboxEntry) -> dict[str, Any]:
+    """An event of an inbox page: its payload decoded when it was small enough to show."""
+    return {**record_json(entry), "payload_shown": entry.payload is not None}
+
+
+def overview_json(page: InstanceOverview) -> dict[str, Any]:
+    """An instance's page over HTTP: its ledgers, the first page of its timeline (``events``)
+    and of its inbox with the cursors of the next, and its inbox's refusals."""
+    refusals = page.inbox_refusals
+    return {
+        "instance": record_json(page.instance),
+        "steps": [record_json(s) for s in page.steps],
+        "effects": [record_json(e) for e in page.effects],
+        "events": [timeline_json(e) for e in page.timeline.items],
+        "events_next_cursor": page.timeline.next_cursor,
+        "inbox": [inbox_entry_json(e) for e in page.inbox.items],
+        "inbox_next_cursor": page.inbox.next_cursor,
+        "inbox_refused": record_json(refusals) if refusals is not None else None,
     }
 
 

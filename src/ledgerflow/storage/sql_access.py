@@ -60,11 +60,20 @@ class AccessStore(SqlSeam):
     # -- idempotent answers ------------------------------------------------------------------
 
     def reserve_idempotency(
-        self, *, scope: str, key: str, request_hash: str, now: float, cutoff: float
+        self,
+        *,
+        scope: str,
+        key: str,
+        request_hash: str,
+        now: float,
+        cutoff: float,
+        abandoned_before: float,
     ) -> IdempotencyRecord | None:
-        """Claim ``key`` for this request (None), or return the record that holds it already
-        (an answer to replay, or a request still being answered). Records older than
-        ``cutoff`` are past retention: swept first, so a key past it is free again."""
+        """Claim ``key`` for this request at ``now`` (None), or return the record that holds
+        it already (an answer to replay, or a request still being answered). Records older
+        than ``cutoff`` are past retention: swept first, so a key past it is free again. A
+        claim of this same request that was never answered and was made before
+        ``abandoned_before`` is taken over (None): its request died with its server."""
         where = {"scope": scope, "idempotency_key": key}
         with self._write_transaction():
             self._run("purge_idempotency", {"cutoff": cutoff, "limit": ACCESS_PURGE_BATCH})
@@ -74,15 +83,43 @@ class AccessStore(SqlSeam):
             if inserted == 1:
                 return None
             rows, _ = self._run("get_idempotency", where)
-        return record_from_row(IdempotencyRecord, rows[0]) if rows else None
+            held = record_from_row(IdempotencyRecord, rows[0]) if rows else None
+            if held is not None and held.status == 0 and held.created_at < abandoned_before:
+                _, taken = self._run(
+                    "take_over_idempotency",
+                    {
+                        **where,
+                        "request_hash": request_hash,
+                        "claimed_at": held.created_at,
+                        "abandoned_before": abandoned_before,
+                        "now": now,
+                    },
+                )
+                if taken == 1:
+                    return None
+        return held
 
-    def finish_idempotency(self, *, scope: str, key: str, status: int, body: str) -> None:
+    def finish_idempotency(
+        self, *, scope: str, key: str, claimed_at: float, status: int, body: str
+    ) -> bool:
+        """Keep the answer of the claim made at ``claimed_at``; False when that claim no
+        longer holds the key (it was taken over)."""
+        with self._write_transaction():
+            _, changed = self._run(
+                "finish_idempotency",
+                {
+                    "scope": scope,
+                    "idempotency_key": key,
+                    "claimed_at": claimed_at,
+                    "status": status,
+                    "body": body,
+                },
+            )
+        return changed == 1
+
+    def release_idempotency(self, *, scope: str, key: str, claimed_at: float) -> None:
         with self._write_transaction():
             self._run(
-                "finish_idempotency",
-                {"scope": scope, "idempotency_key": key, "status": status, "body": body},
+                "release_idempotency",
+                {"scope": scope, "idempotency_key": key, "claimed_at": claimed_at},
             )
-
-    def release_idempotency(self, *, scope: str, key: str) -> None:
-        with self._write_transaction():
-            self._run("release_idempotency", {"scope": scope, "idempotency_key": key})

@@ -4,13 +4,30 @@
 Events come from outside the owner (a caller, a participant's callback, an operator), so
 :meth:`InboxStore.deliver` is an unfenced write of its own; taking or refusing an event is part
 of the owner's fenced commit (:meth:`InboxStore._write_inbox`).
+
+The inbox is bounded (``limits.INBOX_EVENTS_MAX`` events no wait has taken, their payloads
+``limits.INBOX_BYTES_MAX`` bytes, each payload ``limits.EVENT_PAYLOAD_BYTES_MAX``): deliver
+checks the bounds in its own transaction, under the instance's lock, before it keeps an event.
+An event past them is not kept; it is counted (:meth:`InboxStore.inbox_refusals`) in a
+transaction of its own once the refused one has rolled back, as a refused repair is audited.
 """
 
 from __future__ import annotations
 
-from ledgerflow.errors import EventArrivedError, IllegalTransitionError
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ledgerflow import limits
+from ledgerflow.errors import (
+    EventArrivedError,
+    IllegalTransitionError,
+    InboxFullError,
+    PayloadError,
+)
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES
+from ledgerflow.storage.inbox import InboxEntry, InboxRefusals
 from ledgerflow.storage.records import (
     Commit,
     ConsumeDelivery,
@@ -19,7 +36,7 @@ from ledgerflow.storage.records import (
     NoPendingDelivery,
     RejectDelivery,
 )
-from ledgerflow.storage.rows import delivery_from_row, instance_from_row
+from ledgerflow.storage.rows import delivery_from_row, instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
 
@@ -81,7 +98,8 @@ class InboxStore(SqlSeam):
         delivery as stored and whether this call stored it (False: a duplicate event id).
         ``refuse`` (refusal, reason) keeps it as refused whatever the instance's state."""
         ids = {"instance_id": instance_id, "event_id": event_id}
-        with self._write_transaction():
+        refused = {**ids, "name": name, "sender": sender, "now": now}
+        with self._counted_when_full(refused), self._write_transaction():
             # The instance's row first: a delivery of the same event id racing this one waits
             # here, so the inbox read after it sees the other's event if it was kept.
             found, _ = self._run("lock_instance", {"instance_id": instance_id})
@@ -91,6 +109,7 @@ class InboxStore(SqlSeam):
             if rows:
                 return delivery_from_row(rows[0]), False
             instance = instance_from_row(found[0])
+            self._within_inbox_bounds(instance_id, event_id, payload)
             refusal, reason = refuse or self._late(instance, for_seq=for_seq, run=run)
             state = "REJECTED" if refusal else "PENDING"
             _, inserted = self._run(
@@ -124,6 +143,60 @@ class InboxStore(SqlSeam):
             )
             rows, _ = self._run("get_delivery", ids)
         return delivery_from_row(rows[0]), True
+
+    def _within_inbox_bounds(self, instance_id: InstanceId, event_id: str, payload: str) -> None:
+        """:class:`PayloadError` for a payload past its own bound, :class:`InboxFullError` when
+        keeping the event would take the inbox past its bounds."""
+        size = len(payload.encode("utf-8", "surrogatepass"))
+        if size > limits.EVENT_PAYLOAD_BYTES_MAX:
+            raise PayloadError(
+                f"the event's payload is {size} bytes encoded; at most "
+                f"{limits.EVENT_PAYLOAD_BYTES_MAX} are kept"
+            )
+        rows, _ = self._run("measure_inbox", {"instance_id": instance_id})
+        events, held = int(rows[0]["events"]), int(rows[0]["bytes"])
+        if events < limits.INBOX_EVENTS_MAX and held + size <= limits.INBOX_BYTES_MAX:
+            return
+        raise InboxFullError(
+            f"the instance's inbox holds {events} events ({held} payload bytes) that no wait "
+            f"has taken, at most {limits.INBOX_EVENTS_MAX} events and "
+            f"{limits.INBOX_BYTES_MAX} bytes: this {size}-byte event is refused and not kept",
+            instance_id=instance_id,
+            event_id=event_id,
+        )
+
+    @contextlib.contextmanager
+    def _counted_when_full(self, refused: dict[str, Any]) -> Iterator[None]:
+        # Outside deliver's transaction: the refused one has rolled back when this counts.
+        try:
+            yield
+        except InboxFullError:
+            with self._write_transaction():
+                self._run("count_inbox_refusal", refused)
+            raise
+
+    def inbox_refusals(self, instance_id: InstanceId) -> InboxRefusals | None:
+        """The events refused because the instance's inbox was full (None: none ever was)."""
+        with self._read():
+            rows, _ = self._run("get_inbox_refusals", {"instance_id": instance_id})
+        return record_from_row(InboxRefusals, rows[0]) if rows else None
+
+    def inbox_page(
+        self, instance_id: InstanceId, *, after: tuple[float, str] | None, limit: int
+    ) -> list[InboxEntry]:
+        """One page of the inbox, oldest first, after the ``(received_at, event_id)`` position
+        ``after``; payloads larger than ``limits.INBOX_PAYLOAD_SHOWN_BYTES_MAX`` left out."""
+        after_at, after_id = after or (None, None)
+        params = {
+            "instance_id": instance_id,
+            "after_at": after_at,
+            "after_id": after_id,
+            "shown_max": limits.INBOX_PAYLOAD_SHOWN_BYTES_MAX,
+            "limit": max(1, min(limit, limits.PAGE_READ_MAX)),
+        }
+        with self._read():
+            rows, _ = self._run("select_inbox_page", params)
+        return [record_from_row(InboxEntry, r) for r in rows]
 
     def _late(
         self, instance: InstanceRecord, *, for_seq: int | None, run: int | None

@@ -22,6 +22,7 @@ from ledgerflow.storage.records import (
     TimelineEntry,
 )
 from ledgerflow.storage.rows import (
+    Row,
     effect_from_row,
     fields,
     instance_from_row,
@@ -87,7 +88,7 @@ class ReadStore(SqlSeam):
                     "flagged": None if flagged is None else int(flagged),
                     "after_at": after_at,
                     "after_id": after_id,
-                    "limit": max(1, min(query.limit, limits.READ_BATCH_MAX)),
+                    "limit": max(1, min(query.limit, limits.PAGE_READ_MAX)),
                 },
             )
         return [instance_from_row(r) for r in rows]
@@ -135,19 +136,20 @@ class ReadStore(SqlSeam):
     def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]:
         with self._read():
             rows, _ = self._run("select_timeline", {"instance_id": instance_id})
-        return [
-            TimelineEntry(
-                entry_id=int(r["entry_id"]),
-                instance_id=InstanceId(r["instance_id"]),
-                at=float(r["at"]),
-                generation=Generation(int(r["generation"])),
-                subject=r["subject"],
-                from_state=r["from_state"],
-                to_state=r["to_state"],
-                detail=r["detail"],
-            )
-            for r in rows
-        ]
+        return [_timeline_entry(r) for r in rows]
+
+    def timeline_page(
+        self, instance_id: InstanceId, *, after: int | None, limit: int
+    ) -> list[TimelineEntry]:
+        """One page of the timeline, oldest first, after the entry numbered ``after``."""
+        params = {
+            "instance_id": instance_id,
+            "after_id": after,
+            "limit": max(1, min(limit, limits.PAGE_READ_MAX)),
+        }
+        with self._read():
+            rows, _ = self._run("select_timeline_page", params)
+        return [_timeline_entry(r) for r in rows]
 
     def next_available_at(self, serves: Collection[Served] | None = None) -> float | None:
         params = {
@@ -176,3 +178,16 @@ class ReadStore(SqlSeam):
             unknown_open=int(unknown[0]["n"]) if unknown else 0,
             unknown_oldest_at=float(oldest) if oldest is not None else None,
         )
+
+
+def _timeline_entry(r: Row) -> TimelineEntry:
+    return TimelineEntry(
+        entry_id=int(r["entry_id"]),
+        instance_id=InstanceId(r["instance_id"]),
+        at=float(r["at"]),
+        generation=Generation(int(r["generation"])),
+        subject=r["subject"],
+        from_state=r["from_state"],
+        to_state=r["to_state"],
+        detail=r["detail"],
+    )

@@ -48,6 +48,7 @@ from ledgerflow.storage.attention import (
     ParkedInstance,
 )
 from ledgerflow.storage.audit import AuditEntry, AuditQuery, AuditRecord, RepairWrite
+from ledgerflow.storage.inbox import InboxEntry, InboxRefusals
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import (
     Commit,
@@ -117,6 +118,23 @@ class LedgerReads(Protocol):
         ...
 
     def inbox(self, instance_id: InstanceId) -> list[Delivery]: ...
+
+    def inbox_page(
+        self, instance_id: InstanceId, *, after: tuple[float, str] | None, limit: int
+    ) -> list[InboxEntry]:
+        """A page of the inbox, oldest first, after ``(received_at, event_id)``, with only the
+        payloads small enough to show."""
+        ...
+
+    def inbox_refusals(self, instance_id: InstanceId) -> InboxRefusals | None:
+        """The events refused because the inbox was full (None: none ever was)."""
+        ...
+
+    def timeline_page(
+        self, instance_id: InstanceId, *, after: int | None, limit: int
+    ) -> list[TimelineEntry]:
+        """A page of the timeline, oldest first, after the entry numbered ``after``."""
+        ...
 
     def next_available_at(self, serves: Collection[Served] | None = None) -> float | None:
         """When the earliest runnable instance becomes claimable, counting only those pinned to
@@ -231,7 +249,8 @@ class JournalStore(LedgerReads, Protocol):
     ) -> tuple[Delivery, bool] | None:
         """Keep an event (deduplicated by id), rejected with the reason when it comes too late
         (ended instance, closed step, older run) or ``refuse`` (refusal, reason) says why; wake
-        a waiting instance. None when the instance does not exist."""
+        a waiting instance. None when the instance does not exist. An event past the inbox's
+        bounds is not kept but counted: :class:`~ledgerflow.errors.InboxFullError`."""
         ...
 
     def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...
@@ -424,15 +443,25 @@ class OperatorStore(LedgerReads, DetectionStore, Protocol):
     def delete_session(self, session_hash: str) -> None: ...
 
     def reserve_idempotency(
-        self, *, scope: str, key: str, request_hash: str, now: float, cutoff: float
+        self,
+        *,
+        scope: str,
+        key: str,
+        request_hash: str,
+        now: float,
+        cutoff: float,
+        abandoned_before: float,
     ) -> IdempotencyRecord | None:
-        """Claim ``key`` (None), or the record that already holds it; records older than
-        ``cutoff`` are swept first."""
+        """Claim ``key`` at ``now`` (None), or the record that already holds it; records older
+        than ``cutoff`` are swept first; an unanswered claim of the same request made before
+        ``abandoned_before`` is taken over (None)."""
         ...
 
-    def finish_idempotency(self, *, scope: str, key: str, status: int, body: str) -> None: ...
+    def finish_idempotency(
+        self, *, scope: str, key: str, claimed_at: float, status: int, body: str
+    ) -> bool: ...
 
-    def release_idempotency(self, *, scope: str, key: str) -> None: ...
+    def release_idempotency(self, *, scope: str, key: str, claimed_at: float) -> None: ...
 
 
 class Store(JournalStore, OperatorStore, Protocol):

@@ -40,6 +40,7 @@ from ledgerflow.web.console_session import (
     SIGN_IN_COOKIE,
     SignInRequiredError,
     check_csrf,
+    checked_form,
     is_https,
     may,
     render,
@@ -58,9 +59,12 @@ from ledgerflow.web.console_views import (
 )
 from ledgerflow.web.declare import server_of
 
-router = APIRouter(prefix=CONSOLE_PATH, include_in_schema=False)
+router = APIRouter(
+    prefix=CONSOLE_PATH, include_in_schema=False, dependencies=[Depends(checked_form)]
+)
 STATIC = Path(__file__).parent / "static"
 Field = Annotated[str | None, Form(max_length=limits.PAYLOAD_BYTES_MAX)]
+PAGE = limits.PAGE_SIZE_DEFAULT
 
 
 def is_console(request: Request) -> bool:
@@ -175,15 +179,25 @@ def instances(
 
 
 @router.get("/instances/{instance_id}")
-def instance(request: Request, instance_id: str, done: str | None = None) -> Response:
+def instance(
+    request: Request,
+    instance_id: str,
+    done: Annotated[int | None, Query(ge=1, le=limits.REQUEST_INTEGER_MAX)] = None,
+    inbox: Annotated[str | None, Query(max_length=1000)] = None,
+    timeline: Annotated[str | None, Query(max_length=1000)] = None,
+) -> Response:
     session = signed_in(request)
     ops = scoped(request, session)
-    view = instance_view(ops.detail(instance_id), *ops.flags_and_audit(instance_id))
+    page = ops.overview(instance_id, inbox_cursor=inbox or None, timeline_cursor=timeline or None)
+    view = instance_view(page, *ops.flags_and_audit(instance_id))
+    # ?done= names the audit record a repair just wrote: the banner says what that record
+    # says, and only for a record of this instance (a link cannot make the page claim more).
+    applied = next((a for a in view.audit if a.audit_id == done), None)
     return _page(
         request,
         "instance.html",
         view=view,
-        done=done,
+        done=applied,
         kinds=[k.value for k in RepairKind],
         terminal=["SUCCEEDED", "COMPENSATED", "FAILED", "CANCELLED", "FORWARD_RECOVERY_REQUIRED"],
         when=when,
@@ -258,8 +272,12 @@ def cancel(
 @router.get("/attention")
 def attention(request: Request) -> Response:
     session = signed_in(request)
-    items = scoped(request, session).attention(limit=limits.PAGE_SIZE_MAX)
-    return _page(request, "attention.html", items=items, when=when)
+    # One item past the page says that more wait than are shown (never a silent cut).
+    items = scoped(request, session).attention(limit=limits.PAGE_SIZE_MAX + 1)
+    more = len(items) > limits.PAGE_SIZE_MAX
+    return _page(
+        request, "attention.html", items=items[: limits.PAGE_SIZE_MAX], more=more, when=when
+    )
 
 
 @router.get("/audit")
@@ -268,10 +286,13 @@ def audit(
     before_id: Annotated[int | None, Query(ge=1, le=limits.REQUEST_INTEGER_MAX)] = None,
 ) -> Response:
     session = signed_in(request)
-    records = scoped(request, session).audit(before_id=before_id, limit=limits.PAGE_SIZE_DEFAULT)
-    older = records[0].audit_id if len(records) == limits.PAGE_SIZE_DEFAULT else None
+    # Oldest first: the newest page and, before it, one older record if there is one, which
+    # is what makes the "Older" link true (a page of exactly 50 has nothing older).
+    records = scoped(request, session).audit(before_id=before_id, limit=PAGE + 1)
+    shown = records[-PAGE:]
+    older = shown[0].audit_id if len(records) > PAGE else None
     return _page(
-        request, "audit.html", records=list(reversed(records)), older=older, when=when,
+        request, "audit.html", records=list(reversed(shown)), older=older, when=when,
         decoded=decoded,
     )  # fmt: skip
 

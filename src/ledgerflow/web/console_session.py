@@ -10,22 +10,27 @@
 - **Rendering**: Jinja2 with autoescape on, and every value printed made inert first
   (:func:`inert`): a business key holding markup is shown as text, one holding a terminal
   escape or a bidirectional override is shown with that character as a visible escape.
-  Every page goes out with a content security policy that allows no script at all.
+  Every page goes out with a content security policy that allows no script at all. A value a
+  form sends back (a hidden field) is not shown but carried: the ``field`` filter
+  (:func:`field_value`) writes it so that the browser sends back exactly what was typed.
+- **Form text** follows the API's one rule (:func:`checked_form`, on every console route): a
+  field holding a NUL or a lone surrogate is refused (422) before a route reads it.
 """
 
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ledgerflow.errors import LedgerflowError, NotAuthorizedError
-from ledgerflow.model.names import refused_character
+from ledgerflow.model.names import check_storable, refused_character
 from ledgerflow.operators.service import ApiRole, ScopedOperations, SignedIn
 from ledgerflow.web.declare import INSECURE_PRINCIPAL, server_of
 
@@ -41,6 +46,12 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+
+# C0 controls and DEL: a TAB or a line break among them. Written as character references, a
+# browser reads them back unchanged (a raw CR would come back as LF). C1 controls stay raw: a
+# reference to one is read as a Windows-1252 character instead.
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 class SignInRequiredError(Exception):
@@ -65,6 +76,24 @@ def inert(value: Any) -> Any:
     )
 
 
+def field_value(value: Any) -> Markup:
+    """``value`` as a form field's value, to be sent back exactly as typed: markup escaped
+    and the C0 controls (a TAB, a line break) as numeric character references, which a
+    browser reads back as those very characters; nothing is made inert: nothing is shown."""
+    escaped = str(escape("" if value is None else str(value)))
+    return Markup(_CONTROL.sub(lambda found: f"&#{ord(found.group())};", escaped))
+
+
+async def checked_form(request: Request) -> None:
+    """Every field of a console form, held to the API's text rule (FastAPI has read the form
+    already: this reads the same, parsed once)."""
+    if request.method != "POST":
+        return
+    for name, value in (await request.form()).multi_items():
+        if isinstance(value, str):
+            check_storable(value, where=f"the {name} field")
+
+
 templates = Environment(
     loader=PackageLoader("ledgerflow.web", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -72,6 +101,7 @@ templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+templates.filters["field"] = field_value
 
 
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ledgerflow.errors import PayloadError
-from ledgerflow.model import json_text
-from ledgerflow.operators.service import AuditRecord, InstanceDetail
+from ledgerflow.operators.service import AuditRecord, InstanceOverview
 from ledgerflow.operators.shapes import decoded
+from ledgerflow.web.request_guard import checked_json
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -38,10 +38,14 @@ def pretty(text: str | None) -> str:
 
 
 def form_json(text: str, what: str) -> Any:
-    """A JSON field of a form (blank: not given)."""
+    """A JSON field of a form (blank: not given), held to the rule of an API body (the same
+    reader: nesting, NUL and lone surrogates, 64-bit integers, finite numbers)."""
     if not text.strip():
         return None
-    return json_text.loads(text, what=f"the {what} field")
+    try:
+        return checked_json(text.encode("utf-8", "surrogatepass"))
+    except PayloadError as exc:
+        raise PayloadError(f"the {what} field, read as an API body is: {exc.message}") from None
 
 
 def form_int(text: str, what: str) -> int | None:
@@ -62,7 +66,8 @@ def form_choice(kind: type[E], text: str, what: str) -> E:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceView:
-    detail: InstanceDetail
+    # The ledgers, and one page of the inbox and of the timeline.
+    page: InstanceOverview
     flags: list[Any]
     audit: list[AuditRecord]
     unknown: list[Any] = field(default_factory=list)
@@ -70,20 +75,20 @@ class InstanceView:
 
     @property
     def instance(self) -> Any:
-        return self.detail.instance
+        return self.page.instance
 
 
 def instance_view(
-    detail: InstanceDetail, flags: list[Any], audit: list[AuditRecord]
+    page: InstanceOverview, flags: list[Any], audit: list[AuditRecord]
 ) -> InstanceView:
-    effects = {e.effect_id: e for e in detail.effects}
+    effects = {e.effect_id: e for e in page.effects}
     return InstanceView(
-        detail=detail,
+        page=page,
         flags=flags,
         audit=audit,
-        unknown=[e for e in detail.effects if e.state.value == "UNKNOWN"],
+        unknown=[e for e in page.effects if e.state.value == "UNKNOWN"],
         compensations=[
-            (c, effects.get(c.compensates)) for c in detail.effects if c.compensates is not None
+            (c, effects.get(c.compensates)) for c in page.effects if c.compensates is not None
         ],
     )
 

@@ -8,7 +8,11 @@ the route documents. A POST also takes an ``Idempotency-Key`` header, declared h
 
 :func:`answer` carries out a state-changing call under its idempotency key (see
 :mod:`ledgerflow.operators.idempotency`): the first answer, error answers included, is stored
-and replayed; a server error frees the key.
+and replayed; a server error frees the key; a key whose request died with its server is taken
+over by a retry after ``limits.IDEMPOTENCY_PENDING_SECONDS``. Two fault points (fault tests
+only, from ``LEDGERFLOW_FAULTS``; ``where`` carries ``key`` and ``path``) mark the windows a
+death can leave behind: ``api.after_key_claimed`` (the key is claimed, nothing carried out)
+and ``api.before_answer_kept`` (the call is carried out, its answer not yet kept).
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from ledgerflow.operators.service import (
     ApiRole,
     Operations,
     Principal,
+    Replay,
     ScopedOperations,
     request_hash,
 )
+from ledgerflow.runtime import faults
 from ledgerflow.web.problems import PROBLEM_MEDIA_TYPE, encode, problem_of, problem_responses
 from ledgerflow.web.request_guard import BODY_KEY
 
@@ -162,17 +168,20 @@ def answer(request: Request, carry_out: Callable[[], Outcome]) -> Response:
     scope = scoped.principal.token_id or scoped.principal.name
     target = request.url.path + ("?" + request.url.query if request.url.query else "")
     fingerprint = request_hash(request.method, target, request.scope.get(BODY_KEY, b""))
-    replay = answers.claim(scope=scope, key=key, request=fingerprint)
-    if replay is not None:
-        response = _response(replay.status, json.loads(replay.body))
+    held = answers.claim(scope=scope, key=key, request=fingerprint)
+    if isinstance(held, Replay):
+        response = _response(held.status, json.loads(held.body))
         response.headers[REPLAYED_HEADER] = "true"
         return response
+    where = {"key": key, "path": request.url.path}
+    faults.point("api.after_key_claimed", **where)
     try:
         status, body = _outcome(request, carry_out)
     except BaseException:
-        answers.release(scope=scope, key=key)
+        answers.release(held)
         raise
-    answers.finish(scope=scope, key=key, status=status, body=encode(body).decode())
+    faults.point("api.before_answer_kept", **where)
+    answers.finish(held, status=status, body=encode(body).decode())
     return _response(status, body)
 
 

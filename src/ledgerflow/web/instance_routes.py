@@ -22,7 +22,14 @@ from ledgerflow.operators.service import (
     DeliveryOutcome,
     InstanceQuery,
 )
-from ledgerflow.operators.shapes import delivery_json, detail_json, record_json
+from ledgerflow.operators.shapes import (
+    delivery_json,
+    inbox_entry_json,
+    overview_json,
+    page_json,
+    record_json,
+    timeline_json,
+)
 from ledgerflow.web.declare import Outcome, Scoped, answer, api_route
 from ledgerflow.web.models import (
     CancelBody,
@@ -31,6 +38,8 @@ from ledgerflow.web.models import (
     DetailOut,
     InstanceOut,
     InstancePageOut,
+    PageOut,
+    Record,
     ResultOut,
     SignalBody,
     StartBody,
@@ -44,6 +53,9 @@ InstanceIdPath = Annotated[str, Path(min_length=1, max_length=300)]
 NamePath = Annotated[str, Path(min_length=1, max_length=limits.EVENT_ID_LENGTH_MAX)]
 Text = Annotated[str | None, Query(min_length=1, max_length=limits.BUSINESS_KEY_LENGTH_MAX)]
 Moment = Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False)]
+CursorQuery = Annotated[str | None, Query(min_length=1, max_length=1000)]
+Limit = Annotated[int, Query(ge=1, le=limits.PAGE_SIZE_MAX)]
+PAGE = limits.PAGE_SIZE_DEFAULT
 
 
 @api_route(
@@ -60,8 +72,8 @@ def list_instances(
     flagged: bool | None = None,
     created_from: Moment = None,
     created_until: Moment = None,
-    cursor: Annotated[str | None, Query(min_length=1, max_length=1000)] = None,
-    limit: Annotated[int, Query(ge=1, le=limits.PAGE_SIZE_MAX)] = limits.PAGE_SIZE_DEFAULT,
+    cursor: CursorQuery = None,
+    limit: Limit = PAGE,
 ) -> Any:
     query = InstanceQuery(
         tenant=tenant,
@@ -74,8 +86,7 @@ def list_instances(
         created_until=created_until,
         limit=limit,
     )
-    page = scoped.page(query, cursor=cursor)
-    return {"items": [record_json(r) for r in page.items], "next_cursor": page.next_cursor}
+    return page_json(scoped.page(query, cursor=cursor), record_json)
 
 
 @api_route(
@@ -100,16 +111,49 @@ def start_instance(request: Request, scoped: Scoped, body: StartBody) -> Respons
 
 @api_route(
     router, "GET", "/instances/{instance_id}", role=ApiRole.VIEWER, response_model=DetailOut,
-    errors=(404,), summary="An instance with its ledgers, flags and audit records",
+    errors=(404,),
+    summary="An instance with its ledgers, flags and audit records, and the first page of its "
+    "timeline and inbox",
 )  # fmt: skip
 def show_instance(scoped: Scoped, instance_id: InstanceIdPath) -> Any:
-    detail = scoped.detail(instance_id)
+    page = scoped.overview(instance_id)
     flags, audit = scoped.flags_and_audit(instance_id)
     return {
-        **detail_json(detail),
+        **overview_json(page),
         "flags": [record_json(f) for f in flags],
         "audit": [record_json(a) for a in audit],
     }
+
+
+@api_route(
+    router, "GET", "/instances/{instance_id}/inbox", role=ApiRole.VIEWER, response_model=PageOut,
+    errors=(404,),
+    summary="An instance's inbox a page at a time, oldest first (large payloads by size only)",
+)  # fmt: skip
+def instance_inbox(
+    scoped: Scoped, instance_id: InstanceIdPath, cursor: CursorQuery = None, limit: Limit = PAGE
+) -> Any:
+    return page_json(scoped.inbox(instance_id, cursor=cursor, limit=limit), inbox_entry_json)
+
+
+@api_route(
+    router, "GET", "/instances/{instance_id}/inbox/{event_id:path}", role=ApiRole.VIEWER,
+    response_model=Record, errors=(404,),
+    summary="One event of an instance's inbox, whole (its payload however large)",
+)  # fmt: skip
+def instance_event(scoped: Scoped, instance_id: InstanceIdPath, event_id: NamePath) -> Any:
+    return record_json(scoped.event(instance_id, event_id))
+
+
+@api_route(
+    router, "GET", "/instances/{instance_id}/timeline", role=ApiRole.VIEWER,
+    response_model=PageOut, errors=(404,),
+    summary="An instance's timeline a page at a time, oldest first",
+)  # fmt: skip
+def instance_timeline(
+    scoped: Scoped, instance_id: InstanceIdPath, cursor: CursorQuery = None, limit: Limit = PAGE
+) -> Any:
+    return page_json(scoped.timeline(instance_id, cursor=cursor, limit=limit), timeline_json)
 
 
 @api_route(

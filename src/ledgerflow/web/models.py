@@ -140,10 +140,24 @@ class DetailOut(BaseModel):
     instance: InstanceOut
     steps: list[Record]
     effects: list[Record]
-    events: list[Record] = Field(description="the timeline, oldest first")
-    inbox: list[Record]
+    events: list[Record] = Field(description="the timeline's first page, oldest first")
+    events_next_cursor: str | None = Field(
+        description="the next page: GET .../timeline?cursor=; null: none"
+    )
+    inbox: list[Record] = Field(description="the inbox's first page, oldest first")
+    inbox_next_cursor: str | None = Field(
+        description="the next page: GET .../inbox?cursor=; null: none"
+    )
+    inbox_refused: Record | None = Field(
+        description="the events refused because the inbox was full (counted, not kept)"
+    )
     flags: list[Record]
     audit: list[Record]
+
+
+class PageOut(BaseModel):
+    items: list[Record]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
 
 
 class StartedOut(BaseModel):

@@ -19,7 +19,6 @@ The body, once read, is handed on to the app unchanged (and kept in the request'
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -31,7 +30,7 @@ from ledgerflow.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
-from ledgerflow.model import json_text
+from ledgerflow.model import json_text, names
 from ledgerflow.web.problems import PROBLEM_MEDIA_TYPE, encode, problem_of
 
 Scope = MutableMapping[str, Any]
@@ -68,10 +67,8 @@ def _constant(name: str) -> Any:
 
 
 def _check_text(text: str, where: str) -> None:
-    if "\x00" in text:
-        raise PayloadError(f"{where} holds a NUL character, which no journal stores")
-    if any(unicodedata.category(c) == "Cs" for c in text if "\ud800" <= c <= "\udfff"):
-        raise PayloadError(f"{where} holds a lone surrogate: it is not Unicode text")
+    # The one text rule of every face (the console's forms apply it too).
+    names.check_storable(text, where=where)
 
 
 def checked_json(raw: bytes) -> Any:

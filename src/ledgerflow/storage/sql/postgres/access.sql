@@ -51,11 +51,22 @@ ON CONFLICT DO NOTHING;
 -- name: get_idempotency
 SELECT * FROM lf_idempotency WHERE scope = :scope AND idempotency_key = :idempotency_key;
 
+-- name: take_over_idempotency
+-- A claim whose request never finished (the server died while answering it), claimed before
+-- :abandoned_before, is claimed again by a retry of the same request: once, conditional on
+-- the claim time it read (created_at is the time of the claim that holds the key).
+UPDATE lf_idempotency SET created_at = :now
+WHERE scope = :scope AND idempotency_key = :idempotency_key AND request_hash = :request_hash
+  AND status = 0 AND created_at = :claimed_at AND created_at < :abandoned_before;
+
 -- name: finish_idempotency
+-- Only by the claim that holds the key: a request whose claim was taken over keeps nothing.
 UPDATE lf_idempotency SET status = :status, body = :body
-WHERE scope = :scope AND idempotency_key = :idempotency_key AND status = 0;
+WHERE scope = :scope AND idempotency_key = :idempotency_key AND status = 0
+  AND created_at = :claimed_at;
 
 -- name: release_idempotency
 -- A request that could not be answered (a server error) leaves its key free for a retry.
 DELETE FROM lf_idempotency
-WHERE scope = :scope AND idempotency_key = :idempotency_key AND status = 0;
+WHERE scope = :scope AND idempotency_key = :idempotency_key AND status = 0
+  AND created_at = :claimed_at;

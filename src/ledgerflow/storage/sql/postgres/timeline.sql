@@ -20,3 +20,11 @@ ORDER BY e.n;
 
 -- name: select_timeline
 SELECT * FROM lf_timeline WHERE instance_id = :instance_id ORDER BY entry_id;
+
+-- name: select_timeline_page
+-- One page of an instance's timeline, oldest first, after the entry the previous page ended
+-- at.
+SELECT * FROM lf_timeline
+WHERE instance_id = :instance_id AND (CAST(:after_id AS bigint) IS NULL OR entry_id > :after_id)
+ORDER BY entry_id
+LIMIT :limit;

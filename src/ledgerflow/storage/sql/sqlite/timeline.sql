@@ -18,3 +18,11 @@ ORDER BY key;
 
 -- name: select_timeline
 SELECT * FROM lf_timeline WHERE instance_id = :instance_id ORDER BY entry_id;
+
+-- name: select_timeline_page
+-- One page of an instance's timeline, oldest first, after the entry the previous page ended
+-- at.
+SELECT * FROM lf_timeline
+WHERE instance_id = :instance_id AND (:after_id IS NULL OR entry_id > :after_id)
+ORDER BY entry_id
+LIMIT :limit;
