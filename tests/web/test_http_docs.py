@@ -40,7 +40,7 @@ def test_every_route_is_documented_with_its_role(tmp_path: Path) -> None:
     the table's rows.
     """
     app = create_app(f"sqlite:///{tmp_path}/docs.db", insecure_no_auth=True)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         doc = client.get("/v1/openapi.json").json()
     declared = {
         (method, path): op.get("x-required-role", "none")

@@ -38,12 +38,13 @@ from ledgerflow.web.console_session import (
     CONSOLE_PATH,
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
+    STATIC_PATH,
     SignInRequiredError,
     check_csrf,
-    is_https,
     may,
     render,
     scoped,
+    secure_cookies,
     set_session,
     sign_in_redirect,
     signed_in,
@@ -88,7 +89,7 @@ def sign_in_form(request: Request, failed: bool = False) -> Response:
     token = secrets.token_urlsafe(32)
     response = render(request, "sign_in.html", session=None, csrf=token, failed=failed)
     response.set_cookie(
-        SIGN_IN_COOKIE, token, httponly=True, samesite="strict", secure=is_https(request),
+        SIGN_IN_COOKIE, token, httponly=True, samesite="strict", secure=secure_cookies(request),
         path=CONSOLE_PATH,
     )  # fmt: skip
     return response
@@ -109,7 +110,10 @@ def sign_in(
         return RedirectResponse(f"{CONSOLE_PATH}/sign-in?failed=true", status_code=303)
     response = RedirectResponse(f"{CONSOLE_PATH}/instances", status_code=303)
     set_session(response, request, cookie)
-    response.delete_cookie(SIGN_IN_COOKIE, path=CONSOLE_PATH)
+    response.delete_cookie(
+        SIGN_IN_COOKIE, path=CONSOLE_PATH, secure=secure_cookies(request), httponly=True,
+        samesite="strict",
+    )  # fmt: skip
     return response
 
 
@@ -121,7 +125,10 @@ def sign_out(request: Request, csrf: Annotated[str, Form(max_length=200)]) -> Re
     if cookie:
         server_of(request).operations.tokens().sign_out(cookie)
     response = sign_in_redirect()
-    response.delete_cookie(SESSION_COOKIE, path=CONSOLE_PATH)
+    response.delete_cookie(
+        SESSION_COOKIE, path=CONSOLE_PATH, secure=secure_cookies(request), httponly=True,
+        samesite="strict",
+    )  # fmt: skip
     return response
 
 
@@ -306,7 +313,7 @@ def install(app: FastAPI) -> None:
     """The console's routes, its stylesheet, and the redirect to sign-in for a page opened
     without a session."""
     app.include_router(router)
-    app.mount(f"{CONSOLE_PATH}/static", StaticFiles(directory=STATIC), name="console-static")
+    app.mount(STATIC_PATH, StaticFiles(directory=STATIC), name="console-static")
 
     @app.exception_handler(SignInRequiredError)
     def _sign_in(request: Request, error: SignInRequiredError) -> Response:
