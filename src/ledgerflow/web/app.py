@@ -2,8 +2,9 @@
 ``/console``, health checks, and the answers to every error (internal).
 
 One :class:`~ledgerflow.operators.service.Operations` over the server's journal answers every
-request; each request is authenticated (a bearer token for the API, a session for the console)
-and scoped to its principal before a handler runs. ``/healthz`` says the process serves;
+request; each request is checked for its host and authenticated (a bearer token for the API, a
+session for the console) by the request guard before its body is read
+(:mod:`ledgerflow.web.request_guard`), and scoped to its principal before a handler runs. ``/healthz`` says the process serves;
 ``/readyz`` proves the journal can be read and written now, and is the only answer that is
 ever 503.
 
@@ -170,7 +171,7 @@ def _check_metrics_token(server: Server, authorization: str) -> None:
 def _openapi(app: FastAPI) -> None:
     """``/v1/openapi.json``: generated from the routes' own declarations (OpenAPI 3.1), with
     the problem document and each route's role; it needs a token, like every route but the
-    health checks."""
+    health checks and /metrics."""
 
     def document() -> dict[str, Any]:
         if app.openapi_schema is None:
