@@ -103,6 +103,8 @@ REQUEST_BODY_BYTES_MAX = 2 * PAYLOAD_BYTES_MAX
 # body read up to this only: its credentials are checked before any body is read, and
 # nobody unauthenticated gets the server to buffer or parse more than a sign-in form.
 ANONYMOUS_BODY_BYTES_MAX = 4_096
+# Fields a console form may send (its forms have a dozen): counted before the form is parsed.
+FORM_FIELDS_MAX = 100
 # The connections `ledgerflow serve` holds (ledgerflow.cli.http_connections): a request's head
 # (request line and headers) must arrive within this, counted from the connection or from the
 # end of the previous answer; its body within the next, counted from the end of its head

@@ -7,6 +7,7 @@ the issue names (an answer within 1 s, /healthz within 100 ms) and print the fig
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -32,6 +33,19 @@ def make_token(db_url: str, *, name: str, role: str, tenant: str = "acme") -> st
     with Operations(db_url, migrate=True) as operations:
         text, _ = operations.tokens().create(name=name, role=role, tenant=tenant, created_by="test")
     return text
+
+
+def console_session(url: str, token: str) -> str:
+    """Sign in to the console with ``token``: the ``Cookie`` header of the session."""
+    with httpx.Client(base_url=url, timeout=WAIT_SECONDS_MAX) as client:
+        form = client.get("/console/sign-in")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        done = client.post(
+            "/console/sign-in", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False
+        )
+        assert done.status_code == 303, done.text
+        return f"lf_session={done.cookies['lf_session']}"
 
 
 @dataclass

@@ -4,9 +4,9 @@
 One :class:`~ledgerflow.operators.service.Operations` over the server's journal answers every
 request; each request is checked for its host and authenticated (a bearer token for the API, a
 session for the console) by the request guard before its body is read
-(:mod:`ledgerflow.web.request_guard`), and scoped to its principal before a handler runs. ``/healthz`` says the process serves;
-``/readyz`` proves the journal can be read and written now, and is the only answer that is
-ever 503.
+(:mod:`ledgerflow.web.request_guard`), and scoped to its principal before a handler runs.
+``/healthz`` says the process serves; ``/readyz`` proves the journal can be read and written
+now, and is the only route that answers 503.
 
 Every error of the API is a problem document (:mod:`ledgerflow.web.problems`): an unknown
 route, a wrong method, a validation failure and a server error too. The console answers its

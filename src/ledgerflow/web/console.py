@@ -57,9 +57,9 @@ from ledgerflow.web.console_views import (
     plan_diff,
     when,
 )
-from ledgerflow.web.declare import server_of
+from ledgerflow.web.declare import CheckedRoute, server_of
 
-router = APIRouter(prefix=CONSOLE_PATH, include_in_schema=False)
+router = APIRouter(prefix=CONSOLE_PATH, include_in_schema=False, route_class=CheckedRoute)
 STATIC = Path(__file__).parent / "static"
 Field = Annotated[str | None, Form(max_length=limits.PAYLOAD_BYTES_MAX)]
 

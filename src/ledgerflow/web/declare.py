@@ -23,6 +23,8 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import FormData
+from starlette.types import Receive, Scope
 
 from ledgerflow import limits
 from ledgerflow.errors import LedgerflowError, NotAuthenticatedError
@@ -40,11 +42,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # What the request guard (:mod:`ledgerflow.web.request_guard`) found before any route ran,
 # kept in the request's scope: the body it read, the principal of the API token, the console
-# session, and the body read as JSON (off the event loop, so a route does not parse it again).
+# session, and the body read as JSON or as a console form's fields (off the event loop, so a
+# route does not parse it again there).
 BODY_KEY = "ledgerflow.body"
 PRINCIPAL_KEY = "ledgerflow.principal"
 SESSION_KEY = "ledgerflow.session"
 JSON_KEY = "ledgerflow.json"
+FORM_KEY = "ledgerflow.form"
 
 ROLE_EXTENSION = "x-required-role"
 # Who a server started with --insecure-no-auth (loopback only) takes every caller for.
@@ -103,18 +107,27 @@ def authorized(needed: ApiRole) -> Callable[..., None]:
 
 
 class _CheckedRequest(Request):
-    """A request whose JSON body the guard has read already, off the event loop."""
+    """A request whose body the guard has read already (JSON, or a form's fields), off the
+    event loop."""
 
     async def json(self) -> Any:
         if JSON_KEY in self.scope:
             return self.scope[JSON_KEY]
         return await super().json()
 
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        super().__init__(scope, receive)
+        if FORM_KEY in scope:
+            # Starlette keeps a request's parsed form here and parses only when it is None
+            # (were that to change, the form would be parsed again, on the loop: slower, no
+            # less correct).
+            self._form = FormData(scope[FORM_KEY])
+
 
 class CheckedRoute(APIRoute):
-    """An API route that takes its body as the guard read it: FastAPI would parse the JSON
-    again on the event loop, where two megabytes of it hold every other request for as long
-    (FastAPI's documented way to change the request a route reads)."""
+    """A route that takes its body as the guard read it: FastAPI would parse the JSON or the
+    form again on the event loop, where two megabytes of it hold every other request for as
+    long (FastAPI's documented way to change the request a route reads)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

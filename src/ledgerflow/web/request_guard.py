@@ -16,7 +16,9 @@ nothing reads the body before the first three have passed:
    console's sign-in form, the health checks); past it, 413 from ``Content-Length`` or as soon
    as the bytes received pass the bound, and nothing past the bound is buffered. A client that
    goes away mid-body is not answered and its partial body is never handed on;
-5. an API body must be JSON (415) and is read by the one bounded reader
+5. a console body must be a form (``application/x-www-form-urlencoded``, 415 otherwise) of
+   at most ``limits.FORM_FIELDS_MAX`` fields, split into its fields in a worker thread; an
+   API body must be JSON (415) and is read by the one bounded reader
    (:mod:`ledgerflow.model.json_text`: depth and number of values bounded, measured in one
    linear pass) and refused (422) if it holds what no journal can keep or no caller means: a
    NUL, a lone surrogate, an integer outside 64 bits, ``NaN`` or an infinity. This runs in a
@@ -25,7 +27,7 @@ nothing reads the body before the first three have passed:
 
 The body, once read, is handed on to the app unchanged (and kept in the scope under
 ``BODY_KEY`` for the idempotency hash, its JSON under ``JSON_KEY``), so the routes' own models
-validate the same bytes.
+validate the same bytes (the console's routes take the form's fields as read here).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import cookie_parser
@@ -59,6 +61,7 @@ from ledgerflow.web.console_session import (
 )
 from ledgerflow.web.declare import (
     BODY_KEY,
+    FORM_KEY,
     JSON_KEY,
     PRINCIPAL_KEY,
     SESSION_KEY,
@@ -164,6 +167,8 @@ class RequestGuard:
             unread = False
             if body and scope["path"].startswith(API_PREFIX):
                 scope[JSON_KEY] = await _api_json(headers, body)
+            elif body and _is_console(scope["path"]):
+                scope[FORM_KEY] = await _console_form(headers, body)
         except SignInRequiredError:
             redirect = sign_in_redirect()
             if unread and self._not_drained(headers):
@@ -265,6 +270,31 @@ async def _api_json(headers: dict[str, str], body: bytes) -> Any:
     return await run_in_threadpool(checked_json, body)
 
 
+def form_fields(raw: bytes) -> list[tuple[str, str]]:
+    """A console form's body (``application/x-www-form-urlencoded``) as its fields, decoded as
+    Starlette decodes them, or :class:`PayloadError` past ``limits.FORM_FIELDS_MAX`` fields
+    (counted before anything is parsed)."""
+    try:
+        return parse_qsl(
+            raw.decode("latin-1"), keep_blank_values=True, max_num_fields=limits.FORM_FIELDS_MAX
+        )
+    except ValueError:
+        raise PayloadError(
+            f"the form has more than {limits.FORM_FIELDS_MAX} fields; the console's have a dozen"
+        ) from None
+
+
+async def _console_form(headers: dict[str, str], body: bytes) -> list[tuple[str, str]]:
+    """A console form's fields, read in a worker thread: Starlette's own parser runs on the
+    event loop, and two megabytes of ``&`` kept it there for most of a second."""
+    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        raise UnsupportedMediaTypeError(
+            "the console reads its own forms: application/x-www-form-urlencoded"
+        )
+    return await run_in_threadpool(form_fields, body)
+
+
 def _anonymous(bound: int) -> str:
     return " without credentials" if bound == limits.ANONYMOUS_BODY_BYTES_MAX else ""
 
@@ -274,10 +304,13 @@ def _bearer(authorization: str) -> str | None:
     return credentials.strip() if scheme.lower() == "bearer" else None
 
 
+def _is_console(path: str) -> bool:
+    return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
+
+
 def _is_console_page(path: str) -> bool:
     """A console path that needs a session: all but the sign-in form and the stylesheet."""
-    inside = path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
-    return inside and path != SIGN_IN_PATH and not path.startswith(STATIC_PATH + "/")
+    return _is_console(path) and path != SIGN_IN_PATH and not path.startswith(STATIC_PATH + "/")
 
 
 async def _nothing() -> Message:
