@@ -72,28 +72,26 @@ def _post(url: str, body: bytes, token: str | None) -> tuple[httpx.Response, flo
     return answer, time.monotonic() - started
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_an_adversarial_body_is_answered_within_a_second(
-    server: tuple[str, str], shape: str
-) -> None:
-    """Goal: a 2 MB body of any slow-to-read shape is answered within 1 s, without a token
-    (401, nothing parsed) and with one (any 4xx or success: the server read it), and the
-    server answers /healthz within 100 ms meanwhile.
+# This machine's scheduler alone delays an idle server's /healthz past 100 ms now and then
+# (a 162 ms outlier in 0.5 s of polling, measured at load 5 on 2 cores). An exchange whose
+# worst /healthz passes the bound is run again, up to this many times in all: the old code
+# blocks the event loop for the whole parse every time (hours for the first shape), so it
+# fails each attempt, while noise does not repeat.
+ATTEMPTS = 3
 
-    Method: the body is built before the clock starts; /healthz is polled from a thread for
-    the whole exchange; both answers' times and the worst /healthz are printed.
-    """
-    url, token = server
-    body = SHAPES[shape]()
-    assert len(body) <= limits.REQUEST_BODY_BYTES_MAX
+
+def _exchange(url: str, body: bytes, token: str) -> float:
+    """Both requests with /healthz polled meanwhile; each answer checked; the worst
+    /healthz latency."""
     with HealthProbe(url) as probe:
         anonymous, anonymous_seconds = _post(url, body, None)
         signed, signed_seconds = _post(url, body, token)
     print(
-        f"\n{shape}: {len(body)} bytes; no token {anonymous.status_code} in "
+        f"\n{len(body)} bytes; no token {anonymous.status_code} in "
         f"{anonymous_seconds * 1000:.0f} ms; token {signed.status_code} in "
         f"{signed_seconds * 1000:.0f} ms; /healthz worst {probe.worst * 1000:.0f} ms over "
-        f"{len(probe.latencies)} polls"
+        f"{len(probe.latencies)} polls",
+        end="",
     )
     assert anonymous.status_code == 401, anonymous.text
     assert anonymous.json()["code"] == "LF704"
@@ -103,7 +101,29 @@ def test_an_adversarial_body_is_answered_within_a_second(
     assert signed_seconds < 1.0
     assert not probe.failures, probe.failures
     assert probe.latencies
-    assert probe.worst < 0.1, probe.latencies
+    return probe.worst
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_an_adversarial_body_is_answered_within_a_second(
+    server: tuple[str, str], shape: str
+) -> None:
+    """Goal: a 2 MB body of any slow-to-read shape is answered within 1 s, without a token
+    (401, nothing parsed) and with one (any 4xx or success: the server read it), and the
+    server answers /healthz within 100 ms meanwhile.
+
+    Method: the body is built before the clock starts; /healthz is polled from a thread for
+    the whole exchange; both answers' times and the worst /healthz are printed. Each
+    exchange must answer within 1 s; the /healthz bound must hold in one of ATTEMPTS.
+    """
+    url, token = server
+    body = SHAPES[shape]()
+    assert len(body) <= limits.REQUEST_BODY_BYTES_MAX
+    print(f"\n{shape}:", end="")
+    worst = [_exchange(url, body, token)]
+    while worst[-1] >= 0.1 and len(worst) < ATTEMPTS:
+        worst.append(_exchange(url, body, token))
+    assert worst[-1] < 0.1, worst
 
 
 FORM = "application/x-www-form-urlencoded"
@@ -116,28 +136,32 @@ def test_a_console_form_is_read_off_the_event_loop(server: tuple[str, str]) -> N
     100 ms meanwhile; without a session the same body is redirected to sign-in unread; a
     body that is not a form is 415.
 
-    Method: sign in with the operator's token, then POST to a repair plan form.
+    Method: sign in with the operator's token, then POST to a repair plan form (the
+    /healthz bound must hold in one of ATTEMPTS, as above).
     """
     url, token = server
     cookie = console_session(url, token)
     body = _filled(b"csrf=x&kind=resume&reason=r", b"&", b"")
     path = f"{url}/console/instances/wf_x/repairs/plan"
-    with HealthProbe(url) as probe:
-        started = time.monotonic()
-        signed = httpx.post(
-            path, content=body, headers={"content-type": FORM, "cookie": cookie}, timeout=10
+    worst: list[float] = []
+    while not worst or (worst[-1] >= 0.1 and len(worst) < ATTEMPTS):
+        with HealthProbe(url) as probe:
+            started = time.monotonic()
+            signed = httpx.post(
+                path, content=body, headers={"content-type": FORM, "cookie": cookie}, timeout=10
+            )
+            seconds = time.monotonic() - started
+            anonymous = httpx.post(path, content=body, headers={"content-type": FORM}, timeout=10)
+        print(
+            f"\n2 MB of '&' to a console form: {signed.status_code} in {seconds * 1000:.0f} "
+            f"ms; /healthz worst {probe.worst * 1000:.0f} ms over {len(probe.latencies)} polls"
         )
-        seconds = time.monotonic() - started
-        anonymous = httpx.post(path, content=body, headers={"content-type": FORM}, timeout=10)
-    print(
-        f"\n2 MB of '&' to a console form: {signed.status_code} in {seconds * 1000:.0f} ms; "
-        f"/healthz worst {probe.worst * 1000:.0f} ms over {len(probe.latencies)} polls"
-    )
-    assert signed.status_code == 422, signed.text
-    assert "fields" in signed.text
-    assert seconds < 1.0
-    assert not probe.failures, probe.failures
-    assert probe.worst < 0.1, probe.latencies
+        assert signed.status_code == 422, signed.text
+        assert "fields" in signed.text
+        assert seconds < 1.0
+        assert not probe.failures, probe.failures
+        worst.append(probe.worst)
+    assert worst[-1] < 0.1, worst
     assert anonymous.status_code == 303
     assert anonymous.headers["location"] == "/console/sign-in"
     other = httpx.post(
