@@ -105,7 +105,7 @@ REQUEST_BODY_BYTES_MAX = 2 * PAYLOAD_BYTES_MAX
 ANONYMOUS_BODY_BYTES_MAX = 4_096
 # Fields a console form may send (its forms have a dozen): counted before the form is parsed.
 FORM_FIELDS_MAX = 100
-# The connections `ledgerflow serve` holds (ledgerflow.cli.http_connections): a request's head
+# The connections `ledgerflow serve` holds (ledgerflow.web.connections): a request's head
 # (request line and headers) must arrive within this, counted from the connection or from the
 # end of the previous answer; its body within the next, counted from the end of its head
 # (2 MB in 30 s is 67 kB/s: a slower client belongs behind a buffering proxy); an idle

@@ -110,7 +110,7 @@ def test_a_loopback_server_answers_loopback_names_by_default_and_allowed_hosts_o
     with a valid token; the rules of ``allowed_hosts`` are read directly, and ``serve``
     refuses --allowed-host of a foreign name with --insecure-no-auth (LF104).
     """
-    from ledgerflow.cli.serve import allowed_hosts
+    from ledgerflow.web import allowed_hosts
 
     url, token = guarded["url"], guarded["token"]
     headers = {"Authorization": f"Bearer {token}"}
@@ -119,20 +119,20 @@ def test_a_loopback_server_answers_loopback_names_by_default_and_allowed_hosts_o
     )
     assert foreign.status_code == 421
     assert httpx.get(f"{url}/v1/instances", headers=headers, timeout=10).status_code == 200
-    loopback = allowed_hosts((), host="127.0.0.1", insecure=False)
+    loopback = allowed_hosts((), listening_on="127.0.0.1", insecure=False)
     assert loopback.allows("localhost:8080")
     assert not loopback.allows("evil.example")
     listed = allowed_hosts(
-        ("api.example.com", "API2.example.com"), host="127.0.0.1", insecure=False
+        ("api.example.com", "API2.example.com"), listening_on="127.0.0.1", insecure=False
     )
     assert listed.allows("api.example.com:443")
     assert listed.allows("api2.example.com")
     assert not listed.allows("localhost")
     assert not listed.allows("api.example.com.evil.example")
-    assert allowed_hosts(("*",), host="127.0.0.1", insecure=False).allows("anything")
-    assert allowed_hosts((), host="0.0.0.0", insecure=False).allows("anything")
+    assert allowed_hosts(("*",), listening_on="127.0.0.1", insecure=False).allows("anything")
+    assert allowed_hosts((), listening_on="0.0.0.0", insecure=False).allows("anything")
     with pytest.raises(CommandLineError, match="loopback host names only"):
-        allowed_hosts(("api.example.com",), host="127.0.0.1", insecure=True)
+        allowed_hosts(("api.example.com",), listening_on="127.0.0.1", insecure=True)
 
 
 def _cookie(answer: httpx.Response, name: str) -> str:

@@ -2,7 +2,7 @@
 
 Imported only by ``ledgerflow serve`` once the extra is known to be installed, so the rest of
 the ``ledgerflow`` command never needs uvicorn. Connections are held by
-:mod:`ledgerflow.cli.http_connections`' protocol, with its bounds.
+:mod:`ledgerflow.web.connections`' protocol, with its bounds.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 
 from ledgerflow import limits
-from ledgerflow.cli.http_connections import ConnectionBounds, protocol_class
+from ledgerflow.web import ConnectionBounds, protocol_class
 
 # Long enough for an in-flight delivery (one short transaction) to finish, short enough that a
 # stuck client cannot hold a deploy.

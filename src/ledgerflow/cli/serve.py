@@ -12,7 +12,7 @@ create``), or for ``/metrics`` the scraper's secret (``--metrics-token-file``).
 ``--insecure-no-auth`` turns that off, and is refused unless the address is a loopback one: a
 server without authentication must not be reachable from another machine, nor, through DNS
 rebinding, from a web page (it answers loopback host names only). The bounds on connections
-are :mod:`ledgerflow.cli.http_connections`'.
+are :mod:`ledgerflow.web.connections`', the host names :mod:`ledgerflow.web.hosts`'.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -33,9 +32,6 @@ from ledgerflow.cli.options import db_option
 from ledgerflow.errors import CommandLineError, ConfigurationError
 from ledgerflow.extras import require_extra
 from ledgerflow.runtime.metrics import Metrics
-
-if TYPE_CHECKING:  # the web package needs the http extra: imported once it is known present
-    from ledgerflow.web.hosts import AllowedHosts
 
 # The bearer secret of /metrics, read from --metrics-token-file: at least this long.
 METRICS_TOKEN_LENGTH_MIN = 16
@@ -70,24 +66,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def allowed_hosts(names: tuple[str, ...], *, host: str, insecure: bool) -> AllowedHosts:
-    """The ``Host`` names the server answers: ``--allowed-host`` as given; without it, the
-    loopback names when it listens on a loopback address (nothing else can reach it but a
-    rebound page), any otherwise. Without authentication, loopback names only."""
-    from ledgerflow.web.hosts import AllowedHosts, host_name, is_loopback_name
-
-    if insecure:
-        foreign = [n for n in names if not is_loopback_name(host_name(n))]
-        if foreign:
-            raise CommandLineError(
-                f"--insecure-no-auth answers loopback host names only, not {', '.join(foreign)}"
-            )
-        return AllowedHosts(loopback_only=True)
-    if names:
-        return AllowedHosts(names)
-    return AllowedHosts(loopback_only=True) if is_loopback(host) else AllowedHosts()
 
 
 def _metrics_token(path: str | None) -> str | None:
@@ -214,25 +192,22 @@ def serve(
         )
     if metrics_open and metrics_token_file:
         raise CommandLineError("--metrics-open and --metrics-token-file: choose one")
-    from ledgerflow.cli.http_connections import connection_bounds
     from ledgerflow.cli.http_server import serve_forever
-    from ledgerflow.web import create_app
+    from ledgerflow.web import allowed_hosts, connection_bounds, create_app
 
-    hosts = allowed_hosts(allowed, host=host, insecure=insecure_no_auth)
     bounds = connection_bounds(
         header_read_seconds=header_timeout,
         body_read_seconds=body_timeout,
         connections_max=connections_max,
     )
-    registry = load_registry(target) if target else None
     # The process's default registry: /metrics shows what this server counted and the
     # journal's gauges.
     app = create_app(
         db,
-        registry=registry,
+        registry=load_registry(target) if target else None,
         insecure_no_auth=insecure_no_auth,
         metrics=Metrics(),
-        allowed_hosts=hosts,
+        allowed_hosts=allowed_hosts(allowed, listening_on=host, insecure=insecure_no_auth),
         cookie_secure=cookie_secure,
         metrics_token=_metrics_token(metrics_token_file),
         metrics_open=metrics_open,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+from ledgerflow.errors import CommandLineError
+
 ANY_HOST = "*"
 
 
@@ -59,3 +61,21 @@ class AllowedHosts:
         if self.loopback_only:
             return "loopback names only (localhost, 127.0.0.1, [::1])"
         return ", ".join(sorted(self.names)) or "no name"
+
+
+def allowed_hosts(names: Iterable[str], *, listening_on: str, insecure: bool) -> AllowedHosts:
+    """The names ``ledgerflow serve`` answers: ``--allowed-host`` as given; without it, the
+    loopback names when it listens on a loopback address (nothing else can reach it but a
+    rebound page), any otherwise. Without authentication, loopback names only, and
+    ``--allowed-host`` may name nothing else."""
+    names = tuple(names)
+    if insecure:
+        foreign = [n for n in names if not is_loopback_name(host_name(n))]
+        if foreign:
+            raise CommandLineError(
+                f"--insecure-no-auth answers loopback host names only, not {', '.join(foreign)}"
+            )
+        return AllowedHosts(loopback_only=True)
+    if names:
+        return AllowedHosts(names)
+    return AllowedHosts(loopback_only=True) if is_loopback_name(listening_on) else AllowedHosts()

@@ -1,5 +1,4 @@
-"""The connections ``ledgerflow serve`` holds, bounded in time and in number (internal; needs
-``ledgerflow[http]``).
+"""The connections ``ledgerflow serve`` holds, bounded in time and in number (internal).
 
 uvicorn's HTTP/1.1 protocol (h11) bounds only the idle time between two requests on a
 connection. A client that connects and sends nothing, sends half a header line, or declares a
