@@ -10,14 +10,18 @@ processes; the times measured are printed.
 
 from __future__ import annotations
 
+import resource
 import selectors
 import socket
+import subprocess
 import threading
 import time
 from typing import Any
 
 import pytest
-from serve_probes import address, connected, fresh_healthz, is_closed, make_token
+from serve_probes import address, connected, fresh_healthz, is_closed, make_token, until_closed
+
+from processes import LEDGERFLOW
 
 pytestmark = pytest.mark.slow
 
@@ -25,6 +29,7 @@ BOUND_SECONDS = 1.0
 # How late past its bound a connection may be closed and still pass: generous, for a loaded
 # machine; the bound itself is what the figures show.
 LATE_SECONDS_MAX = 2.0
+FORM = "application/x-www-form-urlencoded"
 HEAD = "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {media}\r\nContent-Length: 100\r\n"
 
 
@@ -146,3 +151,64 @@ def test_healthz_answers_while_300_slow_sockets_are_open(processes: Any) -> None
     finally:
         for sock in slow:
             sock.close()
+
+
+def test_past_the_connection_bound_the_longest_waiting_head_makes_room(processes: Any) -> None:
+    """Goal: at --connections-max, a new connection closes the one that has waited longest
+    for its head (idle or half-sent), never one in the middle of a request; when every
+    connection is in the middle of one, the new one is refused 503 (LF127, Retry-After).
+
+    Method: a server holding at most 2 connections. An idle socket, then a half-sent head:
+    a third connection's /healthz is answered and the idle socket (the older) is closed, the
+    half-sent head kept. Then two requests each waiting for the rest of their body (the
+    server has said 100 Continue): a new connection gets 503 and both requests stay open.
+    """
+    url, _ = processes.server("--connections-max", "2")
+    idle = connected(url)
+    half = connected(url, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    busy: list[socket.socket] = []
+    try:
+        answer, _ = fresh_healthz(url)
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        until_closed(idle, timeout=5)
+        assert not is_closed(half)
+        half.close()
+        # The server says "100 Continue" once it has read a head and the guard asks for the
+        # body: from then on that connection is in the middle of its request.
+        expecting = (
+            HEAD.format(path="/console/sign-in", media=FORM) + "Expect: 100-continue\r\n\r\n"
+        )
+        for _ in range(2):
+            sock = connected(url, expecting.encode())
+            busy.append(sock)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 100 ")
+            sock.sendall(b"toke")
+        refused, _ = fresh_healthz(url)
+        assert refused.startswith(b"HTTP/1.1 503 "), refused
+        assert b"Retry-After: 1" in refused
+        assert b'"code": "LF127"' in refused
+        assert not any(is_closed(sock) for sock in busy)
+    finally:
+        for sock in (idle, half, *busy):
+            sock.close()
+
+
+def test_a_connection_bound_the_descriptors_cannot_hold_is_refused(processes: Any) -> None:
+    """Goal: an explicit --connections-max that the descriptor limit cannot hold is a usage
+    error naming the limit, before anything listens (the default is lowered instead).
+    Method: serve --connections-max 500 in a process limited to 128 descriptors."""
+    command = [
+        *LEDGERFLOW, "serve", "--db", processes.db_url, "--port", "0", "--connections-max", "500",
+    ]  # fmt: skip
+    limit = 128
+
+    def descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, preexec_fn=descriptors, check=False
+    )
+    assert done.returncode != 0
+    assert "LISTENING" not in done.stdout
+    assert "ulimit -n" in done.stderr, done.stderr
+    assert "[LF100]" in done.stderr, done.stderr

@@ -68,8 +68,11 @@ def connection_bounds(
     if soft != resource.RLIM_INFINITY and soft < needed:
         raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
         if raised > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-            soft = raised
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+            except (ValueError, OSError):  # a system bound below the hard limit: keep soft
+                pass
     if soft != resource.RLIM_INFINITY and soft < needed:
         room = soft - limits.HTTP_DESCRIPTORS_RESERVED
         accepts = max(1, min(accepts, room // 4))
