@@ -59,6 +59,7 @@ def server(module_processes: Any) -> tuple[str, str]:
     # server as it runs afterwards.
     for credentials in (None, token):
         _post(url, START + b"1}", credentials)
+        _post(url, SHAPES["long-string"](), credentials)
     return url, token
 
 
