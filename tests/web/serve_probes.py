@@ -57,11 +57,15 @@ class HealthProbe:
     latencies: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _ready: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def __enter__(self) -> HealthProbe:
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
+        # The block starts once the probe's client is made and connected: what it measures
+        # from then on is the server, not this process setting its client up.
+        assert self._ready.wait(WAIT_SECONDS_MAX), "the probe never got its first answer"
         return self
 
     def __exit__(
@@ -76,6 +80,8 @@ class HealthProbe:
 
     def _poll(self) -> None:
         with httpx.Client(timeout=WAIT_SECONDS_MAX) as client:
+            client.get(f"{self.url}/healthz")
+            self._ready.set()
             while not self._stop.is_set():
                 started = time.monotonic()
                 try:
