@@ -17,7 +17,10 @@
     │   ├── RouteNotFoundError        no route has this path
     │   ├── MethodNotAllowedError     the route exists, not with this method
     │   ├── UnsupportedMediaTypeError a body that is not the media type the route reads
-    │   └── InvalidCursorError        a listing's cursor this API did not give
+    │   ├── InvalidCursorError        a listing's cursor this API did not give
+    │   ├── HostNotAllowedError       a Host header naming a host this server does not answer for
+    │   ├── RequestTimeoutError       a request's head or body did not arrive within its bound
+    │   └── ServerBusyError           every connection the server may hold is in use
     ├── StorageError                  the store could not do what was asked
     │   ├── StorageUnavailableError   transient: busy, locked, unreachable
     │   ├── StorageCorruptError       the file is not a readable database
@@ -208,6 +211,24 @@ class InvalidCursorError(RequestError):
     """A listing's cursor is not one this API gave (forged, altered or cut short)."""
 
     code = "LF124"
+
+
+class HostNotAllowedError(RequestError):
+    """The request's Host header names a host this server does not answer for."""
+
+    code = "LF125"
+
+
+class RequestTimeoutError(RequestError):
+    """The request's head or body did not arrive within its bound; the connection was closed."""
+
+    code = "LF126"
+
+
+class ServerBusyError(RequestError):
+    """The server holds every connection it may, all of them busy with a request; retry."""
+
+    code = "LF127"
 
 
 class StorageError(LedgerflowError):

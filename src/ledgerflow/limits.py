@@ -13,6 +13,11 @@ PAYLOAD_BYTES_MAX = 1_000_000
 # How deeply a JSON value given at an edge (a command's --input, an HTTP body) may nest:
 # deeper input is refused with a clear error before a recursive parser could overflow.
 JSON_DEPTH_MAX = 100
+# How many values (array elements, object members) JSON given at an edge may hold: Python's
+# parser holds the interpreter for a whole document, and a server's event loop with it, so a
+# body's parse is bounded in time by this, not only in bytes by its size (100,000 empty lists
+# parse in 15-25 ms; the 700,000 that fit in a 2 MB body took 150-470 ms).
+JSON_VALUES_MAX = 100_000
 # JSON a command reads from a file or stdin (--input @file, --payload -): the encoded payload
 # is bounded by PAYLOAD_BYTES_MAX; this leaves room for the file's indentation.
 JSON_INPUT_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
@@ -107,6 +112,30 @@ REPLAY_HISTORIES_MAX = 10_000
 # (413) from its Content-Length, or as soon as the bytes read pass it: never read whole first.
 # Room for a PAYLOAD_BYTES_MAX payload and the JSON around it.
 REQUEST_BODY_BYTES_MAX = 2 * PAYLOAD_BYTES_MAX
+# A request that needs no credentials (the console's sign-in form, a health check) has its
+# body read up to this only: its credentials are checked before any body is read, and
+# nobody unauthenticated gets the server to buffer or parse more than a sign-in form.
+ANONYMOUS_BODY_BYTES_MAX = 4_096
+# Fields a console form may send (its forms have a dozen): counted before the form is parsed.
+FORM_FIELDS_MAX = 100
+# The connections `ledgerflow serve` holds (ledgerflow.web.connections): a request's head
+# (request line and headers) must arrive within this, counted from the connection or from the
+# end of the previous answer; its body within the next, counted from the end of its head
+# (2 MB in 30 s is 67 kB/s: a slower client belongs behind a buffering proxy); an idle
+# kept-alive connection is closed after the third.
+HTTP_HEADER_READ_SECONDS_DEFAULT = 10.0
+HTTP_BODY_READ_SECONDS_DEFAULT = 30.0
+HTTP_KEEP_ALIVE_SECONDS = 5
+# Connections held at once (past it, the one waiting longest for its head is closed, or the new
+# one refused 503 when none waits), lowered to what the descriptor limit leaves after the
+# reserve below (the journal's files and pool, logs, the process's own).
+HTTP_CONNECTIONS_MAX_DEFAULT = 1_000
+HTTP_DESCRIPTORS_RESERVED = 64
+# Connections accepted per wake-up of the event loop (each is a descriptor before the bound
+# above can close anything), and the kernel's queue of those not accepted yet (capped by the
+# system's somaxconn).
+HTTP_ACCEPTS_PER_WAKE_MAX = 64
+HTTP_LISTEN_QUEUE = 4_096
 # How long the first answer to a POST with an Idempotency-Key is kept to be replayed.
 IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600
 # A key whose first request was never answered (its server died while carrying it out) is

@@ -8,10 +8,12 @@ wait is bounded and polls a condition, never sleeps blindly.
 from __future__ import annotations
 
 import json
+import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,10 +70,11 @@ class Processes:
         *extra: str,
         db_url: str | None = None,
         faults: list[dict[str, Any]] | None = None,
+        descriptors_max: int | None = None,
     ) -> tuple[str, subprocess.Popen[str]]:
         """Start ``ledgerflow serve --port 0`` (with ``extra`` options, on ``db_url`` or this
-        world's journal, with the fault plan ``faults``); return its URL (once it accepts
-        connections) and the process."""
+        world's journal, with the fault plan ``faults``, and at most ``descriptors_max`` open
+        files if given); return its URL (once it accepts connections) and the process."""
         # The serve command object directly: it works whether or not the entry point's group
         # has registered it yet.
         command = [
@@ -80,7 +83,12 @@ class Processes:
         ]
         with self.log.open("ab") as log:
             process = subprocess.Popen(
-                command, env=self._env(faults), stdout=subprocess.PIPE, stderr=log, text=True
+                command,
+                env=self._env(faults),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                preexec_fn=None if descriptors_max is None else _descriptors(descriptors_max),
             )
         self.started.append(process)
         line = first_line(process)
@@ -113,12 +121,32 @@ class Processes:
                 process.stdout.close()
 
 
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    markers = tmp_path / "markers"
+def _descriptors(count: int) -> Callable[[], None]:
+    def limit() -> None:  # in the child, before it runs: RLIMIT_NOFILE, soft and hard
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+    return limit
+
+
+@contextmanager
+def _processes_in(folder: Path) -> Iterator[Processes]:
+    markers = folder / "markers"
     markers.mkdir()
-    procs = Processes(folder=tmp_path, db_url=f"sqlite:///{tmp_path}/journal.db", markers=markers)
+    procs = Processes(folder=folder, db_url=f"sqlite:///{folder}/journal.db", markers=markers)
     try:
         yield procs
     finally:
         procs.close()
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    with _processes_in(tmp_path) as procs:
+        yield procs
+
+
+@pytest.fixture(scope="module")
+def module_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Processes]:
+    """Like ``processes``, shared by a module's tests (servers started once for all)."""
+    with _processes_in(tmp_path_factory.mktemp("processes")) as procs:
+        yield procs

@@ -40,7 +40,7 @@ def test_every_route_is_documented_with_its_role(tmp_path: Path) -> None:
     the table's rows.
     """
     app = create_app(f"sqlite:///{tmp_path}/docs.db", insecure_no_auth=True)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         doc = client.get("/v1/openapi.json").json()
     declared = {
         (method, path): op.get("x-required-role", "none")
@@ -60,6 +60,15 @@ def test_every_route_is_documented_with_its_role(tmp_path: Path) -> None:
         f"`limits.IDEMPOTENCY_RETENTION_SECONDS` | {limits.IDEMPOTENCY_RETENTION_SECONDS:,} s",
         f"`limits.PAYLOAD_BYTES_MAX` | {limits.PAYLOAD_BYTES_MAX:,} bytes",
         f"`IDEMPOTENCY_KEY_LENGTH_MAX`, {limits.IDEMPOTENCY_KEY_LENGTH_MAX}",
+        f"`limits.ANONYMOUS_BODY_BYTES_MAX` | {limits.ANONYMOUS_BODY_BYTES_MAX:,} bytes",
+        f"`limits.JSON_VALUES_MAX` | {limits.JSON_VALUES_MAX:,} values",
+        f"`limits.HTTP_HEADER_READ_SECONDS_DEFAULT`, {limits.HTTP_HEADER_READ_SECONDS_DEFAULT:g} s",
+        f"`limits.HTTP_BODY_READ_SECONDS_DEFAULT`, {limits.HTTP_BODY_READ_SECONDS_DEFAULT:g} s",
+        f"`limits.HTTP_KEEP_ALIVE_SECONDS`, {limits.HTTP_KEEP_ALIVE_SECONDS} s",
+        f"`limits.HTTP_CONNECTIONS_MAX_DEFAULT`, {limits.HTTP_CONNECTIONS_MAX_DEFAULT:,}",
+        f"`limits.HTTP_DESCRIPTORS_RESERVED` ({limits.HTTP_DESCRIPTORS_RESERVED})",
+        f"`limits.HTTP_ACCEPTS_PER_WAKE_MAX` ({limits.HTTP_ACCEPTS_PER_WAKE_MAX})",
+        f"`limits.HTTP_LISTEN_QUEUE`, {limits.HTTP_LISTEN_QUEUE:,}",
     ],
 )
 def test_documented_bounds_are_the_limits(phrase: str) -> None:

@@ -1,4 +1,5 @@
-"""``ledgerflow serve`` exposes /metrics: what it counted and the journal's gauges, no token.
+"""``ledgerflow serve`` exposes /metrics: what it counted and the journal's gauges (open here:
+the server runs without authentication; tests/web/test_serve_perimeter.py holds the secret).
 
 A real server process over a SQLite journal: a signal it accepts is counted by outcome, a
 start it makes is counted, and the gauges come from the journal (an UNKNOWN-free journal reads
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_serve_metrics_counts_its_starts_and_deliveries(processes: Any) -> None:
-    """Goal: /metrics on serve needs no token and counts what the server did, exactly.
+    """Goal: /metrics on serve counts what the server did, exactly.
 
     Method: serve with the waiting workflows; start one instance over the API, signal it
     twice with one event id (accepted, then a duplicate), then scrape.

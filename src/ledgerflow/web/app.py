@@ -2,10 +2,11 @@
 ``/console``, health checks, and the answers to every error (internal).
 
 One :class:`~ledgerflow.operators.service.Operations` over the server's journal answers every
-request; each request is authenticated (a bearer token for the API, a session for the console)
-and scoped to its principal before a handler runs. ``/healthz`` says the process serves;
-``/readyz`` proves the journal can be read and written now, and is the only answer that is
-ever 503.
+request; each request is checked for its host and authenticated (a bearer token for the API, a
+session for the console) by the request guard before its body is read
+(:mod:`ledgerflow.web.request_guard`), and scoped to its principal before a handler runs.
+``/healthz`` says the process serves; ``/readyz`` proves the journal can be read and written
+now, and is the only route that answers 503.
 
 Every error of the API is a problem document (:mod:`ledgerflow.web.problems`): an unknown
 route, a wrong method, a validation failure and a server error too. The console answers its
@@ -14,6 +15,7 @@ own errors with pages (:mod:`ledgerflow.web.console`).
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,6 +33,7 @@ from starlette.routing import Match
 from ledgerflow.errors import (
     LedgerflowError,
     MethodNotAllowedError,
+    NotAuthenticatedError,
     PayloadError,
     RequestError,
     RouteNotFoundError,
@@ -40,6 +43,7 @@ from ledgerflow.operators.service import ApiRole, Operations
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.web import console, instance_routes, operator_routes
 from ledgerflow.web.declare import Server, authorized
+from ledgerflow.web.hosts import AllowedHosts
 from ledgerflow.web.models import Health
 from ledgerflow.web.problems import (
     PROBLEM_MEDIA_TYPE,
@@ -62,12 +66,20 @@ def create_app(
     registry: Registry | None = None,
     insecure_no_auth: bool = False,
     metrics: Metrics | None = None,
+    allowed_hosts: AllowedHosts | None = None,
+    cookie_secure: bool = False,
+    metrics_token: str | None = None,
+    metrics_open: bool = False,
 ) -> FastAPI:
     """The app over the journal at ``store_url`` (created and migrated unless the URL says
     ``?migrate=false``). ``registry``: the workflows ``POST /v1/instances`` may start.
     ``insecure_no_auth``: every caller is an all-tenant admin (``ledgerflow serve`` allows it
-    on a loopback address only). ``metrics``: what ``/metrics`` exposes (default: a registry
-    of this app's own; ``ledgerflow serve`` passes the process's)."""
+    on a loopback address only), and only loopback host names are answered. ``metrics``:
+    what ``/metrics`` exposes (default: a registry of this app's own; ``ledgerflow serve``
+    passes the process's). ``allowed_hosts``: the ``Host`` names answered (None: any; with
+    ``insecure_no_auth``, loopback names only whatever it says).
+    ``cookie_secure``: the console's cookies are always ``Secure``. ``/metrics`` needs
+    ``Authorization: Bearer`` ``metrics_token``, or nothing if ``metrics_open``."""
     metrics = metrics or Metrics(CollectorRegistry())
     operations = Operations(store_url, registry=registry, migrate=None, metrics=metrics)
 
@@ -86,14 +98,22 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
-    app.state.server = Server(operations=operations, insecure=insecure_no_auth)
+    server = Server(
+        operations=operations,
+        insecure=insecure_no_auth,
+        cookie_secure=cookie_secure,
+        metrics_token=metrics_token,
+        metrics_open=metrics_open or insecure_no_auth,
+    )
+    app.state.server = server
     app.include_router(instance_routes.router)
     app.include_router(operator_routes.router)
     console.install(app)
     _health(app)
     _openapi(app)
     _error_answers(app)
-    app.add_middleware(RequestGuard)
+    hosts = AllowedHosts(loopback_only=True) if insecure_no_auth else allowed_hosts
+    app.add_middleware(RequestGuard, server=server, allowed_hosts=hosts or AllowedHosts())
     return app
 
 
@@ -105,9 +125,12 @@ def _health(app: FastAPI) -> None:
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
         # Counts and gauges only, labelled by workflow, participant and reason, never by an
-        # instance or a key; like the health checks it needs no token, so a scraper needs
-        # none (docs/observability.md).
+        # instance or a key; yet they count every tenant's work, so they need the scraper's
+        # own secret (serve --metrics-token-file), not a tenant's token, unless the server
+        # was started with --metrics-open (docs/observability.md).
         server: Server = request.app.state.server
+        if not server.metrics_open:
+            _check_metrics_token(server, request.headers.get("authorization", ""))
         server.operations.refresh_signals()
         exported = server.operations.metrics
         body = generate_latest(exported.registry) if exported is not None else b""
@@ -131,10 +154,24 @@ def _health(app: FastAPI) -> None:
         return JSONResponse({"status": "ok"})
 
 
+def _check_metrics_token(server: Server, authorization: str) -> None:
+    scheme, _, sent = authorization.partition(" ")
+    expected = server.metrics_token
+    if expected is None:
+        raise NotAuthenticatedError(
+            "/metrics is closed: start serve with --metrics-token-file FILE (and scrape with "
+            "that secret as a bearer token) or with --metrics-open"
+        )
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        sent.strip().encode(), expected.encode()
+    ):
+        raise NotAuthenticatedError("/metrics needs the bearer secret of --metrics-token-file")
+
+
 def _openapi(app: FastAPI) -> None:
     """``/v1/openapi.json``: generated from the routes' own declarations (OpenAPI 3.1), with
     the problem document and each route's role; it needs a token, like every route but the
-    health checks."""
+    health checks and /metrics."""
 
     def document() -> dict[str, Any]:
         if app.openapi_schema is None:

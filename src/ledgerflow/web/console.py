@@ -38,13 +38,14 @@ from ledgerflow.web.console_session import (
     CONSOLE_PATH,
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
+    STATIC_PATH,
     SignInRequiredError,
     check_csrf,
     checked_form,
-    is_https,
     may,
     render,
     scoped,
+    secure_cookies,
     set_session,
     sign_in_redirect,
     signed_in,
@@ -57,10 +58,13 @@ from ledgerflow.web.console_views import (
     plan_diff,
     when,
 )
-from ledgerflow.web.declare import server_of
+from ledgerflow.web.declare import CheckedRoute, server_of
 
 router = APIRouter(
-    prefix=CONSOLE_PATH, include_in_schema=False, dependencies=[Depends(checked_form)]
+    prefix=CONSOLE_PATH,
+    include_in_schema=False,
+    route_class=CheckedRoute,
+    dependencies=[Depends(checked_form)],
 )
 STATIC = Path(__file__).parent / "static"
 Field = Annotated[str | None, Form(max_length=limits.PAYLOAD_BYTES_MAX)]
@@ -92,7 +96,7 @@ def sign_in_form(request: Request, failed: bool = False) -> Response:
     token = secrets.token_urlsafe(32)
     response = render(request, "sign_in.html", session=None, csrf=token, failed=failed)
     response.set_cookie(
-        SIGN_IN_COOKIE, token, httponly=True, samesite="strict", secure=is_https(request),
+        SIGN_IN_COOKIE, token, httponly=True, samesite="strict", secure=secure_cookies(request),
         path=CONSOLE_PATH,
     )  # fmt: skip
     return response
@@ -113,7 +117,10 @@ def sign_in(
         return RedirectResponse(f"{CONSOLE_PATH}/sign-in?failed=true", status_code=303)
     response = RedirectResponse(f"{CONSOLE_PATH}/instances", status_code=303)
     set_session(response, request, cookie)
-    response.delete_cookie(SIGN_IN_COOKIE, path=CONSOLE_PATH)
+    response.delete_cookie(
+        SIGN_IN_COOKIE, path=CONSOLE_PATH, secure=secure_cookies(request), httponly=True,
+        samesite="strict",
+    )  # fmt: skip
     return response
 
 
@@ -125,7 +132,10 @@ def sign_out(request: Request, csrf: Annotated[str, Form(max_length=200)]) -> Re
     if cookie:
         server_of(request).operations.tokens().sign_out(cookie)
     response = sign_in_redirect()
-    response.delete_cookie(SESSION_COOKIE, path=CONSOLE_PATH)
+    response.delete_cookie(
+        SESSION_COOKIE, path=CONSOLE_PATH, secure=secure_cookies(request), httponly=True,
+        samesite="strict",
+    )  # fmt: skip
     return response
 
 
@@ -327,7 +337,7 @@ def install(app: FastAPI) -> None:
     """The console's routes, its stylesheet, and the redirect to sign-in for a page opened
     without a session."""
     app.include_router(router)
-    app.mount(f"{CONSOLE_PATH}/static", StaticFiles(directory=STATIC), name="console-static")
+    app.mount(STATIC_PATH, StaticFiles(directory=STATIC), name="console-static")
 
     @app.exception_handler(SignInRequiredError)
     def _sign_in(request: Request, error: SignInRequiredError) -> Response:

@@ -2,7 +2,8 @@
 
 - **Sign-in** takes an API token once and answers with a session cookie: ``HttpOnly`` (no
   script reads it), ``SameSite=Strict`` (no other site's page sends it), ``Secure`` when served
-  over https, scoped to ``/console``. The cookie holds a random secret; the journal keeps its
+  over https (or through a trusted proxy that says so, or always with ``--cookie-secure``),
+  scoped to ``/console``. The cookie holds a random secret; the journal keeps its
   hash and the token behind it (:meth:`~ledgerflow.operators.access.Tokens.sign_in`).
 - **CSRF**: every form that changes something carries the session's CSRF token, compared in
   constant time before anything is done; the sign-in form carries one of its own (a
@@ -29,14 +30,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from ledgerflow.errors import LedgerflowError, NotAuthorizedError
+from ledgerflow.errors import NotAuthorizedError
 from ledgerflow.model.names import check_storable, refused_character
 from ledgerflow.operators.service import ApiRole, ScopedOperations, SignedIn
-from ledgerflow.web.declare import INSECURE_PRINCIPAL, server_of
+from ledgerflow.web.declare import INSECURE_PRINCIPAL, SESSION_KEY, server_of
 
 SESSION_COOKIE = "lf_session"
 SIGN_IN_COOKIE = "lf_sign_in"
 CONSOLE_PATH = "/console"
+SIGN_IN_PATH = f"{CONSOLE_PATH}/sign-in"
+STATIC_PATH = f"{CONSOLE_PATH}/static"
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -109,22 +112,22 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
     return HTMLResponse(page, status_code=status, headers=SECURITY_HEADERS)
 
 
-def is_https(request: Request) -> bool:
-    return request.url.scheme == "https"
+def secure_cookies(request: Request) -> bool:
+    """Whether the console's cookies go out ``Secure``: always with ``serve --cookie-secure``,
+    else when the request came over https (directly, or through a proxy ``serve
+    --forwarded-allow-ips`` trusts to say so in ``X-Forwarded-Proto``)."""
+    return server_of(request).cookie_secure or request.url.scheme == "https"
 
 
 def signed_in(request: Request) -> SignedIn:
-    """Who holds this request's session (:class:`SignInRequiredError` when nobody does)."""
-    server = server_of(request)
-    if server.insecure:
+    """Who holds this request's session (:class:`SignInRequiredError` when nobody does): the
+    request guard looked it up before the body was read."""
+    if server_of(request).insecure:
         return SignedIn(principal=INSECURE_PRINCIPAL, csrf_token=_insecure_csrf(request))
-    cookie = request.cookies.get(SESSION_COOKIE)
-    if not cookie:
+    session: SignedIn | None = request.scope.get(SESSION_KEY)
+    if session is None:
         raise SignInRequiredError
-    try:
-        return server.operations.tokens().session(cookie)
-    except LedgerflowError as error:  # an ended session and a bad one read alike
-        raise SignInRequiredError from error
+    return session
 
 
 def _insecure_csrf(request: Request) -> str:
@@ -164,6 +167,6 @@ def set_session(response: Response, request: Request, cookie: str) -> None:
         cookie,
         httponly=True,
         samesite="strict",
-        secure=is_https(request),
+        secure=secure_cookies(request),
         path=CONSOLE_PATH,
     )

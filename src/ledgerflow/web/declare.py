@@ -18,16 +18,20 @@ and ``api.before_answer_kept`` (the call is carried out, its answer not yet kept
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from enum import Enum
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import FormData
+from starlette.types import Receive, Scope
 
 from ledgerflow import limits
-from ledgerflow.errors import LedgerflowError
+from ledgerflow.errors import LedgerflowError, NotAuthenticatedError
 from ledgerflow.operators.service import (
     ALL_TENANTS,
     ApiRole,
@@ -39,9 +43,18 @@ from ledgerflow.operators.service import (
 )
 from ledgerflow.runtime import faults
 from ledgerflow.web.problems import PROBLEM_MEDIA_TYPE, encode, problem_of, problem_responses
-from ledgerflow.web.request_guard import BODY_KEY
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# What the request guard (:mod:`ledgerflow.web.request_guard`) found before any route ran,
+# kept in the request's scope: the body it read, the principal of the API token, the console
+# session, and the body read as JSON or as a console form's fields (off the event loop, so a
+# route does not parse it again there).
+BODY_KEY = "ledgerflow.body"
+PRINCIPAL_KEY = "ledgerflow.principal"
+SESSION_KEY = "ledgerflow.session"
+JSON_KEY = "ledgerflow.json"
+FORM_KEY = "ledgerflow.form"
 
 ROLE_EXTENSION = "x-required-role"
 # Who a server started with --insecure-no-auth (loopback only) takes every caller for.
@@ -56,10 +69,15 @@ bearer = HTTPBearer(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Server:
     """What every request is answered with: the operators' service over the server's journal,
-    and whether it was started without authentication."""
+    whether it was started without authentication, whether the console's cookies are always
+    ``Secure`` (else only over https), and what ``/metrics`` asks for: the bearer secret it
+    takes, or nothing when it is open."""
 
     operations: Operations
     insecure: bool
+    cookie_secure: bool = False
+    metrics_token: str | None = None
+    metrics_open: bool = False
 
 
 def server_of(request: Request) -> Server:
@@ -67,27 +85,68 @@ def server_of(request: Request) -> Server:
     return server
 
 
-def principal_of(request: Request, token: str | None) -> Principal:
-    server = server_of(request)
-    if server.insecure:
+def principal_of(request: Request) -> Principal:
+    """Who sent an API request: the guard authenticated its token before its body was read."""
+    if server_of(request).insecure:
         return INSECURE_PRINCIPAL
-    return server.operations.tokens().authenticate(token)
+    principal: Principal | None = request.scope.get(PRINCIPAL_KEY)
+    if principal is None:  # only a request the guard did not see (it sees every /v1 one)
+        raise NotAuthenticatedError("no valid token came with the request")
+    return principal
 
 
 def authorized(needed: ApiRole) -> Callable[..., None]:
     """The check a route with minimum role ``needed`` runs first: a valid token, a role at
-    least ``needed``; the principal's scoped service is left for the handler."""
+    least ``needed``; the principal's scoped service is left for the handler. (The bearer
+    credentials are declared for the OpenAPI document; the guard has checked them.)"""
 
     def check(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
-        principal = principal_of(request, credentials.credentials if credentials else None)
+        principal = principal_of(request)
         scoped = server_of(request).operations.acting_as(principal)
         scoped.require(needed)
         request.state.scoped = scoped
 
     return check
+
+
+class _CheckedRequest(Request):
+    """A request whose body the guard has read already (JSON, or a form's fields), off the
+    event loop."""
+
+    async def json(self) -> Any:
+        if JSON_KEY in self.scope:
+            return self.scope[JSON_KEY]
+        return await super().json()
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        super().__init__(scope, receive)
+        if FORM_KEY in scope:
+            # Starlette keeps a request's parsed form here and parses only when it is None
+            # (were that to change, the form would be parsed again, on the loop: slower, no
+            # less correct).
+            self._form = FormData(scope[FORM_KEY])
+
+
+class CheckedRoute(APIRoute):
+    """A route that takes its body as the guard read it: FastAPI would parse the JSON or the
+    form again on the event loop, where two megabytes of it hold every other request for as
+    long (FastAPI's documented way to change the request a route reads)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def checked(request: Request) -> Response:
+            return await handler(_CheckedRequest(request.scope, request.receive))
+
+        return checked
+
+
+def api_router(*, tags: list[str | Enum]) -> APIRouter:
+    """A router of routes under ``/v1``, each taking its body as the guard read it."""
+    return APIRouter(prefix="/v1", tags=tags, route_class=CheckedRoute)
 
 
 def _scoped(request: Request) -> ScopedOperations:

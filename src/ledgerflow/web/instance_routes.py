@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 from fastapi.responses import Response
 
 from ledgerflow import InstanceStatus, limits
@@ -30,7 +30,7 @@ from ledgerflow.operators.shapes import (
     record_json,
     timeline_json,
 )
-from ledgerflow.web.declare import Outcome, Scoped, answer, api_route
+from ledgerflow.web.declare import Outcome, Scoped, answer, api_route, api_router
 from ledgerflow.web.models import (
     CancelBody,
     CompletionBody,
@@ -47,7 +47,7 @@ from ledgerflow.web.models import (
 )
 from ledgerflow.web.problems import problem_of
 
-router = APIRouter(prefix="/v1", tags=["instances"])
+router = api_router(tags=["instances"])
 
 InstanceIdPath = Annotated[str, Path(min_length=1, max_length=300)]
 NamePath = Annotated[str, Path(min_length=1, max_length=limits.EVENT_ID_LENGTH_MAX)]

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 from fastapi.responses import Response
 
 from ledgerflow import InstanceStatus, limits
@@ -26,7 +26,7 @@ from ledgerflow.operators.service import (
     RepairResult,
 )
 from ledgerflow.operators.shapes import listing, record_json
-from ledgerflow.web.declare import Outcome, Scoped, answer, api_route
+from ledgerflow.web.declare import Outcome, Scoped, answer, api_route, api_router
 from ledgerflow.web.models import (
     JSON_INTEGER_MAX,
     ListingOut,
@@ -36,7 +36,7 @@ from ledgerflow.web.models import (
     RetireOut,
 )
 
-router = APIRouter(prefix="/v1", tags=["operators"])
+router = api_router(tags=["operators"])
 
 InstanceIdPath = Annotated[str, Path(min_length=1, max_length=300)]
 Text = Annotated[str | None, Query(min_length=1, max_length=limits.NAME_LENGTH_MAX)]

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ledgerflow.errors import (
     ConcurrencyError,
     EventRefusedError,
+    HostNotAllowedError,
     IdempotencyKeyReusedError,
     IllegalTransitionError,
     InboxFullError,
@@ -35,8 +36,10 @@ from ledgerflow.errors import (
     PayloadError,
     PayloadTooLargeError,
     RepairRefusedError,
+    RequestTimeoutError,
     ResultTimeoutError,
     RouteNotFoundError,
+    ServerBusyError,
     StorageUnavailableError,
     UnknownVersionError,
     UnknownWorkflowError,
@@ -63,6 +66,9 @@ STATUS_BY_ERROR: tuple[tuple[type[LedgerflowError], int], ...] = (
     # The instance's state refuses the event (its inbox is full), not the request's shape.
     (InboxFullError, 409),
     (UnsupportedMediaTypeError, 415),
+    (HostNotAllowedError, 421),
+    (RequestTimeoutError, 408),
+    (ServerBusyError, 503),
     (PayloadError, 422),
     (InvalidCursorError, 422),
     (UnknownWorkflowError, 422),
