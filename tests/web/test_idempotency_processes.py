@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 import wait_workflows
 
-from conftest import Processes
 from ledgerflow import limits
 from ledgerflow.operators.service import Operations
+
+if TYPE_CHECKING:
+    # tests/web/conftest.py: imported by name only for the annotation (another folder's
+    # conftest module may hold that name when several folders run together).
+    from conftest import Processes
 
 pytestmark = pytest.mark.slow
 

@@ -91,6 +91,18 @@ def _url(host: str, port: int) -> str:
 _Seconds = click.FloatRange(min=0.01, max=3600)
 
 
+def _check_exposure(*, host: str, insecure_no_auth: bool, metrics: tuple[bool, str | None]) -> None:
+    """Refuse what would open the server wider than its options say."""
+    if insecure_no_auth and not is_loopback(host):
+        raise CommandLineError(
+            f"--insecure-no-auth serves without authentication: only on a loopback address "
+            f"(127.0.0.1, ::1, localhost), not {host}"
+        )
+    metrics_open, metrics_token_file = metrics
+    if metrics_open and metrics_token_file:
+        raise CommandLineError("--metrics-open and --metrics-token-file: choose one")
+
+
 @click.command()
 @db_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -188,13 +200,9 @@ def serve(
     configure_logging(log_format)
     # Fault tests kill a server mid-request at the API's named points (web/declare.py).
     install_faults()
-    if insecure_no_auth and not is_loopback(host):
-        raise CommandLineError(
-            f"--insecure-no-auth serves without authentication: only on a loopback address "
-            f"(127.0.0.1, ::1, localhost), not {host}"
-        )
-    if metrics_open and metrics_token_file:
-        raise CommandLineError("--metrics-open and --metrics-token-file: choose one")
+    _check_exposure(
+        host=host, insecure_no_auth=insecure_no_auth, metrics=(metrics_open, metrics_token_file)
+    )
     from ledgerflow.cli.http_server import serve_forever
     from ledgerflow.web import allowed_hosts, connection_bounds, create_app
 
