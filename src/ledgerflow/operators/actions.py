@@ -20,7 +20,7 @@ import hashlib
 import json
 from typing import Any
 
-from ledgerflow.errors import LedgerflowError
+from ledgerflow.errors import InstanceNotFoundError, LedgerflowError
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
@@ -100,19 +100,26 @@ def audited_cancel(
 ) -> InstanceRecord:
     """Ask for a cancel (the engine's rules: durable, the first request wins) and record who
     asked: ``applied`` when this call made the request, ``no-op`` when one stood already,
-    ``refused`` (then re-raised) when the instance had ended or the request was not valid."""
+    ``refused`` (then re-raised) when the instance had ended or the request was not valid.
+
+    Which of the first two it was is the store's answer, given in the request's own
+    transaction: an earlier read could not tell, since another caller may commit its request
+    between that read and this one (two racing cancels would both be "applied")."""
     arguments = {"compensate": compensate}
-    before = engine.get(instance_id)
     try:
-        record = engine.cancel(instance_id, reason=reason, compensate=compensate)
+        requested = engine.request_cancel(instance_id, reason=reason, compensate=compensate)
+    except InstanceNotFoundError:
+        raise
     except LedgerflowError as exc:
+        # On the record of the instance asked about (an unknown one is not found, unrecorded).
+        known = engine.get(instance_id)
         record_action(
             store,
             clock,
             actor=actor,
             role=role,
             kind=CANCEL,
-            instance_id=before.instance_id,
+            instance_id=known.instance_id,
             target=None,
             outcome="refused",
             reason=reason,
@@ -120,7 +127,7 @@ def audited_cancel(
             refusal=str(exc),
         )
         raise
-    made = before.cancel_requested_at is None and record.cancel_requested_at is not None
+    record = requested.instance
     record_action(
         store,
         clock,
@@ -129,7 +136,7 @@ def audited_cancel(
         kind=CANCEL,
         instance_id=record.instance_id,
         target=None,
-        outcome="applied" if made else "no-op",
+        outcome="applied" if requested.recorded else "no-op",
         reason=reason,
         arguments=arguments,
     )

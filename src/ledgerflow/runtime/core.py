@@ -61,6 +61,16 @@ class Started:
         return self.instance.instance_id
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequested:
+    """What a cancel request came to: the instance, and whether this call recorded the
+    request (False: one stood already, and the first one wins). The store decides which, in
+    the request's own transaction, so two racing callers never both hear "recorded"."""
+
+    instance: InstanceRecord
+    recorded: bool
+
+
 class DeliveryOutcome(enum.Enum):
     """What became of a delivered event; the HTTP endpoint answers with the matching status."""
 
@@ -155,11 +165,11 @@ class EngineCore:
 
     def cancel(
         self, instance_id: str, *, reason: str, compensate: bool, now: float
-    ) -> InstanceRecord:
+    ) -> CancelRequested:
         """Record a cancel request (the first one wins; repeating it is a no-op)."""
         if not reason.strip():
             raise PayloadError("a cancel request needs a reason")
-        record, _ = self.store.request_cancel(
+        record, recorded = self.store.request_cancel(
             InstanceId(instance_id), reason=reason, compensate=compensate, now=now
         )
         if record is None:
@@ -172,7 +182,7 @@ class EngineCore:
                 event="cancel",
                 instance_id=instance_id,
             )
-        return record
+        return CancelRequested(instance=record, recorded=recorded)
 
     def signal(
         self,
