@@ -204,7 +204,8 @@ def test_the_approver_is_the_authenticated_principal(world: World) -> None:
 
     Method: the issue's attack: mallory (a signaller) posts {"sender": "bob"}: 403 LF701, the
     inbox stays empty; mallory posts as herself: 403 not-approver; bob posts (no sender): 202;
-    the result names bob; the audit log holds mallory's refusal and bob's delivery.
+    the result names bob; the audit log holds mallory's two refusals (the spoofed sender
+    too, with the name she tried) and bob's delivery.
     """
     instance_id = world.start("approve", "appr-1")
     world.work()
@@ -225,8 +226,11 @@ def test_the_approver_is_the_authenticated_principal(world: World) -> None:
     audit = world.get(f"/v1/audit?instance_id={instance_id}&kind=signal").json()["items"]
     assert [(a["actor"], a["role"], a["outcome"]) for a in audit] == [
         ("mallory", "signaller", "refused"),
+        ("mallory", "signaller", "refused"),
         ("bob", "signaller", "applied"),
     ]
+    assert audit[0]["plan"]["sender"] == "bob"
+    assert "may not speak for 'bob'" in audit[0]["refusal"]
 
 
 def test_by_business_key(world: World) -> None:

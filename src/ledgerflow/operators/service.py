@@ -350,11 +350,18 @@ class Operations:
 
     # -- the perimeter: principals, tokens, sessions, idempotent answers -----------------------
 
-    def acting_as(self, principal: Principal) -> ScopedOperations:
+    def acting_as(
+        self, principal: Principal, *, floor: ApiRole = ApiRole.VIEWER
+    ) -> ScopedOperations:
         """This service as ``principal`` may use it: its tenant, its role, its name on the
-        audit record (what the HTTP API and the console call)."""
+        audit record (what the HTTP API and the console call); every call needs ``floor`` at
+        least (an API route's declared role)."""
         return ScopedOperations(
-            store=self._store, engine=self._engine, clock=self._clock, principal=principal
+            store=self._store,
+            engine=self._engine,
+            clock=self._clock,
+            principal=principal,
+            floor=floor,
         )
 
     def tokens(self) -> Tokens:

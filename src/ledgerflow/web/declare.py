@@ -68,17 +68,22 @@ def principal_of(request: Request, token: str | None) -> Principal:
     return server.operations.tokens().authenticate(token)
 
 
-def authorized(needed: ApiRole) -> Callable[..., None]:
+def authorized(needed: ApiRole, *, changing: bool = False) -> Callable[..., None]:
     """The check a route with minimum role ``needed`` runs first: a valid token, a role at
-    least ``needed``; the principal's scoped service is left for the handler."""
+    least ``needed``; the principal's scoped service is left for the handler.
+
+    A route that changes something (``changing``) leaves the role to that service, held to
+    ``needed`` as its floor: the service records the refusal with the principal and what was
+    asked (a role below a change is on the audit log; a read refused is not)."""
 
     def check(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
         principal = principal_of(request, credentials.credentials if credentials else None)
-        scoped = server_of(request).operations.acting_as(principal)
-        scoped.require(needed)
+        scoped = server_of(request).operations.acting_as(principal, floor=needed)
+        if not changing:
+            scoped.require(needed)
         request.state.scoped = scoped
 
     return check
@@ -123,7 +128,7 @@ def api_route(
     """Declare a route of the API with its minimum role, response model and problems
     (``also``: other success statuses it answers with the same model, and what they mean)."""
     posting = method == "POST"
-    dependencies = [Depends(authorized(role))]
+    dependencies = [Depends(authorized(role, changing=posting))]
     if posting:
         dependencies.append(Depends(_idempotency_key))
     statuses = (401, 403, 422, 500, *errors, *((409, 413, 415) if posting else ()))
