@@ -11,7 +11,8 @@
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     │   └── VersionRetiredError       that version is retired: it starts no new instance
     ├── PayloadError                  input/output that cannot be encoded or is too large
-    │   └── PayloadTooLargeError      a request body past its bound, refused before it is read
+    │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
+    │   └── ReservedNameError         a name only Ledgerflow itself may write (``complete:``...)
     ├── RequestError                  an HTTP request the API cannot take as it was sent
     │   ├── RouteNotFoundError        no route has this path
     │   ├── MethodNotAllowedError     the route exists, not with this method
@@ -42,6 +43,7 @@
     OperatorError                 an operator command could not be carried out; nothing changed
     ├── NotAuthorizedError        the actor holds no role that allows this command
     ├── NotAuthenticatedError     no valid credentials: a missing, unknown or revoked token
+    ├── TokenNameTakenError       a live token acts under this name already
     └── RepairRefusedError        the state machine or the ledger forbids this repair here
         └── StalePreconditionError  the state the repair expected is gone (someone acted first)
 
@@ -157,6 +159,19 @@ class PayloadTooLargeError(PayloadError):
     """A request body is larger than its bound; it was refused before being read past it."""
 
     code = "LF111"
+
+
+class ReservedNameError(PayloadError):
+    """A name in a namespace only Ledgerflow itself writes: a signal named ``complete:...``
+    (only an effect's completion is delivered under it) or a token named like a principal
+    Ledgerflow names itself (``ledgerflow:...``, ``local:...``, ``insecure-local``)."""
+
+    code = "LF113"
+    ID_NAMES = ("name",)
+
+    def __init__(self, message: str | None = None, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 class RequestError(LedgerflowError):
@@ -530,6 +545,22 @@ class NotAuthenticatedError(OperatorError):
     """No valid credentials came with the request: no token, an unknown one or a revoked one."""
 
     code = "LF704"
+
+
+class TokenNameTakenError(OperatorError):
+    """A live token acts under this name already: a name is one principal (the audit log's
+    actor, an approver), so two live tokens may not share it."""
+
+    code = "LF705"
+    ID_NAMES = ("name", "token_id")
+
+    def __init__(
+        self, message: str | None = None, *, name: str | None = None, token_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        # The live token that holds the name.
+        self.token_id = token_id
 
 
 class RepairRefusedError(OperatorError):

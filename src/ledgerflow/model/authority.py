@@ -30,6 +30,19 @@ RECONCILER_ROLE = "reconciler"
 RECONCILER_KINDS = frozenset({RepairKind.RESOLVE_EFFECT, RepairKind.RESUME})
 ACTOR_LENGTH_MAX = 200
 ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
+# Whom a server run with --insecure-no-auth takes every caller for.
+INSECURE_LOCAL = "insecure-local"
+# A person at the command line with no token: "local:" and the account they run it under.
+LOCAL_PREFIX = "local:"
+# Principals Ledgerflow names itself (the reconciler, a person at the command line): a token
+# named so could pass for one of them on the audit log, so none may be.
+RESERVED_PREFIXES = ("ledgerflow:", LOCAL_PREFIX)
+
+
+def reserved_principal(name: str) -> bool:
+    """Whether ``name`` is one Ledgerflow gives its own principals (any letter case)."""
+    folded = name.casefold()
+    return folded == INSECURE_LOCAL or folded.startswith(RESERVED_PREFIXES)
 
 
 def checked_actor(actor: str | None) -> str:

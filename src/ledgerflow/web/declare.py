@@ -24,6 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ledgerflow import limits
 from ledgerflow.errors import LedgerflowError
+from ledgerflow.model.authority import INSECURE_LOCAL
 from ledgerflow.operators.service import (
     ALL_TENANTS,
     ApiRole,
@@ -39,7 +40,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 ROLE_EXTENSION = "x-required-role"
 # Who a server started with --insecure-no-auth (loopback only) takes every caller for.
-INSECURE_PRINCIPAL = Principal(name="insecure-local", role=ApiRole.ADMIN, tenant=ALL_TENANTS)
+INSECURE_PRINCIPAL = Principal(name=INSECURE_LOCAL, role=ApiRole.ADMIN, tenant=ALL_TENANTS)
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 bearer = HTTPBearer(
