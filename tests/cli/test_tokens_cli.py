@@ -162,7 +162,8 @@ def test_a_name_is_one_live_token_and_reserved_names_are_refused(entry: Entry, d
     first = json.loads(out)["token_id"]
     code, _, err = entry(*create, "--name", "alice")
     assert code == 1
-    assert err.startswith("error: [LF705]") and first in err
+    assert err.startswith("error: [LF705]")
+    assert first in err
     assert len(err.strip().splitlines()) == 1
     assert entry("tokens", "revoke", first, "--db", db)[0] == 0
     assert entry(*create, "--name", "alice")[0] == 0

@@ -112,8 +112,8 @@ def test_forms_need_the_session_csrf_token_and_the_role(client: TestClient, worl
 
     Method: as olga, POST a cancel without and with a wrong CSRF token: 403, no cancel
     request (without it, 403 even when another field is missing too: the token is checked
-    before anything else of the form); as victor (viewer), the instance page has no forms, his POST with his own CSRF
-    token is 403; as gail (globex), acme's instance page is 404.
+    before anything else of the form); as victor (viewer), the instance page has no forms,
+    his POST with his own CSRF token is 403; as gail (globex), acme's instance page is 404.
     """
     sign_in(client, world.tokens["olga"])
     path = f"/console/instances/{world.waiting}/cancel"

@@ -42,7 +42,7 @@ from ledgerflow.errors import (
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
-from ledgerflow.operators import actions
+from ledgerflow.operators import actions, disclosure
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
@@ -54,6 +54,7 @@ from ledgerflow.operators.versions import (
 )
 from ledgerflow.operators.workers import live_workers, worker_json
 from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.core import ended_error
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.engine import (
     Delivered,
@@ -167,6 +168,10 @@ class ScopedOperations:
             raise InstanceNotFoundError(instance_id=instance_id)
         return record
 
+    def _seen(self, record: InstanceRecord) -> InstanceRecord:
+        """An instance as this principal is shown it (:mod:`~ledgerflow.operators.disclosure`)."""
+        return disclosure.instance_seen(record, self.principal.role)
+
     def _audit(self, kind: str, instance_id: str | None, target: str | None, **what: Any) -> int:
         return actions.record_action(
             self._store,
@@ -198,16 +203,19 @@ class ScopedOperations:
         found = self._store.page_instances(wanted)
         more = len(found) > limit
         items = found[:limit]
-        return InstancePage(items=items, next_cursor=encode_cursor(items[-1]) if more else None)
+        return InstancePage(
+            items=[self._seen(i) for i in items],
+            next_cursor=encode_cursor(items[-1]) if more else None,
+        )
 
     def detail(self, instance_id: str) -> InstanceDetail:
         self.require(ApiRole.VIEWER)
         self._visible(instance_id)
-        return self._engine.detail(instance_id)
+        return disclosure.detail_seen(self._engine.detail(instance_id), self.principal.role)
 
     def get(self, instance_id: str) -> InstanceRecord:
         self.require(ApiRole.VIEWER)
-        return self._visible(instance_id)
+        return self._seen(self._visible(instance_id))
 
     def result(self, instance_id: str) -> InstanceRecord:
         """A SUCCEEDED instance (its result decoded by ``result_value``); otherwise
@@ -217,7 +225,7 @@ class ScopedOperations:
         if record.status is InstanceStatus.SUCCEEDED:
             return record
         if record.status in TERMINAL_STATUSES:
-            self._engine.result(instance_id, timeout=0)
+            raise ended_error(record)
         raise ResultTimeoutError(
             f"the instance is {record.status.value}: it has no result yet",
             instance_id=record.instance_id,
@@ -245,7 +253,7 @@ class ScopedOperations:
             raise InstanceNotFoundError(
                 f"no {workflow!r} instance has business key {key!r} in tenant {tenant_id!r}"
             )
-        return found
+        return self._seen(found)
 
     def attention(
         self,
@@ -263,7 +271,11 @@ class ScopedOperations:
         )
         # A flag may name an instance that is gone (no tenant): only a principal that sees
         # every tenant sees those.
-        return [i for i in items if self.principal.sees(i.tenant or ALL_TENANTS)]
+        return [
+            disclosure.attention_seen(i, self.principal.role)
+            for i in items
+            if self.principal.sees(i.tenant or ALL_TENANTS)
+        ]
 
     def audit(
         self,
@@ -380,7 +392,8 @@ class ScopedOperations:
             reason=reason,
             arguments=arguments,
         )
-        return started
+        # A repeated start answers with the instance as it is now, as this principal sees it.
+        return replace(started, instance=self._seen(started.instance))
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool) -> InstanceRecord:
         record = self._visible(instance_id)

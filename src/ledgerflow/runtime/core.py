@@ -345,16 +345,21 @@ class EngineCore:
     def outcome(self, record: InstanceRecord) -> Any:
         if record.status is InstanceStatus.SUCCEEDED:
             return self.codec.decode(record.result or "null")
-        message = f"{_how_it_stopped(record.status)}: {record.reason}"
-        if record.cause and record.cause not in (record.reason or ""):
-            message += f"; cause: {record.cause}"
-        raise WorkflowError(
-            message,
-            instance_id=record.instance_id,
-            status=record.status.value,
-            reason_code=record.reason_code,
-            cause=record.cause,
-        )
+        raise ended_error(record)
+
+
+def ended_error(record: InstanceRecord) -> WorkflowError:
+    """The error that says how an instance without a result ended (or where it stopped)."""
+    message = f"{_how_it_stopped(record.status)}: {record.reason}"
+    if record.cause and record.cause not in (record.reason or ""):
+        message += f"; cause: {record.cause}"
+    return WorkflowError(
+        message,
+        instance_id=record.instance_id,
+        status=record.status.value,
+        reason_code=record.reason_code,
+        cause=record.cause,
+    )
 
 
 def _how_it_stopped(status: InstanceStatus) -> str:
