@@ -92,6 +92,7 @@ TESTING_ALL = [
 ]
 
 ERRORS = [
+    "ApiUnreachableError",
     "BusinessFailure",
     "CancelArrivedError",
     "CommandLineError",

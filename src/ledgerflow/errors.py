@@ -44,6 +44,7 @@
     ├── NotAuthorizedError        the actor holds no role that allows this command
     ├── NotAuthenticatedError     no valid credentials: a missing, unknown or revoked token
     ├── TokenNameTakenError       a live token acts under this name already
+    ├── ApiUnreachableError       the command line's --url gave no answer Ledgerflow's API gives
     └── RepairRefusedError        the state machine or the ledger forbids this repair here
         └── StalePreconditionError  the state the repair expected is gone (someone acted first)
 
@@ -561,6 +562,19 @@ class TokenNameTakenError(OperatorError):
         self.name = name
         # The live token that holds the name.
         self.token_id = token_id
+
+
+class ApiUnreachableError(OperatorError):
+    """The HTTP API the command line was pointed at (``--url``, acting with ``--token``) could
+    not be reached, or did not answer as Ledgerflow's API answers. When the request may have
+    been sent before the connection failed, whether it was carried out is not known."""
+
+    code = "LF706"
+    ID_NAMES = ("url",)
+
+    def __init__(self, message: str | None = None, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class RepairRefusedError(OperatorError):

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from ledgerflow.cli.main import cli
 from ledgerflow.errors import NotAuthenticatedError, PayloadError, TokenNameTakenError
-from ledgerflow.operators.service import AuditQuery, Operations, migrate_journal
+from ledgerflow.operators.service import AuditQuery, Operations, local_actor, migrate_journal
 
 Entry = Callable[..., tuple[int, str, str]]
 
@@ -32,7 +32,7 @@ def _db(tmp_path: Path) -> tuple[str, Path]:
 
 def test_a_token_is_shown_once_and_stored_only_as_its_hash(tmp_path: Path) -> None:
     """Goal: `tokens create` prints a working token once; the journal holds its SHA-256, never
-    the secret, and the creation is on the audit log.
+    the secret, and the creation is on the audit log, by who ran the command.
 
     Method: create a token; its text authenticates as the principal asked for; no column of
     any token row holds the secret; the stored hash is the secret's SHA-256; the audit log
@@ -53,8 +53,6 @@ def test_a_token_is_shown_once_and_stored_only_as_its_hash(tmp_path: Path) -> No
             "acme",
             "--db",
             url,
-            "--actor",
-            "root",
         ],
     )
     assert made.exit_code == 0, made.output
@@ -69,7 +67,7 @@ def test_a_token_is_shown_once_and_stored_only_as_its_hash(tmp_path: Path) -> No
             "acme",
         )
         audit = operations.audit(AuditQuery(kind="token-create"))
-    assert [(a.actor, a.target) for a in audit] == [("root", principal.token_id)]
+    assert [(a.actor, a.target) for a in audit] == [(local_actor(), principal.token_id)]
     conn = sqlite3.connect(path)
     rows = conn.execute("SELECT * FROM lf_api_tokens").fetchall()
     conn.close()

@@ -11,7 +11,9 @@ every change, whichever face it came through.
 
 An action's record has the shape of a repair's: ``kind`` is one of :data:`ACTION_KINDS`,
 ``outcome`` is ``applied``, ``no-op`` (a repeat that changed nothing) or ``refused``, and
-``plan`` holds the request's arguments as JSON.
+``plan`` holds the request's arguments as JSON. A change refused before it is made is
+recorded too (:func:`record_refusal`); :func:`authorized` checks an actor against the
+authority policy and records its refusal (cancels, version moves and retirement).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import hashlib
 import json
 from typing import Any
 
-from ledgerflow.errors import InstanceNotFoundError, LedgerflowError
+from ledgerflow.errors import InstanceNotFoundError, LedgerflowError, NotAuthorizedError
+from ledgerflow.model.authority import Grant, Policy, VersionCommand
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
@@ -35,10 +38,10 @@ COMPLETE_EFFECT = "complete-effect"
 TOKEN_CREATE = "token-create"
 TOKEN_REVOKE = "token-revoke"
 # Moves of in-flight instances to other code (operators/upgrades.py), each with its replay.
-UPGRADE = "upgrade"
-MIGRATE = "migrate"
+UPGRADE = VersionCommand.UPGRADE.value
+MIGRATE = VersionCommand.MIGRATE.value
 # Written by ledgerflow.operators.versions, with the retirement in one transaction.
-RETIRE_VERSION = "retire-version"
+RETIRE_VERSION = VersionCommand.RETIRE.value
 ACTION_KINDS = (
     START,
     CANCEL,
@@ -87,6 +90,71 @@ def record_action(
     return store.append_audit(entry, now=clock.now())
 
 
+def record_refusal(
+    store: OperatorStore,
+    clock: Clock,
+    *,
+    actor: str,
+    kind: str,
+    instance_id: str | None,
+    target: str | None,
+    reason: str,
+    arguments: dict[str, Any],
+    error: LedgerflowError,
+    role: str | None = None,
+) -> int:
+    """Append the record of a change refused before it was made: who asked, what, and why
+    not (the error's text)."""
+    return record_action(
+        store,
+        clock,
+        actor=actor.strip() or "(anonymous)",
+        role=role,
+        kind=kind,
+        instance_id=instance_id,
+        target=target,
+        outcome="refused",
+        reason=reason,
+        arguments=arguments,
+        refusal=str(error),
+    )
+
+
+def authorized(
+    store: OperatorStore,
+    clock: Clock,
+    authority: Policy,
+    actor: str,
+    grant: Grant,
+    *,
+    instance_id: str | None,
+    target: str | None,
+    reason: str,
+    arguments: dict[str, Any],
+    recorded: bool = True,
+) -> str:
+    """The role of ``authority`` that lets ``actor`` do ``grant``; else the refusal is
+    recorded (kind: the grant's name, as its audit records are; not when ``recorded`` is
+    False: a dry run writes nothing) and :class:`~ledgerflow.errors.NotAuthorizedError`
+    raised."""
+    try:
+        return authority.role_for(actor, grant)
+    except NotAuthorizedError as exc:
+        if recorded:
+            record_refusal(
+                store,
+                clock,
+                actor=actor,
+                kind=grant.value,
+                instance_id=instance_id,
+                target=target,
+                reason=reason,
+                arguments=arguments,
+                error=exc,
+            )
+        raise
+
+
 def audited_cancel(
     store: OperatorStore,
     engine: SyncEngine,
@@ -113,7 +181,7 @@ def audited_cancel(
     except LedgerflowError as exc:
         # On the record of the instance asked about (an unknown one is not found, unrecorded).
         known = engine.get(instance_id)
-        record_action(
+        record_refusal(
             store,
             clock,
             actor=actor,
@@ -121,10 +189,9 @@ def audited_cancel(
             kind=CANCEL,
             instance_id=known.instance_id,
             target=None,
-            outcome="refused",
             reason=reason,
             arguments=arguments,
-            refusal=str(exc),
+            error=exc,
         )
         raise
     record = requested.instance

@@ -37,11 +37,13 @@ from ledgerflow.errors import (
     InstanceNotFoundError,
     NotAuthorizedError,
     PayloadError,
+    ReservedNameError,
     ResultTimeoutError,
 )
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.signal import signal_name
 from ledgerflow.operators import actions, disclosure
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
@@ -150,16 +152,11 @@ class ScopedOperations:
         """The checks of a change run inside: the one that refuses it is recorded first."""
         try:
             yield
-        except NotAuthorizedError as exc:
+        except (NotAuthorizedError, ReservedNameError) as exc:
             self._audit(
-                kind,
-                instance_id,
-                target,
-                outcome="refused",
-                reason=reason,
-                arguments=arguments,
-                refusal=str(exc),
-            )
+                kind, instance_id, target, outcome="refused", reason=reason,
+                arguments=arguments, refusal=str(exc),
+            )  # fmt: skip
             raise
 
     def _visible(self, instance_id: str) -> InstanceRecord:
@@ -443,6 +440,7 @@ class ScopedOperations:
                     f"({self.principal.name}); a request may not speak for {sender!r}",
                     actor=self.principal.name,
                 )
+            signal_name(name)
         delivered = self._engine.signal(
             instance_id,
             name,

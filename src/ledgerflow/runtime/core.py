@@ -30,6 +30,7 @@ from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.signal import signal_name
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
 from ledgerflow.storage.records import (
@@ -196,7 +197,34 @@ class EngineCore:
         run: int | None,
         now: float,
     ) -> Delivered:
-        """Deliver an event: kept once per event id, refused (and kept) when too late."""
+        """Deliver an event: kept once per event id, refused (and kept) when too late. No
+        signal may take a name reserved for an effect's completion
+        (:func:`~ledgerflow.model.signal.signal_name`)."""
+        name = signal_name(names.event_text(name, what="signal name"))
+        return self._deliver(
+            instance_id,
+            name=name,
+            event_id=event_id,
+            payload=payload,
+            sender=sender,
+            for_step=for_step,
+            run=run,
+            now=now,
+        )
+
+    def _deliver(
+        self,
+        instance_id: str,
+        *,
+        name: str,
+        event_id: str,
+        payload: Any,
+        sender: str | None,
+        for_step: int | None,
+        run: int | None,
+        now: float,
+    ) -> Delivered:
+        """Keep an event in the inbox, under any name (a signal's or a completion's)."""
         name, event_id = (
             names.event_text(name, what="signal name"),
             names.event_text(event_id, what="event id"),
@@ -271,7 +299,7 @@ class EngineCore:
             raise InstanceNotFoundError(
                 f"no effect has the idempotency key {idempotency_key!r}", key=idempotency_key
             )
-        return self.signal(
+        return self._deliver(
             effect.instance_id,
             name=completion_event(effect.effect_id),
             event_id=event_id or f"completion:{idempotency_key}",

@@ -206,7 +206,9 @@ class Engine:
         instance is woken; an event that arrives before its wait is taken by it later. An event
         for a closed step (``for_step``), an older ``run`` or an ended instance is kept as
         refused and changes nothing; so is a decision from someone an open approval does not
-        allow. The outcome says which.
+        allow. The outcome says which. A name starting ``complete:`` is refused with
+        :class:`~ledgerflow.errors.ReservedNameError`: an asynchronous effect's completion is
+        delivered under it, by :meth:`complete_effect` only.
         """
         delivered: Delivered = await self._call(
             self._core.signal,
