@@ -334,8 +334,8 @@ def test_health(world: World) -> None:
 
 def test_signal_command_exit_codes(world: World) -> None:
     """Goal: ``ledgerflow signal`` exits 0 for accepted and duplicate, 1 for refused with the
-    reason, 2 for a payload that is not JSON; each delivery is audited against local:ACCOUNT,
-    who is its sender too (a --sender given without a token is kept as a claim).
+    reason, 2 for a payload that is not JSON; each delivery is audited against local:ACCOUNT
+    (a --sender given without a token is kept as a claim, none given names no sender).
     Method: the command registered into a fresh click group, run with CliRunner."""
 
     @click.group()
@@ -367,7 +367,7 @@ def test_signal_command_exit_codes(world: World) -> None:
     assert ended.exit_code == 1
     assert "has ended" in ended.output
     inbox = {d.event_id: d.sender for d in world.engine.detail(instance_id).inbox}
-    assert inbox == {"e1": f"{me} claiming alice", "e4": me}
+    assert inbox == {"e1": f"{me} claiming alice", "e4": None}
     with Operations(world.url) as operations:
         audit = operations.audit(AuditQuery(instance_id=instance_id, kind="signal"))
     assert [(a.outcome, a.actor) for a in audit] == [

@@ -5,10 +5,11 @@ goes through the operators' service (:meth:`~ledgerflow.operators.service.Operat
 as ``local:ACCOUNT``; with ``--token`` it posts to the HTTP API as the token's principal. Both
 print the same answer, so a refusal reads the same wherever it came from.
 
-Who sends the event is who runs the command: ``local:ACCOUNT`` without a token, and a
-``--sender`` given then is only a claim, kept as ``local:ACCOUNT claiming NAME``. No approval
-names such a claim among its approvers, so an approval from the command line needs a token
-(whose principal is the approver, as over HTTP); a plain signal takes the claim as its sender.
+Who sends the event is who runs the command: ``local:ACCOUNT`` without a token (on the audit
+log; the event itself names no sender then), and a ``--sender`` given then is only a claim,
+kept as ``local:ACCOUNT claiming NAME``. No approval names such a claim among its approvers,
+so an approval from the command line needs a token (whose principal is the approver, as over
+HTTP); a plain signal takes the claim as its sender.
 
 The exit code is for scripts: 0 when the event is (or already was) kept for its wait, 1 when it
 was refused — too late, the instance ended, or a sender who may not approve — with the reason
@@ -33,8 +34,8 @@ from ledgerflow.operators.shapes import delivery_json, refused
 
 # Said under a refused approval that came with no token: what would have worked.
 APPROVAL_HINT = (
-    "an approval from the command line needs --token: without one the sender is "
-    "local:ACCOUNT, and a --sender is only a claim"
+    "an approval from the command line needs --token: without one a --sender is only a "
+    "claim (local:ACCOUNT claiming NAME)"
 )
 
 
@@ -91,7 +92,7 @@ def signal(
                 name,
                 event_id=event_id,
                 payload=payload,
-                sender=claimed(local, sender) if sender else local,
+                sender=claimed(local, sender) if sender else None,
                 for_step=step,
                 run=run,
                 actor=local,
