@@ -92,6 +92,7 @@ TESTING_ALL = [
 ]
 
 ERRORS = [
+    "ApiUnreachableError",
     "BusinessFailure",
     "CancelArrivedError",
     "CommandLineError",
@@ -121,6 +122,7 @@ ERRORS = [
     "RepairRefusedError",
     "RequestError",
     "RequestTimeoutError",
+    "ReservedNameError",
     "ResultTimeoutError",
     "RouteNotFoundError",
     "SchemaVersionError",
@@ -133,6 +135,7 @@ ERRORS = [
     "StorageError",
     "StorageUnavailableError",
     "StoreNotFoundError",
+    "TokenNameTakenError",
     "UnknownVersionError",
     "UnknownWorkflowError",
     "UnsupportedMediaTypeError",

@@ -13,6 +13,7 @@
     ├── PayloadError                  input/output that cannot be encoded or is too large
     │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
     │   └── InboxFullError            an event past its instance's inbox bounds; not kept
+    │   └── ReservedNameError         a name only Ledgerflow itself may write (``complete:``...)
     ├── RequestError                  an HTTP request the API cannot take as it was sent
     │   ├── RouteNotFoundError        no route has this path
     │   ├── MethodNotAllowedError     the route exists, not with this method
@@ -47,6 +48,8 @@
     OperatorError                 an operator command could not be carried out; nothing changed
     ├── NotAuthorizedError        the actor holds no role that allows this command
     ├── NotAuthenticatedError     no valid credentials: a missing, unknown or revoked token
+    ├── TokenNameTakenError       a live token acts under this name already
+    ├── ApiUnreachableError       the command line's --url gave no answer Ledgerflow's API gives
     └── RepairRefusedError        the state machine or the ledger forbids this repair here
         └── StalePreconditionError  the state the repair expected is gone (someone acted first)
 
@@ -181,6 +184,19 @@ class InboxFullError(PayloadError):
         super().__init__(message)
         self.instance_id = instance_id
         self.event_id = event_id
+
+
+class ReservedNameError(PayloadError):
+    """A name in a namespace only Ledgerflow itself writes: a signal named ``complete:...``
+    (only an effect's completion is delivered under it) or a token named like a principal
+    Ledgerflow names itself (``ledgerflow:...``, ``local:...``, ``insecure-local``)."""
+
+    code = "LF113"
+    ID_NAMES = ("name",)
+
+    def __init__(self, message: str | None = None, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 class RequestError(LedgerflowError):
@@ -578,6 +594,35 @@ class NotAuthenticatedError(OperatorError):
     """No valid credentials came with the request: no token, an unknown one or a revoked one."""
 
     code = "LF704"
+
+
+class TokenNameTakenError(OperatorError):
+    """A live token acts under this name already: a name is one principal (the audit log's
+    actor, an approver), so two live tokens may not share it."""
+
+    code = "LF705"
+    ID_NAMES = ("name", "token_id")
+
+    def __init__(
+        self, message: str | None = None, *, name: str | None = None, token_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        # The live token that holds the name.
+        self.token_id = token_id
+
+
+class ApiUnreachableError(OperatorError):
+    """The HTTP API the command line was pointed at (``--url``, acting with ``--token``) could
+    not be reached, or did not answer as Ledgerflow's API answers. When the request may have
+    been sent before the connection failed, whether it was carried out is not known."""
+
+    code = "LF706"
+    ID_NAMES = ("url",)
+
+    def __init__(self, message: str | None = None, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class RepairRefusedError(OperatorError):

@@ -158,6 +158,11 @@ PAGE_SIZE_MAX = 500
 PAGE_READ_MAX = PAGE_SIZE_MAX + 1
 # A console sign-in lasts this long (the token stays the authority: revoking it ends sessions).
 CONSOLE_SESSION_SECONDS = 8 * 3600
+# The command line acting with a token (--token, --url): one request to the HTTP API is
+# given up after this long (connecting, sending, reading the answer), and `start --wait`
+# polls the instance at most this often while it waits.
+CLI_API_TIMEOUT_SECONDS = 30.0
+CLI_API_POLL_SECONDS_MAX = 1.0
 # Integers a request body may hold: those a 64-bit signed integer can (SQLite's and
 # PostgreSQL's bigint); anything larger is refused (422), never passed to the journal.
 REQUEST_INTEGER_MAX = 2**63 - 1

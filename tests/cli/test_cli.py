@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import planted
+from authority_files import granting
 from ledgerflow import Engine, Registry, SyncEngine, WorkflowContext
 from ledgerflow.cli.main import cli
 from ledgerflow.errors import (
@@ -35,6 +36,7 @@ from ledgerflow.errors import (
     StoreNotFoundError,
     UnknownWorkflowError,
 )
+from ledgerflow.operators.service import local_actor
 
 Entry = Callable[..., tuple[int, str, str]]
 MODULE_NAME = "cli_test_workflows"
@@ -363,12 +365,14 @@ def test_start_wait_prints_the_result_or_how_it_ended(
 
 def test_cancel_from_the_command_line_is_recorded_once(tmp_path: Path) -> None:
     """Goal: `ledgerflow cancel` records a durable request; repeating it keeps the first. Like
-    a repair, it needs an actor whose role allows ``cancel``, and every try is on the audit log.
+    a repair, it needs a role that allows ``cancel``, held by who runs it (local:ACCOUNT, never
+    a name typed), and every try is on the audit log.
 
-    Method: start an instance in a store; a cancel without --actor is a usage error, one by an
-    actor without the role is LF701; then cancel it twice as an actor the authority file grants
-    ``cancel`` and compare the recorded request; the audit log holds the refusal, the request
-    and the repeat (no-op), each with its actor; an unknown id is LF400.
+    Method: start an instance in a store; a cancel with --actor is a usage error that says who
+    acts instead; under a file that grants only alice, local:ACCOUNT is refused (LF701, the
+    message says how the file names it); then cancel it twice under a file that grants
+    local:ACCOUNT ``cancel`` and compare the recorded request; the audit log holds the
+    refusal, the request and the repeat (no-op), each by local:ACCOUNT; an unknown id is LF400.
     """
     db = f"sqlite:///{tmp_path}/cancel.db"
     registry = Registry()
@@ -379,30 +383,34 @@ def test_cancel_from_the_command_line_is_recorded_once(tmp_path: Path) -> None:
 
     with SyncEngine(db, registry) as engine:
         started = engine.start("noop", key="k", input=1)
-    policy = tmp_path / "authority.toml"
-    policy.write_text('[roles]\nstopper = ["cancel"]\n[actors]\nalice = ["stopper"]\n')
+    me = local_actor()
+    alice_only = tmp_path / "alice.toml"
+    alice_only.write_text('[roles]\nstopper = ["cancel"]\n[actors]\nalice = ["stopper"]\n')
+    policy = granting(tmp_path, "cancel")
     runner = CliRunner()
-    base = ["cancel", started.instance_id, "--db", db, "--authority", str(policy)]
-    anonymous = runner.invoke(cli, [*base, "--reason", "who?"])
-    assert anonymous.exit_code == 2
-    assert "--actor" in anonymous.output
-    mallory = runner.invoke(cli, [*base, "--reason", "no role", "--actor", "mallory"])
-    assert isinstance(mallory.exception, NotAuthorizedError)
-    first = runner.invoke(cli, [*base, "--reason", "first", "--actor", "alice", "--json"])
-    second = runner.invoke(cli, [*base, "--reason", "second", "--actor", "alice", "--json"])
+    base = ["cancel", started.instance_id, "--db", db]
+    named = runner.invoke(cli, [*base, "--reason", "as alice", "--actor", "alice"])
+    assert named.exit_code == 2
+    assert "--actor is not taken any more" in named.output
+    refused = runner.invoke(cli, [*base, "--reason", "no role", "--authority", str(alice_only)])
+    assert isinstance(refused.exception, NotAuthorizedError)
+    assert f"as {me!r}" in str(refused.exception)
+    base += ["--authority", policy]
+    first = runner.invoke(cli, [*base, "--reason", "first", "--json"])
+    second = runner.invoke(cli, [*base, "--reason", "second", "--json"])
     assert first.exit_code == 0, first.output
     assert json.loads(first.output) == json.loads(second.output)
     assert json.loads(second.output)["cancel_reason"] == "first"
     audit = runner.invoke(cli, ["audit", "--kind", "cancel", "--db", db, "--json"])
     records = json.loads(audit.output)["items"]
     assert [(r["actor"], r["outcome"]) for r in records] == [
-        ("mallory", "refused"),
-        ("alice", "applied"),
-        ("alice", "no-op"),
+        (me, "refused"),
+        (me, "applied"),
+        (me, "no-op"),
     ]
     assert {r["instance_id"] for r in records} == {started.instance_id}
     missing = runner.invoke(
-        cli, ["cancel", "wf_nope", "--reason", "x", "--db", db, "--actor", "alice"]
+        cli, ["cancel", "wf_nope", "--reason", "x", "--db", db, "--authority", policy]
     )
     assert missing.exit_code != 0
     assert isinstance(missing.exception, InstanceNotFoundError)

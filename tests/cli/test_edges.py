@@ -169,9 +169,9 @@ def test_read_only_commands_never_create_a_journal(
         ("attention",),
         ("attention", "--scan"),
         ("reconcile", "--runs"),
-        ("cancel", "wf_x", "--reason", "typo", "--actor", "alice"),
+        ("cancel", "wf_x", "--reason", "typo"),
         ("signal", "wf_x", "go", "--event-id", "e1"),
-        ("repair", "resume", "wf_x", "--reason", "r", "--actor", "alice"),
+        ("repair", "resume", "wf_x", "--reason", "r"),
     ]
     for command in commands:
         code, out, err = entry(*command, "--db", db)

@@ -17,13 +17,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operators"))
 import repair_workflows as wf
 
 from ledgerflow import Engine, SyncEngine
+from ledgerflow.operators.service import local_actor
 
 Entry = Callable[..., tuple[int, str, str]]
-POLICY = """
+# Who runs these commands: the account the tests run under, as the command line names it.
+ME = local_actor()
+POLICY = f"""
 [roles]
 operator = ["resolve-effect", "resume", "retry-step"]
 [actors]
-alice = ["operator"]
+"{ME}" = ["operator"]
 """
 
 
@@ -62,17 +65,20 @@ def _resolve(db: str, instance_id: str, *extra: str) -> list[str]:
 def test_identity_and_authority_are_required(
     entry: Entry, parked: tuple[str, str], policy: str
 ) -> None:
-    """Goal: no identity is a usage error (2); no role is an engine refusal (1, LF701).
+    """Goal: who repairs is who runs the command: a name typed with --actor is a usage error
+    (2) saying so; without a role the engine refuses (1, LF701), naming local:ACCOUNT.
 
-    Method: run resolve-effect without --actor, then as alice under the built-in policy.
+    Method: run resolve-effect with --actor alice, then without it under the built-in policy.
     """
     db, instance_id = parked
-    code, _, err = entry(*_resolve(db, instance_id))
-    assert code == 2
-    assert "who is repairing" in err
     code, _, err = entry(*_resolve(db, instance_id, "--actor", "alice"))
+    assert code == 2
+    assert "--actor is not taken any more" in err
+    assert "local:ACCOUNT" in err
+    code, _, err = entry(*_resolve(db, instance_id))
     assert code == 1
     assert "[LF701]" in err
+    assert ME in err
     assert "LEDGERFLOW_AUTHORITY" in err
 
 
@@ -83,11 +89,10 @@ def test_dry_run_apply_repeat_audit_and_show(
     no-op; ``audit --json`` is a listing (``{"items": [...]}``); ``show`` lists the audit
     records.
 
-    Method: the same resolve-effect four ways, the identity from LEDGERFLOW_OPERATOR and the
-    policy from LEDGERFLOW_AUTHORITY; read the audit log and the instance after each.
+    Method: the same resolve-effect four ways, as local:ACCOUNT, the policy from
+    LEDGERFLOW_AUTHORITY; read the audit log and the instance after each.
     """
     db, instance_id = parked
-    monkeypatch.setenv("LEDGERFLOW_OPERATOR", "alice")
     monkeypatch.setenv("LEDGERFLOW_AUTHORITY", policy)
     code, out, err = entry(*_resolve(db, instance_id, "--dry-run"))
     assert code == 0, err
@@ -104,8 +109,8 @@ def test_dry_run_apply_repeat_audit_and_show(
     code, out, _ = entry("audit", "--db", db, "--json", "--instance", instance_id)
     lines = json.loads(out)["items"]
     assert [(r["actor"], r["outcome"], r["kind"]) for r in lines] == [
-        ("alice", "applied", "resolve-effect"),
-        ("alice", "no-op", "resolve-effect"),
+        (ME, "applied", "resolve-effect"),
+        (ME, "no-op", "resolve-effect"),
     ]
     assert lines[0]["plan"]["effects"][0]["evidence"] == '{"row":17}'
     code, out, _ = entry("show", instance_id, "--db", db)
@@ -114,7 +119,7 @@ def test_dry_run_apply_repeat_audit_and_show(
     assert "no-op" in out
     detail = json.loads(entry("show", instance_id, "--db", db, "--json")[1])
     assert [a["outcome"] for a in detail["audit"]] == ["applied", "no-op"]
-    assert any("repair #1 by alice" in (e["detail"] or "") for e in detail["events"])
+    assert any(f"repair #1 by {ME}" in (e["detail"] or "") for e in detail["events"])
 
 
 def test_a_forbidden_repair_exits_1_with_the_reason(
@@ -127,12 +132,12 @@ def test_a_forbidden_repair_exits_1_with_the_reason(
     db, instance_id = parked
     code, _, err = entry(
         *("repair", "retry-step", instance_id, "1", "--reason", "try again"),
-        *("--actor", "alice", "--authority", policy, "--db", db),
+        *("--authority", policy, "--db", db),
     )
     assert code == 1
     assert "[LF702]" in err
     assert "resolve it with evidence first" in err
-    code, out, _ = entry("audit", "--db", db, "--actor", "alice")
+    code, out, _ = entry("audit", "--db", db, "--actor", ME)
     assert code == 0
     assert "refused" in out
 
@@ -149,7 +154,7 @@ def test_a_repair_of_an_unknown_instance_is_not_found(
     db, _ = parked
     for extra in ((), ("--dry-run",)):
         code, _, err = entry(
-            *("repair", "resume", "wf_nope", "--reason", "r", "--actor", "alice"),
+            *("repair", "resume", "wf_nope", "--reason", "r"),
             *("--authority", policy, "--db", db, *extra),
         )
         assert code == 1

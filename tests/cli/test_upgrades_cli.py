@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from authority_files import granting
 from cli.conftest import Entry
+from ledgerflow.operators.service import AuditQuery, Operations, local_actor
 from replay_shop import ORDER, run_orders, shop
 
 
@@ -67,20 +69,38 @@ def test_exported_histories_replay_without_a_journal(
 def test_versions_upgrade_dry_run_then_move(
     entry: Entry, db: str, orders: dict[str, str], tmp_path: Path
 ) -> None:
+    """Goal: an upgrade needs a role that allows it in the authority file, held by who runs
+    the command (the refusal on the record); a dry run moves nothing, a run moves what replays
+    clean, a repeat has nothing to do.
+
+    Method: without a role: LF701 naming local:ACCOUNT, one refused record; with --actor: a
+    usage error; with the role: dry run, run (moved, audited with the role), repeat.
+    """
     fingerprint = shop("patched").registry.get("order", 1).fingerprint
+    policy = granting(tmp_path, "upgrade")
     args = ("versions", "upgrade", "order@1", _code(tmp_path, "patched"), "--db", db)
-    code, out, _ = entry(*args, "--to-fingerprint", fingerprint, "--actor", "alice", "--dry-run")
+    code, _, err = entry(*args, "--to-fingerprint", fingerprint)
+    assert code == 1
+    assert err.startswith(f"error: [LF701] {local_actor()} holds no role that allows upgrade")
+    code, _, err = entry(*args, "--to-fingerprint", fingerprint, "--actor", "alice")
+    assert code == 2
+    assert "--actor is not taken any more" in err
+    args = (*args, "--authority", policy)
+    code, out, _ = entry(*args, "--to-fingerprint", fingerprint, "--dry-run")
     assert code == 0
     assert "dry run (nothing written)" in out
     assert "1 would move, 0 left pinned" in out
-    code, out, _ = entry(*args, "--to-fingerprint", fingerprint, "--actor", "alice", "--json")
+    code, out, _ = entry(*args, "--to-fingerprint", fingerprint, "--json")
     report = json.loads(out)
     assert [o["outcome"] for o in report["outcomes"]] == ["moved"]
-    code, out, _ = entry(*args, "--to-fingerprint", fingerprint, "--actor", "alice")
+    code, out, _ = entry(*args, "--to-fingerprint", fingerprint)
     assert "nothing to upgrade" in out
-    code, _, err = entry(*args, "--to-fingerprint", fingerprint)
-    assert code == 2
-    assert "--actor" in err
+    with Operations(db) as operations:
+        records = operations.audit(AuditQuery(kind="upgrade"))
+    assert [(r.outcome, r.actor, r.role) for r in records] == [
+        ("refused", local_actor(), None),
+        ("applied", local_actor(), "granted"),
+    ]
     code, _, err = entry(
         "versions",
         "upgrade",
@@ -90,8 +110,6 @@ def test_versions_upgrade_dry_run_then_move(
         db,
         "--to-fingerprint",
         "x",
-        "--actor",
-        "a",
     )
     assert code == 2
     assert "WORKFLOW@VERSION" in err
@@ -103,15 +121,16 @@ def test_versions_migrate_with_a_toml_plan(
     plan = tmp_path / "plan.toml"
     plan.write_text('workflow = "order"\n\n[positions]\n1 = 2\n2 = 1\n')
     args = ("versions", "migrate", "order@1", _code(tmp_path, "v2"), "--to", "2", "--plan")
-    code, out, _ = entry(*args, str(plan), "--db", db, "--actor", "alice", "--json")
+    args = (*args, str(plan), "--db", db, "--authority", granting(tmp_path, "migrate"))
+    code, out, _ = entry(*args, "--json")
     assert code == 0
     report = json.loads(out)
     assert [o["outcome"] for o in report["outcomes"]] == ["moved"]
     assert report["outcomes"][0]["audit_id"] is not None
-    code, out, _ = entry(*args, str(plan), "--db", db, "--actor", "alice")
+    code, out, _ = entry(*args)
     assert "nothing to migrate" in out
     wrong = tmp_path / "wrong.toml"
     wrong.write_text('workflow = "refund"\n')
-    code, _, err = entry(*args, str(wrong), "--db", db, "--actor", "alice")
+    code, _, err = entry(*args[:-5], str(wrong), "--db", db)
     assert code == 2
     assert "the plan says workflow 'refund'" in err

@@ -15,6 +15,7 @@ import asyncio
 import json
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,16 +23,20 @@ from click.testing import CliRunner
 from starlette.exceptions import StarletteDeprecationWarning
 
 import ledgerflow as lf
+from authority_files import granting
 from ledgerflow.cli.main import cli
 from ledgerflow.errors import NotAuthorizedError, RegistrationError, VersionRetiredError
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.contracts import contract_mismatches
-from ledgerflow.operators.service import ApiRole, AuditQuery, Operations
+from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.service import ApiRole, AuditQuery, Operations, local_actor
 from ledgerflow.runtime.core import EngineCore
 from ledgerflow.storage import open_store
 from ledgerflow.web import create_app
 
 # The `entry` fixture (tests/cli/conftest.py): the real entry point's exit code, stdout, stderr.
+# Who runs the commands: the account the tests run under, as the command line names it.
+ME = local_actor()
 Entry = Callable[..., tuple[int, str, str]]
 
 with warnings.catch_warnings():
@@ -75,12 +80,18 @@ def _drain(url: str) -> None:
     asyncio.run(run())
 
 
-def _retire(entry: Entry, url: str, target: str, *extra: str) -> tuple[int, str, str]:
-    return entry("versions", "retire", target, "--db", url, "--actor", "alice", *extra)
+@pytest.fixture
+def policy(tmp_path: Path) -> str:
+    """An authority file that lets who runs the command (and alice, in code) retire."""
+    return granting(tmp_path, "retire-version", actors=(ME, "alice"))
+
+
+def _retire(entry: Entry, url: str, target: str, policy: str, *extra: str) -> tuple[int, str, str]:
+    return entry("versions", "retire", target, "--db", url, "--authority", policy, *extra)
 
 
 def test_retire_refuses_while_instances_are_in_flight_then_records_its_evidence(
-    journal_url: str, entry: Entry
+    journal_url: str, entry: Entry, policy: str
 ) -> None:
     """Goal: retiring is refused while an instance that has not ended is pinned to the
     version (saying how many and the oldest, on the record too), and once none is, it is
@@ -90,7 +101,9 @@ def test_retire_refuses_while_instances_are_in_flight_then_records_its_evidence(
     `versions` lists order@1 with 2 in flight and the oldest; retiring order@1 is refused
     (LF702, "2 instance(s)", the oldest's id) and audited as refused. Signal both; once they
     ended, retiring succeeds: `versions` says retired, the audit record (kind retire-version,
-    actor alice) holds SUCCEEDED 2 and the last ended instance. Retiring again: no-op.
+    actor local:ACCOUNT, with the role the authority file gave) holds SUCCEEDED 2 and the last
+    ended instance. Retiring again: no-op. Under the built-in policy (no role) it is refused
+    before anything is read, on the record too.
     """
     with Operations(journal_url, registry=registry, migrate=None) as ops:
         first = ops.start("order", key="a", input=1, version=1).instance_id
@@ -107,19 +120,27 @@ def test_retire_refuses_while_instances_are_in_flight_then_records_its_evidence(
     assert rows["order", 2]["statuses"] == {"SUCCEEDED": 1}
     assert rows["order", 2]["in_flight"] == 0
 
-    code, _, refused = _retire(entry, journal_url, "order@1", "--reason", "v2 is live")
+    code, _, refused = _retire(entry, journal_url, "order@1", policy, "--reason", "v2 is live")
     assert code == 1
     assert refused.startswith("error: [LF702] order@1 cannot be retired")
     assert "2 instance(s)" in refused
     assert first in refused
+    code, _, unauthorised = entry("versions", "retire", "order@1", "--db", journal_url)
+    assert code == 1
+    assert unauthorised.startswith(f"error: [LF701] {ME} holds no role that allows retire")
     with Operations(journal_url) as ops:
-        [record] = ops.audit(AuditQuery(kind="retire-version"))
-        assert (record.outcome, record.actor, record.target) == ("refused", "alice", "order@1")
+        records = ops.audit(AuditQuery(kind="retire-version"))
+        assert [(r.outcome, r.actor, r.target, r.role) for r in records] == [
+            ("refused", ME, "order@1", "granted"),
+            ("refused", ME, "order@1", None),
+        ]
         for instance in (first, second):
             ops.signal(instance, "shipped", event_id=f"ship-{instance}")
     _drain(journal_url)
 
-    code, done, err = _retire(entry, journal_url, "order@1", "--reason", "v2 is live", "--json")
+    code, done, err = _retire(
+        entry, journal_url, "order@1", policy, "--reason", "v2 is live", "--json"
+    )
     assert code == 0, err
     answer = json.loads(done)
     assert answer["outcome"] == "applied"
@@ -127,7 +148,8 @@ def test_retire_refuses_while_instances_are_in_flight_then_records_its_evidence(
     with Operations(journal_url) as ops:
         applied = ops.audit(AuditQuery(kind="retire-version"))[-1]
         [summary] = [v for v in ops.versions() if v.workflow_version == 1]
-    assert (applied.outcome, applied.actor, applied.reason) == ("applied", "alice", "v2 is live")
+    assert (applied.outcome, applied.actor, applied.reason) == ("applied", ME, "v2 is live")
+    assert applied.role == "granted"
     assert applied.audit_id == answer["audit_id"]
     evidence = json.loads(applied.evidence or "{}")
     assert evidence["statuses"] == {"SUCCEEDED": 2}
@@ -135,16 +157,16 @@ def test_retire_refuses_while_instances_are_in_flight_then_records_its_evidence(
     assert evidence["last_ended_id"] in (first, second)
     assert evidence["last_ended_status"] == "SUCCEEDED"
     assert evidence["last_ended_at"] > 0
-    assert (summary.retired, summary.retired_by) == (True, "alice")
+    assert (summary.retired, summary.retired_by) == (True, ME)
 
     code, out, err = entry("audit", "--kind", "retire-version", "--json", "--db", journal_url)
     assert code == 0, err
     listed_audit = json.loads(out)["items"]
-    assert [a["outcome"] for a in listed_audit] == ["refused", "applied"]
-    assert listed_audit[1]["evidence"]["statuses"] == {"SUCCEEDED": 2}
-    code, again, err = _retire(entry, journal_url, "order@1")
+    assert [a["outcome"] for a in listed_audit] == ["refused", "refused", "applied"]
+    assert listed_audit[2]["evidence"]["statuses"] == {"SUCCEEDED": 2}
+    code, again, err = _retire(entry, journal_url, "order@1", policy)
     assert code == 0, err
-    assert again.startswith("no-op: order@1 was already retired by alice")
+    assert again.startswith(f"no-op: order@1 was already retired by {ME}")
 
 
 def test_a_retired_version_refuses_starts_on_every_face(journal_url: str, entry: Entry) -> None:
@@ -225,26 +247,27 @@ def test_a_retired_version_refuses_starts_on_every_face(journal_url: str, entry:
 
 
 def test_retire_is_refused_to_a_one_tenant_admin_and_for_a_bad_target(
-    journal_url: str, entry: Entry
+    journal_url: str, entry: Entry, policy: str
 ) -> None:
     """Goal: retiring concerns every tenant's instances, so only an admin that sees them all
-    may; a target that is not WORKFLOW@N is a one-line error.
+    may (refused on the record); a target that is not WORKFLOW@N is a one-line error.
 
-    Method: a tenant-scoped admin's retire is 403 LF701; `versions retire order` (no @N) and
-    `order@0` exit 1 naming the form.
+    Method: a tenant-scoped admin's retire is 403 LF701, recorded as refused with her name;
+    `versions retire order` (no @N) and `order@0` exit 1 naming the form.
     """
     with Operations(journal_url, registry=registry, migrate=None) as ops:
         local = ops.tokens().create(name="ann", role="admin", tenant="acme", created_by="t")[0]
         with pytest.raises(NotAuthorizedError):
             ops.acting_as(ops.tokens().authenticate(local)).retire("order", 1, reason="x")
-        assert ops.audit(AuditQuery(kind="retire-version")) == []
+        records = ops.audit(AuditQuery(kind="retire-version"))
+        assert [(r.outcome, r.actor, r.role) for r in records] == [("refused", "ann", "admin")]
     for target in ("order", "order@0", "@1"):
-        code, _, bad = _retire(entry, journal_url, target)
+        code, _, bad = _retire(entry, journal_url, target, policy)
         assert code == 1
         assert "WORKFLOW@N" in bad
 
 
-def test_retiring_holds_back_a_racing_start(journal_url: str) -> None:
+def test_retiring_holds_back_a_racing_start(journal_url: str, policy: str) -> None:
     """Goal: the refusal of a retired version's start is made by the journal's insert, not by
     a check before it: a start prepared before the retirement (as a racing one would be) is
     still refused.
@@ -257,7 +280,7 @@ def test_retiring_holds_back_a_racing_start(journal_url: str) -> None:
     try:
         core = EngineCore(store, registry, JSON)
         _, new = core.prepare("order", key="race", input=1, version=1, tenant=None)
-        with Operations(journal_url) as ops:
+        with Operations(journal_url, authority=Authority.from_file(policy)) as ops:
             ops.retire("order", 1, reason="race", actor="alice")
         with pytest.raises(VersionRetiredError):
             core.start(new, now=1.0)

@@ -20,10 +20,11 @@ import pytest
 from click.testing import CliRunner
 
 import ledgerflow as lf
+from authority_files import granting
 from contract_shop import ORDER, payments
 from ledgerflow.cli.main import cli
 from ledgerflow.errors import PayloadError
-from ledgerflow.operators.service import MigrationPlan, Operations
+from ledgerflow.operators.service import MigrationPlan, Operations, local_actor
 from ledgerflow.storage.audit import AuditQuery
 from ledgerflow.testing import replay_history
 
@@ -34,6 +35,14 @@ MAPPING = {
     "to": 2,
     "rename": {"amount": "amount_cents"},
 }
+
+
+@pytest.fixture(autouse=True)
+def movers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The actors these tests move instances as hold a role that allows it (version moves
+    need one, like repairs: the authority file of LEDGERFLOW_AUTHORITY)."""
+    policy = granting(tmp_path, "upgrade", "migrate", actors=("alice", local_actor()))
+    monkeypatch.setenv("LEDGERFLOW_AUTHORITY", policy)
 
 
 @pytest.fixture
@@ -160,7 +169,7 @@ def test_a_plan_without_the_mapping_leaves_the_instance_pinned(
 
     Method: migrate with no contracts, then with a mapping from contract 3; each reports the
     instance diverged (kind contract, position 2); the instance is still v1 with its
-    fingerprint; no migrate audit record.
+    fingerprint; each migration that left it is on the record as refused, none as applied.
     """
     new = payments(2)
     other = {**MAPPING, "from": 3}
@@ -175,7 +184,8 @@ def test_a_plan_without_the_mapping_leaves_the_instance_pinned(
         after = operations.detail(charged).instance
         audit = operations.audit(AuditQuery(kind="migrate", instance_id=charged))
     assert (after.workflow_version, after.fingerprint) == (1, pinned.fingerprint)
-    assert audit == []
+    assert [(a.outcome, a.actor) for a in audit] == [("refused", "alice")] * 2
+    assert all("diverged at position 2 (contract)" in (a.refusal or "") for a in audit)
 
 
 def test_a_plan_refuses_bad_contract_mappings() -> None:
@@ -204,7 +214,7 @@ def test_the_documented_toml_plan_migrates_from_the_command_line(
         'rename = { amount = "amount_cents" }\n'
     )
     args = ["versions", "migrate", "pay@1", "contract_shop:registry", "--to", "2"]
-    args += ["--plan", str(plan), "--db", journal_url, "--actor", "alice", "--json"]
+    args += ["--plan", str(plan), "--db", journal_url, "--json"]
     runner = CliRunner()
     dry = runner.invoke(cli, [*args, "--dry-run"])
     assert dry.exit_code == 0, dry.output

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from authority_files import granting
 from ledgerflow import InstanceStatus, SyncEngine
 from ledgerflow.model.defects import WORKFLOW_DEFECT
 from ledgerflow.model.definition import Registry
+from ledgerflow.operators.service import local_actor
 from ledgerflow.storage.audit import AuditQuery
 from processes import LEDGERFLOW, Service, Workers, child_environment, running_service
 
@@ -105,9 +107,9 @@ def test_a_parked_defect_is_upgraded_to_the_fix_and_resumed(
             path=code,
         )
 
-    policy = tmp_path / "authority.toml"
-    policy.write_text('[roles]\noperator = ["resume"]\n[actors]\nalice = ["operator"]\n')
-    env = child_environment(code, LEDGERFLOW_AUTHORITY=str(policy))
+    # Who runs the commands (local:ACCOUNT) may resume and upgrade.
+    policy = granting(tmp_path, "resume", "upgrade")
+    env = child_environment(code, LEDGERFLOW_AUTHORITY=policy)
 
     def ledgerflow(*args: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -138,7 +140,7 @@ def test_a_parked_defect_is_upgraded_to_the_fix_and_resumed(
     listed = ledgerflow("attention", "--reason", WORKFLOW_DEFECT)
     assert instance_id in listed.stdout
     upgrade: tuple[str, ...] = ("versions", "upgrade", "transfer@1", "transfer_fixed:registry")
-    upgrade += ("--to-fingerprint", new, "--actor", "alice")
+    upgrade += ("--to-fingerprint", new)
     dry = ledgerflow(*upgrade, "--dry-run")
     assert "1 would move, 0 left pinned" in dry.stdout, dry.stdout
     with SyncEngine(journal_url, broken) as engine:
@@ -146,8 +148,8 @@ def test_a_parked_defect_is_upgraded_to_the_fix_and_resumed(
     moved = json.loads(ledgerflow(*upgrade, "--json").stdout)
     assert [(o["instance_id"], o["outcome"]) for o in moved["outcomes"]] == [(instance_id, "moved")]
     resume = ("repair", "resume", instance_id, "--reason", "fixed in release 42")
-    ledgerflow(*resume, "--actor", "alice", "--dry-run")
-    ledgerflow(*resume, "--actor", "alice")
+    ledgerflow(*resume, "--dry-run")
+    ledgerflow(*resume)
 
     workers("transfer_fixed:registry").recover()
     with SyncEngine(journal_url, fixed) as engine:
@@ -161,8 +163,8 @@ def test_a_parked_defect_is_upgraded_to_the_fix_and_resumed(
     assert service.applied_count("payment", charge.idempotency_key) == 1
     assert [row["key"] for row in service.ledger("payment")["applied"]] == [charge.idempotency_key]
     kinds = [(a.kind, a.actor, a.outcome) for a in audit]
-    assert ("upgrade", "alice", "applied") in kinds
-    assert ("resume", "alice", "applied") in kinds
+    assert ("upgrade", local_actor(), "applied") in kinds
+    assert ("resume", local_actor(), "applied") in kinds
     [upgraded] = [a for a in audit if a.kind == "upgrade"]
     evidence = json.loads(upgraded.evidence or "{}")
     assert evidence["compatible"] is True

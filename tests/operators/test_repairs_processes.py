@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from authority_files import granting
 from ledgerflow import EffectState, InstanceStatus, SyncEngine
+from ledgerflow.operators.service import local_actor
 from ledgerflow.storage.audit import AuditQuery
 from processes import LEDGERFLOW, Service, Workers, running_service
 
@@ -70,9 +72,9 @@ def test_operator_resolves_a_lost_reply_with_the_participants_ledger(
         assert effect.state is EffectState.UNKNOWN
     [row] = workers.service.applied("legacy", effect.idempotency_key)
 
-    policy = tmp_path / "authority.toml"
-    policy.write_text('[roles]\noperator = ["resolve-effect"]\n[actors]\ndana = ["operator"]\n')
-    env = {**os.environ, "LEDGERFLOW_OPERATOR": "dana", "LEDGERFLOW_AUTHORITY": str(policy)}
+    # Who runs the command (local:ACCOUNT) may resolve an effect.
+    policy = granting(tmp_path, "resolve-effect")
+    env = {**os.environ, "LEDGERFLOW_AUTHORITY": policy}
     args = [
         *("repair", "resolve-effect", instance_id, "1", "--applied", "--resume"),
         *("--evidence", json.dumps(row), "--reason", "legacy ledger shows it applied"),
@@ -89,6 +91,6 @@ def test_operator_resolves_a_lost_reply_with_the_participants_ledger(
     with SyncEngine(workers.db_url, registry) as engine:
         assert engine.result(instance_id, timeout=0) == {"receipt": row}
         [audit] = engine.store.audit_records(AuditQuery(instance_id=instance_id))
-        assert (audit.actor, audit.role, audit.outcome) == ("dana", "operator", "applied")
+        assert (audit.actor, audit.role, audit.outcome) == (local_actor(), "granted", "applied")
     assert workers.service.received_count("legacy", effect.idempotency_key) == 1
     assert workers.service.applied_count("legacy", effect.idempotency_key) == 1

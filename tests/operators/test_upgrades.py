@@ -11,12 +11,14 @@ import asyncio
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import breakages
 import ledgerflow as lf
+from authority_files import granting
 from database_dump import dump
 from ledgerflow.model.ids import WorkerId
 from ledgerflow.operators import upgrades as upgrades_module
@@ -26,6 +28,14 @@ from ledgerflow.storage.audit import AuditQuery
 from replay_shop import ORDER, run_orders, shop
 
 WAITING = {**ORDER, "wait": True}
+
+
+@pytest.fixture(autouse=True)
+def movers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The actors these tests move instances as hold a role that allows it (version moves
+    need one, like repairs: the authority file of LEDGERFLOW_AUTHORITY)."""
+    policy = granting(tmp_path, "upgrade", "migrate", actors=("alice", "bob", "al"))
+    monkeypatch.setenv("LEDGERFLOW_AUTHORITY", policy)
 
 
 @pytest.fixture
@@ -109,7 +119,12 @@ def test_a_divergent_instance_stays_pinned_with_its_divergence(
             actor="alice",
         )
         assert operations.detail(waiting["a"]).instance.fingerprint == pinned
-        assert operations.audit(AuditQuery(kind="upgrade")) == []
+        # Each instance asked for and left pinned is on the record as refused, with why.
+        records = operations.audit(AuditQuery(kind="upgrade"))
+    assert sorted((r.instance_id, r.outcome, r.actor) for r in records) == sorted(
+        (i, "refused", "alice") for i in (waiting["a"], waiting["b"])
+    )
+    assert all("diverged at position 1 (mismatch)" in (r.refusal or "") for r in records)
     assert {o.outcome for o in report.outcomes} == {"diverged"}
     verdict = report.outcomes[0].verdict
     assert verdict is not None

@@ -8,6 +8,7 @@ rules one by one.
 from __future__ import annotations
 
 import re
+import sqlite3
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from perimeter_world import MARKUP_KEY, World, build
 from starlette.exceptions import StarletteDeprecationWarning
 
+from ledgerflow.errors import NotAuthenticatedError
+from ledgerflow.operators.service import Operations
 from ledgerflow.web import create_app
 
 with warnings.catch_warnings():
@@ -108,12 +111,14 @@ def test_forms_need_the_session_csrf_token_and_the_role(client: TestClient, worl
     is 404.
 
     Method: as olga, POST a cancel without and with a wrong CSRF token: 403, no cancel
-    request; as victor (viewer), the instance page has no forms, his POST with his own CSRF
-    token is 403; as gail (globex), acme's instance page is 404.
+    request (without it, 403 even when another field is missing too: the token is checked
+    before anything else of the form); as victor (viewer), the instance page has no forms,
+    his POST with his own CSRF token is 403; as gail (globex), acme's instance page is 404.
     """
     sign_in(client, world.tokens["olga"])
     path = f"/console/instances/{world.waiting}/cancel"
-    assert client.post(path, data={"reason": "forged"}).status_code == 422
+    assert client.post(path, data={"reason": "forged"}).status_code == 403
+    assert client.post(path, data={}).status_code == 403
     assert client.post(path, data={"reason": "forged", "csrf": "wrong"}).status_code == 403
     page = client.get(f"/console/instances/{world.waiting}").text
     assert "requested" not in page.split("<dt>Cancel</dt>")[1].split("</dd>")[0]
@@ -175,5 +180,68 @@ def test_sign_out_ends_the_session(client: TestClient, world: World) -> None:
     assert cookie
     assert client.post("/console/sign-out", data={"csrf": csrf}).status_code == 303
     client.cookies.set("lf_session", cookie, path="/console")
+    replay = client.get("/console/instances")
+    assert (replay.status_code, replay.headers["location"]) == (303, "/console/sign-in")
+
+
+def test_every_form_without_its_csrf_field_is_403(client: TestClient, world: World) -> None:
+    """Goal: a console form that changes something, posted without its CSRF field at all, is
+    refused 403 as documented (not a validation error), whatever else it carries, and changes
+    nothing; the sign-in form without one signs nobody in.
+
+    Method: as olga, POST each form (sign-out, plan, apply, cancel) with all its other fields
+    and no csrf: 403; the session still works and the instances are unchanged; a sign-in
+    without its csrf field goes back to the form with no session cookie.
+    """
+    sign_in(client, world.tokens["olga"])
+    parked, waiting = world.parked, world.waiting
+    repair = {"kind": "resume", "reason": "forged", "seq": "", "applied": "", "evidence": "",
+              "result": "", "status": "", "compensate": "yes", "resume": ""}  # fmt: skip
+    for path, form in (
+        ("/console/sign-out", {}),
+        (f"/console/instances/{parked}/repairs/plan", repair),
+        (f"/console/instances/{parked}/repairs", {**repair, "planned_generation": "0"}),
+        (f"/console/instances/{waiting}/cancel", {"reason": "forged", "compensate": "yes"}),
+    ):
+        response = client.post(path, data=form)
+        assert response.status_code == 403, (path, response.text)
+        assert "CSRF" in response.text
+    assert client.get("/console/instances").status_code == 200
+    assert "MANUAL_INTERVENTION" in client.get(f"/console/instances/{parked}").text
+    page = client.get(f"/console/instances/{waiting}").text
+    assert "requested" not in page.split("<dt>Cancel</dt>")[1].split("</dd>")[0]
+    client.cookies.clear()
+    client.get("/console/sign-in")
+    bare = client.post("/console/sign-in", data={"token": world.tokens["olga"]})
+    assert (bare.status_code, "failed=true" in bare.headers["location"]) == (303, True)
+    assert "lf_session" not in bare.headers.get("set-cookie", "")
+
+
+def test_signing_in_ends_the_browsers_previous_session(client: TestClient, world: World) -> None:
+    """Goal: signing in ends the session the browser held before: its row is deleted, so the
+    old cookie (wherever a copy of it went) signs nobody in.
+
+    Method: sign in as olga and keep her cookie; sign in as victor in the same browser; the
+    journal holds one session, victor's; olga's old cookie, sent again, is redirected to
+    sign-in.
+    """
+    sign_in(client, world.tokens["olga"])
+    old = client.cookies.get("lf_session")
+    assert old
+    sign_in(client, world.tokens["victor"])
+    assert client.cookies.get("lf_session") != old
+    path = world.url.removeprefix("sqlite:///")
+    conn = sqlite3.connect(path)
+    try:
+        sessions = conn.execute("SELECT token_id FROM lf_console_sessions").fetchall()
+    finally:
+        conn.close()
+    with Operations(world.url) as operations:
+        victor = operations.tokens().authenticate(world.tokens["victor"]).token_id
+        with pytest.raises(NotAuthenticatedError):
+            operations.tokens().session(old)
+    assert sessions == [(victor,)]
+    client.cookies.clear()
+    client.cookies.set("lf_session", old, path="/console")
     replay = client.get("/console/instances")
     assert (replay.status_code, replay.headers["location"]) == (303, "/console/sign-in")

@@ -28,7 +28,7 @@ from wait_workflows import registry
 from ledgerflow import Engine, InstanceStatus, SyncEngine
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signal
-from ledgerflow.operators.service import AuditQuery, Operations
+from ledgerflow.operators.service import AuditQuery, Operations, local_actor
 from ledgerflow.web import create_app
 
 with warnings.catch_warnings():
@@ -204,7 +204,8 @@ def test_the_approver_is_the_authenticated_principal(world: World) -> None:
 
     Method: the issue's attack: mallory (a signaller) posts {"sender": "bob"}: 403 LF701, the
     inbox stays empty; mallory posts as herself: 403 not-approver; bob posts (no sender): 202;
-    the result names bob; the audit log holds mallory's refusal and bob's delivery.
+    the result names bob; the audit log holds mallory's two refusals (the spoofed sender
+    too, with the name she tried) and bob's delivery.
     """
     instance_id = world.start("approve", "appr-1")
     world.work()
@@ -225,8 +226,11 @@ def test_the_approver_is_the_authenticated_principal(world: World) -> None:
     audit = world.get(f"/v1/audit?instance_id={instance_id}&kind=signal").json()["items"]
     assert [(a["actor"], a["role"], a["outcome"]) for a in audit] == [
         ("mallory", "signaller", "refused"),
+        ("mallory", "signaller", "refused"),
         ("bob", "signaller", "applied"),
     ]
+    assert audit[0]["plan"]["sender"] == "bob"
+    assert "may not speak for 'bob'" in audit[0]["refusal"]
 
 
 def test_by_business_key(world: World) -> None:
@@ -330,7 +334,8 @@ def test_health(world: World) -> None:
 
 def test_signal_command_exit_codes(world: World) -> None:
     """Goal: ``ledgerflow signal`` exits 0 for accepted and duplicate, 1 for refused with the
-    reason, 2 for a payload that is not JSON; each delivery is audited against --actor.
+    reason, 2 for a payload that is not JSON; each delivery is audited against local:ACCOUNT
+    (a --sender given without a token is kept as a claim, none given names no sender).
     Method: the command registered into a fresh click group, run with CliRunner."""
 
     @click.group()
@@ -339,37 +344,37 @@ def test_signal_command_exit_codes(world: World) -> None:
 
     register_signal(group)
     register_serve(group)
-    instance_id = world.start("approve", "cli-1")
+    instance_id = world.start("forever", "cli-1")
     world.work()
     runner = CliRunner()
+    me = local_actor()
 
     def run(*args: str) -> Any:
-        return runner.invoke(group, ["signal", instance_id, "refund", "--db", world.url, *args])
+        return runner.invoke(group, ["signal", instance_id, "go", "--db", world.url, *args])
 
-    first = run(
-        "--event-id", "e1", "--payload", '"yes"', "--sender", "alice", "--json", "--actor", "ops"
-    )
+    first = run("--event-id", "e1", "--payload", '"yes"', "--sender", "alice", "--json")
     assert first.exit_code == 0, first.output
     assert json.loads(first.output)["outcome"] == "accepted"
     again = run("--event-id", "e1", "--payload", '"yes"', "--sender", "alice")
     assert again.exit_code == 0
     assert "duplicate" in again.output
-    refused = run("--event-id", "e2", "--sender", "mallory")
-    assert refused.exit_code == 1
-    assert "may not approve" in refused.output
     bad = run("--event-id", "e3", "--payload", "{nope")
     assert bad.exit_code == 2
     assert "not valid JSON" in bad.output
     world.work()
-    assert world.engine.result(instance_id, timeout=1) == {"by": "alice", "decision": "yes"}
-    ended = run("--event-id", "e4", "--sender", "bob")
+    assert world.engine.result(instance_id, timeout=1) == "yes"
+    ended = run("--event-id", "e4")
     assert ended.exit_code == 1
     assert "has ended" in ended.output
+    inbox = {d.event_id: d.sender for d in world.engine.detail(instance_id).inbox}
+    assert inbox == {"e1": f"{me} claiming alice", "e4": None}
     with Operations(world.url) as operations:
         audit = operations.audit(AuditQuery(instance_id=instance_id, kind="signal"))
-    assert [a.outcome for a in audit] == ["applied", "no-op", "refused", "refused"]
-    assert audit[0].actor == "ops"
-    assert audit[1].actor.startswith("local:")
+    assert [(a.outcome, a.actor) for a in audit] == [
+        ("applied", me),
+        ("no-op", me),
+        ("refused", me),
+    ]
 
 
 @pytest.mark.slow

@@ -2,11 +2,12 @@
 (internal).
 
 This module owns the operator's view of instances from the command line. Only ``start`` needs
-the user's registry (to pin the definition version and its fingerprint), and goes through the
-engine (:class:`~ledgerflow.runtime.engine.SyncEngine`); ``result``, ``cancel``, ``list`` and
-``show`` go through the operators' service (:class:`~ledgerflow.operators.service.Operations`),
-read nothing but the store, so they work on a machine that does not have the workflow code, and
-only ``cancel`` changes anything (on an actor's authority, like a repair, and audited).
+the user's registry (to pin the definition version and its fingerprint); every command goes
+through the operators' service (:class:`~ledgerflow.operators.service.Operations`), and all but
+``start`` read nothing but the store, so they work on a machine that does not have the
+workflow code. ``start`` and ``cancel`` change something, as ``local:ACCOUNT`` (``cancel``
+under the authority file, like a repair) or, with ``--token``, through the HTTP API as the
+token's principal (:mod:`ledgerflow.cli.api_client`); both are audited.
 
 Every command prints rich tables for people (:mod:`ledgerflow.cli.tables`) and, with
 ``--json``, one JSON document for scripts (shapes: :mod:`ledgerflow.operators.shapes`). Errors
@@ -18,23 +19,26 @@ others open it as it is.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import click
 from rich.text import Text
 
 from ledgerflow import InstanceStatus, limits
+from ledgerflow.cli.api_client import ApiClient, quoted
 from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.options import (
-    actor_option,
+    acting_options,
+    api_of,
     authority_of,
     authority_option,
     db_option,
     echo_json,
     json_option,
     limit_option,
-    required_actor,
     tenant_of,
 )
 from ledgerflow.cli.render import cell, console, inert, print_table
@@ -49,7 +53,9 @@ from ledgerflow.cli.tables import (
     steps_table,
     timeline_table,
 )
-from ledgerflow.operators.service import InstanceQuery, Operations, Started
+from ledgerflow.errors import ResultTimeoutError
+from ledgerflow.model.instance import TERMINAL_STATUSES
+from ledgerflow.operators.service import InstanceQuery, Operations, local_actor
 from ledgerflow.operators.shapes import decoded, detail_json, page_json, record_json
 
 LIST_LIMIT_DEFAULT = 50
@@ -68,15 +74,14 @@ LIST_LIMIT_DEFAULT = 50
     help="Workflow input as JSON, @FILE to read it from a file, or - for stdin (default: null).",
 )
 @click.option("--version", type=int, help="Definition version (default: the newest).")
-@click.option("--tenant", help="Tenant (default: 'default').")
+@click.option("--tenant", help="Tenant (default: 'default', or the token's own).")
 @click.option(
     "--wait",
     "wait_seconds",
     type=click.FloatRange(min=0),
     help="Wait up to SECONDS for the instance to end and print its result.",
 )
-@actor_option
-@db_option
+@acting_options
 @json_option
 def start(
     target: str,
@@ -86,17 +91,25 @@ def start(
     version: int | None,
     tenant: str | None,
     wait_seconds: float | None,
-    actor: str | None,
-    db: str,
+    db: str | None,
+    token: str | None,
+    url: str | None,
     as_json: bool,
 ) -> None:
     """Start WORKFLOW of MODULE:OBJECT for a business key, or find the one it already started.
 
     A repeated start with the same key, input and version returns the existing instance; the
     same key with another input or version is refused. The start is on the audit log, against
-    --actor (default: local:USER).
+    local:ACCOUNT; with --token it is the server's (its registry pins the definition, so
+    MODULE:OBJECT is not imported) and the token's principal starts it, in its tenant.
     """
     value = json_option_value(input_text, "--input")
+    api = api_of(db=db, token=token, url=url)
+    if api is not None:
+        with api:
+            _start_over_api(api, workflow, key, value, version, tenant, wait_seconds, as_json)
+        return
+    assert db is not None
     registry = load_registry(target)
     # The journal is created and migrated like a worker's (migrate=None: as the URL says).
     with Operations(db, registry=registry, migrate=None) as engine:
@@ -106,58 +119,118 @@ def start(
             input=value,
             version=version,
             tenant=tenant_of(tenant),
-            actor=(actor or "").strip() or None,
+            actor=local_actor(),
         )
         instance = started.instance
-        summary = _started_summary(started, as_json=as_json)
+        summary = _started_summary(record_json(instance), created=started.created, as_json=as_json)
         if wait_seconds is None:
             if as_json:
                 echo_json(summary)
             return
         # Printed before waiting, so the instance id is known even if the wait times out.
         final = engine.wait(instance.instance_id, timeout=wait_seconds)
-        summary["status"] = final.status.value
-        if final.status is InstanceStatus.SUCCEEDED:
-            summary["result"] = decoded(final.result)
-        else:
-            summary["reason_code"] = final.reason_code
-            summary["reason"] = final.reason
+        _finish(
+            summary,
+            record_json(final),
+            as_json=as_json,
+            # A run that ended otherwise is an error of the command: the engine says how.
+            fail=lambda: engine.result(instance.instance_id, timeout=0),
+        )
+
+
+def _start_over_api(
+    api: ApiClient,
+    workflow: str,
+    key: str,
+    value: Any,
+    version: int | None,
+    tenant: str | None,
+    wait_seconds: float | None,
+    as_json: bool,
+) -> None:
+    request = {"workflow": workflow, "key": key, "input": value, "version": version}
+    if tenant is not None:
+        request["tenant"] = tenant_of(tenant)
+    answer = api.send("POST", "/v1/instances", request)
+    instance = answer["instance"]
+    summary = _started_summary(instance, created=bool(answer["created"]), as_json=as_json)
+    if wait_seconds is None:
         if as_json:
-            # One document: the summary says how it ended; an ending without a result is
-            # still a failure of the command.
             echo_json(summary)
-            if final.status is not InstanceStatus.SUCCEEDED:
-                raise SystemExit(1)
-            return
-        if final.status is InstanceStatus.SUCCEEDED:
-            console().print(Text(json.dumps(summary["result"], indent=2, sort_keys=True)))
-        # A run that ended otherwise is an error of the command: the engine says how it ended.
-        engine.result(instance.instance_id, timeout=0)
+        return
+    path = f"/v1/instances/{quoted(instance['instance_id'])}"
+    final = _ended_over_api(api, path, timeout=wait_seconds)
+    _finish(summary, final, as_json=as_json, fail=lambda: api.send("GET", f"{path}/result"))
 
 
-def _started_summary(started: Started, *, as_json: bool) -> dict[str, Any]:
-    """What ``start`` says of the instance (printed now, unless the answer is JSON)."""
-    instance = started.instance
+def _ended_over_api(api: ApiClient, path: str, *, timeout: float) -> dict[str, Any]:
+    """The instance once it has ended (polled through the API), or ResultTimeoutError."""
+    deadline = time.monotonic() + timeout
+    pause = limits.CLI_API_POLL_SECONDS_MAX / 20
+    while True:
+        instance: dict[str, Any] = api.send("GET", path)["instance"]
+        if instance["status"] in _ENDED:
+            return instance
+        if time.monotonic() >= deadline:
+            raise ResultTimeoutError(
+                f"instance is still {instance['status']} after {timeout}s",
+                instance_id=instance["instance_id"],
+            )
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, limits.CLI_API_POLL_SECONDS_MAX)
+
+
+_ENDED = frozenset(s.value for s in TERMINAL_STATUSES)
+
+
+def _started_summary(instance: dict[str, Any], *, created: bool, as_json: bool) -> dict[str, Any]:
+    """What ``start`` says of the instance (printed now, unless the answer is JSON), from
+    the instance as a record's JSON (the service's or the API's)."""
     if not as_json:
-        verb = "created" if started.created else "already existed"
+        verb = "created" if created else "already existed"
         console().print(
             Text.assemble(
-                (instance.instance_id, "bold"),
+                (instance["instance_id"], "bold"),
                 cell(
-                    f"  {instance.workflow_name}@{instance.workflow_version}"
-                    f"  key {instance.business_key!r}: {verb} ({instance.status.value})"
+                    f"  {instance['workflow_name']}@{instance['workflow_version']}"
+                    f"  key {instance['business_key']!r}: {verb} ({instance['status']})"
                 ),
             )
         )
     return {
-        "instance_id": instance.instance_id,
-        "created": started.created,
-        "workflow": instance.workflow_name,
-        "version": instance.workflow_version,
-        "business_key": instance.business_key,
-        "tenant": instance.tenant,
-        "status": instance.status.value,
+        "instance_id": instance["instance_id"],
+        "created": created,
+        "workflow": instance["workflow_name"],
+        "version": instance["workflow_version"],
+        "business_key": instance["business_key"],
+        "tenant": instance["tenant"],
+        "status": instance["status"],
     }
+
+
+def _finish(
+    summary: dict[str, Any], final: dict[str, Any], *, as_json: bool, fail: Callable[[], object]
+) -> None:
+    """Say how a waited-for instance ended; ``fail`` raises the error of an ending without a
+    result (the command's failure)."""
+    succeeded = final["status"] == InstanceStatus.SUCCEEDED.value
+    summary["status"] = final["status"]
+    if succeeded:
+        summary["result"] = final["result"]
+    else:
+        summary["reason_code"] = final["reason_code"]
+        summary["reason"] = final["reason"]
+    if as_json:
+        # One document: the summary says how it ended; an ending without a result is
+        # still a failure of the command.
+        echo_json(summary)
+        if not succeeded:
+            raise SystemExit(1)
+        return
+    if succeeded:
+        console().print(Text(json.dumps(summary["result"], indent=2, sort_keys=True)))
+        return
+    fail()
 
 
 # -- result ------------------------------------------------------------------------------------
@@ -206,43 +279,56 @@ def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
     show_default=True,
     help="Undo the confirmed effects (unless a forward-recovery-only one forbids it).",
 )
-@actor_option
 @authority_option
-@db_option
+@acting_options
 @json_option
 def cancel(
     instance_id: str,
     reason: str,
     compensate: bool,
-    actor: str | None,
     authority_file: str | None,
-    db: str,
+    db: str | None,
+    token: str | None,
+    url: str | None,
     as_json: bool,
 ) -> None:
     """Ask for instance ID to be cancelled (durable; repeating it changes nothing).
 
     The instance stops before its next step, finishes what was started, compensates if asked,
-    and ends CANCELLED listing the effects that stay applied. Like a repair, it needs an actor
-    whose role allows ``cancel`` in the authority file, and it is on the audit log.
+    and ends CANCELLED listing the effects that stay applied. Like a repair, it needs a role
+    that allows ``cancel``: local:ACCOUNT's in the authority file, or with --token the
+    token's (operator or above); every try is on the audit log.
     """
-    who = required_actor(actor, doing="cancelling")
-    with Operations(db, authority=authority_of(authority_file)) as operations:
-        record = operations.cancel(instance_id, reason=reason, compensate=compensate, actor=who)
+    api = api_of(db=db, token=token, url=url)
+    if api is not None:
+        with api:
+            record = api.send(
+                "POST",
+                f"/v1/instances/{quoted(instance_id)}/cancel",
+                {"reason": reason, "compensate": compensate},
+            )
+    else:
+        assert db is not None
+        with Operations(db, authority=authority_of(authority_file)) as operations:
+            done = operations.cancel(
+                instance_id, reason=reason, compensate=compensate, actor=local_actor()
+            )
+        record = record_json(done)
     if as_json:
         echo_json(
             {
-                "instance_id": record.instance_id,
-                "status": record.status.value,
-                "cancel_requested_at": record.cancel_requested_at,
-                "cancel_reason": record.cancel_reason,
-                "compensate": record.cancel_compensate,
+                "instance_id": record["instance_id"],
+                "status": record["status"],
+                "cancel_requested_at": record["cancel_requested_at"],
+                "cancel_reason": record["cancel_reason"],
+                "compensate": record["cancel_compensate"],
             }
         )
         return
     click.echo(
         inert(
-            f"cancel requested for {record.instance_id} ({record.status.value}): "
-            f"{record.cancel_reason}"
+            f"cancel requested for {record['instance_id']} ({record['status']}): "
+            f"{record['cancel_reason']}"
         )
     )
 

@@ -1,11 +1,16 @@
 """The options many ``ledgerflow`` commands share, and how they read them (internal).
 
-``--db`` names the journal (or ``LEDGERFLOW_DB``); ``--actor`` who acts (or
-``LEDGERFLOW_OPERATOR``) and ``--authority`` the roles file (or ``LEDGERFLOW_AUTHORITY``) for
-the commands that change something on someone's authority (repairs, cancel); ``--json`` asks
-for one JSON document instead of tables (:func:`echo_json` prints it); ``--limit`` bounds a
-listing; a ``--tenant`` is checked by the one naming rule, as the library and the HTTP endpoint
-check it.
+``--db`` names the journal (or ``LEDGERFLOW_DB``); ``--authority`` the roles file (or
+``LEDGERFLOW_AUTHORITY``) for the commands that change something on someone's authority
+(repairs, cancel, version moves and retirement); ``--json`` asks for one JSON document instead
+of tables (:func:`echo_json` prints it); ``--limit`` bounds a listing; a ``--tenant`` is
+checked by the one naming rule, as the library and the HTTP endpoint check it.
+
+Who acts is never typed: with database access it is ``local:`` and the account the command
+runs under (:func:`~ledgerflow.operators.service.local_actor`), held to the authority file;
+with ``--token`` (or ``LEDGERFLOW_TOKEN``) the commands that can (:func:`acting_options`) act
+through the HTTP API at ``--url`` (or ``LEDGERFLOW_URL``) as the token's principal, held to
+its role and tenant. ``--actor``, which once named anyone, is refused with that explanation.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from typing import Any, TypeVar
 
 import click
 
+from ledgerflow.cli.api_client import ApiClient
 from ledgerflow.model import names
 from ledgerflow.operators.authority import Authority
 
 DB_ENVIRONMENT_VARIABLE = "LEDGERFLOW_DB"
-OPERATOR_ENVIRONMENT_VARIABLE = "LEDGERFLOW_OPERATOR"
 AUTHORITY_ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
+TOKEN_ENVIRONMENT_VARIABLE = "LEDGERFLOW_TOKEN"
+URL_ENVIRONMENT_VARIABLE = "LEDGERFLOW_URL"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,10 +46,18 @@ json_option: Callable[[F], F] = click.option(
 )
 
 
-actor_option: Callable[[F], F] = click.option(
-    "--actor",
-    envvar=OPERATOR_ENVIRONMENT_VARIABLE,
-    help=f"Who is acting, for the audit log (or set {OPERATOR_ENVIRONMENT_VARIABLE}).",
+def _no_actor(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        raise click.UsageError(
+            "--actor is not taken any more: the command line acts as local:ACCOUNT (the "
+            "account that runs it) or, with --token, as the token's principal "
+            "(see docs/operators.md)"
+        )
+
+
+# Gone: a name anyone could type. Kept hidden only to say so instead of "no such option".
+retired_actor_option: Callable[[F], F] = click.option(
+    "--actor", hidden=True, expose_value=False, callback=_no_actor
 )
 
 authority_option: Callable[[F], F] = click.option(
@@ -55,14 +70,49 @@ authority_option: Callable[[F], F] = click.option(
 )
 
 
-def required_actor(actor: str | None, *, doing: str) -> str:
-    """The ``--actor`` of a command that changes something on someone's authority."""
-    name = (actor or "").strip()
-    if not name:
+def acting_options(command: F) -> F:
+    """``--db`` (not required then), ``--token`` and ``--url``: a command that can act either
+    with database access or through the HTTP API as a token's principal."""
+    for option in (
+        click.option(
+            "--db",
+            "db",
+            envvar=DB_ENVIRONMENT_VARIABLE,
+            help=f"Store URL, e.g. sqlite:///orders.db or postgresql://user@host/db (or set "
+            f"{DB_ENVIRONMENT_VARIABLE}); not used with --token.",
+        ),
+        click.option(
+            "--token",
+            envvar=TOKEN_ENVIRONMENT_VARIABLE,
+            help="Act as this API token's principal, through the HTTP API at --url: its role "
+            f"and tenant decide (or set {TOKEN_ENVIRONMENT_VARIABLE}).",
+        ),
+        click.option(
+            "--url",
+            envvar=URL_ENVIRONMENT_VARIABLE,
+            help="The HTTP API a --token acts through (`ledgerflow serve`), e.g. "
+            f"http://127.0.0.1:8080 (or set {URL_ENVIRONMENT_VARIABLE}).",
+        ),
+        retired_actor_option,
+    ):
+        command = option(command)
+    return command
+
+
+def api_of(*, db: str | None, token: str | None, url: str | None) -> ApiClient | None:
+    """The API to act through when a token is given (None: act on the journal at ``db``)."""
+    if token:
+        if not url:
+            raise click.UsageError(
+                f"--token acts through the HTTP API: pass --url URL or set "
+                f"{URL_ENVIRONMENT_VARIABLE}"
+            )
+        return ApiClient(url, token.strip())
+    if not db:
         raise click.UsageError(
-            f"who is {doing}? pass --actor NAME or set {OPERATOR_ENVIRONMENT_VARIABLE}"
+            "Missing option '--db' (or act through the HTTP API with --token and --url)."
         )
-    return name
+    return None
 
 
 def authority_of(authority_file: str | None) -> Authority:

@@ -4,9 +4,10 @@
 Each repair command builds a :class:`~ledgerflow.operators.repairs.RepairRequest` and hands it
 to the operators' service (:class:`~ledgerflow.operators.service.Operations`), whose repairs
 check authority and state and write the audit record: the CLI decides nothing itself.
-``--dry-run`` prints the exact plan and changes nothing. The operator's identity comes from
-``--actor`` or ``LEDGERFLOW_OPERATOR``; without one the command is a usage error (exit 2).
-Refusals are Ledgerflow errors (exit 1).
+``--dry-run`` prints the exact plan and changes nothing. Who repairs is ``local:ACCOUNT``, the
+account that runs the command, held to the authority file; or, with ``--token``, the token's
+principal, through the HTTP API's repair routes and held to its role. Refusals are
+Ledgerflow errors (exit 1).
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from typing import Any, TypeVar
 import click
 
 from ledgerflow import limits
+from ledgerflow.cli.api_client import quoted
 from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.options import (
-    actor_option,
+    acting_options,
+    api_of,
     authority_of,
     authority_option,
     db_option,
     echo_json,
     json_option,
     limit_option,
-    required_actor,
 )
 from ledgerflow.cli.render import cell, console, print_table
 from ledgerflow.cli.tables import audit_json, audit_table
@@ -39,7 +41,7 @@ from ledgerflow.operators.service import (
     Operations,
     RepairKind,
     RepairRequest,
-    RepairResult,
+    local_actor,
 )
 from ledgerflow.operators.shapes import listing
 
@@ -51,10 +53,9 @@ def _repair_options(command: F) -> F:
     for option in reversed(
         [
             click.option("--reason", required=True, help="Why; recorded in the audit log."),
-            actor_option,
             authority_option,
             click.option("--dry-run", is_flag=True, help="Print the exact plan; change nothing."),
-            db_option,
+            acting_options,
             json_option,
         ]
     ):
@@ -63,16 +64,19 @@ def _repair_options(command: F) -> F:
 
 
 def _run(request_fields: dict[str, Any], options: dict[str, Any]) -> None:
-    actor = required_actor(options["actor"], doing="repairing")
-    authority = authority_of(options["authority_file"])
-    request = RepairRequest(actor=actor, reason=options["reason"], **request_fields)
-    with Operations(options["db"], authority=authority) as operations:
-        result = operations.plan(request) if options["dry_run"] else operations.apply(request)
-    _print_result(result, as_json=options["as_json"])
-
-
-def _print_result(result: RepairResult, *, as_json: bool) -> None:
-    if as_json:
+    """Plan or apply the repair: as local:ACCOUNT under the authority file, or with a token
+    through the API as its principal (then its role decides, and the file is not read)."""
+    api = api_of(db=options["db"], token=options["token"], url=options["url"])
+    request = RepairRequest(actor=local_actor(), reason=options["reason"], **request_fields)
+    if api is not None:
+        route = f"/v1/instances/{quoted(request.instance_id)}/repairs"
+        with api:
+            body = api.send("POST", f"{route}/plan" if options["dry_run"] else route,
+                            _repair_body(request))  # fmt: skip
+    else:
+        authority = authority_of(options["authority_file"])
+        with Operations(options["db"], authority=authority) as operations:
+            result = operations.plan(request) if options["dry_run"] else operations.apply(request)
         body = {
             "outcome": result.outcome,
             "audit_id": result.audit_id,
@@ -80,12 +84,35 @@ def _print_result(result: RepairResult, *, as_json: bool) -> None:
             "plan": result.plan.describe(),
             "changes": result.plan.to_json(),
         }
-        echo_json(body)
+    _print_result(body, as_json=options["as_json"])
+
+
+def _repair_body(request: RepairRequest) -> dict[str, Any]:
+    """A repair as the API's repair routes take it (``docs/http-api.md``)."""
+    body = {
+        "kind": request.kind.value,
+        "reason": request.reason,
+        "seq": request.seq,
+        "applied": request.applied,
+        "evidence": request.evidence,
+        "result": request.result,
+        "status": request.status.value if request.status else None,
+        "compensate": request.compensate,
+        "resume": request.resume,
+    }
+    # A substitute result may be null itself: skip-step sends it whatever it is.
+    keep = {"result"} if request.kind is RepairKind.SKIP_STEP else set()
+    return {k: v for k, v in body.items() if v is not None or k in keep}
+
+
+def _print_result(body: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        echo_json({k: body[k] for k in ("outcome", "audit_id", "message", "plan", "changes")})
         return
     out = console()
-    for line in result.plan.describe():
+    for line in body["plan"]:
         out.print(cell(f"  {line}"))
-    out.print(cell(result.message))
+    out.print(cell(body["message"]))
 
 
 @click.group()

@@ -4,7 +4,7 @@ A token is made here, by whoever can open the journal (the database's own creden
 authority to mint one), and printed exactly once: the journal keeps only its hash. ``list``
 shows every token, revoked ones too, never a secret; every cell is inert, so a token name
 holding terminal escapes cannot act on the operator's screen. Making and revoking a token is on
-the audit log, against ``--actor`` (default ``local:USER``).
+the audit log, against ``local:ACCOUNT``, the account that runs the command.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from ledgerflow.cli.options import actor_option, db_option, echo_json, json_option
+from ledgerflow.cli.options import db_option, echo_json, json_option, retired_actor_option
 from ledgerflow.cli.render import cell, console, inert, print_table, when
 from ledgerflow.operators.service import ALL_TENANTS, ApiRole, ApiToken, Operations, local_actor
 from ledgerflow.operators.shapes import listing
@@ -49,14 +49,15 @@ def tokens() -> None:
     required=True,
     help=f"The one tenant it sees and touches ({ALL_TENANTS!r}: every tenant, admin only).",
 )
-@actor_option
+@retired_actor_option
 @db_option
 @json_option
-def create(name: str, role: str, tenant: str, actor: str | None, db: str, as_json: bool) -> None:
-    """Make a token and print it once: it cannot be shown again, only revoked."""
+def create(name: str, role: str, tenant: str, db: str, as_json: bool) -> None:
+    """Make a token and print it once: it cannot be shown again, only revoked. A name is one
+    live token (revoke the old one to replace it); Ledgerflow's own names are refused."""
     with Operations(db) as operations:
         text, token = operations.tokens().create(
-            name=name, role=role, tenant=tenant, created_by=(actor or "").strip() or local_actor()
+            name=name, role=role, tenant=tenant, created_by=local_actor()
         )
     if as_json:
         echo_json({**_token_json(token), "token": text})
@@ -103,16 +104,14 @@ def list_(db: str, as_json: bool) -> None:
 
 @tokens.command("revoke")
 @click.argument("token_id", metavar="TOKEN_ID")
-@actor_option
+@retired_actor_option
 @db_option
 @json_option
-def revoke(token_id: str, actor: str | None, db: str, as_json: bool) -> None:
+def revoke(token_id: str, db: str, as_json: bool) -> None:
     """Revoke a token (its id, from `tokens list`): requests and console sessions with it stop
     at once. Revoking it again changes nothing."""
     with Operations(db) as operations:
-        token = operations.tokens().revoke(
-            token_id, revoked_by=(actor or "").strip() or local_actor()
-        )
+        token = operations.tokens().revoke(token_id, revoked_by=local_actor())
     if as_json:
         echo_json(_token_json(token))
         return

@@ -25,11 +25,12 @@ from ledgerflow import limits
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.options import (
     DB_ENVIRONMENT_VARIABLE,
-    actor_option,
+    authority_of,
+    authority_option,
     db_option,
     echo_json,
     json_option,
-    required_actor,
+    retired_actor_option,
 )
 from ledgerflow.cli.render import cell, console, inert, print_table, short
 from ledgerflow.errors import PayloadError
@@ -39,6 +40,7 @@ from ledgerflow.operators.service import (
     MoveReport,
     Operations,
     ReplayVerdict,
+    local_actor,
 )
 from ledgerflow.operators.shapes import listing
 from ledgerflow.operators.upgrades import replay_folder
@@ -203,7 +205,8 @@ def versions_group() -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Replay and report; move and record nothing.")
 @db_option
-@actor_option
+@authority_option
+@retired_actor_option
 @json_option
 def upgrade_command(
     workflow_at: str,
@@ -211,22 +214,23 @@ def upgrade_command(
     to_fingerprint: str,
     dry_run: bool,
     db: str,
-    actor: str | None,
+    authority_file: str | None,
     as_json: bool,
 ) -> None:
     """Move WORKFLOW@VERSION's in-flight instances to the code MODULE:REGISTRY has for that
     version (fingerprint --to-fingerprint): each only if its journal replays clean against it,
-    in one transaction with its audit record; the others stay pinned and are listed."""
+    in one transaction with its audit record; the others stay pinned, listed and (unless a dry
+    run) on the record as refused. Needs a role that allows ``upgrade`` in the authority file
+    (as local:ACCOUNT)."""
     workflow, version = _workflow_at(workflow_at)
     registry = load_registry(target)
-    who = required_actor(actor, doing="upgrading")
-    with Operations(db) as operations:
+    with Operations(db, authority=authority_of(authority_file)) as operations:
         report = operations.upgrade(
             registry,
             workflow=workflow,
             version=version,
             to_fingerprint=to_fingerprint,
-            actor=who,
+            actor=local_actor(),
             dry_run=dry_run,
         )
     _show_report(report, as_json=as_json)
@@ -256,7 +260,8 @@ def _plan_document(path: str) -> Any:
 )
 @click.option("--dry-run", is_flag=True, help="Replay and report; move and record nothing.")
 @db_option
-@actor_option
+@authority_option
+@retired_actor_option
 @json_option
 def migrate_command(
     workflow_at: str,
@@ -265,12 +270,13 @@ def migrate_command(
     plan_file: str,
     dry_run: bool,
     db: str,
-    actor: str | None,
+    authority_file: str | None,
     as_json: bool,
 ) -> None:
     """Move WORKFLOW@VERSION's in-flight instances to version --to under the plan's mapping of
     journal positions: each only if the new code replays the mapped journal clean, keeping
-    every effect id and idempotency key, in one transaction with its audit record."""
+    every effect id and idempotency key, in one transaction with its audit record. Needs a
+    role that allows ``migrate`` in the authority file (as local:ACCOUNT)."""
     workflow, version = _workflow_at(workflow_at)
     document = _plan_document(plan_file)
     if not isinstance(document, dict):
@@ -281,9 +287,8 @@ def migrate_command(
             raise click.UsageError(f"the plan says {key} {document[key]!r}, the command {value!r}")
     plan = MigrationPlan.from_document({**document, **asked}, source=plan_file)
     registry = load_registry(target)
-    who = required_actor(actor, doing="migrating")
-    with Operations(db) as operations:
-        report = operations.migrate_instances(registry, plan, actor=who, dry_run=dry_run)
+    with Operations(db, authority=authority_of(authority_file)) as operations:
+        report = operations.migrate_instances(registry, plan, actor=local_actor(), dry_run=dry_run)
     _show_report(report, as_json=as_json)
 
 

@@ -4,27 +4,32 @@ evidence (internal).
 ``ledgerflow versions --db URL`` lists, per workflow, version and fingerprint, the instances
 by status, the oldest one in flight (with its age) and whether the version is retired.
 ``ledgerflow versions retire W@N --db URL`` retires a version: refused while any instance that
-has not ended is pinned to it, otherwise recorded with its evidence on the audit log, against
-``--actor`` (default ``local:USER``). Other subcommands of the group move in-flight work
-between code versions.
+has not ended is pinned to it, otherwise recorded with its evidence on the audit log; it needs
+a role that allows ``retire-version``, in the authority file (as ``local:ACCOUNT``) or, with
+``--token``, the token's (an admin of every tenant, through the API). Other subcommands of the
+group move in-flight work between code versions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import click
 from rich.table import Table
 
+from ledgerflow.cli.api_client import quoted
 from ledgerflow.cli.options import (
     DB_ENVIRONMENT_VARIABLE,
-    actor_option,
-    db_option,
+    acting_options,
+    api_of,
+    authority_of,
+    authority_option,
     echo_json,
     json_option,
 )
 from ledgerflow.cli.render import cell, console, inert, print_table, when
-from ledgerflow.operators.service import Operations, VersionSummary, parse_target
+from ledgerflow.operators.service import Operations, VersionSummary, local_actor, parse_target
 from ledgerflow.operators.shapes import listing
 
 # The group lists by itself; --db is then required (it is checked in the group's body, as
@@ -98,30 +103,46 @@ def versions(ctx: click.Context, db: str | None, as_json: bool) -> None:
 @versions.command("retire")
 @click.argument("target", metavar="WORKFLOW@N")
 @click.option("--reason", default="", help="Why, for the audit log.")
-@actor_option
-@db_option
+@authority_option
+@acting_options
 @json_option
-def retire(target: str, reason: str, actor: str | None, db: str, as_json: bool) -> None:
+def retire(
+    target: str,
+    reason: str,
+    authority_file: str | None,
+    db: str | None,
+    token: str | None,
+    url: str | None,
+    as_json: bool,
+) -> None:
     """Retire WORKFLOW@N: no new instance starts on it. Refused while any instance that has
-    not ended is pinned to it; the evidence goes to the audit log."""
+    not ended is pinned to it; the evidence goes to the audit log. Needs a role that allows
+    ``retire-version``: local:ACCOUNT's in the authority file, or with --token an admin
+    token that sees every tenant."""
     workflow, version = parse_target(target)
-    with Operations(db) as operations:
-        done = operations.retire(
-            workflow, version, reason=reason or "retired", actor=(actor or "").strip() or None
-        )
+    api = api_of(db=db, token=token, url=url)
+    why = reason or "retired"
+    if api is not None:
+        with api:
+            path = f"/v1/versions/{quoted(workflow)}/{version}/retire"
+            done = api.send("POST", path, {"reason": why})
+        evidence = done["evidence"]
+    else:
+        assert db is not None
+        with Operations(db, authority=authority_of(authority_file)) as operations:
+            retired = operations.retire(workflow, version, reason=why, actor=local_actor())
+        done = {"outcome": retired.outcome, "audit_id": retired.audit_id,
+                "message": retired.message}  # fmt: skip
+        evidence = dataclasses.asdict(retired.evidence)
     if as_json:
         echo_json(
             {
-                "outcome": done.outcome,
-                "audit_id": done.audit_id,
-                "message": done.message,
-                "statuses": done.evidence.statuses,
-                "last_ended_id": done.evidence.last_ended_id,
-                "last_ended_at": done.evidence.last_ended_at,
+                **{k: done[k] for k in ("outcome", "audit_id", "message")},
+                **{k: evidence[k] for k in ("statuses", "last_ended_id", "last_ended_at")},
             }
         )
         return
-    click.echo(inert(f"{done.outcome}: {done.message} (audit record {done.audit_id})"))
+    click.echo(inert(f"{done['outcome']}: {done['message']} (audit record {done['audit_id']})"))
 
 
 def register(cli: click.Group) -> None:

@@ -1,7 +1,9 @@
-"""Who may do what: roles grant repair kinds, actors hold roles; principals of the API (pure).
+"""Who may do what: roles grant repair kinds and version commands, actors hold roles;
+principals of the API (pure).
 
 Two sources of authority meet here. A person at the command line is an *actor* whose roles
-come from the authority file (:class:`Policy`). A caller of the HTTP API or the console is a
+come from the authority file (:class:`Policy`): ``local:`` and the account they run the
+command under, unless they act with an API token. A caller of the HTTP API or the console is a
 :class:`Principal`: the name, :class:`ApiRole` and tenant of the token it presented; its role
 grants the repair kinds :data:`API_ROLE_REPAIRS` lists, as a policy of its own
 (:meth:`Policy.for_principal`), so repairs are checked by the same code whoever asks.
@@ -30,6 +32,33 @@ RECONCILER_ROLE = "reconciler"
 RECONCILER_KINDS = frozenset({RepairKind.RESOLVE_EFFECT, RepairKind.RESUME})
 ACTOR_LENGTH_MAX = 200
 ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
+# Whom a server run with --insecure-no-auth takes every caller for.
+INSECURE_LOCAL = "insecure-local"
+# A person at the command line with no token: "local:" and the account they run it under.
+LOCAL_PREFIX = "local:"
+# Principals Ledgerflow names itself (the reconciler, a person at the command line): a token
+# named so could pass for one of them on the audit log, so none may be.
+RESERVED_PREFIXES = ("ledgerflow:", LOCAL_PREFIX)
+
+
+def reserved_principal(name: str) -> bool:
+    """Whether ``name`` is one Ledgerflow gives its own principals (any letter case)."""
+    folded = name.casefold()
+    return folded == INSECURE_LOCAL or folded.startswith(RESERVED_PREFIXES)
+
+
+class VersionCommand(enum.Enum):
+    """The commands on definition versions an authority file grants beside the repairs: a
+    move of in-flight instances to other code, and a version's retirement (their names are
+    the kinds of their audit records)."""
+
+    UPGRADE = "upgrade"
+    MIGRATE = "migrate"
+    RETIRE = "retire-version"
+
+
+# What a role of an authority file may grant.
+Grant = RepairKind | VersionCommand
 
 
 def checked_actor(actor: str | None) -> str:
@@ -37,7 +66,7 @@ def checked_actor(actor: str | None) -> str:
     name = (actor or "").strip()
     if not name:
         raise NotAuthorizedError(
-            "an operator identity is required (--actor or LEDGERFLOW_OPERATOR)"
+            "an operator identity is required: a repair names who carries it out"
         )
     if len(name) > ACTOR_LENGTH_MAX:
         raise NotAuthorizedError(f"an operator identity is at most {ACTOR_LENGTH_MAX} characters")
@@ -96,9 +125,10 @@ class Principal:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:
-    """Roles (name -> the repair kinds they allow) and actors (name -> the roles they hold)."""
+    """Roles (name -> the repair kinds and version commands they allow) and actors (name ->
+    the roles they hold)."""
 
-    roles: Mapping[str, frozenset[RepairKind]]
+    roles: Mapping[str, frozenset[Grant]]
     actors: Mapping[str, frozenset[str]]
     # Where the policy came from, for messages: a file path or "built-in policy".
     source: str
@@ -131,15 +161,15 @@ class Policy:
         unknown = set(data) - {"roles", "actors"}
         if unknown:
             raise ConfigurationError(f"{source}: unknown section(s) {sorted(unknown)}")
-        kinds = {k.value: k for k in RepairKind}
-        roles: dict[str, frozenset[RepairKind]] = {RECONCILER_ROLE: RECONCILER_KINDS}
+        kinds: dict[str, Grant] = {k.value: k for k in (*RepairKind, *VersionCommand)}
+        roles: dict[str, frozenset[Grant]] = {RECONCILER_ROLE: RECONCILER_KINDS}
         for role, granted in _table(data, "roles", source).items():
             names = _names(granted, f"{source}: roles.{role}")
             bad = [n for n in names if n not in kinds]
             if bad:
                 raise ConfigurationError(
-                    f"{source}: roles.{role} names unknown repair kind(s) {bad}; known: "
-                    f"{sorted(kinds)}"
+                    f"{source}: roles.{role} names unknown repair kind(s) or version "
+                    f"command(s) {bad}; known: {sorted(kinds)}"
                 )
             roles[role] = frozenset(kinds[n] for n in names)
         actors: dict[str, frozenset[str]] = {RECONCILER: frozenset({RECONCILER_ROLE})}
@@ -151,19 +181,24 @@ class Policy:
             actors[checked_actor(actor)] = frozenset(names)
         return cls(roles=roles, actors=actors, source=source)
 
-    def role_for(self, actor: str, kind: RepairKind) -> str:
+    def role_for(self, actor: str, kind: Grant) -> str:
         """The role that allows ``actor`` to run ``kind``, else :class:`NotAuthorizedError`."""
         name = checked_actor(actor)
         for role in sorted(self.actors.get(name, frozenset())):
             if kind in self.roles.get(role, frozenset()):
                 return role
         held = sorted(self.actors.get(name, frozenset()))
-        hint = (
-            f"; set {ENVIRONMENT_VARIABLE} to a policy file that grants a role (see "
-            "docs/operators.md)"
-            if self.source == "built-in policy"
-            else ""
-        )
+        hint = ""
+        if self.source == "built-in policy":
+            hint = (
+                f"; set {ENVIRONMENT_VARIABLE} to a policy file that grants a role (see "
+                "docs/operators.md)"
+            )
+        elif name.startswith(LOCAL_PREFIX) and not held:
+            hint = (
+                f"; the file names a person at the command line as {name!r} (their account), "
+                "or they act with an API token (--token)"
+            )
         raise NotAuthorizedError(
             f"{name} holds no role that allows {kind.value} (roles held: "
             f"{', '.join(held) or 'none'}; authority: {self.source}){hint}",

@@ -1,9 +1,31 @@
-"""What a wait receives: one event from the inbox, with who sent it and when."""
+"""What a wait receives: one event from the inbox, with who sent it and when; and the names
+no signal may take."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from ledgerflow.errors import ReservedNameError
+
+# An asynchronous effect's completion is delivered to its step under "complete:" and the
+# effect's id (ledgerflow.runtime.completion.completion_event), through the completion path
+# only: the participant's callback by the effect's idempotency key, audited as such. A signal
+# under that name would confirm the effect with whatever evidence its sender chose.
+COMPLETION_PREFIX = "complete:"
+
+
+def signal_name(name: str) -> str:
+    """``name`` if a signal may take it, else :class:`~ledgerflow.errors.ReservedNameError`."""
+    if name.startswith(COMPLETION_PREFIX):
+        raise ReservedNameError(
+            f"signal names starting with {COMPLETION_PREFIX!r} are reserved for an "
+            "asynchronous effect's completion: a participant completes an effect by its "
+            "idempotency key (engine.complete_effect, POST /v1/effects/completion), never by "
+            "a signal",
+            name=name,
+        )
+    return name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

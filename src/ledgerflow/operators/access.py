@@ -1,7 +1,9 @@
 """API tokens and console sessions: credentials in, a :class:`Principal` out (internal).
 
-A token is ``lft_`` + a 12-character lookup id + ``_`` + a secret of 256 random bits. It is
-printed once, when it is made; the journal keeps only the secret's SHA-256 beside the id, so a
+A token is ``lft_`` + a 12-character lookup id + ``_`` + a secret of 256 random bits, made for
+a name no live token holds (the name is the principal) and that is not one Ledgerflow gives
+its own principals (:func:`~ledgerflow.model.authority.reserved_principal`). It is printed
+once, when it is made; the journal keeps only the secret's SHA-256 beside the id, so a
 stolen journal (or a backup, or a log of its rows) yields no usable token. A request is
 authenticated by finding the row by id and comparing hashes in constant time; an unknown id, a
 wrong secret and a revoked token all get the same answer, so the answer says nothing about
@@ -27,9 +29,22 @@ import secrets
 from dataclasses import dataclass
 
 from ledgerflow import limits
-from ledgerflow.errors import NotAuthenticatedError, PayloadError
+from ledgerflow.errors import (
+    NotAuthenticatedError,
+    PayloadError,
+    ReservedNameError,
+    TokenNameTakenError,
+)
 from ledgerflow.model import names
-from ledgerflow.model.authority import ACTOR_LENGTH_MAX, ALL_TENANTS, ApiRole, Principal
+from ledgerflow.model.authority import (
+    ACTOR_LENGTH_MAX,
+    ALL_TENANTS,
+    INSECURE_LOCAL,
+    RESERVED_PREFIXES,
+    ApiRole,
+    Principal,
+    reserved_principal,
+)
 from ledgerflow.operators import actions
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.storage.access import ApiToken, ConsoleSession
@@ -65,6 +80,13 @@ class Tokens:
     def create(self, *, name: str, role: str, tenant: str, created_by: str) -> tuple[str, ApiToken]:
         """A new token (its text, shown only now, and its row); audited as ``token-create``."""
         checked_name = names.checked(name, what="token name", length_max=ACTOR_LENGTH_MAX)
+        if reserved_principal(checked_name):
+            raise ReservedNameError(
+                f"a token may not be named {checked_name!r}: names starting with "
+                f"{' or '.join(repr(p) for p in RESERVED_PREFIXES)}, and {INSECURE_LOCAL!r}, "
+                "are the principals Ledgerflow names itself",
+                name=checked_name,
+            )
         try:
             api_role = ApiRole(role)
         except ValueError:
@@ -87,7 +109,15 @@ class Tokens:
             created_at=self._clock.now(),
             created_by=created_by,
         )
-        self._store.insert_token(token)
+        holder = self._store.insert_token(token)
+        if holder is not None:
+            raise TokenNameTakenError(
+                f"a live token ({holder.token_id}, {holder.role}, tenant {holder.tenant}) acts "
+                f"as {checked_name!r} already: revoke it first to replace it (ledgerflow tokens "
+                "revoke), or choose another name",
+                name=checked_name,
+                token_id=holder.token_id,
+            )
         self._audit(actions.TOKEN_CREATE, token, by=created_by)
         return f"{TOKEN_PREFIX}{token_id}_{secret}", token
 

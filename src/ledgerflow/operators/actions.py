@@ -11,7 +11,9 @@ every change, whichever face it came through.
 
 An action's record has the shape of a repair's: ``kind`` is one of :data:`ACTION_KINDS`,
 ``outcome`` is ``applied``, ``no-op`` (a repeat that changed nothing) or ``refused``, and
-``plan`` holds the request's arguments as JSON.
+``plan`` holds the request's arguments as JSON. A change refused before it is made is
+recorded too (:func:`record_refusal`); :func:`authorized` checks an actor against the
+authority policy and records its refusal (cancels, version moves and retirement).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import hashlib
 import json
 from typing import Any
 
-from ledgerflow.errors import LedgerflowError
+from ledgerflow.errors import InstanceNotFoundError, LedgerflowError, NotAuthorizedError
+from ledgerflow.model.authority import Grant, Policy, VersionCommand
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
@@ -35,10 +38,10 @@ COMPLETE_EFFECT = "complete-effect"
 TOKEN_CREATE = "token-create"
 TOKEN_REVOKE = "token-revoke"
 # Moves of in-flight instances to other code (operators/upgrades.py), each with its replay.
-UPGRADE = "upgrade"
-MIGRATE = "migrate"
+UPGRADE = VersionCommand.UPGRADE.value
+MIGRATE = VersionCommand.MIGRATE.value
 # Written by ledgerflow.operators.versions, with the retirement in one transaction.
-RETIRE_VERSION = "retire-version"
+RETIRE_VERSION = VersionCommand.RETIRE.value
 ACTION_KINDS = (
     START,
     CANCEL,
@@ -87,6 +90,71 @@ def record_action(
     return store.append_audit(entry, now=clock.now())
 
 
+def record_refusal(
+    store: OperatorStore,
+    clock: Clock,
+    *,
+    actor: str,
+    kind: str,
+    instance_id: str | None,
+    target: str | None,
+    reason: str,
+    arguments: dict[str, Any],
+    error: LedgerflowError,
+    role: str | None = None,
+) -> int:
+    """Append the record of a change refused before it was made: who asked, what, and why
+    not (the error's text)."""
+    return record_action(
+        store,
+        clock,
+        actor=actor.strip() or "(anonymous)",
+        role=role,
+        kind=kind,
+        instance_id=instance_id,
+        target=target,
+        outcome="refused",
+        reason=reason,
+        arguments=arguments,
+        refusal=str(error),
+    )
+
+
+def authorized(
+    store: OperatorStore,
+    clock: Clock,
+    authority: Policy,
+    actor: str,
+    grant: Grant,
+    *,
+    instance_id: str | None,
+    target: str | None,
+    reason: str,
+    arguments: dict[str, Any],
+    recorded: bool = True,
+) -> str:
+    """The role of ``authority`` that lets ``actor`` do ``grant``; else the refusal is
+    recorded (kind: the grant's name, as its audit records are; not when ``recorded`` is
+    False: a dry run writes nothing) and :class:`~ledgerflow.errors.NotAuthorizedError`
+    raised."""
+    try:
+        return authority.role_for(actor, grant)
+    except NotAuthorizedError as exc:
+        if recorded:
+            record_refusal(
+                store,
+                clock,
+                actor=actor,
+                kind=grant.value,
+                instance_id=instance_id,
+                target=target,
+                reason=reason,
+                arguments=arguments,
+                error=exc,
+            )
+        raise
+
+
 def audited_cancel(
     store: OperatorStore,
     engine: SyncEngine,
@@ -100,27 +168,33 @@ def audited_cancel(
 ) -> InstanceRecord:
     """Ask for a cancel (the engine's rules: durable, the first request wins) and record who
     asked: ``applied`` when this call made the request, ``no-op`` when one stood already,
-    ``refused`` (then re-raised) when the instance had ended or the request was not valid."""
+    ``refused`` (then re-raised) when the instance had ended or the request was not valid.
+
+    Which of the first two it was is the store's answer, given in the request's own
+    transaction: an earlier read could not tell, since another caller may commit its request
+    between that read and this one (two racing cancels would both be "applied")."""
     arguments = {"compensate": compensate}
-    before = engine.get(instance_id)
     try:
-        record = engine.cancel(instance_id, reason=reason, compensate=compensate)
+        requested = engine.request_cancel(instance_id, reason=reason, compensate=compensate)
+    except InstanceNotFoundError:
+        raise
     except LedgerflowError as exc:
-        record_action(
+        # On the record of the instance asked about (an unknown one is not found, unrecorded).
+        known = engine.get(instance_id)
+        record_refusal(
             store,
             clock,
             actor=actor,
             role=role,
             kind=CANCEL,
-            instance_id=before.instance_id,
+            instance_id=known.instance_id,
             target=None,
-            outcome="refused",
             reason=reason,
             arguments=arguments,
-            refusal=str(exc),
+            error=exc,
         )
         raise
-    made = before.cancel_requested_at is None and record.cancel_requested_at is not None
+    record = requested.instance
     record_action(
         store,
         clock,
@@ -129,7 +203,7 @@ def audited_cancel(
         kind=CANCEL,
         instance_id=record.instance_id,
         target=None,
-        outcome="applied" if made else "no-op",
+        outcome="applied" if requested.recorded else "no-op",
         reason=reason,
         arguments=arguments,
     )

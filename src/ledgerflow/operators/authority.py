@@ -12,18 +12,50 @@ The file names roles and who holds them::
 
 Without a file (``LEDGERFLOW_AUTHORITY`` unset) the built-in policy applies: only the
 reconciler holds a role, so a person's repair is refused until someone grants them one.
+
+A person at the command line without an API token is :func:`local_principal`: ``local:`` and
+the operating system's name of the account the command runs under, which the file names as
+``"local:alice"``. (That is attribution, not a lock: whoever holds the database's credentials
+can do anything, see ``docs/operators.md``.)
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 import tomllib
 from pathlib import Path
 
 from ledgerflow.errors import ConfigurationError
-from ledgerflow.model.authority import ENVIRONMENT_VARIABLE, RECONCILER, Policy
+from ledgerflow.model.authority import ENVIRONMENT_VARIABLE, LOCAL_PREFIX, RECONCILER, Policy
 
-__all__ = ["RECONCILER", "Authority"]
+__all__ = ["RECONCILER", "Authority", "claimed", "local_principal"]
+
+# How a name someone gave for themselves is kept beside who they proved to be.
+CLAIMING = " claiming "
+
+
+def claimed(principal: str, name: str) -> str:
+    """A name given by ``principal`` without proof (``ledgerflow signal --sender`` with no
+    token), as it is kept: ``local:alice claiming cfo``. It never equals a name an approval
+    lists, so it approves nothing; it says who typed it and what they said."""
+    return f"{principal}{CLAIMING}{name.strip()}"
+
+
+def local_principal() -> str:
+    """``local:`` and the account this process runs under, by its effective user id as the
+    operating system names it (not ``$USER``, which anyone may set; an id with no name is
+    ``uid-N``). Where there are no user ids (Windows), the login name."""
+    try:
+        import pwd
+    except ImportError:  # no POSIX accounts on this system
+        return f"{LOCAL_PREFIX}{getpass.getuser()}"
+    uid = os.geteuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:  # an account the system has no name for (a container's user, say)
+        name = f"uid-{uid}"
+    return f"{LOCAL_PREFIX}{name}"
 
 
 class Authority(Policy):

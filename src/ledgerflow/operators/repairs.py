@@ -133,11 +133,20 @@ class Repairs:
             outcome="dry-run", plan=plan, audit_id=None, message="dry run: nothing was changed"
         )
 
-    def apply(self, request: RepairRequest, *, planned: RepairPlan | None = None) -> RepairResult:
+    def apply(
+        self,
+        request: RepairRequest,
+        *,
+        planned: RepairPlan | None = None,
+        planned_generation: int | None = None,
+    ) -> RepairResult:
         """Apply the repair in one transaction with its audit record.
 
         ``planned`` is a plan shown earlier (a dry run): it is applied only if planning now gives
         exactly the same plan, else :class:`StalePreconditionError` (someone acted first).
+        ``planned_generation`` is the generation such a plan was made at (all the console and
+        an API client keep of it): the repair applies only while the instance is still there.
+        Either way a refusal, a stale plan too, is on the record like any other.
         """
         try:
             args = self._args(request)
@@ -154,12 +163,17 @@ class Repairs:
             snapshot = read_snapshot(self.store, request.instance_id, now=self.clock.now())
             if planned is not None:
                 self._still_current(request, snapshot, planned)
+            if (
+                planned_generation is not None
+                and snapshot.instance.generation != planned_generation
+            ):
+                self._stale(request, planned_generation)
             repeat = self._repeat_of(args, request, snapshot)
             if repeat is not None and planned is None:
                 return self._no_op(args, request, role, snapshot, repeat)
             plan = self._planned(args, request, snapshot, repeat)
             if planned is not None and planned != plan:
-                self._stale(request, planned)
+                self._stale(request, planned.generation)
             audit_id = self._write(args, request, role, snapshot, plan)
         except OperatorError as exc:
             self._refused(args, request, role, snapshot, plan, exc)
@@ -180,6 +194,11 @@ class Repairs:
             audit_id=audit_id,
             message=f"applied as audit #{audit_id} by {args.actor} (role {role})",
         )
+
+    def refused(self, request: RepairRequest, error: OperatorError) -> None:
+        """Put on the record a repair its caller refused before asking for it here (the
+        principal's role is below any repair's): recorded as this tool records its own."""
+        self._refused(self._args(request), request, None, None, None, error)
 
     def _count_settled(self, args: RepairArgs, request: RepairRequest, snapshot: Snapshot) -> None:
         if self.metrics is None or args.kind is not RepairKind.RESOLVE_EFFECT or args.seq is None:
@@ -281,12 +300,12 @@ class Repairs:
     ) -> None:
         instance = snapshot.instance
         if (instance.generation, instance.status) != (planned.generation, planned.status):
-            self._stale(request, planned)
+            self._stale(request, planned.generation)
 
-    def _stale(self, request: RepairRequest, planned: RepairPlan) -> None:
+    def _stale(self, request: RepairRequest, generation: int) -> None:
         raise StalePreconditionError(
-            f"the instance changed since the plan was made at generation {planned.generation}"
-            f"{self._changed_by(request.instance_id, planned.generation)}; plan again and "
+            f"the instance changed since the plan was made at generation {generation}"
+            f"{self._changed_by(request.instance_id, generation)}; plan again and "
             "review the new plan",
             instance_id=request.instance_id,
         )

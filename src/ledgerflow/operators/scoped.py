@@ -8,15 +8,23 @@ The HTTP API and the console never call the service unscoped: each request is an
   (:class:`~ledgerflow.errors.InstanceNotFoundError`, the same answer as an unknown id, so ids
   do not leak), and listings, the attention queue, the audit log and the versions are limited
   to it; reconciliation runs, which span tenants, only to a principal that sees them all;
-- holds each call to the principal's role (:class:`~ledgerflow.model.authority.ApiRole`): the
-  faces check the role a route declares first, this is the same rule again where it matters;
+- holds each call to the principal's role (:class:`~ledgerflow.model.authority.ApiRole`): a
+  read route checks the role it declares before its handler runs; a route that changes
+  something hands its role down as the ``floor`` every call here is held to, so that the
+  refusal is decided here, where it is recorded;
 - acts under the principal's name: a signal's sender is the principal (a different ``sender``
   is refused, an approval cannot be spoofed), a repair's actor is the principal, and every
-  change is on the audit record with it (:mod:`ledgerflow.operators.actions`).
+  change is on the audit record with it (:mod:`ledgerflow.operators.actions`);
+- records every refusal of a change (a role below the call's, another tenant named, another
+  sender named, a stale or refused repair) with the principal, before it is raised. A dry run
+  writes nothing, its refusal neither; an instance another tenant holds is not found, and a
+  request about it is not recorded (that would tell the other tenant's log about it).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -24,12 +32,14 @@ from ledgerflow import limits
 from ledgerflow.errors import (
     InstanceNotFoundError,
     NotAuthorizedError,
+    ReservedNameError,
     ResultTimeoutError,
 )
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
-from ledgerflow.operators import actions
+from ledgerflow.model.signal import signal_name
+from ledgerflow.operators import actions, disclosure
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.paging import (
@@ -50,6 +60,7 @@ from ledgerflow.operators.versions import (
 )
 from ledgerflow.operators.workers import live_workers, worker_json
 from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.core import ended_error
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.engine import (
     Delivered,
@@ -77,17 +88,28 @@ class ScopedOperations:
     """What one principal may do, through the same calls the operators' service makes."""
 
     def __init__(
-        self, *, store: Store, engine: SyncEngine, clock: Clock, principal: Principal
+        self,
+        *,
+        store: Store,
+        engine: SyncEngine,
+        clock: Clock,
+        principal: Principal,
+        floor: ApiRole = ApiRole.VIEWER,
     ) -> None:
         self._store = store
         self._engine = engine
         self._clock = clock
         self.principal = principal
+        # The least role any call here needs (a route's declared role, see the module's text).
+        self.floor = floor
 
     # -- rules ---------------------------------------------------------------------------------
 
     def require(self, needed: ApiRole) -> None:
-        """:class:`NotAuthorizedError` unless the principal's role allows ``needed``'s calls."""
+        """:class:`NotAuthorizedError` unless the principal's role allows ``needed``'s calls
+        (and the floor's)."""
+        if self.floor.allows(needed):
+            needed = self.floor  # the higher of the two
         if not self.principal.role.allows(needed):
             raise NotAuthorizedError(
                 f"{self.principal.name} holds the {self.principal.role.value} role; this needs "
@@ -95,11 +117,35 @@ class ScopedOperations:
                 actor=self.principal.name,
             )
 
+    @contextlib.contextmanager
+    def _refusal_recorded(
+        self,
+        kind: str,
+        instance_id: str | None,
+        target: str | None,
+        *,
+        reason: str,
+        arguments: dict[str, Any],
+    ) -> Iterator[None]:
+        """The checks of a change run inside: the one that refuses it is recorded first."""
+        try:
+            yield
+        except (NotAuthorizedError, ReservedNameError) as exc:
+            self._audit(
+                kind, instance_id, target, outcome="refused", reason=reason,
+                arguments=arguments, refusal=str(exc),
+            )  # fmt: skip
+            raise
+
     def _visible(self, instance_id: str) -> InstanceRecord:
         record = self._store.get_instance(InstanceId(instance_id))
         if record is None or not self.principal.sees(record.tenant):
             raise InstanceNotFoundError(instance_id=instance_id)
         return record
+
+    def _seen(self, record: InstanceRecord) -> InstanceRecord:
+        """An instance as this principal is shown it (:mod:`~ledgerflow.operators.disclosure`)."""
+        return disclosure.instance_seen(record, self.principal.role)
 
     def _audit(self, kind: str, instance_id: str | None, target: str | None, **what: Any) -> int:
         return actions.record_action(
@@ -123,11 +169,12 @@ class ScopedOperations:
         if scope is not None and query.tenant not in (None, scope):
             return InstancePage(items=[], next_cursor=None)
         tenant = scope if scope is not None else query.tenant
-        return page_instances(self._store, replace(query, tenant=tenant), cursor=cursor)
+        page = page_instances(self._store, replace(query, tenant=tenant), cursor=cursor)
+        return replace(page, items=[self._seen(i) for i in page.items])
 
     def get(self, instance_id: str) -> InstanceRecord:
         self.require(ApiRole.VIEWER)
-        return self._visible(instance_id)
+        return self._seen(self._visible(instance_id))
 
     def overview(
         self,
@@ -138,9 +185,10 @@ class ScopedOperations:
     ) -> InstanceOverview:
         """An instance's page: its ledgers and a bounded page of its inbox and timeline."""
         record = self.get(instance_id)
-        return overview(
+        view = overview(
             self._store, record, inbox_cursor=inbox_cursor, timeline_cursor=timeline_cursor
         )
+        return disclosure.detail_seen(view, self.principal.role)
 
     def inbox(self, instance_id: str, *, cursor: str | None, limit: int) -> Page[InboxEntry]:
         """A page of an instance's inbox, oldest first (large payloads shown by size only)."""
@@ -170,7 +218,7 @@ class ScopedOperations:
         if record.status is InstanceStatus.SUCCEEDED:
             return record
         if record.status in TERMINAL_STATUSES:
-            self._engine.result(instance_id, timeout=0)
+            raise ended_error(record)
         raise ResultTimeoutError(
             f"the instance is {record.status.value}: it has no result yet",
             instance_id=record.instance_id,
@@ -198,7 +246,7 @@ class ScopedOperations:
             raise InstanceNotFoundError(
                 f"no {workflow!r} instance has business key {key!r} in tenant {tenant_id!r}"
             )
-        return found
+        return self._seen(found)
 
     def attention(
         self,
@@ -216,7 +264,11 @@ class ScopedOperations:
         )
         # A flag may name an instance that is gone (no tenant): only a principal that sees
         # every tenant sees those.
-        return [i for i in items if self.principal.sees(i.tenant or ALL_TENANTS)]
+        return [
+            disclosure.attention_seen(i, self.principal.role)
+            for i in items
+            if self.principal.sees(i.tenant or ALL_TENANTS)
+        ]
 
     def audit(
         self,
@@ -265,12 +317,20 @@ class ScopedOperations:
     def retire(self, workflow: str, version: int, *, reason: str) -> Retirement:
         """Retire a workflow version (every tenant's instances count as its evidence): an
         admin's call, and only one that sees every tenant."""
-        self.require(ApiRole.ADMIN)
-        if self.principal.tenant != ALL_TENANTS:
-            raise NotAuthorizedError(
-                f"{self.principal.name} sees one tenant; retiring a version concerns them all",
-                actor=self.principal.name,
-            )
+        arguments = {"workflow": workflow, "version": version}
+        with self._refusal_recorded(
+            actions.RETIRE_VERSION,
+            None,
+            f"{workflow}@{version}",
+            reason=reason,
+            arguments=arguments,
+        ):
+            self.require(ApiRole.ADMIN)
+            if self.principal.tenant != ALL_TENANTS:
+                raise NotAuthorizedError(
+                    f"{self.principal.name} sees one tenant; retiring a version concerns them all",
+                    actor=self.principal.name,
+                )
         return retire_version(
             self._store,
             self._clock,
@@ -301,29 +361,43 @@ class ScopedOperations:
         self, workflow: str, *, key: str, input: Any, version: int | None, tenant: str | None
     ) -> Started:
         """Start (or find) the instance of a business key, in the principal's tenant."""
-        self.require(ApiRole.SIGNALLER)
         tenant_id = self._tenant(tenant)
-        if not self.principal.sees(tenant_id):
-            raise NotAuthorizedError(
-                f"{self.principal.name} acts only in tenant {self.principal.tenant!r}",
-                actor=self.principal.name,
-            )
+        target, reason = f"{workflow}:{key}", f"start {workflow} for key {key}"
+        arguments = {"workflow": workflow, "key": key, "version": version, "tenant": tenant_id}
+        # A start refused names no instance: none may exist, and none of the principal's.
+        with self._refusal_recorded(
+            actions.START, None, target, reason=reason, arguments=arguments
+        ):
+            self.require(ApiRole.SIGNALLER)
+            if not self.principal.sees(tenant_id):
+                raise NotAuthorizedError(
+                    f"{self.principal.name} acts only in tenant {self.principal.tenant!r}",
+                    actor=self.principal.name,
+                )
         started = self._engine.start(
             workflow, key=key, input=input, version=version, tenant=tenant_id
         )
         self._audit(
             actions.START,
             started.instance_id,
-            f"{workflow}:{key}",
+            target,
             outcome="applied" if started.created else "no-op",
-            reason=f"start {workflow} for key {key}",
-            arguments={"workflow": workflow, "key": key, "version": version, "tenant": tenant_id},
+            reason=reason,
+            arguments=arguments,
         )
-        return started
+        # A repeated start answers with the instance as it is now, as this principal sees it.
+        return replace(started, instance=self._seen(started.instance))
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool) -> InstanceRecord:
-        self.require(ApiRole.OPERATOR)
-        self._visible(instance_id)
+        record = self._visible(instance_id)
+        with self._refusal_recorded(
+            actions.CANCEL,
+            record.instance_id,
+            None,
+            reason=reason,
+            arguments={"compensate": compensate},
+        ):
+            self.require(ApiRole.OPERATOR)
         return actions.audited_cancel(
             self._store,
             self._engine,
@@ -347,14 +421,22 @@ class ScopedOperations:
         run: int | None,
     ) -> Delivered:
         """Deliver an event sent by the principal: ``sender``, when given, must name it."""
-        self.require(ApiRole.SIGNALLER)
-        self._visible(instance_id)
-        if sender is not None and sender != self.principal.name:
-            raise NotAuthorizedError(
-                f"the sender of an event is the authenticated principal "
-                f"({self.principal.name}); a request may not speak for {sender!r}",
-                actor=self.principal.name,
-            )
+        record = self._visible(instance_id)
+        with self._refusal_recorded(
+            actions.SIGNAL,
+            record.instance_id,
+            f"{name} {event_id}",
+            reason=f"{actions.SIGNAL} {name}",
+            arguments={"name": name, "event_id": event_id, "sender": sender},
+        ):
+            self.require(ApiRole.SIGNALLER)
+            if sender is not None and sender != self.principal.name:
+                raise NotAuthorizedError(
+                    f"the sender of an event is the authenticated principal "
+                    f"({self.principal.name}); a request may not speak for {sender!r}",
+                    actor=self.principal.name,
+                )
+            signal_name(name)
         delivered = self._engine.signal(
             instance_id,
             name,
@@ -377,13 +459,20 @@ class ScopedOperations:
         event_id: str | None,
     ) -> Delivered:
         """A participant's callback for an asynchronous effect of the principal's tenant."""
-        self.require(ApiRole.SIGNALLER)
         effect = self._store.find_effect(idempotency_key)
         record = self._store.get_instance(effect.instance_id) if effect else None
         if effect is None or record is None or not self.principal.sees(record.tenant):
             raise InstanceNotFoundError(
                 f"no effect has the idempotency key {idempotency_key!r}", key=idempotency_key
             )
+        with self._refusal_recorded(
+            actions.COMPLETE_EFFECT,
+            record.instance_id,
+            idempotency_key,
+            reason=f"{actions.COMPLETE_EFFECT} {idempotency_key}",
+            arguments={"idempotency_key": idempotency_key, "applied": applied},
+        ):
+            self.require(ApiRole.SIGNALLER)
         delivered = self._engine.complete_effect(
             idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
         )
@@ -412,25 +501,27 @@ class ScopedOperations:
         )
 
     def _as_principal(self, request: RepairRequest) -> RepairRequest:
-        self.require(ApiRole.OPERATOR)
         self._visible(request.instance_id)
         return replace(request, actor=self.principal.name)
 
     def plan(self, request: RepairRequest) -> RepairResult:
-        """The repair's dry run, by the principal: nothing is written."""
-        return self._repairs().plan(self._as_principal(request))
+        """The repair's dry run, by the principal: nothing is written (a refusal neither)."""
+        request = self._as_principal(request)
+        self.require(ApiRole.OPERATOR)
+        return self._repairs().plan(request)
 
     def apply(
         self, request: RepairRequest, *, planned_generation: int | None = None
     ) -> RepairResult:
         """Apply the repair as the principal; with ``planned_generation`` (a plan shown
-        earlier), only if planning now still starts from that generation and gives the same
-        plan (else :class:`~ledgerflow.errors.StalePreconditionError`)."""
+        earlier), only while the instance is still at that generation (else
+        :class:`~ledgerflow.errors.StalePreconditionError`). Every refusal is recorded by the
+        repairs tool, in its own shape, with the principal."""
         request = self._as_principal(request)
         repairs = self._repairs()
-        if planned_generation is None:
-            return repairs.apply(request)
-        shown = repairs.plan(request).plan
-        if shown.generation != planned_generation:
-            shown = replace(shown, generation=planned_generation)
-        return repairs.apply(request, planned=shown)
+        try:
+            self.require(ApiRole.OPERATOR)
+        except NotAuthorizedError as exc:
+            repairs.refused(request, exc)
+            raise
+        return repairs.apply(request, planned_generation=planned_generation)

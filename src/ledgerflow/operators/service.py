@@ -34,14 +34,13 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import getpass
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow import limits
-from ledgerflow.errors import NotAuthorizedError
-from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
+from ledgerflow.errors import ReservedNameError
+from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Grant, Principal, VersionCommand
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
@@ -51,7 +50,7 @@ from ledgerflow.model.repair import RepairKind
 from ledgerflow.operators import actions
 from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.attention import AttentionItem, attention
-from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.authority import Authority, local_principal
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
 from ledgerflow.operators.readiness import Readiness
@@ -155,8 +154,9 @@ class InstanceReport:
 
 
 def local_actor() -> str:
-    """Whom a command-line change is recorded against when no ``--actor`` is given."""
-    return f"local:{getpass.getuser()}"
+    """Who acts at the command line without a token: ``local:`` and the account the command
+    runs under (:func:`~ledgerflow.operators.authority.local_principal`)."""
+    return local_principal()
 
 
 def migrate_journal(url: str) -> MigrationStatus:
@@ -285,24 +285,15 @@ class Operations:
     ) -> InstanceRecord:
         """Ask for the instance to be cancelled (durable; the first request wins), as ``actor``,
         who must hold a role that allows ``cancel`` (the repairs' authority); audited."""
-        try:
-            role = self.authority.role_for(actor, RepairKind.CANCEL)
-        except NotAuthorizedError as exc:
-            record = self._engine.get(instance_id)
-            actions.record_action(
-                self._store,
-                self._clock,
-                actor=actor.strip() or "(anonymous)",
-                role=None,
-                kind=actions.CANCEL,
-                instance_id=record.instance_id,
-                target=None,
-                outcome="refused",
-                reason=reason,
-                arguments={"compensate": compensate},
-                refusal=str(exc),
-            )
-            raise
+        record = self._engine.get(instance_id)
+        role = self._authorized(
+            actor,
+            RepairKind.CANCEL,
+            instance_id=record.instance_id,
+            target=None,
+            reason=reason,
+            arguments={"compensate": compensate},
+        )
         return actions.audited_cancel(
             self._store,
             self._engine,
@@ -327,19 +318,33 @@ class Operations:
         actor: str | None = None,
     ) -> Delivered:
         """Deliver a signal, callback or approval; safe to repeat with the same ``event_id``.
-        Recorded in the audit log against ``actor`` (default: :func:`local_actor`)."""
-        delivered = self._engine.signal(
-            instance_id,
-            name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-        )
-        actions.record_delivery(
-            self._store, self._clock, delivered, actor=actor or local_actor(), role=None
-        )
+        Recorded in the audit log against ``actor`` (default: :func:`local_actor`), a name
+        reserved for completions refused on the record too."""
+        who = actor or local_actor()
+        try:
+            delivered = self._engine.signal(
+                instance_id,
+                name,
+                event_id=event_id,
+                payload=payload,
+                sender=sender,
+                for_step=for_step,
+                run=run,
+            )
+        except ReservedNameError as exc:
+            actions.record_refusal(
+                self._store,
+                self._clock,
+                actor=who,
+                kind=actions.SIGNAL,
+                instance_id=self._engine.get(instance_id).instance_id,
+                target=f"{name} {event_id}",
+                reason=f"{actions.SIGNAL} {name}",
+                arguments={"name": name, "event_id": event_id, "sender": sender},
+                error=exc,
+            )
+            raise
+        actions.record_delivery(self._store, self._clock, delivered, actor=who, role=None)
         return delivered
 
     def complete_effect(
@@ -356,13 +361,25 @@ class Operations:
             idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
         )
 
+    def _authorized(self, actor: str, grant: Grant, **what: Any) -> str:
+        """The role this service's authority gives ``actor`` for ``grant`` (a refusal is
+        recorded, unless ``recorded=False``, and raised)."""
+        return actions.authorized(self._store, self._clock, self.authority, actor, grant, **what)
+
     # -- the perimeter: principals, tokens, sessions, idempotent answers -----------------------
 
-    def acting_as(self, principal: Principal) -> ScopedOperations:
+    def acting_as(
+        self, principal: Principal, *, floor: ApiRole = ApiRole.VIEWER
+    ) -> ScopedOperations:
         """This service as ``principal`` may use it: its tenant, its role, its name on the
-        audit record (what the HTTP API and the console call)."""
+        audit record (what the HTTP API and the console call); every call needs ``floor`` at
+        least (an API route's declared role)."""
         return ScopedOperations(
-            store=self._store, engine=self._engine, clock=self._clock, principal=principal
+            store=self._store,
+            engine=self._engine,
+            clock=self._clock,
+            principal=principal,
+            floor=floor,
         )
 
     def tokens(self) -> Tokens:
@@ -434,16 +451,26 @@ class Operations:
     def retire(
         self, workflow: str, version: int, *, reason: str, actor: str | None = None
     ) -> Retirement:
-        """Retire a workflow version with its evidence on the audit record, against ``actor``
-        (default: :func:`local_actor`); refused (on the record) while instances in flight are
+        """Retire a workflow version with its evidence on the audit record, as ``actor``
+        (default: :func:`local_actor`), who must hold a role that allows ``retire-version``
+        (the repairs' authority); refused (on the record) while instances in flight are
         pinned to it."""
+        who = actor or local_actor()
+        role = self._authorized(
+            who,
+            VersionCommand.RETIRE,
+            instance_id=None,
+            target=f"{workflow}@{version}",
+            reason=reason,
+            arguments={"workflow": workflow, "version": version},
+        )
         return retire_version(
             self._store,
             self._clock,
             workflow=workflow,
             version=version,
-            actor=actor or local_actor(),
-            role=None,
+            actor=who,
+            role=role,
             reason=reason,
         )
 
@@ -514,20 +541,42 @@ class Operations:
         dry_run: bool = False,
     ) -> MoveReport:
         """Move W@N's in-flight instances to ``registry``'s code for W@N (``to_fingerprint``),
-        each only if its replay against that code is clean; audited as ``actor``."""
+        each only if its replay against that code is clean; as ``actor``, who must hold a role
+        that allows ``upgrade`` (the repairs' authority; a dry run too); audited."""
+        role = self._authorized(
+            actor,
+            VersionCommand.UPGRADE,
+            instance_id=None,
+            target=f"{workflow}@{version}",
+            reason=f"upgrade {workflow}@{version} to {to_fingerprint}",
+            arguments={"to_fingerprint": to_fingerprint},
+            recorded=not dry_run,
+        )
         return self.upgrades(registry).upgrade(
             workflow=workflow,
             version=version,
             to_fingerprint=to_fingerprint,
             actor=actor,
+            role=role,
             dry_run=dry_run,
         )
 
     def migrate_instances(
         self, registry: Registry, plan: MigrationPlan, *, actor: str, dry_run: bool = False
     ) -> MoveReport:
-        """Move in-flight instances to another version under a declared plan of positions."""
-        return self.upgrades(registry).migrate(plan, actor=actor, dry_run=dry_run)
+        """Move in-flight instances to another version under a declared plan of positions, as
+        ``actor``, who must hold a role that allows ``migrate`` (a dry run too); audited."""
+        target = f"{plan.workflow}@{plan.from_version}"
+        role = self._authorized(
+            actor,
+            VersionCommand.MIGRATE,
+            instance_id=None,
+            target=target,
+            reason=f"migrate {target} to v{plan.to_version}",
+            arguments={"to_version": plan.to_version},
+            recorded=not dry_run,
+        )
+        return self.upgrades(registry).migrate(plan, actor=actor, role=role, dry_run=dry_run)
 
     # Last in the class: below it, ``list`` in an annotation would name this method.
     def list(

@@ -232,7 +232,14 @@ class Upgrades:
     # -- moves ---------------------------------------------------------------------------------
 
     def upgrade(
-        self, *, workflow: str, version: int, to_fingerprint: str, actor: str, dry_run: bool
+        self,
+        *,
+        workflow: str,
+        version: int,
+        to_fingerprint: str,
+        actor: str,
+        dry_run: bool,
+        role: str | None = None,
     ) -> MoveReport:
         """Move W@N's in-flight instances pinned to another fingerprint to the registry's code
         for W@N, which must have ``to_fingerprint``; each only if its replay is clean."""
@@ -243,11 +250,19 @@ class Upgrades:
                 to_fingerprint=to_fingerprint,
                 actor=actor,
                 dry_run=dry_run,
+                role=role,
             )
         )
 
     async def upgrade_on_loop(
-        self, *, workflow: str, version: int, to_fingerprint: str, actor: str, dry_run: bool
+        self,
+        *,
+        workflow: str,
+        version: int,
+        to_fingerprint: str,
+        actor: str,
+        dry_run: bool,
+        role: str | None = None,
     ) -> MoveReport:
         """:meth:`upgrade`, for a caller already on an event loop."""
         target = self.target(workflow, version, to_fingerprint)
@@ -255,10 +270,19 @@ class Upgrades:
             i for i in self.in_flight(workflow, version) if i.fingerprint != to_fingerprint
         ]
         return await self.moving(
-            UPGRADE, target, instances, {}, actor=actor, dry_run=dry_run, from_version=version
+            UPGRADE,
+            target,
+            instances,
+            {},
+            actor=actor,
+            role=role,
+            dry_run=dry_run,
+            from_version=version,
         )
 
-    def migrate(self, plan: MigrationPlan, *, actor: str, dry_run: bool) -> MoveReport:
+    def migrate(
+        self, plan: MigrationPlan, *, actor: str, dry_run: bool, role: str | None = None
+    ) -> MoveReport:
         """Move W@from's in-flight instances to W@to under the plan's mapping of positions."""
         if plan.from_version == plan.to_version:
             raise ConfigurationError("a migration moves to another version; use upgrade")
@@ -271,6 +295,7 @@ class Upgrades:
                 instances,
                 plan.positions,
                 actor=actor,
+                role=role,
                 dry_run=dry_run,
                 from_version=plan.from_version,
                 contracts=plan.contracts,
@@ -306,13 +331,18 @@ class Upgrades:
         dry_run: bool,
         from_version: int,
         contracts: tuple[ContractMapping, ...] = (),
+        role: str | None = None,
     ) -> MoveReport:
         """Move each instance (one after another, each in its own transaction): the async
-        core of :meth:`upgrade` and :meth:`migrate`, for a caller already on an event loop."""
-        outcomes = [
-            await self._move(kind, target, i, positions, contracts, actor=actor, dry_run=dry_run)
-            for i in instances
-        ]
+        core of :meth:`upgrade` and :meth:`migrate`, for a caller already on an event loop.
+        ``role`` is the one the caller's authority allowed it under (None: not checked)."""
+        mover = _Mover(kind=kind, target=target, actor=actor, role=role)
+        outcomes = []
+        for instance in instances:
+            outcome = await self._move(mover, instance, positions, contracts, dry_run=dry_run)
+            if not dry_run and outcome.outcome in ("diverged", "refused"):
+                self._record_left(mover, instance, outcome)
+            outcomes.append(outcome)
         return MoveReport(
             kind=kind,
             workflow=target.name,
@@ -341,15 +371,14 @@ class Upgrades:
 
     async def _move(
         self,
-        kind: str,
-        target: WorkflowDefinition,
+        mover: _Mover,
         instance: InstanceRecord,
         positions: Mapping[int, int],
         contracts: tuple[ContractMapping, ...],
         *,
-        actor: str,
         dry_run: bool,
     ) -> MoveOutcome:
+        target = mover.target
         journal = self.store.journal(instance.instance_id, instance.run)
         refused = self._refusal(instance, journal)
         if refused is not None:
@@ -367,38 +396,29 @@ class Upgrades:
             return _outcome(instance, "diverged", verdict)
         if dry_run:
             return _outcome(instance, "would-move", verdict)
-        return self._apply(kind, target, instance, (moves, remaps), verdict, actor=actor)
+        return self._apply(mover, instance, (moves, remaps), verdict)
 
     def _apply(
         self,
-        kind: str,
-        target: WorkflowDefinition,
+        mover: _Mover,
         instance: InstanceRecord,
         changes: tuple[tuple[PositionMove, ...], tuple[_Remapped, ...]],
         verdict: ReplayVerdict,
-        *,
-        actor: str,
     ) -> MoveOutcome:
         moves, remaps = changes
+        target = mover.target
         plan = {
             "from": {"version": instance.workflow_version, "fingerprint": instance.fingerprint},
             "to": {"version": target.version, "fingerprint": target.fingerprint},
             "moves": [dataclasses.asdict(m) for m in moves],
             "contracts": [r.evidence for r in remaps],
         }
-        entry = AuditEntry(
-            actor=actor,
-            role=None,
-            kind=kind,
-            instance_id=instance.instance_id,
-            target=f"{target.name}@{target.version}",
-            fingerprint=f"{kind}:{instance.instance_id}:{target.fingerprint}",
+        entry = mover.entry(
+            instance,
             outcome="applied",
-            reason=f"{kind} {target.name} v{instance.workflow_version} "
-            f"{instance.fingerprint} -> v{target.version} {target.fingerprint}: replay clean "
-            f"over {verdict.replayed} position(s)",
-            evidence=json.dumps(verdict.to_json(), sort_keys=True),
-            plan=json.dumps(plan, sort_keys=True),
+            reason=f"replay clean over {verdict.replayed} position(s)",
+            verdict=verdict,
+            plan=plan,
         )
         write = RepairWrite(
             instance_id=instance.instance_id,
@@ -425,6 +445,62 @@ class Upgrades:
         except RepairRefusedError as exc:
             return _outcome(instance, "refused", verdict, refusal=exc.message)
         return _outcome(instance, "moved", verdict, audit_id=audit_id)
+
+    def _record_left(self, mover: _Mover, instance: InstanceRecord, left: MoveOutcome) -> None:
+        """An instance a move was asked for and left where it was is on the record too, as
+        refused, with why (its replay's divergence, or the refusal)."""
+        verdict = left.verdict
+        why = left.refusal
+        if why is None and verdict is not None:
+            why = (
+                f"its replay diverged at position {verdict.position} ({verdict.kind}): "
+                f"{verdict.reason}"
+            )
+        entry = mover.entry(
+            instance,
+            outcome="refused",
+            reason="left pinned where it was",
+            verdict=verdict,
+            plan={},
+            refusal=why or left.outcome,
+        )
+        self.store.append_audit(entry, now=self.clock.now())
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Mover:
+    """One upgrade or migration as its audit records name it: kind, target code, actor, role."""
+
+    kind: str
+    target: WorkflowDefinition
+    actor: str
+    role: str | None
+
+    def entry(
+        self,
+        instance: InstanceRecord,
+        *,
+        outcome: str,
+        reason: str,
+        verdict: ReplayVerdict | None,
+        plan: dict[str, Any],
+        refusal: str | None = None,
+    ) -> AuditEntry:
+        target = self.target
+        return AuditEntry(
+            actor=self.actor,
+            role=self.role,
+            kind=self.kind,
+            instance_id=instance.instance_id,
+            target=f"{target.name}@{target.version}",
+            fingerprint=f"{self.kind}:{instance.instance_id}:{target.fingerprint}",
+            outcome=outcome,
+            reason=f"{self.kind} {target.name} v{instance.workflow_version} "
+            f"{instance.fingerprint} -> v{target.version} {target.fingerprint}: {reason}",
+            evidence=json.dumps(verdict.to_json(), sort_keys=True) if verdict else None,
+            plan=json.dumps(plan, sort_keys=True),
+            refusal=refusal[:1000] if refusal else None,
+        )
 
 
 def _mapped(

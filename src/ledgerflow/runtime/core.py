@@ -30,6 +30,7 @@ from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
+from ledgerflow.model.signal import signal_name
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
 from ledgerflow.storage.records import (
@@ -59,6 +60,16 @@ class Started:
     @property
     def instance_id(self) -> InstanceId:
         return self.instance.instance_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequested:
+    """What a cancel request came to: the instance, and whether this call recorded the
+    request (False: one stood already, and the first one wins). The store decides which, in
+    the request's own transaction, so two racing callers never both hear "recorded"."""
+
+    instance: InstanceRecord
+    recorded: bool
 
 
 class DeliveryOutcome(enum.Enum):
@@ -155,11 +166,11 @@ class EngineCore:
 
     def cancel(
         self, instance_id: str, *, reason: str, compensate: bool, now: float
-    ) -> InstanceRecord:
+    ) -> CancelRequested:
         """Record a cancel request (the first one wins; repeating it is a no-op)."""
         if not reason.strip():
             raise PayloadError("a cancel request needs a reason")
-        record, _ = self.store.request_cancel(
+        record, recorded = self.store.request_cancel(
             InstanceId(instance_id), reason=reason, compensate=compensate, now=now
         )
         if record is None:
@@ -172,7 +183,7 @@ class EngineCore:
                 event="cancel",
                 instance_id=instance_id,
             )
-        return record
+        return CancelRequested(instance=record, recorded=recorded)
 
     def signal(
         self,
@@ -186,7 +197,34 @@ class EngineCore:
         run: int | None,
         now: float,
     ) -> Delivered:
-        """Deliver an event: kept once per event id, refused (and kept) when too late."""
+        """Deliver an event: kept once per event id, refused (and kept) when too late. No
+        signal may take a name reserved for an effect's completion
+        (:func:`~ledgerflow.model.signal.signal_name`)."""
+        name = signal_name(names.event_text(name, what="signal name"))
+        return self._deliver(
+            instance_id,
+            name=name,
+            event_id=event_id,
+            payload=payload,
+            sender=sender,
+            for_step=for_step,
+            run=run,
+            now=now,
+        )
+
+    def _deliver(
+        self,
+        instance_id: str,
+        *,
+        name: str,
+        event_id: str,
+        payload: Any,
+        sender: str | None,
+        for_step: int | None,
+        run: int | None,
+        now: float,
+    ) -> Delivered:
+        """Keep an event in the inbox, under any name (a signal's or a completion's)."""
         name, event_id = (
             names.event_text(name, what="signal name"),
             names.event_text(event_id, what="event id"),
@@ -261,7 +299,7 @@ class EngineCore:
             raise InstanceNotFoundError(
                 f"no effect has the idempotency key {idempotency_key!r}", key=idempotency_key
             )
-        return self.signal(
+        return self._deliver(
             effect.instance_id,
             name=completion_event(effect.effect_id),
             event_id=event_id or f"completion:{idempotency_key}",
@@ -335,16 +373,21 @@ class EngineCore:
     def outcome(self, record: InstanceRecord) -> Any:
         if record.status is InstanceStatus.SUCCEEDED:
             return self.codec.decode(record.result or "null")
-        message = f"{_how_it_stopped(record.status)}: {record.reason}"
-        if record.cause and record.cause not in (record.reason or ""):
-            message += f"; cause: {record.cause}"
-        raise WorkflowError(
-            message,
-            instance_id=record.instance_id,
-            status=record.status.value,
-            reason_code=record.reason_code,
-            cause=record.cause,
-        )
+        raise ended_error(record)
+
+
+def ended_error(record: InstanceRecord) -> WorkflowError:
+    """The error that says how an instance without a result ended (or where it stopped)."""
+    message = f"{_how_it_stopped(record.status)}: {record.reason}"
+    if record.cause and record.cause not in (record.reason or ""):
+        message += f"; cause: {record.cause}"
+    return WorkflowError(
+        message,
+        instance_id=record.instance_id,
+        status=record.status.value,
+        reason_code=record.reason_code,
+        cause=record.cause,
+    )
 
 
 def _how_it_stopped(status: InstanceStatus) -> str:

@@ -24,6 +24,7 @@ from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.core import (
+    CancelRequested,
     Delivered,
     DeliveryOutcome,
     EngineCore,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from ledgerflow.runtime.tracing import Tracing
 
 __all__ = [
+    "CancelRequested",
     "Delivered",
     "DeliveryOutcome",
     "Engine",
@@ -204,7 +206,9 @@ class Engine:
         instance is woken; an event that arrives before its wait is taken by it later. An event
         for a closed step (``for_step``), an older ``run`` or an ended instance is kept as
         refused and changes nothing; so is a decision from someone an open approval does not
-        allow. The outcome says which.
+        allow. The outcome says which. A name starting ``complete:`` is refused with
+        :class:`~ledgerflow.errors.ReservedNameError`: an asynchronous effect's completion is
+        delivered under it, by :meth:`complete_effect` only.
         """
         delivered: Delivered = await self._call(
             self._core.signal,
@@ -290,13 +294,14 @@ class Engine:
         have: the request is overtaken. Either way ``cancel_outcome`` on the instance says
         which ("honoured" or "overtaken") once it has ended.
         """
-        record: InstanceRecord = await self._call(
+        requested: CancelRequested = await self._call(
             self._core.cancel,
             instance_id,
             reason=reason,
             compensate=compensate,
             now=self.clock.now(),
         )
+        record = requested.instance
         for worker in self._workers:
             # A worker of this process that drives it stops before its next step at once;
             # one elsewhere learns it at its next heartbeat, or when its next effect, wait or
@@ -548,6 +553,13 @@ class SyncEngine:
         )
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:
+        return self.request_cancel(instance_id, reason=reason, compensate=compensate).instance
+
+    def request_cancel(
+        self, instance_id: str, *, reason: str, compensate: bool = True
+    ) -> CancelRequested:
+        """:meth:`cancel`, answering also whether this call recorded the request or one
+        stood already (as the store decided it, in the request's transaction)."""
         return self._core.cancel(instance_id, reason=reason, compensate=compensate, now=time.time())
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:

@@ -18,9 +18,17 @@ ACCESS_PURGE_BATCH = 100
 class AccessStore(SqlSeam):
     # -- tokens ------------------------------------------------------------------------------
 
-    def insert_token(self, token: ApiToken) -> None:
+    def insert_token(self, token: ApiToken) -> ApiToken | None:
+        """Insert a token unless a live one holds its name: return that one then (nothing is
+        inserted). The check and the insert are one transaction that no other token's insert
+        can interleave with (PostgreSQL locks the table against writers for it)."""
         with self._write_transaction():
+            self._run("lock_tokens", {})
+            rows, _ = self._run("live_token_named", {"name": token.name})
+            if rows:
+                return record_from_row(ApiToken, rows[0])
             self._run("insert_token", fields(token))
+        return None
 
     def get_token(self, token_id: str) -> ApiToken | None:
         with self._read():

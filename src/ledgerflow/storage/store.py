@@ -426,7 +426,9 @@ class OperatorStore(LedgerReads, DetectionStore, Protocol):
 
     # -- the perimeter (storage/sql_access.py) ------------------------------------------------
 
-    def insert_token(self, token: ApiToken) -> None: ...
+    def insert_token(self, token: ApiToken) -> ApiToken | None:
+        """Insert a token unless a live token holds its name (that one is returned then)."""
+        ...
 
     def get_token(self, token_id: str) -> ApiToken | None: ...
 

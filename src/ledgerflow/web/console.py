@@ -39,8 +39,8 @@ from ledgerflow.web.console_session import (
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
     STATIC_PATH,
+    FormSession,
     SignInRequiredError,
-    check_csrf,
     checked_form,
     may,
     render,
@@ -105,16 +105,23 @@ def sign_in_form(request: Request, failed: bool = False) -> Response:
 @router.post("/sign-in")
 def sign_in(
     request: Request,
-    token: Annotated[str, Form(max_length=200)],
-    csrf: Annotated[str, Form(max_length=200)],
+    token: Annotated[str | None, Form(max_length=200)] = None,
+    csrf: Annotated[str | None, Form(max_length=200)] = None,
 ) -> Response:
+    # A field missing reads as a wrong one: back to the form, nobody signed in.
     expected = request.cookies.get(SIGN_IN_COOKIE, "")
-    if not expected or not hmac.compare_digest(expected, csrf):
+    if not expected or not csrf or not hmac.compare_digest(expected, csrf):
         return RedirectResponse(f"{CONSOLE_PATH}/sign-in?failed=true", status_code=303)
+    tokens = server_of(request).operations.tokens()
     try:
-        cookie, _ = server_of(request).operations.tokens().sign_in(token.strip())
+        cookie, _ = tokens.sign_in((token or "").strip())
     except LedgerflowError:
         return RedirectResponse(f"{CONSOLE_PATH}/sign-in?failed=true", status_code=303)
+    # Signing in ends the session this browser held (whoever's): its row goes, so the old
+    # cookie, wherever a copy of it is, signs nobody in any more.
+    previous = request.cookies.get(SESSION_COOKIE)
+    if previous:
+        tokens.sign_out(previous)
     response = RedirectResponse(f"{CONSOLE_PATH}/instances", status_code=303)
     set_session(response, request, cookie)
     response.delete_cookie(
@@ -125,9 +132,7 @@ def sign_in(
 
 
 @router.post("/sign-out")
-def sign_out(request: Request, csrf: Annotated[str, Form(max_length=200)]) -> Response:
-    session = signed_in(request)
-    check_csrf(session, csrf)
+def sign_out(request: Request, session: FormSession) -> Response:
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
         server_of(request).operations.tokens().sign_out(cookie)
@@ -233,13 +238,10 @@ def repair_form(
 
 
 RepairForm = Annotated[dict[str, str], Depends(repair_form)]
-Csrf = Annotated[str, Form(max_length=200)]
 
 
 @router.post("/instances/{instance_id}/repairs/plan")
-def plan(request: Request, instance_id: str, csrf: Csrf, form: RepairForm) -> Response:
-    session = signed_in(request)
-    check_csrf(session, csrf)
+def plan(request: Request, instance_id: str, session: FormSession, form: RepairForm) -> Response:
     outcome = scoped(request, session).plan(_repair(instance_id, form))
     return _page(
         request, "plan.html", instance_id=instance_id, form=form, outcome=outcome,
@@ -251,12 +253,10 @@ def plan(request: Request, instance_id: str, csrf: Csrf, form: RepairForm) -> Re
 def apply(
     request: Request,
     instance_id: str,
-    csrf: Csrf,
+    session: FormSession,
     form: RepairForm,
     planned_generation: Annotated[int, Form(ge=0, le=limits.REQUEST_INTEGER_MAX)],
 ) -> Response:
-    session = signed_in(request)
-    check_csrf(session, csrf)
     done: RepairResult = scoped(request, session).apply(
         _repair(instance_id, form), planned_generation=planned_generation
     )
@@ -269,12 +269,10 @@ def apply(
 def cancel(
     request: Request,
     instance_id: str,
-    csrf: Annotated[str, Form(max_length=200)],
+    session: FormSession,
     reason: Annotated[str, Form(min_length=1, max_length=1000)],
     compensate: Field = None,
 ) -> Response:
-    session = signed_in(request)
-    check_csrf(session, csrf)
     scoped(request, session).cancel(instance_id, reason=reason, compensate=bool(compensate))
     return RedirectResponse(f"{CONSOLE_PATH}/instances/{instance_id}", status_code=303)
 

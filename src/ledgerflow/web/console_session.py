@@ -23,9 +23,9 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
@@ -151,6 +151,20 @@ def check_csrf(session: SignedIn, sent: str | None) -> None:
             "refused (reload the page and try again)",
             actor=session.principal.name,
         )
+
+
+def form_session(
+    request: Request, csrf: Annotated[str | None, Form(max_length=200)] = None
+) -> SignedIn:
+    """The session of a form that changes something, once its CSRF token is checked: the
+    first thing such a form's handler depends on, so a form without the token (or with
+    another) is 403 before any other field of it is read or validated."""
+    session = signed_in(request)
+    check_csrf(session, csrf)
+    return session
+
+
+FormSession = Annotated[SignedIn, Depends(form_session)]
 
 
 def may(session: SignedIn, role: ApiRole) -> bool:

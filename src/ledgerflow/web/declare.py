@@ -32,6 +32,7 @@ from starlette.types import Receive, Scope
 
 from ledgerflow import limits
 from ledgerflow.errors import LedgerflowError, NotAuthenticatedError
+from ledgerflow.model.authority import INSECURE_LOCAL
 from ledgerflow.operators.service import (
     ALL_TENANTS,
     ApiRole,
@@ -58,7 +59,7 @@ FORM_KEY = "ledgerflow.form"
 
 ROLE_EXTENSION = "x-required-role"
 # Who a server started with --insecure-no-auth (loopback only) takes every caller for.
-INSECURE_PRINCIPAL = Principal(name="insecure-local", role=ApiRole.ADMIN, tenant=ALL_TENANTS)
+INSECURE_PRINCIPAL = Principal(name=INSECURE_LOCAL, role=ApiRole.ADMIN, tenant=ALL_TENANTS)
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 bearer = HTTPBearer(
@@ -95,18 +96,23 @@ def principal_of(request: Request) -> Principal:
     return principal
 
 
-def authorized(needed: ApiRole) -> Callable[..., None]:
+def authorized(needed: ApiRole, *, changing: bool = False) -> Callable[..., None]:
     """The check a route with minimum role ``needed`` runs first: a valid token, a role at
     least ``needed``; the principal's scoped service is left for the handler. (The bearer
-    credentials are declared for the OpenAPI document; the guard has checked them.)"""
+    credentials are declared for the OpenAPI document; the guard has checked them.)
+
+    A route that changes something (``changing``) leaves the role to that service, held to
+    ``needed`` as its floor: the service records the refusal with the principal and what was
+    asked (a role below a change is on the audit log; a read refused is not)."""
 
     def check(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
         principal = principal_of(request)
-        scoped = server_of(request).operations.acting_as(principal)
-        scoped.require(needed)
+        scoped = server_of(request).operations.acting_as(principal, floor=needed)
+        if not changing:
+            scoped.require(needed)
         request.state.scoped = scoped
 
     return check
@@ -188,7 +194,7 @@ def api_route(
     """Declare a route of the API with its minimum role, response model and problems
     (``also``: other success statuses it answers with the same model, and what they mean)."""
     posting = method == "POST"
-    dependencies = [Depends(authorized(role))]
+    dependencies = [Depends(authorized(role, changing=posting))]
     if posting:
         dependencies.append(Depends(_idempotency_key))
     statuses = (401, 403, 422, 500, *errors, *((409, 413, 415) if posting else ()))

@@ -1,5 +1,13 @@
 -- The perimeter: API tokens, console sessions and the answers an Idempotency-Key replays.
 
+-- name: lock_tokens
+-- SQLite's BEGIN IMMEDIATE already serialises writers: nothing more to lock.
+SELECT 1;
+
+-- name: live_token_named
+-- A name is one principal: at most one live (not revoked) token acts under it.
+SELECT * FROM lf_api_tokens WHERE name = :name AND revoked_at IS NULL LIMIT 1;
+
 -- name: insert_token
 INSERT INTO lf_api_tokens (token_id, name, role, tenant, secret_hash, created_at, created_by)
 VALUES (:token_id, :name, :role, :tenant, :secret_hash, :created_at, :created_by);
