@@ -35,6 +35,7 @@ LEDGERFLOW_ALL = [
     "EffectRecord",
     "EffectState",
     "Engine",
+    "Example",
     "InstanceDetail",
     "InstanceRecord",
     "InstanceStatus",
@@ -92,6 +93,7 @@ TESTING_ALL = [
 ]
 
 ERRORS = [
+    "ArrivalsError",
     "BusinessFailure",
     "CancelArrivedError",
     "CommandLineError",

@@ -9,7 +9,8 @@
     │   ├── UnknownVersionError       the workflow exists, but not at that version
     │   ├── CommandLineError          a ``ledgerflow`` command line that cannot be understood
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
-    │   └── VersionRetiredError       that version is retired: it starts no new instance
+    │   ├── VersionRetiredError       that version is retired: it starts no new instance
+    │   └── ArrivalsError             a script of arrivals for ``ledgerflow verify`` is malformed
     ├── PayloadError                  input/output that cannot be encoded or is too large
     │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
     │   └── InboxFullError            an event past its instance's inbox bounds; not kept
@@ -147,6 +148,14 @@ class VersionRetiredError(ConfigurationError):
         super().__init__(message)
         self.workflow = workflow
         self.version = version
+
+
+class ArrivalsError(ConfigurationError):
+    """A script of arrivals (``ledgerflow verify --arrivals FILE``, or the events of an
+    ``Example``) is malformed: an unknown key, a sender that is not text, a payload that is not
+    JSON, more arrivals than allowed."""
+
+    code = "LF107"
 
 
 class PayloadError(LedgerflowError):
