@@ -303,7 +303,7 @@ def _registry_with(participant: Participant, **effect: Any) -> Registry:
 
     @registry.workflow(name="flow", version=1)
     async def flow(ctx: Any, value: Any) -> None:
-        return None
+        await ctx.effect(post, value)
 
     return registry
 
