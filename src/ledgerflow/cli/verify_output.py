@@ -237,7 +237,8 @@ def print_coverage(out: Console, coverage: CoverageReport | None) -> None:
         (
             "non vacuity",
             f"{coverage.non_vacuity:.2f} (the share of the workflow's {coverage.effects} "
-            "effects a fault touched in a run that still ended)",
+            f"effect{'' if coverage.effects == 1 else 's'} a fault touched in a run that "
+            "still ended)",
         ),
     ]
     if coverage.defaulted_events:
