@@ -35,6 +35,7 @@ LEDGERFLOW_ALL = [
     "EffectRecord",
     "EffectState",
     "Engine",
+    "Example",
     "InstanceDetail",
     "InstanceRecord",
     "InstanceStatus",
@@ -93,6 +94,7 @@ TESTING_ALL = [
 
 ERRORS = [
     "ApiUnreachableError",
+    "ArrivalsError",
     "BusinessFailure",
     "CancelArrivedError",
     "CommandLineError",

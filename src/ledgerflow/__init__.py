@@ -65,6 +65,7 @@ from ledgerflow.model.definition import Participant as Participant
 from ledgerflow.model.definition import Registry as Registry
 from ledgerflow.model.effect import EffectState as EffectState
 from ledgerflow.model.effect import LookupAnswer as LookupAnswer
+from ledgerflow.model.examples import Example as Example
 from ledgerflow.model.instance import InstanceStatus as InstanceStatus
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
 from ledgerflow.model.signal import Signal as Signal
@@ -96,6 +97,7 @@ __all__ = [
     "Codec",
     "JsonCodec",
     "BusinessFailure",
+    "Example",
     # Running
     "Engine",
     "SyncEngine",

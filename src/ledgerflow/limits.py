@@ -171,3 +171,12 @@ REQUEST_INTEGER_MAX = 2**63 - 1
 METRICS_SIGNALS_SECONDS_DEFAULT = 15.0
 # A failure's traceback kept in the journal: its last lines, at most this many characters.
 TRACEBACK_CHARS_MAX = 4_000
+# The fault explorer (``ledgerflow verify``). Each arrival scripted for one event is one option
+# at every wait on it, so it multiplies the paths explored: at most this many per event.
+ARRIVALS_PER_EVENT_MAX = 20
+# Paths through a workflow's waits and callbacks (one per choice of what arrives) that
+# exhaustive mode sweeps; past it the rest is counted as unexplored, never silently dropped.
+EXPLORER_PATHS_MAX = 64
+# Choices of what arrives one instance gets in one simulated run: a workflow that waits in a
+# loop is given this many events, then left WAITING (and reported so).
+EXPLORER_DECISIONS_PER_INSTANCE_MAX = 100

@@ -90,6 +90,127 @@ async def transfer(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str
     return {"receipt": receipt}
 '''
 
+SHOP_NAME = "verify_test_shop"
+SHOP_SOURCE = '''
+"""Workflows that wait: the issue's order with an approval, a wait with no timeout, a branch no
+example takes, and a branch that depends on what arrives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ledgerflow as lf
+
+registry = lf.Registry()
+stock = registry.add_participant(lf.Participant("stock", deduplicates=True))
+bank = registry.add_participant(lf.Participant("bank", deduplicates=True))
+carrier = registry.add_participant(lf.Participant("carrier", deduplicates=True))
+perks = registry.add_participant(lf.Participant("perks", deduplicates=True))
+books = registry.add_participant(lf.Participant("books", deduplicates=True))
+
+
+@stock.effect(classification="reversible", compensation="release")
+async def reserve(call: lf.EffectCall) -> dict[str, Any]:
+    return {}
+
+
+@stock.compensation("release")
+async def release(call: lf.EffectCall) -> dict[str, Any]:
+    return {}
+
+
+@bank.effect(classification="compensatable", compensation="refund")
+async def charge(call: lf.EffectCall) -> dict[str, Any]:
+    return {}
+
+
+@bank.compensation("refund")
+async def refund(call: lf.EffectCall) -> dict[str, Any]:
+    return {}
+
+
+@carrier.effect(classification="forward-recovery-only")
+async def ship(call: lf.EffectCall) -> dict[str, Any]:
+    return {}
+
+
+@carrier.effect(classification="forward-recovery-only")
+async def fly(call: lf.EffectCall) -> dict[str, Any]:
+    return {}
+
+
+@perks.effect(classification="forward-recovery-only")
+async def upgrade(call: lf.EffectCall) -> dict[str, Any]:
+    return {}
+
+
+@books.effect(classification="forward-recovery-only")
+async def audit(call: lf.EffectCall) -> dict[str, Any]:
+    return {}
+
+
+@registry.workflow(name="order", version=1, examples=[{"order": 1}])
+async def order(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+    """Reserve, charge, wait for alice's approval (an hour at most), sleep, ship (the pivot)."""
+    await ctx.effect(reserve, request)
+    await ctx.effect(charge, request)
+    await ctx.wait_for_approval("approval", approvers=["alice"], timeout=3600)
+    await ctx.sleep(60)
+    return {"shipment": await ctx.effect(ship, request)}
+
+
+@registry.workflow(name="hold", version=1, examples=[{"order": 2}])
+async def hold(ctx: lf.WorkflowContext, request: dict[str, Any]) -> Any:
+    """Wait for a release with no timeout at all, then ship."""
+    released = await ctx.wait_for("released")
+    await ctx.effect(ship, request)
+    return released.payload
+
+
+@registry.workflow(name="perk", version=1, examples=[{"order": 3, "vip": False}])
+async def perk(ctx: lf.WorkflowContext, request: dict[str, Any]) -> Any:
+    """Upgrade only VIPs: no example is one, so the upgrade is never reached."""
+    await ctx.effect(charge, request)
+    if request["vip"]:
+        await ctx.effect(upgrade, request)
+    return await ctx.effect(ship, request)
+
+
+def _by_air(signal: lf.Signal) -> bool:
+    return isinstance(signal.payload, dict) and signal.payload.get("carrier") == "drone"
+
+
+@registry.workflow(name="express", version=1, examples=[{"order": 4}])
+async def express(ctx: lf.WorkflowContext, request: dict[str, Any]) -> Any:
+    """Fly when the carrier chosen is a drone, else ship by van."""
+    chosen = await ctx.wait_for("carrier", timeout=600)
+    if _by_air(chosen):
+        return await ctx.effect(fly, request)
+    return await ctx.effect(ship, request)
+
+
+DRONE_OR_VAN = {
+    "carrier": [{"payload": {"carrier": "drone"}}, {"payload": {"carrier": "van"}}]
+}
+
+
+@registry.workflow(
+    name="express_scripted", version=1, examples=[lf.Example({"order": 5}, events=DRONE_OR_VAN)]
+)
+async def express_scripted(ctx: lf.WorkflowContext, request: dict[str, Any]) -> Any:
+    """The same choice, with the arrivals it needs in its example."""
+    chosen = await ctx.wait_for("carrier", timeout=600)
+    if _by_air(chosen):
+        return await ctx.effect(fly, request)
+    return await ctx.effect(ship, request)
+
+
+@registry.workflow(name="bookkeeping", version=1, examples=[{"order": 6}])
+async def bookkeeping(ctx: lf.WorkflowContext, request: dict[str, Any]) -> Any:
+    """Another workflow of the module: its participant is none of order's."""
+    return await ctx.effect(audit, request)
+'''
+
 Invoke = Callable[..., Result]
 
 
@@ -113,13 +234,30 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     sys.modules.pop(MODULE_NAME, None)
 
 
+@pytest.fixture
+def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    (tmp_path / f"{SHOP_NAME}.py").write_text(SHOP_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield SHOP_NAME
+    sys.modules.pop(SHOP_NAME, None)
+
+
 def _broken(invoke: Invoke, breakage: str, *args: str) -> Result:
     with breakages.broken(breakage):
         return invoke(*args)
 
 
-def _line_with(output: str, text: str) -> str:
-    [line] = [line for line in output.splitlines() if text in line and "│" in line]
+def _section(output: str, title: str) -> str:
+    """The lines of one table of the text report, from its title to the next blank line."""
+    lines = output.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.strip().startswith(title))
+    end = next((n for n in range(start, len(lines)) if not lines[n].strip()), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def _line_with(output: str, text: str, *, table: str = "effects") -> str:
+    section = _section(output, table)
+    [line] = [line for line in section.splitlines() if text in line and "│" in line]
     return line
 
 
@@ -144,7 +282,8 @@ def test_demo_order_verifies_clean_with_every_resolution_named(invoke: Invoke) -
     assert "fencing generation" in result.output
     assert "exhaustive depth 1" in result.output
     assert "random" in result.output
-    cells = [c.strip() for c in _line_with(result.output, "violations").split("│")]
+    line = _line_with(result.output, "violations", table="explorer")
+    cells = [c.strip() for c in line.split("│")]
     assert cells[1:4] == ["violations", "0", "0"]
     assert "verdict: 0 violations" in result.output
 
@@ -165,7 +304,7 @@ def test_json_output_has_the_report_and_both_modes_figures(invoke: Invoke) -> No
     resolutions = {e["effect"]: e["unknown_resolution"] for e in document["effects"]}
     assert resolutions == EXPECTED_RESOLUTIONS
     figures = {f["mode"]: f for f in document["figures"]}
-    assert set(figures) == {"exhaustive depth 1", "arrivals", "random"}
+    assert set(figures) == {"exhaustive depth 1", "refusals", "arrivals", "random"}
     assert figures["arrivals"]["cancel_requests"] > 0
     assert figures["arrivals"]["signals"] > 0
     for one in figures.values():
@@ -290,6 +429,209 @@ def test_a_banked_seed_outside_the_range_runs_first(invoke: Invoke, tmp_path: Pa
     assert "from the seed bank first (7)" in invoke(*args).output
 
 
+# -- coverage: what the runs reached ------------------------------------------------------------
+
+# One crash per run and no seeds: the sweeps alone must reach every path (a second or two).
+SWEEP = ("--depth", "1", "--seeds", "0")
+# A few seeds as well, over two instances per input.
+SWEEP_AND_SEEDS = ("--depth", "1", "--seeds", "2", "--instances", "2")
+
+
+def _coverage(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["name"]: row for row in document["coverage"]["items"]}
+
+
+def _verified(invoke: Invoke, target: str, *args: str) -> dict[str, Any]:
+    result = invoke(target, *args, "--json")
+    assert result.exit_code == 0, result.output
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def test_the_issues_order_with_an_approval_reaches_every_item(invoke: Invoke, shop: str) -> None:
+    """Goal: on reserve -> charge -> approval wait -> sleep -> ship, the pivot and everything
+    else are really explored (the bug: the explorer never delivered an approval, ``ship`` never
+    ran, and the report still said 0 violations and non vacuity 1.0).
+
+    Method: verify the shop's ``order`` (exhaustive depth 1, 2 seeds x 2 instances) with
+    ``--json``: the coverage lists the workflow's effects, its approval wait, its sleep, its
+    pivot and both compensations, each reached by some runs; the effects, the pivot and the
+    wait were crashed at and recovered past; the compensations were reached (the approval's
+    timeout and the refusals compensate); nothing is unreached, no run ended non-terminal,
+    every instance ended; ``--require-coverage`` passes; the text report shows the table.
+    """
+    document = _verified(invoke, f"{shop}:order", *SWEEP_AND_SEEDS, "--require-coverage")
+    rows = _coverage(document)
+    assert {(r["kind"], name) for name, r in rows.items()} == {
+        ("effect", "stock.reserve"),
+        ("effect", "bank.charge"),
+        ("wait", "wait:approval"),
+        ("wait", "sleep"),
+        ("pivot", "carrier.ship"),
+        ("compensation", "bank.refund"),
+        ("compensation", "stock.release"),
+    }
+    assert all(row["reached"] > 0 for row in rows.values()), rows
+    for name in ("stock.reserve", "bank.charge", "carrier.ship", "wait:approval"):
+        assert rows[name]["crashed"] > 0, rows[name]
+        assert rows[name]["recovered"] > 0, rows[name]
+    assert rows["wait:approval"]["completed"] < rows["wait:approval"]["reached"]  # timeouts too
+    coverage = document["coverage"]
+    assert coverage["unreached"] == []
+    assert coverage["runs_non_terminal"] == 0
+    assert coverage["non_vacuity"] == 1.0
+    for figures in document["figures"]:
+        assert "WAITING" not in figures["statuses"], figures
+    statuses = {s for f in document["figures"] for s in f["statuses"]}
+    assert {"SUCCEEDED", "COMPENSATED"} <= statuses
+    assert {e["effect"] for e in document["effects"]} == {
+        "stock.reserve",
+        "bank.charge",
+        "carrier.ship",
+        "bank.refund",
+        "stock.release",
+    }
+    text = invoke(f"{shop}:order", *SWEEP).output
+    table = _section(text, "coverage (")
+    for name in rows:
+        assert name in table, name
+    assert "never reached             none" in text
+
+
+def test_a_wait_with_no_timeout_gets_its_event_and_ends(invoke: Invoke, shop: str) -> None:
+    """Goal: a workflow waiting for a signal with no timeout is given its event, so its runs
+    end (the bug: every run ended WAITING, with 0 violations).
+
+    Method: verify the shop's ``hold`` (exhaustive depth 1, 2 seeds x 2 instances): no mode's
+    statuses hold WAITING (the refusals mode fails the shipment on purpose), the crash sweep's
+    and the seeds' instances all SUCCEEDED, the wait and the effect after it were reached, and
+    the explorer sent the event at the wait in every run of the sweep.
+    """
+    document = _verified(invoke, f"{shop}:hold", *SWEEP_AND_SEEDS)
+    for figures in document["figures"]:
+        assert set(figures["statuses"]) <= {"SUCCEEDED", "CANCELLED", "FAILED"}, figures
+        if figures["mode"] in ("exhaustive depth 1", "random"):
+            assert figures["statuses"] == {"SUCCEEDED": figures["executions"]}, figures
+    rows = _coverage(document)
+    assert rows["wait:released"]["completed"] > 0
+    assert rows["carrier.ship"]["reached"] > 0
+    assert document["coverage"]["runs_non_terminal"] == 0
+    exhaustive = {f["mode"]: f for f in document["figures"]}["exhaustive depth 1"]
+    assert exhaustive["events_sent_to_waits"] >= exhaustive["runs"]
+
+
+def test_an_effect_no_input_reaches_is_a_warning_and_a_gap(
+    invoke: Invoke, entry: Any, shop: str
+) -> None:
+    """Goal: an effect the code can reach but no run reached is listed with 0 runs, warned
+    about by name, and ``--require-coverage`` makes it an error.
+
+    Method: verify the shop's ``perk``, whose upgrade happens only for VIPs while its only
+    example is not one: the coverage row of ``perks.upgrade`` says 0 runs (its participant is
+    used by nothing else: the workflow's code names it), the JSON lists it as unreached and
+    the warnings name it, and the text report marks it "0 (never)"; with
+    ``--require-coverage`` (through the real entry point) the exit code is 1 and stderr has one
+    line naming it.
+    """
+    document = _verified(invoke, f"{shop}:perk", *SWEEP)
+    upgrade = _coverage(document)["perks.upgrade"]
+    assert (upgrade["kind"], upgrade["reached"], upgrade["origin"]) == ("pivot", 0, "code")
+    assert document["coverage"]["unreached"] == ["pivot perks.upgrade"]
+    assert any(w.startswith("never reached: pivot perks.upgrade") for w in document["warnings"])
+    text = invoke(f"{shop}:perk", *SWEEP).output
+    assert "0 (never)" in _line_with(text, "perks.upgrade", table="coverage (")
+    assert "never reached: pivot perks.upgrade" in text
+    code, out, err = entry("verify", f"{shop}:perk", *SWEEP, "--require-coverage")
+    assert code == 1, (out, err)
+    [line] = err.strip().splitlines()
+    assert line.startswith("error: coverage required: never reached by any of ")
+    assert line.endswith("runs: pivot perks.upgrade")
+    assert "verdict: 0 violations" in out
+
+
+def test_arrivals_drive_a_branch_that_depends_on_the_payload(
+    invoke: Invoke, shop: str, tmp_path: Path
+) -> None:
+    """Goal: where a branch depends on what arrives, the author scripts the arrivals with
+    ``--arrivals FILE`` or ``Example(events=...)``, and both branches are then explored.
+
+    Method: ``express`` flies when the event says drone: with the explorer's default arrival
+    (a null payload) the flight is never reached and the report says which event got the
+    default; with an arrivals file listing a drone and a van payload, the flight, the van and
+    the timeout are all reached and ``--require-coverage`` passes; ``express_scripted``
+    carries the same arrivals in its example and is covered without a file.
+    """
+    default = _verified(invoke, f"{shop}:express", *SWEEP)
+    assert _coverage(default)["carrier.fly"]["reached"] == 0
+    assert default["coverage"]["defaulted_events"] == ["carrier"]
+    arrivals = tmp_path / "arrivals.json"
+    events = {"carrier": [{"payload": {"carrier": "drone"}}, {"payload": {"carrier": "van"}}]}
+    arrivals.write_text(json.dumps({"events": events}))
+    scripted = _verified(
+        invoke, f"{shop}:express", *SWEEP, "--arrivals", str(arrivals), "--require-coverage"
+    )
+    rows = _coverage(scripted)
+    assert rows["carrier.fly"]["reached"] > 0
+    assert rows["carrier.ship"]["reached"] > 0
+    assert rows["wait:carrier"]["completed"] < rows["wait:carrier"]["reached"]  # timeouts too
+    assert scripted["coverage"]["defaulted_events"] == []
+    exhaustive = {f["mode"]: f for f in scripted["figures"]}["exhaustive depth 1"]
+    assert exhaustive["paths"] == 3  # drone, van, timeout
+    example = _verified(invoke, f"{shop}:express_scripted", *SWEEP, "--require-coverage")
+    assert _coverage(example)["carrier.fly"]["reached"] > 0
+
+
+def test_arrivals_file_inputs_carry_their_own_events(
+    invoke: Invoke, shop: str, tmp_path: Path
+) -> None:
+    """Goal: an arrivals file may list inputs, each with its own events, explored instead of
+    the definition's examples; and a malformed file is one clear error.
+
+    Method: a file whose only input scripts a drone for ``express``: the flight is reached and
+    the van is not (the default is not sent where the input scripts the event). A file with a
+    typo (``event`` for ``events``) is refused with LF107 naming the key, and a file that is
+    not JSON with a command line error.
+    """
+    arrivals = tmp_path / "arrivals.json"
+    drone = {"carrier": [{"payload": {"carrier": "drone"}}]}
+    arrivals.write_text(json.dumps({"inputs": [{"input": {"order": 9}, "events": drone}]}))
+    document = _verified(invoke, f"{shop}:express", *SWEEP, "--arrivals", str(arrivals))
+    assert document["inputs"] == 1
+    rows = _coverage(document)
+    assert rows["carrier.fly"]["reached"] > 0
+    assert rows["carrier.ship"]["reached"] == 0
+    arrivals.write_text(json.dumps({"event": drone}))
+    typo = invoke(f"{shop}:express", *SWEEP, "--arrivals", str(arrivals))
+    assert typo.exit_code != 0
+    assert "LF107" in str(typo.exception)
+    assert "'event'" in str(typo.exception)
+    arrivals.write_text("{not json")
+    broken = invoke(f"{shop}:express", *SWEEP, "--arrivals", str(arrivals))
+    assert broken.exit_code == 2, broken.output
+    assert "--arrivals" in broken.output
+
+
+def test_the_report_and_non_vacuity_are_the_workflows_own(invoke: Invoke, shop: str) -> None:
+    """Goal: the report lists the effects of the workflow verified, not of its module, and
+    ``non vacuity`` is computed over those effects (the bug: 1.0 with the pivot never run).
+
+    Method: verify the shop's ``perk``: its effects are the charge, the ship and the upgrade
+    (with the charge's refund), never ``books.audit`` of another workflow of the module nor
+    the stock's; the upgrade is never reached, so the non vacuity over its 4 effects is 0.75,
+    overall and for the exhaustive sweep; ``order``'s coverage figure is 1.0.
+    """
+    document = _verified(invoke, f"{shop}:perk", *SWEEP)
+    effects = {e["effect"] for e in document["effects"]}
+    assert effects == {"bank.charge", "bank.refund", "carrier.ship", "perks.upgrade"}
+    assert "books.audit" not in json.dumps(document["coverage"])
+    effect_rows = [r for r in document["coverage"]["items"] if r["kind"] != "wait"]
+    assert len(effect_rows) == len(effects)
+    touched = len(effects) - 1
+    assert document["coverage"]["non_vacuity"] == round(touched / len(effects), 4)
+    exhaustive = {f["mode"]: f for f in document["figures"]}["exhaustive depth 1"]
+    assert exhaustive["non_vacuity"] < 1.0
+
+
 # -- the report as data --------------------------------------------------------------------------
 
 
@@ -303,7 +645,7 @@ def _registry_with(participant: Participant, **effect: Any) -> Registry:
 
     @registry.workflow(name="flow", version=1)
     async def flow(ctx: Any, value: Any) -> None:
-        return None
+        await ctx.effect(post, value)
 
     return registry
 

@@ -1,10 +1,13 @@
 """``ledgerflow verify``: explore a workflow under faults and print its report (internal).
 
 This module owns the command line around :mod:`ledgerflow.testing`: finding the workflow
-definition from ``MODULE:OBJECT``, choosing its inputs, running the explorer's exhaustive and
-random modes, keeping failing seeds in a seed bank, and rendering the consistency report of
+definition from ``MODULE:OBJECT``, choosing its inputs and the arrivals its waits need
+(``--arrivals FILE``, ``Example(events=...)``), running the explorer's exhaustive, refusals,
+arrivals and random modes, and keeping failing seeds in a seed bank;
+:mod:`ledgerflow.cli.verify_output` renders the consistency report of
 :mod:`ledgerflow.testing.report` as rich tables or one JSON document. The exit code is the
-verdict (0: no violation; 1: at least one), so CI can gate a deploy on it.
+verdict (0: no violation; 1: at least one, or, with ``--require-coverage``, an effect, pivot,
+compensation or wait of the workflow that no run reached), so CI can gate a deploy on it.
 
 Nothing here touches a real store or a real participant: the explorer runs the user's workflow
 code against scripted twins of its participants, in temporary SQLite files it removes.
@@ -17,7 +20,6 @@ import contextlib
 import json
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,55 +33,24 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
-from rich.text import Text
 
 from ledgerflow import limits
 from ledgerflow.cli.json_input import json_option_value
 from ledgerflow.cli.loading import import_target
 from ledgerflow.cli.options import json_option
-from ledgerflow.cli.render import cell, console, print_table
+from ledgerflow.cli.render import console
+from ledgerflow.cli.verify_output import Exploration, print_exploration, print_report, report_json
 from ledgerflow.errors import LedgerflowError
 from ledgerflow.log_muting import muted
 from ledgerflow.model.definition import Registry, WorkflowDefinition
-from ledgerflow.testing.explorer import Explorer, SeedBank, Summary
-from ledgerflow.testing.report import (
-    ConsistencyReport,
-    build_report,
-    failure_trace,
-    faults_in_order,
-)
+from ledgerflow.model.examples import ArrivalsFile, parse_arrivals_file
+from ledgerflow.testing.explorer import Explorer, SeedBank
+from ledgerflow.testing.report import ConsistencyReport, build_report
 from ledgerflow.testing.simulation import RunResult, ScenarioFactory, scenario_for
 
 # A bound on one invocation's random mode; CI budgets are far below it.
 SEEDS_MAX = 1_000_000
 INSTANCES_DEFAULT = 10
-# How much of a failure the terminal shows; ``--json`` has every violation.
-VIOLATIONS_SHOWN_MAX = 20
-LABELS_SHOWN_MAX = 10
-
-
-@dataclass(slots=True)
-class Exploration:
-    """What the explorer runs produced, with the seed order random mode used."""
-
-    summaries: list[Summary] = field(default_factory=list)
-    banked: list[int] = field(default_factory=list)
-    seeds_run: list[int] = field(default_factory=list)
-    seed_of: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def violations(self) -> int:
-        return sum(summary.violations for summary in self.summaries)
-
-    @property
-    def failed_seeds(self) -> list[int]:
-        return [
-            self.seed_of[run.label]
-            for summary in self.summaries
-            for run in summary.failures
-            if run.label in self.seed_of
-        ]
 
 
 # -- finding the definition and its inputs -------------------------------------------------------
@@ -112,9 +83,21 @@ def resolve_target(target: str, workflow: str | None) -> tuple[Registry, Workflo
     )
 
 
-def choose_inputs(texts: Sequence[str], definition: WorkflowDefinition) -> list[Any]:
-    if texts:
-        return [json_option_value(text, "--input") for text in texts]
+def read_arrivals(path: Path | None) -> ArrivalsFile:
+    """The ``--arrivals`` file: not JSON is a command line error, a wrong shape LF107."""
+    if path is None:
+        return ArrivalsFile(events={}, inputs=())
+    return parse_arrivals_file(json_option_value(f"@{path}", "--arrivals"))
+
+
+def choose_inputs(
+    texts: Sequence[str], definition: WorkflowDefinition, arrivals: ArrivalsFile
+) -> list[Any]:
+    """``--input`` values and the arrivals file's inputs; else the definition's examples."""
+    given = [json_option_value(text, "--input") for text in texts]
+    inputs: list[Any] = [*given, *arrivals.inputs]
+    if inputs:
+        return inputs
     if definition.examples:
         return list(definition.examples)
     raise click.UsageError(
@@ -172,9 +155,9 @@ def explore(
     seeds: int,
     bank: SeedBank | None,
 ) -> Exploration:
-    """Exhaustive and arrivals modes on ``single`` (unless ``depth`` is None), then random
-    mode on ``crowd`` for the banked seeds and ``0..seeds-1``; every failing seed goes into the
-    bank at once."""
+    """Exhaustive, refusals and arrivals modes on ``single`` (unless ``depth`` is None), then
+    random mode on ``crowd`` for the banked seeds and ``0..seeds-1``; every failing seed goes
+    into the bank at once."""
     found = Exploration()
     with (
         tempfile.TemporaryDirectory(prefix="ledgerflow-verify-") as folder,
@@ -189,6 +172,9 @@ def explore(
             # How many runs a sweep makes is learnt while it runs: the bar only counts.
             counted = progress.mode("exhaustive", None)
             found.summaries.append(asyncio.run(explorer.exhaustive(depth=depth, progress=counted)))
+            # Each effect a path reached refused for good, and a crash in the compensation.
+            refusing = progress.mode("refusals", None)
+            found.summaries.append(asyncio.run(explorer.refusals(progress=refusing)))
             # A cancel request, then a signal, at every point of the instance's life.
             arriving = progress.mode("arrivals", None)
             found.summaries.append(asyncio.run(explorer.arrivals(progress=arriving)))
@@ -210,175 +196,6 @@ def explore(
     return found
 
 
-# -- rendering -----------------------------------------------------------------------------------
-
-
-def failures_json(found: Exploration) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for summary in found.summaries:
-        shortest = summary.shortest_failure()
-        if shortest is None:
-            continue
-        out.append(
-            {
-                "mode": summary.mode,
-                "runs_failed": [run.label for run in summary.failures],
-                "shortest": {
-                    "label": shortest.label,
-                    "seed": found.seed_of.get(shortest.label),
-                    "violations": [str(v) for v in shortest.violations],
-                    "fired": faults_in_order(shortest),
-                    "trace": failure_trace(shortest),
-                },
-            }
-        )
-    return out
-
-
-def report_json(report: ConsistencyReport, found: Exploration, inputs: int) -> dict[str, Any]:
-    document = report.to_dict()
-    document["inputs"] = inputs
-    document["seeds"] = {
-        "banked": found.banked,
-        "run": found.seeds_run,
-        "failed": found.failed_seeds,
-    }
-    document["failures"] = failures_json(found)
-    document["violations"] = found.violations
-    return document
-
-
-def _grid(rows: Sequence[tuple[str, object]]) -> Table:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
-    for name, value in rows:
-        grid.add_row(name, cell(value))
-    return grid
-
-
-def effects_table(report: ConsistencyReport) -> Table:
-    table = Table(title="effects", title_justify="left")
-    table.add_column("effect", no_wrap=True)
-    table.add_column("classification")
-    table.add_column("UNKNOWN resolved by")
-    table.add_column("compensation")
-    table.add_column("limits")
-    for effect in report.effects:
-        pivot = " (pivot)" if effect.pivot else ""
-        table.add_row(
-            cell(effect.effect),
-            cell(effect.classification + pivot),
-            cell(effect.unknown_resolution),
-            cell(effect.compensation),
-            cell(
-                f"{effect.attempts_max} attempts, {effect.backoff}, "
-                f"timeout {effect.timeout_seconds:g}s"
-            ),
-        )
-    return table
-
-
-def figures_table(summaries: Sequence[Summary]) -> Table:
-    table = Table(title="explorer figures", title_justify="left")
-    table.add_column("figure", no_wrap=True)
-    figures = [summary.figures() for summary in summaries]
-    for one in figures:
-        table.add_column(str(one["mode"]), justify="right")
-    names = [name for name in figures[0] if name != "mode"]
-    for name in names:
-        values = []
-        for one in figures:
-            value = one[name]
-            if isinstance(value, dict):
-                value = ", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "-"
-            values.append(cell(value))
-        table.add_row(cell(name.replace("_", " ")), *values)
-    return table
-
-
-def print_report(out: Console, report: ConsistencyReport) -> None:
-    out.print(
-        Text.assemble(
-            ("consistency report: ", "bold"),
-            f"{report.workflow} v{report.version} (pinned), fingerprint {report.fingerprint}",
-        )
-    )
-    out.print()
-    out.print(Text("identities", style="bold"))
-    out.print(_grid(list(report.identities.items())))
-    out.print()
-    print_table(out, effects_table(report))
-    step = report.step_retry
-    out.print(
-        _grid(
-            [
-                ("step retry", f"{step['attempts_max']} attempts, {step['backoff']}"),
-                ("step retries on", ", ".join(step["retry_on"])),
-                ("lease default", f"{report.lease_seconds_default:g}s"),
-                ("owners", report.owners),
-                ("versions", report.pinning),
-                ("business failures", "; ".join(report.business_failures)),
-                ("defects", report.defects),
-            ]
-        )
-    )
-    out.print()
-    if report.warnings:
-        out.print(Text(f"warnings ({len(report.warnings)})", style="bold yellow"))
-        for warning in report.warnings:
-            out.print(Text(f"  - {warning}"))
-    else:
-        out.print(Text("warnings: none"))
-
-
-def print_failure(out: Console, summary: Summary, found: Exploration) -> None:
-    shortest = summary.shortest_failure()
-    if shortest is None:
-        return
-    labels = [run.label for run in summary.failures]
-    more = f" and {len(labels) - LABELS_SHOWN_MAX} more" if len(labels) > LABELS_SHOWN_MAX else ""
-    out.print()
-    out.print(Text(f"{summary.mode}: {len(labels)} failing run(s)", style="bold red"))
-    out.print(Text("  runs: " + ", ".join(labels[:LABELS_SHOWN_MAX]) + more))
-    seed = found.seed_of.get(shortest.label)
-    replay = f" (replay: seed {seed})" if seed is not None else ""
-    out.print(Text(f"  shortest failing run: {shortest.label}{replay}", style="bold"))
-    for violation in shortest.violations[:VIOLATIONS_SHOWN_MAX]:
-        out.print(Text(f"    {violation}"))
-    if len(shortest.violations) > VIOLATIONS_SHOWN_MAX:
-        hidden = len(shortest.violations) - VIOLATIONS_SHOWN_MAX
-        out.print(Text(f"    ... and {hidden} more (see --json)"))
-    out.print(Text("  faults injected (crashes and engine errors):"))
-    for fired in faults_in_order(shortest) or ["(none: the run failed without a fault)"]:
-        out.print(Text(f"    {fired}"))
-    out.print(Text("  shortest failing trace:"))
-    for line in failure_trace(shortest):
-        out.print(Text(f"    {line}"))
-
-
-def print_exploration(out: Console, found: Exploration) -> None:
-    if not found.summaries:
-        out.print(Text("not explored: --no-exhaustive and --seeds 0 run nothing"))
-        return
-    if found.seeds_run:
-        banked = ", ".join(map(str, found.banked)) or "none"
-        out.print(Text(f"random seeds: from the seed bank first ({banked}), then 0..N-1"))
-    print_table(out, figures_table(found.summaries))
-    for summary in found.summaries:
-        print_failure(out, summary, found)
-    runs = sum(s.runs for s in found.summaries)
-    executions = sum(s.executions for s in found.summaries)
-    style = "bold green" if found.violations == 0 else "bold red"
-    out.print()
-    out.print(
-        Text(
-            f"verdict: {found.violations} violations in {runs} runs ({executions} executions)",
-            style=style,
-        )
-    )
-
-
 # -- the command ---------------------------------------------------------------------------------
 
 
@@ -389,7 +206,8 @@ def print_exploration(out: Console, found: Exploration) -> None:
     "--exhaustive/--no-exhaustive",
     default=True,
     show_default=True,
-    help="Crash at every fault point of one instance per input (and during its recovery).",
+    help="On every path through the waits of one instance per input: crash at every fault "
+    "point (and during its recovery), refuse each effect, cancel and signal at every point.",
 )
 @click.option(
     "--depth",
@@ -419,6 +237,18 @@ def print_exploration(out: Console, found: Exploration) -> None:
     help="A workflow input as JSON (repeatable; default: the definition's examples).",
 )
 @click.option(
+    "--arrivals",
+    "arrivals_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSON file of what may arrive at the workflow's waits: per event name, payloads and "
+    "senders to try (and inputs with events of their own); see the README.",
+)
+@click.option(
+    "--require-coverage",
+    is_flag=True,
+    help="Exit 1 if an effect, pivot, compensation or wait of the workflow was reached by no run.",
+)
+@click.option(
     "--seed-bank",
     type=click.Path(dir_okay=False, path_type=Path),
     help="JSON file of seeds that once failed: run first, and failing seeds are added.",
@@ -432,6 +262,8 @@ def verify(
     seeds: int,
     instances: int,
     input_texts: tuple[str, ...],
+    arrivals_path: Path | None,
+    require_coverage: bool,
     seed_bank: Path | None,
     as_json: bool,
 ) -> None:
@@ -439,13 +271,17 @@ def verify(
 
     MODULE:OBJECT is a workflow function decorated with @registry.workflow(...), or a registry
     with --workflow NAME. Exits 1 if any run violates an invariant, printing the seed or run
-    label and the shortest failing trace.
+    label and the shortest failing trace, and, with --require-coverage, if some effect,
+    pivot, compensation or wait of the workflow was reached by no run.
     """
     registry, definition = resolve_target(target, workflow)
-    inputs = choose_inputs(input_texts, definition)
+    arrivals = read_arrivals(arrivals_path)
+    inputs = choose_inputs(input_texts, definition, arrivals)
     found = explore(
-        single=scenario_for(registry, definition.name, inputs),
-        crowd=scenario_for(registry, definition.name, inputs, copies=instances),
+        single=scenario_for(registry, definition.name, inputs, events=arrivals.events),
+        crowd=scenario_for(
+            registry, definition.name, inputs, copies=instances, events=arrivals.events
+        ),
         depth=depth if exhaustive else None,
         seeds=seeds,
         bank=SeedBank(seed_bank) if seed_bank is not None else None,
@@ -457,11 +293,26 @@ def verify(
         out = console()
         print_report(out, report)
         out.print()
-        print_exploration(out, found)
-    if found.violations:
+        print_exploration(out, found, report)
+    gap = coverage_gap(report) if require_coverage else None
+    if gap is not None:
+        click.echo(f"error: {gap}", err=True)
+    if found.violations or gap is not None:
         # Not ctx.exit(1): under main()'s standalone_mode=False, click returns that code
         # instead of exiting with it, and the process would exit 0.
         raise SystemExit(1)
+
+
+def coverage_gap(report: ConsistencyReport) -> str | None:
+    """What ``--require-coverage`` refuses, in one line; None when every item was reached."""
+    coverage = report.coverage
+    if coverage is None:
+        return "coverage required, but nothing was explored (--no-exhaustive and --seeds 0)"
+    if coverage.unreached:
+        return f"coverage required: never reached by any of {coverage.runs} runs: " + ", ".join(
+            coverage.unreached
+        )
+    return None
 
 
 def register(group: click.Group) -> None:

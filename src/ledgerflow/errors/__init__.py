@@ -9,7 +9,8 @@
     │   ├── UnknownVersionError       the workflow exists, but not at that version
     │   ├── CommandLineError          a ``ledgerflow`` command line that cannot be understood
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
-    │   └── VersionRetiredError       that version is retired: it starts no new instance
+    │   ├── VersionRetiredError       that version is retired: it starts no new instance
+    │   └── ArrivalsError             a script of arrivals for ``ledgerflow verify`` is malformed
     ├── PayloadError                  input/output that cannot be encoded or is too large
     │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
     │   └── InboxFullError            an event past its instance's inbox bounds; not kept
@@ -69,152 +70,117 @@ The classes are defined by concept in this package's modules (``base``, ``inputs
 from __future__ import annotations
 
 from ledgerflow.errors.base import (
-    LedgerflowError as LedgerflowError,
+    LedgerflowError,
 )
 from ledgerflow.errors.inputs import (
-    CommandLineError as CommandLineError,
-)
-from ledgerflow.errors.inputs import (
-    ConfigurationError as ConfigurationError,
-)
-from ledgerflow.errors.inputs import (
-    HostNotAllowedError as HostNotAllowedError,
-)
-from ledgerflow.errors.inputs import (
-    InboxFullError as InboxFullError,
-)
-from ledgerflow.errors.inputs import (
-    InvalidCursorError as InvalidCursorError,
-)
-from ledgerflow.errors.inputs import (
-    MethodNotAllowedError as MethodNotAllowedError,
-)
-from ledgerflow.errors.inputs import (
-    MissingExtraError as MissingExtraError,
-)
-from ledgerflow.errors.inputs import (
-    PayloadError as PayloadError,
-)
-from ledgerflow.errors.inputs import (
-    PayloadTooLargeError as PayloadTooLargeError,
-)
-from ledgerflow.errors.inputs import (
-    RegistrationError as RegistrationError,
-)
-from ledgerflow.errors.inputs import (
-    RequestError as RequestError,
-)
-from ledgerflow.errors.inputs import (
-    RequestTimeoutError as RequestTimeoutError,
-)
-from ledgerflow.errors.inputs import (
-    ReservedNameError as ReservedNameError,
-)
-from ledgerflow.errors.inputs import (
-    RouteNotFoundError as RouteNotFoundError,
-)
-from ledgerflow.errors.inputs import (
-    ServerBusyError as ServerBusyError,
-)
-from ledgerflow.errors.inputs import (
-    UnknownVersionError as UnknownVersionError,
-)
-from ledgerflow.errors.inputs import (
-    UnknownWorkflowError as UnknownWorkflowError,
-)
-from ledgerflow.errors.inputs import (
-    UnsupportedMediaTypeError as UnsupportedMediaTypeError,
-)
-from ledgerflow.errors.inputs import (
-    VersionRetiredError as VersionRetiredError,
+    ArrivalsError,
+    CommandLineError,
+    ConfigurationError,
+    HostNotAllowedError,
+    InboxFullError,
+    InvalidCursorError,
+    MethodNotAllowedError,
+    MissingExtraError,
+    PayloadError,
+    PayloadTooLargeError,
+    RegistrationError,
+    RequestError,
+    RequestTimeoutError,
+    ReservedNameError,
+    RouteNotFoundError,
+    ServerBusyError,
+    UnknownVersionError,
+    UnknownWorkflowError,
+    UnsupportedMediaTypeError,
+    VersionRetiredError,
 )
 from ledgerflow.errors.ledger import (
-    BusinessFailure as BusinessFailure,
-)
-from ledgerflow.errors.ledger import (
-    CancelArrivedError as CancelArrivedError,
-)
-from ledgerflow.errors.ledger import (
-    ConcurrencyError as ConcurrencyError,
-)
-from ledgerflow.errors.ledger import (
-    EffectFailedError as EffectFailedError,
-)
-from ledgerflow.errors.ledger import (
-    EffectRejectedError as EffectRejectedError,
-)
-from ledgerflow.errors.ledger import (
-    EventArrivedError as EventArrivedError,
-)
-from ledgerflow.errors.ledger import (
-    EventRefusedError as EventRefusedError,
-)
-from ledgerflow.errors.ledger import (
-    FencedOutError as FencedOutError,
-)
-from ledgerflow.errors.ledger import (
-    IdempotencyKeyReusedError as IdempotencyKeyReusedError,
-)
-from ledgerflow.errors.ledger import (
-    IllegalTransitionError as IllegalTransitionError,
-)
-from ledgerflow.errors.ledger import (
-    InstanceNotFoundError as InstanceNotFoundError,
-)
-from ledgerflow.errors.ledger import (
-    ResultTimeoutError as ResultTimeoutError,
-)
-from ledgerflow.errors.ledger import (
-    StepError as StepError,
-)
-from ledgerflow.errors.ledger import (
-    StepFailedError as StepFailedError,
-)
-from ledgerflow.errors.ledger import (
-    WaitTimeoutError as WaitTimeoutError,
-)
-from ledgerflow.errors.ledger import (
-    WorkflowError as WorkflowError,
+    BusinessFailure,
+    CancelArrivedError,
+    ConcurrencyError,
+    EffectFailedError,
+    EffectRejectedError,
+    EventArrivedError,
+    EventRefusedError,
+    FencedOutError,
+    IdempotencyKeyReusedError,
+    IllegalTransitionError,
+    InstanceNotFoundError,
+    ResultTimeoutError,
+    StepError,
+    StepFailedError,
+    WaitTimeoutError,
+    WorkflowError,
 )
 from ledgerflow.errors.operators import (
-    ApiUnreachableError as ApiUnreachableError,
-)
-from ledgerflow.errors.operators import (
-    NotAuthenticatedError as NotAuthenticatedError,
-)
-from ledgerflow.errors.operators import (
-    NotAuthorizedError as NotAuthorizedError,
-)
-from ledgerflow.errors.operators import (
-    OperatorError as OperatorError,
-)
-from ledgerflow.errors.operators import (
-    RepairRefusedError as RepairRefusedError,
-)
-from ledgerflow.errors.operators import (
-    StalePreconditionError as StalePreconditionError,
-)
-from ledgerflow.errors.operators import (
-    TokenNameTakenError as TokenNameTakenError,
+    ApiUnreachableError,
+    NotAuthenticatedError,
+    NotAuthorizedError,
+    OperatorError,
+    RepairRefusedError,
+    StalePreconditionError,
+    TokenNameTakenError,
 )
 from ledgerflow.errors.storage import (
-    ForeignDatabaseError as ForeignDatabaseError,
+    ForeignDatabaseError,
+    SchemaVersionError,
+    StorageAccessError,
+    StorageCorruptError,
+    StorageError,
+    StorageUnavailableError,
+    StoreNotFoundError,
 )
-from ledgerflow.errors.storage import (
-    SchemaVersionError as SchemaVersionError,
-)
-from ledgerflow.errors.storage import (
-    StorageAccessError as StorageAccessError,
-)
-from ledgerflow.errors.storage import (
-    StorageCorruptError as StorageCorruptError,
-)
-from ledgerflow.errors.storage import (
-    StorageError as StorageError,
-)
-from ledgerflow.errors.storage import (
-    StorageUnavailableError as StorageUnavailableError,
-)
-from ledgerflow.errors.storage import (
-    StoreNotFoundError as StoreNotFoundError,
-)
+
+__all__ = [
+    "ApiUnreachableError",
+    "ArrivalsError",
+    "BusinessFailure",
+    "CancelArrivedError",
+    "CommandLineError",
+    "ConcurrencyError",
+    "ConfigurationError",
+    "EffectFailedError",
+    "EffectRejectedError",
+    "EventArrivedError",
+    "EventRefusedError",
+    "FencedOutError",
+    "ForeignDatabaseError",
+    "HostNotAllowedError",
+    "IdempotencyKeyReusedError",
+    "IllegalTransitionError",
+    "InboxFullError",
+    "InstanceNotFoundError",
+    "InvalidCursorError",
+    "LedgerflowError",
+    "MethodNotAllowedError",
+    "MissingExtraError",
+    "NotAuthenticatedError",
+    "NotAuthorizedError",
+    "OperatorError",
+    "PayloadError",
+    "PayloadTooLargeError",
+    "RegistrationError",
+    "RepairRefusedError",
+    "RequestError",
+    "RequestTimeoutError",
+    "ReservedNameError",
+    "ResultTimeoutError",
+    "RouteNotFoundError",
+    "SchemaVersionError",
+    "ServerBusyError",
+    "StalePreconditionError",
+    "StepError",
+    "StepFailedError",
+    "StorageAccessError",
+    "StorageCorruptError",
+    "StorageError",
+    "StorageUnavailableError",
+    "StoreNotFoundError",
+    "TokenNameTakenError",
+    "UnknownVersionError",
+    "UnknownWorkflowError",
+    "UnsupportedMediaTypeError",
+    "VersionRetiredError",
+    "WaitTimeoutError",
+    "WorkflowError",
+]

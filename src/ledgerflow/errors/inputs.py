@@ -69,6 +69,14 @@ class VersionRetiredError(ConfigurationError):
         self.version = version
 
 
+class ArrivalsError(ConfigurationError):
+    """A script of arrivals (``ledgerflow verify --arrivals FILE``, or the events of an
+    ``Example``) is malformed: an unknown key, a sender that is not text, a payload that is not
+    JSON, more arrivals than allowed."""
+
+    code = "LF107"
+
+
 class PayloadError(LedgerflowError):
     """A payload cannot be encoded as JSON or is larger than allowed."""
 

@@ -4,9 +4,11 @@
 - :class:`ScriptedParticipant` and :class:`World`: in-process participants that misbehave on
   cue (reject, time out, lose the reply after applying, apply late, drift) and keep their own
   record of every application.
-- :class:`Explorer`: crashes a workflow at every fault point (exhaustive mode, with crashes
-  during recovery) or from seeds (random mode), and checks the invariants after every run with
-  the :mod:`oracle <ledgerflow.testing.oracle>`.
+- :class:`Explorer`: finds every path through a workflow's waits (what arrives at each, a
+  timeout, a callback applied or not), crashes it at every fault point of each (exhaustive
+  mode, with crashes during recovery), refuses each effect, or runs seeds (random mode), and
+  checks the invariants after every run with the :mod:`oracle <ledgerflow.testing.oracle>`;
+  each summary holds the coverage of what its runs reached.
 - :func:`replay_history` and :func:`replay_histories`: exported histories replayed against the
   code as it is now, nothing dispatched; each gives a :class:`ReplayVerdict`.
 

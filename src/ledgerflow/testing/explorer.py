@@ -1,9 +1,16 @@
 """The fault explorer: every crash point exhaustively, and many seeds at random.
 
-Exhaustive mode first runs the scenario without faults and counts its fault point hits; then it
+A workflow that waits takes one path or another by what arrives (which event, from whom, a
+timeout; a callback applied or not): the explorer first finds every path, running the scenario
+without faults once per choice at each wait and asynchronous effect its runs meet (a tree
+walked breadth first, each instance's choices apart, at most ``EXPLORER_PATHS_MAX`` paths).
+Exhaustive mode then, on each path, counts the fault point hits of its fault-free run; it
 crashes the worker at each hit in turn (depth 1), and for each of those at each hit of the
-recovery that follows (depth 2: a crash during recovery). Arrivals mode makes a cancel request,
-and then a signal, arrive at each hit in turn (including between the last step and the end).
+recovery that follows (depth 2: a crash during recovery). Refusals mode makes each effect a
+path reached refuse for good, so the workflow fails there and compensates what came before (or
+needs forward recovery after a pivot), and crashes at each hit of that compensation. Arrivals
+mode makes a cancel request, and then each event the waits asked for (a probe no wait takes
+when none did), arrive at each hit in turn (including between the last step and the end).
 Random mode runs seeds: each seed drives crashes, engine errors, arrivals, dropped store
 connections and participant misbehaviour (rejections, timeouts, lost and late replies, store
 stalls past the lease while a delivery is held, answers after the deadline, unreachable
@@ -17,13 +24,15 @@ import json
 import random
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ledgerflow import limits
+from ledgerflow.testing.coverage import Coverage, EffectAt
 from ledgerflow.testing.participants import Behavior
-from ledgerflow.testing.plans import RandomPlan, Rates, ScheduledPlan
+from ledgerflow.testing.plans import OutsideEvent, RandomPlan, Rates, ScheduledPlan
 from ledgerflow.testing.simulation import (
     OutsideFaults,
     RunResult,
@@ -66,6 +75,11 @@ class Summary:
     statuses: Counter[str] = field(default_factory=Counter)
     failures: list[RunResult] = field(default_factory=list)
     seconds: float = 0.0
+    coverage: Coverage = field(default_factory=Coverage)
+    # Paths through the waits swept (exhaustive mode), and those past the bound left out (the
+    # ones found waiting when it was reached: more may lie behind them).
+    paths: int = 0
+    paths_unexplored: int = 0
 
     def add(self, result: RunResult) -> None:
         self.runs += 1
@@ -79,6 +93,7 @@ class Summary:
         self.touched_terminal += result.touched_terminal
         self.outside.add(result.outside)
         self.statuses.update(result.statuses)
+        self.coverage.add(result.coverage)
         if not result.ok:
             self.failures.append(result)
 
@@ -88,8 +103,9 @@ class Summary:
 
     @property
     def non_vacuity(self) -> float:
-        """Share of executions a fault touched that still reached a terminal state."""
-        return self.touched_terminal / self.touched if self.touched else 0.0
+        """Share of the workflow's own effects (effects, pivots, compensations, including
+        those no run reached) that a fault touched in a run whose instance still ended."""
+        return self.coverage.non_vacuity
 
     def shortest_failure(self) -> RunResult | None:
         return min(self.failures, key=lambda r: (len(r.fired), len(r.hits)), default=None)
@@ -107,6 +123,9 @@ class Summary:
             **self.outside.figures(),
             "executions_touched_by_a_fault": self.touched,
             "non_vacuity": round(self.non_vacuity, 4),
+            "paths": self.paths,
+            "paths_unexplored": self.paths_unexplored,
+            "runs_ending_non_terminal": self.coverage.runs_non_terminal,
             "statuses": dict(self.statuses),
             "violations": self.violations,
             "seconds": round(self.seconds, 2),
@@ -114,6 +133,21 @@ class Summary:
 
 
 Progress = Callable[[RunResult], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalPath:
+    """One way through the waits and callbacks of a scenario's instances: the choices it
+    pins (every other choice takes its first option), and the instance they belong to."""
+
+    choices: Mapping[str, int]
+    owner: str | None = None
+
+
+@dataclass(slots=True)
+class _Paths:
+    found: list[tuple[ArrivalPath, RunResult]]
+    unexplored: int
 
 
 class Explorer:
@@ -128,6 +162,7 @@ class Explorer:
         self.factory = factory
         self.folder = folder or Path(tempfile.mkdtemp(prefix="ledgerflow-explorer-"))
         self._runs = 0
+        self._paths: _Paths | None = None
 
     async def _run(
         self, plan: ScheduledPlan, label: str, prepare: Callable[[Scenario], None] | None = None
@@ -139,46 +174,118 @@ class Explorer:
         (self.folder / f"{label}.db").unlink(missing_ok=True)
         return result
 
+    async def _sweep(
+        self,
+        summary: Summary,
+        plan: ScheduledPlan,
+        label: str,
+        progress: Progress | None,
+        prepare: Callable[[Scenario], None] | None = None,
+    ) -> RunResult:
+        """One run of a mode: judged, added to the mode's summary, shown on its progress."""
+        result = await self._run(plan, label, prepare)
+        summary.add(result)
+        if progress:
+            progress(result)
+        return result
+
+    async def paths(self) -> list[tuple[ArrivalPath, RunResult]]:
+        """Every path through the waits and callbacks, each with its fault-free run (the
+        first is the run that takes every first option). Found once per explorer."""
+        if self._paths is None:
+            self._paths = await self._find_paths()
+        return self._paths.found
+
+    async def _find_paths(self) -> _Paths:
+        found: list[tuple[ArrivalPath, RunResult]] = []
+        queue = deque([ArrivalPath({})])
+        seen: set[frozenset[tuple[str, int]]] = {frozenset()}
+        while queue and len(found) < limits.EXPLORER_PATHS_MAX:
+            path = queue.popleft()
+            label = f"path-{len(found)}" if found else "baseline"
+            result = await self._run(ScheduledPlan(choices=path.choices), label)
+            found.append((path, result))
+            # Branch at each choice of this path's own instance past its pinned ones: the
+            # choices before it in this run, then another option there.
+            before: dict[str, dict[str, int]] = {}
+            for decision in result.decisions:
+                mine = before.setdefault(decision.instance, {})
+                if decision.point not in path.choices and path.owner in (None, decision.instance):
+                    for option in range(len(decision.options)):
+                        choices = {**mine, decision.point: option}
+                        if option != decision.chosen and frozenset(choices.items()) not in seen:
+                            seen.add(frozenset(choices.items()))
+                            queue.append(ArrivalPath(choices, decision.instance))
+                mine[decision.point] = decision.chosen
+        return _Paths(found, unexplored=len(queue))
+
     async def exhaustive(self, *, depth: int = 2, progress: Progress | None = None) -> Summary:
         started = time.monotonic()
         summary = Summary(mode=f"exhaustive depth {depth}")
-        baseline = await self._run(ScheduledPlan(), "baseline")
-        summary.add(baseline)
-        for first in range(1, len(baseline.hits) + 1):
-            plan = ScheduledPlan(frozenset({first}))
-            result = await self._run(plan, f"crash-{first}")
-            summary.add(result)
-            if progress:
-                progress(result)
-            if depth < 2:
-                continue
-            # The hits after the first crash are the recovery: crash again at each of them.
-            for second in range(first + 1, len(result.hits) + 1):
-                nested = await self._run(
-                    ScheduledPlan(frozenset({first, second})), f"crash-{first}-{second}"
-                )
-                summary.add(nested)
-                if progress:
-                    progress(nested)
+        paths = await self.paths()
+        summary.paths = len(paths)
+        summary.paths_unexplored = self._paths.unexplored if self._paths else 0
+        for n, (path, baseline) in enumerate(paths):
+            summary.add(baseline)
+            prefix = f"path-{n}-" if n else ""
+            for first in range(1, len(baseline.hits) + 1):
+                plan = ScheduledPlan(frozenset({first}), choices=path.choices)
+                result = await self._sweep(summary, plan, f"{prefix}crash-{first}", progress)
+                if depth < 2:
+                    continue
+                # The hits after the first crash are the recovery: crash again at each of them.
+                for second in range(first + 1, len(result.hits) + 1):
+                    plan = ScheduledPlan(frozenset({first, second}), choices=path.choices)
+                    await self._sweep(summary, plan, f"{prefix}crash-{first}-{second}", progress)
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    async def refusals(self, *, progress: Progress | None = None) -> Summary:
+        """Each forward effect a path reached refused for good by its participant (at every
+        attempt): the workflow fails there, compensating what it confirmed before (or needing
+        forward recovery past a pivot); then a crash at each hit of that compensation."""
+        started = time.monotonic()
+        summary = Summary(mode="refusals")
+        refused: set[EffectAt] = set()
+        for path, baseline in await self.paths():
+            for at in baseline.coverage.effects_at:
+                if at in refused:
+                    continue
+                refused.add(at)
+                label = f"refuse-{at.participant}.{at.operation}-{at.instance}-s{at.seq}"
+                prepare = _refusing(at)
+                plan = ScheduledPlan(choices=path.choices)
+                result = await self._sweep(summary, plan, label, progress, prepare)
+                for index, hit in enumerate(result.hits, start=1):
+                    if hit.split(" ", 2)[1].startswith("compensation."):
+                        plan = ScheduledPlan(frozenset({index}), choices=path.choices)
+                        await self._sweep(
+                            summary, plan, f"{label}-crash-{index}", progress, prepare
+                        )
         summary.seconds = time.monotonic() - started
         return summary
 
     async def arrivals(self, *, progress: Progress | None = None) -> Summary:
-        """A cancel request at each fault point hit of the fault-free run, then a signal at
-        each: whatever the moment, the request and the event end with an outcome."""
+        """A cancel request at each fault point hit of the fault-free run, then each event the
+        waits of any path asked for (the probe when none did) at each: whatever the moment,
+        the request and the event end with an outcome."""
         started = time.monotonic()
         summary = Summary(mode="arrivals")
-        baseline = await self._run(ScheduledPlan(), "baseline")
+        paths = await self.paths()
+        baseline = paths[0][1]
         summary.add(baseline)
+        asked: dict[str, OutsideEvent] = {}
+        for _, path_run in paths:
+            for name, event in path_run.asked.items():
+                asked.setdefault(name, event)
+        events: list[OutsideEvent | None] = [*asked.values()] or [None]
         for at in range(1, len(baseline.hits) + 1):
-            for kind, plan in (
-                ("cancel", ScheduledPlan(cancel_at=frozenset({at}))),
-                ("signal", ScheduledPlan(signal_at=frozenset({at}))),
-            ):
-                result = await self._run(plan, f"{kind}-{at}")
-                summary.add(result)
-                if progress:
-                    progress(result)
+            runs = [("cancel", ScheduledPlan(cancel_at=frozenset({at})))]
+            for sent in events:
+                kind = f"signal-{sent.name}" if sent is not None and len(events) > 1 else "signal"
+                runs.append((kind, ScheduledPlan(signal_at=frozenset({at}), event=sent)))
+            for kind, plan in runs:
+                await self._sweep(summary, plan, f"{kind}-{at}", progress)
         summary.seconds = time.monotonic() - started
         return summary
 
@@ -226,7 +333,24 @@ class Explorer:
                     lookup_unreachable=lookup_unreachable,
                 )
 
-        return await self._run(RandomPlan(rng, rates or Rates()), f"seed-{seed}", misbehave)
+        plan = RandomPlan(rng, rates or Rates(), choices=random.Random(f"choices-{seed}"))
+        return await self._run(plan, f"seed-{seed}", misbehave)
+
+
+def _refusing(at: EffectAt) -> Callable[[Scenario], None]:
+    """Make the participant of ``at`` refuse that effect for good, at every attempt."""
+
+    def prepare(scenario: Scenario) -> None:
+        for participant in scenario.participants:
+            if participant.name == at.participant:
+                participant.script(
+                    Behavior.REJECT_FINAL,
+                    operation=at.operation,
+                    key_contains=at.key,
+                    times=limits.ATTEMPTS_MAX,
+                )
+
+    return prepare
 
 
 class SeedBank:

@@ -6,7 +6,9 @@ applied twice and the record shows it), fences attempts its lookup answered "not
 and can be told to misbehave for chosen deliveries: reject, time out, lose the reply after
 applying, apply late, drift (lose a fact behind the ledger's back), hold a delivery while the
 engine's store stalls past its lease, or ignore the engine's cancellation at the deadline and
-answer late; and its lookup can be unreachable for a while (an outage).
+answer late; and its lookup can be unreachable for a while (an outage). An operation that
+completes by callback is only accepted by its dispatch; the simulation then has the participant
+call back applied or not applied, or apply it and lose the callback (see :meth:`call_back`).
 
 It also records, for the oracle, what the engine cannot be trusted to report about itself:
 two calls for one instance in flight at once (two copies of the instance running), answers it
@@ -194,6 +196,7 @@ class ScriptedParticipant:
         compensations: Mapping[str, str] | None = None,
         preconditions: bool = False,
         lookup_retry: RetryPolicy | None = None,
+        callbacks: Mapping[str, float] | None = None,
     ) -> None:
         self.name = name
         self.world = world
@@ -210,6 +213,10 @@ class ScriptedParticipant:
         self.lookup_chaos: tuple[random.Random, float] | None = None
         # The instance each key was delivered for (a lookup names only the key).
         self.instance_of: dict[str, str] = {}
+        # Operations that complete by callback (seconds to wait for it), and the requests of
+        # theirs accepted and not yet applied or refused: key -> (operation, attempt, payload).
+        self.callbacks = dict(callbacks or {})
+        self.accepted: dict[str, tuple[str, int, Any]] = {}
         self.participant = Participant(
             name,
             deduplicates=deduplicates,
@@ -222,6 +229,7 @@ class ScriptedParticipant:
                 classification=classification,
                 retry=retry or RetryPolicy(),
                 compensation=undo.get(operation),
+                completes_by_callback=self.callbacks.get(operation),
             )(self._deliver)
         for operation in sorted(set(undo.values())):
             self.participant.compensation(
@@ -252,6 +260,11 @@ class ScriptedParticipant:
             },
             preconditions=any(d.precondition is not None for d in declarations),
             lookup_retry=participant.lookup_retry,
+            callbacks={
+                d.operation: d.completes_by_callback
+                for d in declarations
+                if d.completes_by_callback is not None
+            },
         )
         return twin
 
@@ -352,10 +365,37 @@ class ScriptedParticipant:
         if behavior is Behavior.LATE:
             self.late.append((call.operation, key, attempt, call.payload))
             raise TimeoutError("scripted: the request is still on its way")
-        receipt = self._apply(call.operation, key, attempt, call.payload)
+        if call.operation in self.callbacks:
+            receipt = self._accept(call.operation, key, attempt, call.payload)
+        else:
+            receipt = self._apply(call.operation, key, attempt, call.payload)
         if behavior is Behavior.LOSE_REPLY:
             raise LostReplyError("scripted: applied, reply lost")
         return receipt
+
+    def _accept(self, operation: str, key: str, attempt: int, payload: Any) -> dict[str, Any]:
+        """Take a request of an operation that completes by callback: nothing is applied
+        yet (a deduplicating participant answers an applied key with its receipt)."""
+        self._refuse_if_fenced(key, attempt)
+        if not (self.deduplicates and key in self.receipts):
+            self.accepted[key] = (operation, attempt, payload)
+        return {"participant": self.name, "key": key, "attempt": attempt, "accepted": True}
+
+    def call_back(self, key: str, *, apply: bool) -> tuple[bool, Any]:
+        """Finish an accepted request: apply it (``apply``) or refuse it for good; return
+        whether it is applied and the receipt. What was applied already stays applied, and a
+        request a lookup fenced meanwhile can no longer apply: the answer is the truth."""
+        if key in self.receipts:
+            return True, self.receipts[key]
+        pending = self.accepted.pop(key, None)
+        if pending is None:
+            return False, None
+        operation, attempt, payload = pending
+        if apply and attempt > self.fenced.get(key, 0):
+            return True, self._apply(operation, key, attempt, payload)
+        # "Not applied" is a promise: no attempt sent so far will ever apply.
+        self.fenced[key] = max(self.fenced.get(key, 0), attempt)
+        return False, None
 
     async def _answer_late(self, call: EffectCall, what: str) -> dict[str, Any]:
         """Apply, let the caller's deadline pass, ignore its cancellation and answer anyway."""
@@ -371,13 +411,16 @@ class ScriptedParticipant:
         self.world.late_answers.append((self.name, key, attempt))
         return {**receipt, "late": True}
 
-    def _apply(self, operation: str, key: str, attempt: int, payload: Any) -> dict[str, Any]:
+    def _refuse_if_fenced(self, key: str, attempt: int) -> None:
         if attempt <= self.fenced.get(key, 0):
             raise EffectRejectedError(
                 f"attempt {attempt} of {key} was fenced by a lookup",
                 error_code="fenced",
                 retryable=False,
             )
+
+    def _apply(self, operation: str, key: str, attempt: int, payload: Any) -> dict[str, Any]:
+        self._refuse_if_fenced(key, attempt)
         if self.deduplicates and key in self.receipts:
             return self.receipts[key]
         self.world.record(self.name, operation, key, attempt, payload)

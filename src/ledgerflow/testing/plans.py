@@ -5,12 +5,17 @@ lives), so "crash at hit 7, then at hit 12" names one exact schedule that replay
 every time. Besides crashes and engine errors a plan may make something arrive from outside at
 a hit: a cancel request or a signal for the instance the hit belongs to (the simulation
 delivers it, as another process would).
+
+A plan also makes the run's choices of what arrives at a wait or for an asynchronous effect
+(which scripted event, a timeout, a callback applied or not): a scheduled plan takes them from
+its ``choices`` (the first option where it names none), a random plan from a generator of its
+own, so a seed replays its choices too without changing the faults it draws.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +39,31 @@ SIGNAL = "signal"
 Arrive = Callable[[str, "Hit", str], None]
 
 
+@dataclass(frozen=True, slots=True)
+class OutsideEvent:
+    """The event a signal arriving at a hit carries (None on a plan: the simulation sends
+    what the instance's open wait asks for)."""
+
+    name: str
+    payload: Any = None
+    sender: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One choice of what arrives, made at a quiet moment of a run: at ``point`` (an
+    instance's wait or asynchronous effect, named so it reads the same in every run that
+    reaches it), option ``chosen`` of ``options``."""
+
+    point: str
+    instance: str
+    options: tuple[str, ...]
+    chosen: int
+
+    def __str__(self) -> str:
+        return f"{self.point}: {self.options[self.chosen]} (of {len(self.options)})"
+
+
 class ScheduledPlan(FaultPlan):
     """Crash the worker at the listed hit numbers (1-based), or make a cancel request or a
     signal arrive there; record every hit."""
@@ -44,11 +74,16 @@ class ScheduledPlan(FaultPlan):
         *,
         cancel_at: frozenset[int] = frozenset(),
         signal_at: frozenset[int] = frozenset(),
+        event: OutsideEvent | None = None,
+        choices: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(rules=[])
         self.crash_at = crash_at
         self.cancel_at = cancel_at
         self.signal_at = signal_at
+        self.event = event
+        self.choices = dict(choices or {})
+        self.decisions: list[Decision] = []
         self.hits: list[Hit] = []
         self.crashed_at: list[Hit] = []
         self.arrivals: list[tuple[str, Hit]] = []
@@ -65,6 +100,15 @@ class ScheduledPlan(FaultPlan):
         if self.arrive is not None and isinstance(key, str):
             self.arrivals.append((kind, hit))
             self.arrive(kind, hit, key)
+
+    def choose(self, point: str, instance: str, options: tuple[str, ...]) -> int:
+        """The option taken at ``point``: the one ``choices`` names, else the first."""
+        chosen = self.choices.get(point, 0)
+        return self._decided(point, instance, options, chosen if chosen < len(options) else 0)
+
+    def _decided(self, point: str, instance: str, options: tuple[str, ...], chosen: int) -> int:
+        self.decisions.append(Decision(point, instance, options, chosen))
+        return chosen
 
     def hit(self, name: str, where: dict[str, Any]) -> None:
         hit = self._record(name, where)
@@ -94,11 +138,19 @@ class Rates:
 class RandomPlan(ScheduledPlan):
     """Crash or raise at random, from a seed; bounded so every run reaches quiescence."""
 
-    def __init__(self, rng: random.Random, rates: Rates) -> None:
+    def __init__(
+        self, rng: random.Random, rates: Rates, *, choices: random.Random | None = None
+    ) -> None:
         super().__init__()
         self.rng = rng
         self.rates = rates
         self.errors: list[Hit] = []
+        # Choices draw from their own generator: a workflow that waits changes nothing in the
+        # faults a seed draws, and the same seed makes the same choices.
+        self.chooser = choices or random.Random(f"choices:{rng.getstate()!r}")
+
+    def choose(self, point: str, instance: str, options: tuple[str, ...]) -> int:
+        return self._decided(point, instance, options, self.chooser.randrange(len(options)))
 
     def hit(self, name: str, where: dict[str, Any]) -> None:
         hit = self._record(name, where)

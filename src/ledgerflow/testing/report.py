@@ -11,6 +11,18 @@ and what the explorer found when it crashed the workflow at every fault point. E
 derived from what the engine really consults (participant capabilities, retry policies,
 ``limits``), never from a separate description that could drift from the code.
 
+It describes the verified workflow, not its module: the effects listed are the workflow's own,
+and its **coverage** says, for each effect, pivot, compensation and wait, how many runs
+reached it, completed it, crashed at it and recovered past it. Which items a workflow has is
+learnt as :mod:`ledgerflow.testing.coverage` explains: what any run journaled (by name, with
+the positions seen), the effects (and their compensations) the workflow's code names, and the
+effects of a participant a run used that the code names none of. Nothing is parsed from the
+source, yet an effect the code can reach but no run reached is still listed, with 0 runs and
+a warning by name; a wait is listed once some run reached it (the explorer answers every wait
+it meets, so a wait no run reached sits behind something itself reported unreached). Without
+exploration, the effects are those the code names. The ``non vacuity`` figure is computed over
+the same effects: the share of them a fault touched in a run that still ended.
+
 Example::
 
     definition = registry.get("order")
@@ -47,6 +59,15 @@ from ledgerflow.model.ids import (
     idempotency_key,
 )
 from ledgerflow.model.retry import RetryPolicy
+from ledgerflow.testing.coverage import (
+    EFFECT_KINDS,
+    FROM_CODE,
+    Coverage,
+    CoverageRow,
+    Item,
+    ItemKind,
+    declared,
+)
 from ledgerflow.testing.explorer import Summary
 from ledgerflow.testing.simulation import RunResult
 
@@ -111,9 +132,29 @@ class ConsistencyReport:
     # failures), and what any other exception (a defect) does.
     business_failures: list[str] = field(default_factory=list)
     defects: str = ""
+    # What the explorer's runs reached, item by item (None: nothing was explored).
+    coverage: CoverageReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoverageReport:
+    """The coverage section: every item of the workflow over every run of every mode."""
+
+    runs: int
+    runs_non_terminal: int
+    instances_non_terminal: int
+    items: list[CoverageRow]
+    # The items no run reached ("effect payment.upgrade"), each also a warning.
+    unreached: list[str]
+    non_vacuity: float
+    # How many of the items are the workflow's own effects (what non_vacuity is a share of).
+    effects: int
+    # Events the explorer sent with its default arrival (a null payload): nothing was
+    # scripted for them with --arrivals or an example's events.
+    defaulted_events: list[str]
 
 
 def idempotency_key_pattern() -> str:
@@ -171,7 +212,8 @@ def effect_report(declaration: EffectDeclaration) -> EffectReport:
         participant=participant.name,
         operation=declaration.operation,
         classification=declaration.classification.value,
-        pivot=declaration.classification.is_pivot,
+        # A compensation cannot be undone either, but it is no pivot: it only goes backward.
+        pivot=declaration.classification.is_pivot and not declaration.is_compensation,
         deduplicates=participant.deduplicates,
         has_lookup=participant.lookup_function is not None,
         unknown_resolution=unknown_resolution(participant, declaration.classification),
@@ -214,20 +256,77 @@ def effect_warnings(effect: EffectReport) -> list[str]:
     return found
 
 
+def _declaration(registry: Registry, item: Item) -> EffectDeclaration | None:
+    participant_name, _, operation = item.name.partition(".")
+    participant = registry.participants.get(participant_name)
+    return participant.effects.get(operation) if participant is not None else None
+
+
+def coverage_report(summaries: Iterable[Summary]) -> CoverageReport | None:
+    merged = Coverage()
+    for summary in summaries:
+        merged.merge(summary.coverage)
+    if merged.runs == 0:
+        return None
+    return CoverageReport(
+        runs=merged.runs,
+        runs_non_terminal=merged.runs_non_terminal,
+        instances_non_terminal=merged.instances_non_terminal,
+        items=merged.rows(),
+        unreached=[str(item) for item in merged.unreached()],
+        non_vacuity=round(merged.non_vacuity, 4),
+        effects=sum(1 for row in merged.rows() if ItemKind(row.kind) in EFFECT_KINDS),
+        defaulted_events=sorted(merged.defaulted),
+    )
+
+
+def coverage_warnings(coverage: CoverageReport) -> list[str]:
+    """An item no run reached, by name; runs that ended with work still waiting."""
+    found = []
+    for row in coverage.items:
+        if row.reached:
+            continue
+        why = (
+            "the workflow's code names it"
+            if row.origin == FROM_CODE
+            else f"the workflow reaches participant {row.name.partition('.')[0]}"
+        )
+        found.append(
+            f"never reached: {row.kind} {row.name} was reached by 0 of {coverage.runs} runs "
+            f"({why}); nothing about it was explored"
+        )
+    if coverage.runs_non_terminal:
+        found.append(
+            f"{coverage.runs_non_terminal} of {coverage.runs} runs ended with "
+            f"{coverage.instances_non_terminal} instance(s) not terminal (WAITING with nothing "
+            "left to deliver): what comes after was not explored in them"
+        )
+    return found
+
+
 def build_report(
     registry: Registry,
     definition: WorkflowDefinition,
     *,
     summaries: Iterable[Summary] = (),
 ) -> ConsistencyReport:
-    """The report for ``definition``, covering every effect of every participant in
-    ``registry`` (the workflow may call any of them), plus the figures of each summary."""
-    effects = [
-        effect_report(declaration)
-        for participant in registry.participants.values()
-        for declaration in participant.effects.values()
-    ]
+    """The report for ``definition``: the workflow's own effects (those its runs reached or
+    may reach, see the module docstring), the figures of each summary and their coverage."""
+    summaries = list(summaries)
+    coverage = coverage_report(summaries)
+    items = [Item(ItemKind(row.kind), row.name) for row in coverage.items] if coverage else []
+    items += [item for item in declared([definition]) if item not in items]
+    found = [_declaration(registry, item) for item in items if item.kind in EFFECT_KINDS]
+    effects = [effect_report(declaration) for declaration in found if declaration is not None]
     warnings = [w for effect in effects for w in effect_warnings(effect)]
+    if coverage is not None:
+        warnings += coverage_warnings(coverage)
+    unexplored = max((summary.paths_unexplored for summary in summaries), default=0)
+    if unexplored:
+        warnings.append(
+            f"at least {unexplored} path(s) through the waits were not swept: past "
+            f"{limits.EXPLORER_PATHS_MAX} paths the rest are left out"
+        )
     newest = registry.get(definition.name).version
     if newest != definition.version:
         # scenario_for starts instances by workflow name, which pins them to the newest version.
@@ -255,6 +354,7 @@ def build_report(
         figures=[summary.figures() for summary in summaries],
         business_failures=business_failures(definition),
         defects=defects(definition),
+        coverage=coverage,
     )
 
 

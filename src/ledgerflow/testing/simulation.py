@@ -12,6 +12,11 @@ a fault point (as from another process), a store that stalls for longer than the
 participant holds a delivery (the clock jumps past every lease and the worker is let claim),
 and, in random mode, a connection that drops around a commit or a claim. Each copy of an
 instance's workflow code is counted while it runs, so two at once are seen.
+
+At every quiet moment (nothing due, time about to move) the waits and asynchronous effects the
+instances ask for get what the plan chooses (:mod:`ledgerflow.testing.arrivals`), so a run goes
+past every wait; after quiescence the run is read back for coverage
+(:mod:`ledgerflow.testing.coverage`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from ledgerflow.errors import FencedOutError
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.effect import EffectState
+from ledgerflow.model.examples import Events, Example
 from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, Generation, InstanceId, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.runtime import faults
@@ -37,11 +43,13 @@ from ledgerflow.runtime.worker import Worker
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Commit, Release
 from ledgerflow.testing import oracle
+from ledgerflow.testing.arrivals import ArrivalDriver, event_at_hit
 from ledgerflow.testing.clock import FakeClock
+from ledgerflow.testing.coverage import Item, RunCoverage, declared, observe
 from ledgerflow.testing.drift import VersionDrift
 from ledgerflow.testing.dropping_store import DroppingStore, dropping
 from ledgerflow.testing.participants import ScriptedParticipant, World
-from ledgerflow.testing.plans import CANCEL, Hit, RandomPlan, ScheduledPlan
+from ledgerflow.testing.plans import CANCEL, Decision, Hit, OutsideEvent, RandomPlan, ScheduledPlan
 
 # Leases are long so that no lease lapses while a worker lives; a death then moves the clock
 # past them. Worker lives and rounds are bounded so a broken engine cannot loop forever.
@@ -49,8 +57,6 @@ SIMULATED_LEASE_SECONDS = 1_000.0
 ROUNDS_MAX = 500
 # A stall gives the worker this many turns of the loop to claim while the delivery is held.
 STALL_TURNS_MAX = 1_000
-# The name of the signal the explorer sends (a workflow that waits for it takes it).
-PROBE_SIGNAL = "explorer-probe"
 
 
 @dataclass(slots=True)
@@ -63,8 +69,11 @@ class Scenario:
     starts: list[tuple[str, str, Any]]
     # Undo what setting the scenario up changed outside it (see ScriptedParticipant.take_over).
     cleanup: list[Callable[[], None]] = field(default_factory=list)
-    # What a signal arriving from outside is named (default: one no wait takes).
-    signal: str = PROBE_SIGNAL
+    # What a signal arriving from outside at a fault point is named; None: what the instance's
+    # open wait asks for then (or, with no wait open, a probe no wait takes).
+    signal: str | None = None
+    # Per business key, the arrivals scripted for its waits (see ledgerflow.model.examples).
+    events: dict[str, Events] = field(default_factory=dict)
     # Version drift: workers with this changed code replace the first worker after its first
     # life, and (``upgrade_on_drift``) an operator then upgrades what replays clean against it.
     drift: Registry | None = None
@@ -82,15 +91,18 @@ def scenario_for(
     copies: int = 1,
     drift: Registry | None = None,
     upgrade_on_drift: bool = True,
-    signal: str = PROBE_SIGNAL,
+    signal: str | None = None,
+    events: Events | None = None,
 ) -> ScenarioFactory:
     """Run a user's workflow unchanged against scripted twins of its participants.
 
     Each twin declares what the user's participant declares (deduplication, lookup,
-    classifications); the user's effect declarations are pointed at the twins for the run.
-    ``drift`` is changed code for the same workflow versions: a worker with it appears after
-    the first worker's first life (see :class:`Scenario`). ``signal`` names the event that
-    arrives from outside (a name a wait of the workflow takes, to race it).
+    classifications, callbacks); the user's effect declarations are pointed at the twins for
+    the run. ``drift`` is changed code for the same workflow versions: a worker with it
+    appears after the first worker's first life (see :class:`Scenario`). ``signal`` names the
+    event that arrives from outside at a fault point (default: what the open wait asks for).
+    An input may be an :class:`~ledgerflow.model.examples.Example`, whose events replace the
+    common ``events`` for the names it lists.
     """
 
     def make() -> Scenario:
@@ -110,11 +122,14 @@ def scenario_for(
             restores.append(twin.take_over(participant))
             if participant.name not in by_name:
                 twins.append(twin)
-        starts = [
-            (workflow, f"sim-{n}-{copy}", value)
-            for n, value in enumerate(inputs)
-            for copy in range(copies)
-        ]
+        starts: list[tuple[str, str, Any]] = []
+        scripts: dict[str, Events] = {}
+        for n, value in enumerate(inputs):
+            example = value if isinstance(value, Example) else Example(value)
+            for copy in range(copies):
+                key = f"sim-{n}-{copy}"
+                starts.append((workflow, key, example.input))
+                scripts[key] = {**(events or {}), **example.events}
         return Scenario(
             registry=registry,
             world=world,
@@ -124,6 +139,7 @@ def scenario_for(
             drift=drift,
             upgrade_on_drift=upgrade_on_drift,
             signal=signal,
+            events=scripts,
         )
 
     return make
@@ -133,7 +149,8 @@ def scenario_for(
 class OutsideFaults:
     """Faults from outside the worker in one run (or summed over many): cancel requests and
     signals that arrived, store stalls past the lease, answers given after their deadline,
-    lookups refused by an unreachable participant, and dropped store connections."""
+    lookups refused by an unreachable participant, and dropped store connections; and what
+    the waits and asynchronous effects were sent at quiet moments (events, callbacks)."""
 
     cancels: int = 0
     signals: int = 0
@@ -141,6 +158,8 @@ class OutsideFaults:
     late_answers: int = 0
     lookup_misses: int = 0
     store_drops: int = 0
+    deliveries: int = 0
+    callbacks: int = 0
 
     def add(self, other: OutsideFaults) -> None:
         for name in self.__dataclass_fields__:
@@ -154,6 +173,8 @@ class OutsideFaults:
             "answers_after_the_deadline": self.late_answers,
             "lookups_unreachable": self.lookup_misses,
             "store_connections_dropped": self.store_drops,
+            "events_sent_to_waits": self.deliveries,
+            "callbacks_answered": self.callbacks,
         }
 
 
@@ -176,6 +197,11 @@ class RunResult:
     outside: OutsideFaults = field(default_factory=lambda: OutsideFaults())
     # Version drift: instances moved to the changed code after a clean replay.
     upgraded: int = 0
+    # The choices made of what arrived at waits and asynchronous effects, in order; the event
+    # each wait name asked for; and what the run reached, item by item.
+    decisions: list[Decision] = field(default_factory=list)
+    asked: dict[str, OutsideEvent] = field(default_factory=dict)
+    coverage: RunCoverage = field(default_factory=RunCoverage)
 
     @property
     def ok(self) -> bool:
@@ -198,6 +224,9 @@ async def simulate(
     scenario = factory()
     if prepare is not None:
         prepare(scenario)
+    # Read before the workflow functions are wrapped for counting: it walks their code.
+    started = {workflow for workflow, _, _ in scenario.starts}
+    catalogue = declared(d for d in scenario.registry.definitions() if d.name in started)
     scenario.cleanup.extend(_count_executions(scenario.registry, scenario.world))
     if scenario.drift is not None:
         scenario.cleanup.extend(_count_executions(scenario.drift, scenario.world))
@@ -205,7 +234,7 @@ async def simulate(
     faults.install(plan)
     try:
         await run.start()
-        snapshot, (refused, accepted) = await run.to_quiescence(label)
+        snapshot, (refused, accepted), reached = await run.to_quiescence(label, catalogue)
     finally:
         faults.install(None)
         for undo in scenario.cleanup:
@@ -239,6 +268,9 @@ async def simulate(
         ],
         arrived=[f"{kind} at {h}" for kind, h in plan.arrivals],
         upgraded=run.drift.upgraded,
+        decisions=list(plan.decisions),
+        asked=dict(run.driver.asked),
+        coverage=reached,
         outside=OutsideFaults(
             cancels=sum(1 for kind, _ in plan.arrivals if kind == CANCEL),
             signals=sum(1 for kind, _ in plan.arrivals if kind != CANCEL),
@@ -246,6 +278,8 @@ async def simulate(
             late_answers=len(world.late_answers),
             lookup_misses=world.lookups_refused,
             store_drops=run.store_drops,
+            deliveries=run.driver.delivered,
+            callbacks=run.driver.callbacks,
         ),
     )
 
@@ -299,6 +333,7 @@ class _Run:
         self.drift = VersionDrift(
             scenario.registry, scenario.drift, upgrade=scenario.upgrade_on_drift
         )
+        self.driver = ArrivalDriver(scenario.events, scenario.participants)
         plan.arrive = self._arrive
         scenario.world.clock = self.clock
         scenario.world.stall = self._stall
@@ -315,8 +350,11 @@ class _Run:
             for workflow, key, value in self.scenario.starts:
                 await e.start(workflow, key=key, input=value)
 
-    async def to_quiescence(self, label: str) -> tuple[oracle.Snapshot, tuple[int, int]]:
-        """Worker lives until nothing is runnable; then the dead owners try their writes."""
+    async def to_quiescence(
+        self, label: str, catalogue: dict[Item, str]
+    ) -> tuple[oracle.Snapshot, tuple[int, int], RunCoverage]:
+        """Worker lives until nothing is runnable and nothing is left to arrive; then the dead
+        owners try their writes, and the run is read back."""
         for _ in range(ROUNDS_MAX):
             async with self._engine() as engine:
                 alive = await self._life(engine)
@@ -332,13 +370,28 @@ class _Run:
                 due = engine.store.next_available_at(self.registry.served())
                 # Nothing is due now: time is about to move. What arrived must not wait for it.
                 self.lost_wakeups.extend(oracle.lost_wakeups(engine.store, now=self.clock.now()))
+                # What the waits ask for arrives before time moves (then the run goes on now).
+                if await self.driver.at_quiet_moment(engine, self.plan):
+                    continue
             if due is None:
                 # Judged on a store of its own: the faults of the lives are over.
                 async with Engine(self.url, self.scenario.registry, clock=self.clock) as final:
                     stale = _stale_owners_write(final, self.dead, self.clock.now())
-                    return oracle.Snapshot.of(final.store), stale
+                    reached = observe(
+                        final.store,
+                        registry=self.scenario.registry,
+                        catalogue=catalogue,
+                        faults=self._faults(),
+                    )
+                    reached.defaulted = set(self.driver.defaulted)
+                    return oracle.Snapshot.of(final.store), stale, reached
             self.clock.advance_to(due)
         raise RuntimeError(f"{label}: no quiescence after {ROUNDS_MAX} worker rounds")
+
+    def _faults(self) -> list[Hit]:
+        """The crashes and engine errors the plan fired, where they hit."""
+        errors = self.plan.errors if isinstance(self.plan, RandomPlan) else []
+        return [*self.plan.crashed_at, *errors]
 
     def _count_drops(self, engine: Engine) -> None:
         store = engine.store
@@ -392,12 +445,22 @@ class _Run:
                 instance_id, reason=f"explorer: at {hit}", compensate=True, now=now
             )
             return
+        record = engine.store.get_instance(instance_id)
+        if record is None:
+            return
+        event = event_at_hit(
+            engine.store,
+            record,
+            self.scenario.events.get(key, {}),
+            named=self.scenario.signal,
+            planned=self.plan.event,
+        )
         engine.store.deliver(
             instance_id=instance_id,
             event_id=f"probe-{hit.index}",
-            name=self.scenario.signal,
-            payload='{"probe": true}',
-            sender=None,
+            name=event.name,
+            payload=engine.codec.encode(event.payload),
+            sender=event.sender,
             for_seq=None,
             run=None,
             refuse=None,
