@@ -161,9 +161,15 @@ class Metrics:
         )  # fmt: skip
         self.leases_lost = Counter(
             "ledgerflow_leases_lost_total",
-            "Leases this worker stopped driving: lost (another owner has it) or lapsed "
-            "(no renewal for a whole lease).",
+            "Leases this worker stopped driving: lost (another owner has it), lapsed (no "
+            "renewal for a whole lease) or store (lapsed while its own store did not answer).",
             ("reason",), registry=r,
+        )  # fmt: skip
+        self.leases_retaken = Counter(
+            "ledgerflow_leases_retaken_total",
+            "Instances this worker took back after their lease lapsed while its store did not "
+            "answer (not counted toward the crash-loop bound).",
+            registry=r,
         )  # fmt: skip
         self.stale_writes = Counter(
             "ledgerflow_stale_writes_refused_total",
@@ -283,6 +289,9 @@ class Metrics:
 
     def lease_lost(self, reason: str) -> None:
         self.leases_lost.labels(reason).inc()
+
+    def lease_retaken(self) -> None:
+        self.leases_retaken.inc()
 
     def group_committed(self, *, size: int, seconds: float) -> None:
         self.commit_batch.observe(size)

@@ -345,6 +345,7 @@ class AsyncStore:
         alone: bool,
         running: Collection[InstanceId],
         serves: Collection[Served],
+        retaking: Collection[InstanceId] = (),
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` due instances for ``owner`` pinned to a definition it
         ``serves`` (see :meth:`JournalStore.claim`)."""
@@ -358,6 +359,7 @@ class AsyncStore:
             alone=alone,
             running=running,
             serves=serves,
+            retaking=retaking,
         )
 
     async def register_worker(self, worker: WorkerRecord, *, now: float) -> None:

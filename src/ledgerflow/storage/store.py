@@ -175,6 +175,7 @@ class JournalStore(LedgerReads, Protocol):
         alone: bool = ...,
         running: Collection[InstanceId] = ...,
         serves: Collection[Served] | None = ...,
+        retaking: Collection[InstanceId] = ...,
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` due instances that nobody holds, each with a higher generation.
 
@@ -188,7 +189,8 @@ class JournalStore(LedgerReads, Protocol):
         is parked (``poison_crash_loop``) instead of handed out; one that is a single lapse
         away is taken only ``alone`` (the claimer drives nothing else) and then as the only
         instance of the claim. A row that fails its invariants is skipped, flagged
-        (``poison_corrupt_row``) and set aside.
+        (``poison_corrupt_row``) and set aside. ``retaking`` names instances whose lease this
+        owner lost to its own store (a stall, an outage): their lapse is not counted.
         """
         ...
 

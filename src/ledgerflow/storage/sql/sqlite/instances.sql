@@ -67,12 +67,16 @@ LIMIT :limit;
 -- Take ownership with a new, higher generation. Repeats the claimability test so that two
 -- claimers racing for one instance cannot both win, and that the instance is still pinned to a
 -- definition the worker serves (an operator may have moved it meanwhile). Taking it from an
--- owner whose lease ran out counts one more lease expiry in a row (the crash-loop count).
+-- owner whose lease ran out counts one more lease expiry in a row (the crash-loop count),
+-- unless the claimer takes back what it lost to its own store stalling (not a death).
 UPDATE lf_instances
 SET owner = :owner, generation = generation + 1,
     -- What arrived before this claim, the new owner reads; only later arrivals count.
     arrived_since_claim = 0,
-    lease_expiries = lease_expiries + CASE WHEN owner IS NULL THEN 0 ELSE 1 END,
+    -- A lease this claimer lost to its own store (:retaking) is no crash of the instance.
+    lease_expiries = lease_expiries + CASE
+        WHEN owner IS NULL OR (owner = :owner AND instance_id IN (SELECT value FROM json_each(:retaking))) THEN 0
+        ELSE 1 END,
     lease_expires_at = :lease_expires_at,
     updated_at = :now
 WHERE instance_id = :instance_id
