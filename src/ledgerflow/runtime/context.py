@@ -61,6 +61,8 @@ class WorkflowContext:
         self._session = session
         self._definition = definition
         self._seq = 0
+        # Each change id's answer in this run, decided at its first ``patched`` call.
+        self._patches: dict[str, bool] = {}
         # The task that runs the workflow function: the only one that may take positions.
         try:
             self._task: asyncio.Task[object] | None = asyncio.current_task()
@@ -278,8 +280,12 @@ class WorkflowContext:
 
         A new run (or one that reaches this point for the first time) gets True, and a marker
         is journaled at this position; a run journaled before the change, whose journal holds
-        something else here, gets False and the position stays the old code's. Each call is
-        decided at its own position, so a replay always takes the branch the run took.
+        something else here, gets False and the position stays the old code's. A change id is
+        decided once per run, at its first call: every later call of the same id in the run
+        gets the same answer (a run moved to new code while it waited, which took the old
+        branch before the wait, takes it after the wait too, never half of the patch). A
+        marker the journal holds where a later call stands is followed all the same: the
+        journal is what the run did.
 
         Example::
 
@@ -296,6 +302,18 @@ class WorkflowContext:
         name = PATCH_PREFIX + change_id
         at = StepSeq(self._seq + 1)
         recorded = self._session.step(at)
+        if recorded is not None and recorded.kind is StepKind.MARKER and recorded.name == name:
+            self._next_seq()
+            self._patches.setdefault(change_id, True)
+            return True
+        decided = self._patches.get(change_id)
+        if decided is not None:
+            return decided
+        self._patches[change_id] = self._patch(at, name, recorded)
+        return self._patches[change_id]
+
+    def _patch(self, at: StepSeq, name: str, recorded: StepRecord | None) -> bool:
+        """The first decision of a change id in this run, at position ``at``."""
         if recorded is None:
             if not self._patch_at_frontier(at, name):
                 return False
@@ -314,9 +332,6 @@ class WorkflowContext:
                     output="true",
                 )
             )
-            return True
-        if recorded.kind is StepKind.MARKER and recorded.name == name:
-            self._next_seq()
             return True
         return False
 
