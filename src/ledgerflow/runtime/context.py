@@ -111,7 +111,7 @@ class WorkflowContext:
         recorded = self._session.step(seq)
         if recorded is None:
             return None
-        if recorded.kind is not kind or recorded.name != name or recorded.input != input_text:
+        if not self._same_position(recorded, kind=kind, name=name, input_text=input_text):
             holds = describe_step(recorded.kind, recorded.name, recorded.input)
             asks = describe_step(kind, name, input_text)
             raise Diverged(
@@ -121,6 +121,26 @@ class WorkflowContext:
                 reason=f"step {seq}: the journal holds {holds}, the code now asks for {asks}",
             )
         return recorded
+
+    def _same_position(
+        self, recorded: StepRecord, *, kind: StepKind, name: str, input_text: str | None
+    ) -> bool:
+        """Whether the code asks for what the journal holds at a position: the same kind, name
+        and input. A timer's length and a wait's timeout are not part of it: once started, a
+        timer or a wait is due when its journal says (``next_attempt_at``), so code that now
+        sleeps or waits for another length resumes a started one as recorded and applies the
+        new length to those it starts."""
+        if recorded.kind is not kind or recorded.name != name:
+            return False
+        if kind is StepKind.TIMER:
+            return True
+        if kind is StepKind.WAIT:
+            return bool(self._without_timeout(recorded.input) == self._without_timeout(input_text))
+        return recorded.input == input_text
+
+    def _without_timeout(self, text: str | None) -> Any:
+        spec = self._session.codec.decode(text or "{}")
+        return {k: v for k, v in spec.items() if k != "timeout"} if isinstance(spec, dict) else spec
 
     def _stop_if_cancelled(self, seq: StepSeq, name: str, recorded: StepRecord | None) -> None:
         """Cancellation takes effect before new work only: what was started is finished."""
