@@ -36,6 +36,10 @@ NO_CAPABLE_WORKER = "no_capable_worker"
 # A waiting instance, not due, that holds what would move it on (a lost wake-up): the scan
 # flags it and makes it due.
 STUCK_ARRIVAL = "stuck_arrival"
+# Due work pinned to code nobody serves whose journal does not replay against the code a live
+# worker has of its workflow and version: not adopted, flagged by that worker with where the
+# two part (runtime/adoption.py); cleared by the scan once it is served or has ended.
+REPLAY_DIVERGENCE = "replay_divergence"
 
 # The flags a scan raises and, when the condition is gone, clears by itself.
 SCANNED_FLAGS = (

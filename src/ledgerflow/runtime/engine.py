@@ -22,6 +22,7 @@ from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.runtime.adoption import Adopter
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.core import (
     CancelRequested,
@@ -380,6 +381,9 @@ class Engine:
 
         The worker runs the stuck-work scan periodically, and the ``periodic`` tasks given
         (reconciliation, see :func:`ledgerflow.operators.reconcile.reconcile_task`) beside it.
+        It adopts in-flight instances of its workflows' versions pinned to code no live worker
+        serves, each after a clean replay of its journal (``on_new_code``, see
+        ``docs/versioning.md``).
         """
         worker_id = new_worker_id()
         bounds = detection or bounds_from_environment()
@@ -392,6 +396,16 @@ class Engine:
         )
         if self.metrics is not None:
             periodic = (*periodic, signals_task(self._store_thread, self.store, self.metrics))
+        adopter = Adopter(
+            registry=self.registry,
+            store=self._store_thread,
+            flags=self.store,
+            codec=self.codec,
+            clock=self.clock,
+            owner=worker_id,
+            bounds=bounds,
+            metrics=self.metrics,
+        )
         worker = Worker(
             metrics=self.metrics,
             tracing=self._tracing,
@@ -406,6 +420,7 @@ class Engine:
             detection=bounds,
             on_released=self._released,
             periodic=(scan, *periodic),
+            adopter=adopter,
         )
         self._workers.append(worker)
         return worker

@@ -112,6 +112,12 @@ class Metrics:
             "Instances a worker parked for a person (MANUAL_INTERVENTION), by reason.",
             (*wf, "reason"), registry=r,
         )  # fmt: skip
+        self.instances_adopted = Counter(
+            "ledgerflow_instances_adopted_total",
+            "Instances a worker adopted onto its own code of their workflow and version after "
+            "a clean replay (their pinned code had no live worker).",
+            wf, registry=r,
+        )  # fmt: skip
         self.steps = Counter(
             "ledgerflow_steps_total",
             "Step outcomes: completed, failed, retried (a retry scheduled).",
@@ -229,6 +235,11 @@ class Metrics:
 
     def started(self, workflow: str, version: int) -> None:
         self._child(self.instances_started, workflow, str(version)).inc()
+
+    def adopted(self, instance: InstanceRecord) -> None:
+        self._child(
+            self.instances_adopted, instance.workflow_name, str(instance.workflow_version)
+        ).inc()
 
     def committed(self, instance: InstanceRecord, writes: Sequence[Write]) -> None:
         """A commit of ``instance``'s owner became durable: count its transitions."""

@@ -50,6 +50,8 @@ from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartCla
 from ledgerflow.storage.workers import WorkerRecord
 
 if TYPE_CHECKING:
+    from ledgerflow.runtime.adoption import Adopter
+
     # Imported only by an engine made with tracing (the otel extra).
     from ledgerflow.runtime.tracing import Tracing
 
@@ -107,6 +109,7 @@ class Worker:
         periodic: Sequence[PeriodicTask] = (),
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
+        adopter: Adopter | None = None,
     ) -> None:
         _check_limits(concurrency=concurrency, lease_seconds=lease_seconds)
         self.id = worker_id or new_worker_id()
@@ -119,6 +122,9 @@ class Worker:
         self.detection = detection or bounds_from_environment()
         # What this worker can run: the claim takes only instances pinned to one of these.
         self.serves = registry.served()
+        # Takes over work pinned to code no live worker serves, after a clean replay (None:
+        # this worker never does; see runtime/adoption.py).
+        self.adopter = adopter
         self.executor = Executor(
             registry=registry,
             store=store,
@@ -242,7 +248,8 @@ class Worker:
                 if until_nothing_due and not claimed and not self._running:
                     return
                 if until_idle and not claimed and not self._running:
-                    due = await self.store.next_available_at(self.serves)
+                    adopts = self.adopter.adopts if self.adopter is not None else ()
+                    due = await self.store.next_available_at(self.serves, adopts)
                     if due is None:
                         return
                 if claimed and len(self._running) < self.concurrency:
@@ -298,6 +305,8 @@ class Worker:
             for r in records
         ):
             self._maybe_more = True  # It stopped early: more may be waiting.
+        elif self.adopter is not None and self.adopter.due():
+            records = [*records, *await self._adopt(limit - len(records))]
         if self.metrics is not None and records:
             self.metrics.claimed(records, now=self.clock.now())
         for record in records:
@@ -319,6 +328,21 @@ class Worker:
                 )
             self._start(record, held_until=sent + self.lease_seconds)
         return len(records)
+
+    async def _adopt(self, free: int) -> list[InstanceRecord]:
+        """Work pinned to code no live worker serves, adopted onto this worker's code after a
+        clean replay (claimed, to be started with the claim's)."""
+        assert self.adopter is not None
+        try:
+            return await self.adopter.adopt(
+                limit=free,
+                running=list(self._running),
+                lease_seconds=self.lease_seconds,
+                lease_now=self._lease_now(),
+            )
+        except StorageUnavailableError as exc:
+            log.warning("adoption failed, will retry: %s", exc)
+            return []
 
     # -- the worker registry -------------------------------------------------------------------
 
