@@ -1,0 +1,220 @@
+"""Every error Ledgerflow raises, as one small tree a user can catch at any level.
+
+::
+
+    LedgerflowError
+    ├── ConfigurationError            bad declaration or setting, found before anything runs
+    │   ├── RegistrationError         a participant, effect or workflow declared wrongly
+    │   ├── UnknownWorkflowError      no workflow of that name is registered
+    │   ├── UnknownVersionError       the workflow exists, but not at that version
+    │   ├── CommandLineError          a ``ledgerflow`` command line that cannot be understood
+    │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
+    │   └── VersionRetiredError       that version is retired: it starts no new instance
+    ├── PayloadError                  input/output that cannot be encoded or is too large
+    │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
+    │   └── InboxFullError            an event past its instance's inbox bounds; not kept
+    │   └── ReservedNameError         a name only Ledgerflow itself may write (``complete:``...)
+    ├── RequestError                  an HTTP request the API cannot take as it was sent
+    │   ├── RouteNotFoundError        no route has this path
+    │   ├── MethodNotAllowedError     the route exists, not with this method
+    │   ├── UnsupportedMediaTypeError a body that is not the media type the route reads
+    │   ├── InvalidCursorError        a listing's cursor this API did not give
+    │   ├── HostNotAllowedError       a Host header naming a host this server does not answer for
+    │   ├── RequestTimeoutError       a request's head or body did not arrive within its bound
+    │   └── ServerBusyError           every connection the server may hold is in use
+    ├── StorageError                  the store could not do what was asked
+    │   ├── StorageUnavailableError   transient: busy, locked, unreachable
+    │   ├── StorageCorruptError       the file is not a readable database
+    │   ├── ForeignDatabaseError      a database that is not Ledgerflow's; left untouched
+    │   ├── SchemaVersionError        not at this Ledgerflow's schema version, or history altered
+    │   ├── StoreNotFoundError        no journal (file, database) where the URL points
+    │   └── StorageAccessError        the database refused these credentials
+    ├── ConcurrencyError
+    │   ├── FencedOutError            a write from an owner whose generation is stale
+    │   ├── EventArrivedError         a wait's timeout lost the race to an event
+    │   ├── CancelArrivedError        a new step lost the race to a cancel request
+    │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
+    │   └── EventRefusedError         an event kept but refused: too late, or the instance ended
+    ├── IllegalTransitionError        a state change the state machine does not allow
+    ├── InstanceNotFoundError
+    ├── ResultTimeoutError            waited for a result that did not come in time
+    ├── WorkflowError                 the instance ended without a result
+    ├── StepError                     raised into workflow code
+    │   ├── StepFailedError           a local step used up its attempts
+    │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
+    │   └── WaitTimeoutError          a wait's timeout came before its event
+    └── BusinessFailure               raised by workflow code on purpose: a declared failure
+
+    OperatorError                 an operator command could not be carried out; nothing changed
+    ├── NotAuthorizedError        the actor holds no role that allows this command
+    ├── NotAuthenticatedError     no valid credentials: a missing, unknown or revoked token
+    ├── TokenNameTakenError       a live token acts under this name already
+    ├── ApiUnreachableError       the command line's --url gave no answer Ledgerflow's API gives
+    └── RepairRefusedError        the state machine or the ledger forbids this repair here
+        └── StalePreconditionError  the state the repair expected is gone (someone acted first)
+
+    EffectRejectedError (also a LedgerflowError) is what participant code raises to prove that
+    the effect was *not* applied; any other exception from a dispatch means UNKNOWN.
+
+Each error has a stable ``code`` documented in ``docs/errors.md`` and carries the identities
+involved as typed attributes (``error.instance_id``, ``error.generation``...), declared on the
+class that carries them, keyword-only where it is raised, ``None`` when not known. Its text
+names the known ones after the message, in the order ``ID_NAMES`` lists them. An UNKNOWN
+effect outcome is data in the ledger, not an exception.
+
+The classes are defined by concept in this package's modules (``base``, ``inputs``,
+``storage``, ``ledger``, ``operators``); import them from here, which is the public name.
+"""
+
+from __future__ import annotations
+
+from ledgerflow.errors.base import (
+    LedgerflowError as LedgerflowError,
+)
+from ledgerflow.errors.inputs import (
+    CommandLineError as CommandLineError,
+)
+from ledgerflow.errors.inputs import (
+    ConfigurationError as ConfigurationError,
+)
+from ledgerflow.errors.inputs import (
+    HostNotAllowedError as HostNotAllowedError,
+)
+from ledgerflow.errors.inputs import (
+    InboxFullError as InboxFullError,
+)
+from ledgerflow.errors.inputs import (
+    InvalidCursorError as InvalidCursorError,
+)
+from ledgerflow.errors.inputs import (
+    MethodNotAllowedError as MethodNotAllowedError,
+)
+from ledgerflow.errors.inputs import (
+    MissingExtraError as MissingExtraError,
+)
+from ledgerflow.errors.inputs import (
+    PayloadError as PayloadError,
+)
+from ledgerflow.errors.inputs import (
+    PayloadTooLargeError as PayloadTooLargeError,
+)
+from ledgerflow.errors.inputs import (
+    RegistrationError as RegistrationError,
+)
+from ledgerflow.errors.inputs import (
+    RequestError as RequestError,
+)
+from ledgerflow.errors.inputs import (
+    RequestTimeoutError as RequestTimeoutError,
+)
+from ledgerflow.errors.inputs import (
+    ReservedNameError as ReservedNameError,
+)
+from ledgerflow.errors.inputs import (
+    RouteNotFoundError as RouteNotFoundError,
+)
+from ledgerflow.errors.inputs import (
+    ServerBusyError as ServerBusyError,
+)
+from ledgerflow.errors.inputs import (
+    UnknownVersionError as UnknownVersionError,
+)
+from ledgerflow.errors.inputs import (
+    UnknownWorkflowError as UnknownWorkflowError,
+)
+from ledgerflow.errors.inputs import (
+    UnsupportedMediaTypeError as UnsupportedMediaTypeError,
+)
+from ledgerflow.errors.inputs import (
+    VersionRetiredError as VersionRetiredError,
+)
+from ledgerflow.errors.ledger import (
+    BusinessFailure as BusinessFailure,
+)
+from ledgerflow.errors.ledger import (
+    CancelArrivedError as CancelArrivedError,
+)
+from ledgerflow.errors.ledger import (
+    ConcurrencyError as ConcurrencyError,
+)
+from ledgerflow.errors.ledger import (
+    EffectFailedError as EffectFailedError,
+)
+from ledgerflow.errors.ledger import (
+    EffectRejectedError as EffectRejectedError,
+)
+from ledgerflow.errors.ledger import (
+    EventArrivedError as EventArrivedError,
+)
+from ledgerflow.errors.ledger import (
+    EventRefusedError as EventRefusedError,
+)
+from ledgerflow.errors.ledger import (
+    FencedOutError as FencedOutError,
+)
+from ledgerflow.errors.ledger import (
+    IdempotencyKeyReusedError as IdempotencyKeyReusedError,
+)
+from ledgerflow.errors.ledger import (
+    IllegalTransitionError as IllegalTransitionError,
+)
+from ledgerflow.errors.ledger import (
+    InstanceNotFoundError as InstanceNotFoundError,
+)
+from ledgerflow.errors.ledger import (
+    ResultTimeoutError as ResultTimeoutError,
+)
+from ledgerflow.errors.ledger import (
+    StepError as StepError,
+)
+from ledgerflow.errors.ledger import (
+    StepFailedError as StepFailedError,
+)
+from ledgerflow.errors.ledger import (
+    WaitTimeoutError as WaitTimeoutError,
+)
+from ledgerflow.errors.ledger import (
+    WorkflowError as WorkflowError,
+)
+from ledgerflow.errors.operators import (
+    ApiUnreachableError as ApiUnreachableError,
+)
+from ledgerflow.errors.operators import (
+    NotAuthenticatedError as NotAuthenticatedError,
+)
+from ledgerflow.errors.operators import (
+    NotAuthorizedError as NotAuthorizedError,
+)
+from ledgerflow.errors.operators import (
+    OperatorError as OperatorError,
+)
+from ledgerflow.errors.operators import (
+    RepairRefusedError as RepairRefusedError,
+)
+from ledgerflow.errors.operators import (
+    StalePreconditionError as StalePreconditionError,
+)
+from ledgerflow.errors.operators import (
+    TokenNameTakenError as TokenNameTakenError,
+)
+from ledgerflow.errors.storage import (
+    ForeignDatabaseError as ForeignDatabaseError,
+)
+from ledgerflow.errors.storage import (
+    SchemaVersionError as SchemaVersionError,
+)
+from ledgerflow.errors.storage import (
+    StorageAccessError as StorageAccessError,
+)
+from ledgerflow.errors.storage import (
+    StorageCorruptError as StorageCorruptError,
+)
+from ledgerflow.errors.storage import (
+    StorageError as StorageError,
+)
+from ledgerflow.errors.storage import (
+    StorageUnavailableError as StorageUnavailableError,
+)
+from ledgerflow.errors.storage import (
+    StoreNotFoundError as StoreNotFoundError,
+)

@@ -1,0 +1,274 @@
+"""Errors of the ledger's rules and of workflow runs: races lost, illegal transitions, unknown
+instances, results not there, steps that could not produce one, declared business outcomes
+(internal: import errors from :mod:`ledgerflow.errors`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ledgerflow.errors.base import LedgerflowError
+
+
+class ConcurrencyError(LedgerflowError):
+    """Another party changed what this one meant to change."""
+
+    code = "LF300"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "event_id", "run_id")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        event_id: str | None = None,
+        run_id: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        # An event id already used for another event (a delivery).
+        self.event_id = event_id
+        # A reconciliation run finished twice.
+        self.run_id = run_id
+
+
+class FencedOutError(ConcurrencyError):
+    """A write carried a stale fencing generation and was rejected by the store."""
+
+    code = "LF301"
+    ID_NAMES = ("instance_id", "generation")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        generation: int | None = None,
+    ) -> None:
+        super().__init__(message, instance_id=instance_id)
+        self.generation = generation
+
+
+class EventArrivedError(ConcurrencyError):
+    """An event arrived before the wait's timeout was recorded: the event wins."""
+
+    code = "LF302"
+
+
+class CancelArrivedError(ConcurrencyError):
+    """A cancel request reached the instance before a new effect, wait or timer was recorded:
+    the request wins, nothing new starts."""
+
+    code = "LF303"
+
+
+class IdempotencyKeyReusedError(ConcurrencyError):
+    """An Idempotency-Key was sent again with another request (or while its first request is
+    still being answered); the new request was not carried out."""
+
+    code = "LF304"
+    ID_NAMES = ("key",)
+
+    def __init__(self, message: str | None = None, *, key: str | None = None) -> None:
+        super().__init__(message)
+        # The Idempotency-Key header's value.
+        self.key = key
+
+
+class EventRefusedError(ConcurrencyError):
+    """An event was kept in the inbox but refused: it came too late for its step or run, or
+    the instance had ended. It changed nothing and never will."""
+
+    code = "LF305"
+    ID_NAMES = ("instance_id", "event_id", "refusal")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        event_id: str | None = None,
+        refusal: str | None = None,
+    ) -> None:
+        super().__init__(message, instance_id=instance_id, event_id=event_id)
+        # Why: "late" or "ended".
+        self.refusal = refusal
+
+
+class IllegalTransitionError(LedgerflowError):
+    """The state machine does not allow this transition."""
+
+    code = "LF310"
+    ID_NAMES = ("machine", "state", "event", "instance_id", "effect_id")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        machine: str | None = None,
+        state: str | None = None,
+        event: str | None = None,
+        instance_id: str | None = None,
+        effect_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.machine = machine
+        self.state = state
+        # The refused event (every write names its event; see model.machine).
+        self.event = event
+        self.instance_id = instance_id
+        self.effect_id = effect_id
+
+
+class InstanceNotFoundError(LedgerflowError):
+    """No workflow instance has this id."""
+
+    code = "LF400"
+    ID_NAMES = ("instance_id", "event_id", "key")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        event_id: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        # An event the instance does not hold (a delivery asked for by its id).
+        self.event_id = event_id
+        # An idempotency key no effect has (a callback for an unknown effect).
+        self.key = key
+
+
+class ResultTimeoutError(LedgerflowError):
+    """The instance did not reach a terminal state in the time given."""
+
+    code = "LF401"
+    ID_NAMES = ("instance_id",)
+
+    def __init__(self, message: str | None = None, *, instance_id: str | None = None) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+
+
+class WorkflowError(LedgerflowError):
+    """The instance ended without a result; ``status`` and ``reason`` say how, and ``cause``
+    what led to it (the workflow's own error behind a COMPENSATED instance, say)."""
+
+    code = "LF402"
+    ID_NAMES = ("instance_id", "status", "reason_code")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        status: str | None = None,
+        reason_code: str | None = None,
+        cause: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        self.status = status
+        self.reason_code = reason_code
+        # Not an identity (so not in the text's suffix): what took the instance off its path.
+        self.cause = cause
+
+
+class StepError(LedgerflowError):
+    """A step could not produce a result."""
+
+    code = "LF500"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "seq")
+
+    def __init__(
+        self, message: str | None = None, *, instance_id: str | None = None, seq: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.instance_id = instance_id
+        # The step's position in the journal.
+        self.seq = seq
+
+
+class StepFailedError(StepError):
+    """A local step failed on its last allowed attempt.
+
+    ``business`` is the verdict journaled with the step's failure: whether the step's own
+    exception was a business failure of the workflow (a ``BusinessFailure``, a declared type).
+    Raised into workflow code and not handled there, a business one ends the instance as a
+    business failure does; any other is a defect, and parks it (see ``model/defects.py``).
+    """
+
+    code = "LF501"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        seq: int | None = None,
+        business: bool = True,
+    ) -> None:
+        super().__init__(message, instance_id=instance_id, seq=seq)
+        self.business = business
+
+
+class EffectFailedError(StepError):
+    """The participant proved the effect was not applied, and no attempt is left."""
+
+    code = "LF502"
+    ID_NAMES = ("instance_id", "effect_id")
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        instance_id: str | None = None,
+        effect_id: str | None = None,
+    ) -> None:
+        super().__init__(message, instance_id=instance_id)
+        self.effect_id = effect_id
+
+
+class WaitTimeoutError(StepError):
+    """The wait's timeout came before any event it would accept."""
+
+    code = "LF503"
+
+
+class BusinessFailure(LedgerflowError):  # noqa: N818 - an outcome the workflow means, not an error of its code
+    """A failure the workflow raises on purpose; it compensates (or fails) the instance.
+
+    Subclass it for each business outcome that ends an instance without its result::
+
+        class InsufficientFunds(ledgerflow.BusinessFailure):
+            pass
+
+        raise InsufficientFunds(f"balance {balance} is below {amount}")
+
+    Any other exception that escapes workflow code is a defect: retried a bounded number of
+    times, then parked ``workflow_defect`` with nothing compensated (see
+    ``docs/versioning.md``). A workflow may also declare other exception types as its
+    business failures (``Registry.workflow(business_failures=...)``).
+    """
+
+    code = "LF510"
+
+
+class EffectRejectedError(LedgerflowError):
+    """Raised by participant code: the effect was provably not applied.
+
+    ``error_code`` is the participant's own reason (matched by a retry policy's ``retry_on``);
+    ``retryable=False`` makes the rejection final whatever the policy says.
+    """
+
+    code = "LF600"
+    ID_NAMES = ("error_code",)
+
+    def __init__(
+        self, message: str | None = None, *, error_code: str = "rejected", retryable: bool = True
+    ) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.retryable = retryable
