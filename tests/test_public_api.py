@@ -113,6 +113,7 @@ ERRORS = [
     "LedgerflowError",
     "MethodNotAllowedError",
     "MissingExtraError",
+    "NoCapableWorkerError",
     "NotAuthenticatedError",
     "NotAuthorizedError",
     "OperatorError",

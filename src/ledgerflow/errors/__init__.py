@@ -38,6 +38,7 @@
     ├── IllegalTransitionError        a state change the state machine does not allow
     ├── InstanceNotFoundError
     ├── ResultTimeoutError            waited for a result that did not come in time
+    │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
     ├── WorkflowError                 the instance ended without a result
     ├── StepError                     raised into workflow code
     │   ├── StepFailedError           a local step used up its attempts
@@ -160,6 +161,9 @@ from ledgerflow.errors.ledger import (
 )
 from ledgerflow.errors.ledger import (
     InstanceNotFoundError as InstanceNotFoundError,
+)
+from ledgerflow.errors.ledger import (
+    NoCapableWorkerError as NoCapableWorkerError,
 )
 from ledgerflow.errors.ledger import (
     ResultTimeoutError as ResultTimeoutError,

@@ -311,6 +311,18 @@ class UnservedInstance:
     due_at: float
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnservedCount:
+    """Instances not ended (running, waiting, compensating or cancelling) pinned to one
+    definition that no live worker serves, and how many of them are due now."""
+
+    workflow_name: str
+    workflow_version: int
+    fingerprint: str
+    instances: int
+    due: int
+
+
 def no_capable_worker(
     unserved: UnservedInstance,
     *,

@@ -27,7 +27,8 @@ from ledgerflow.model.authority import Grant, Policy, VersionCommand
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime import adoption
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
+from ledgerflow.runtime.engine import Delivered, DeliveryOutcome
+from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.storage.audit import AuditEntry
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import OperatorStore

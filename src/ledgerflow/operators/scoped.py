@@ -65,8 +65,8 @@ from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.engine import (
     Delivered,
     Started,
-    SyncEngine,
 )
+from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.storage.access import InstanceQuery, VersionCount
 from ledgerflow.storage.attention import AttentionQuery
 from ledgerflow.storage.audit import AuditQuery, AuditRecord

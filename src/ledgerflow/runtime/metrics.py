@@ -21,7 +21,7 @@ instances, UNKNOWN effects still open) is read from the journal itself at a boun
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -31,6 +31,7 @@ from ledgerflow.errors import ConfigurationError, EffectRejectedError
 from ledgerflow.model.definition import EffectDeclaration
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
+from ledgerflow.model.routing import Served
 from ledgerflow.model.step import StepEvent
 from ledgerflow.storage.records import (
     ConsistencySignals,
@@ -159,6 +160,13 @@ class Metrics:
             "Time from an instance being due to a worker claiming it.",
             wf, buckets=_LAG_BUCKETS, registry=r,
         )  # fmt: skip
+        self.unserved_instances = Gauge(
+            "ledgerflow_instances_unserved",
+            "Instances not ended that are pinned to a definition no live worker serves, as a "
+            "worker last counted them (at start and every scan interval).",
+            ("workflow", "version", "fingerprint"), registry=r,
+        )  # fmt: skip
+        self._unserved_labels: set[tuple[str, str, str]] = set()
         self.takeovers = Counter(
             "ledgerflow_lease_takeovers_total",
             "Claims of an instance whose previous owner's lease expired (its worker died or "
@@ -235,6 +243,18 @@ class Metrics:
 
     def started(self, workflow: str, version: int) -> None:
         self._child(self.instances_started, workflow, str(version)).inc()
+
+    def unserved(self, counts: Mapping[Served, int]) -> None:
+        """The latest count of instances pinned to definitions no live worker serves; a
+        definition no longer counted drops out of the gauge."""
+        labels = {
+            (s.workflow_name, str(s.workflow_version), s.fingerprint): n for s, n in counts.items()
+        }
+        for gone in self._unserved_labels - set(labels):
+            self.unserved_instances.remove(*gone)
+        for label, n in labels.items():
+            self.unserved_instances.labels(*label).set(n)
+        self._unserved_labels = set(labels)
 
     def adopted(self, instance: InstanceRecord) -> None:
         self._child(

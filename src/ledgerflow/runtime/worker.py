@@ -144,6 +144,10 @@ class Worker:
         for task in periodic:
             self.periodic.add(task)
         self.periodic.add(self._heartbeat_task())
+        self._init_state(on_released)
+
+    def _init_state(self, on_released: Callable[[InstanceId], None] | None) -> None:
+        """What the worker keeps while it runs: what it drives, what it lost, how it claims."""
         self._started_at: float | None = None
         self._running: dict[InstanceId, _Driven] = {}
         # Running instances one lapse away from the crash-loop bound (see _isolating).

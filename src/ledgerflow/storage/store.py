@@ -29,6 +29,7 @@ from ledgerflow.model.detection import (
     HeldArrival,
     QuietInstance,
     SilentEffect,
+    UnservedCount,
     UnservedInstance,
 )
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
@@ -353,6 +354,13 @@ class DetectionStore(LedgerReads, Protocol):
     ) -> list[UnservedInstance]:
         """Runnable instances due since ``cutoff`` with no live lease that no worker with a
         heartbeat since ``live_since`` serves."""
+        ...
+
+    def unserved_counts(
+        self, *, live_since: float, now: float, limit: int = ...
+    ) -> list[UnservedCount]:
+        """Per definition that no worker with a heartbeat since ``live_since`` serves: its
+        instances not ended, and how many are due at ``now``."""
         ...
 
     def requeue_repaired(self, instance_id: InstanceId, *, cleared_by: str, now: float) -> bool:
