@@ -36,7 +36,7 @@ from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.routing import Served
-from ledgerflow.runtime import journal_log
+from ledgerflow.runtime import faults, journal_log
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.replay import ReplayVerdict, replay
@@ -187,12 +187,15 @@ class Adopter:
             live_since=self.clock.now() - self.bounds.worker_silent_seconds,
             audit=self._audit_entry(instance, definition, verdict),
         )
+        # The replay is clean, the adoption not yet committed; then committed, not yet driven.
+        faults.point("adoption.before_adopt", instance=instance.business_key)
         got = await self.store.adopt(
             adoption, owner=self.owner, now=lease_now, lease_seconds=lease_seconds
         )
         if got is None:
             return None  # it moved since the replay read it: the next pass looks again
         record, audit_id = got
+        faults.point("adoption.after_adopt", instance=instance.business_key)
         if self.metrics is not None:
             self.metrics.adopted(record)
         log.info(
