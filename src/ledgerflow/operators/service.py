@@ -542,16 +542,18 @@ class Operations:
     ) -> MoveReport:
         """Move W@N's in-flight instances to ``registry``'s code for W@N (``to_fingerprint``),
         each only if its replay against that code is clean; as ``actor``, who must hold a role
-        that allows ``upgrade`` (the repairs' authority; a dry run too); audited."""
-        role = self._authorized(
-            actor,
-            VersionCommand.UPGRADE,
-            instance_id=None,
-            target=f"{workflow}@{version}",
-            reason=f"upgrade {workflow}@{version} to {to_fingerprint}",
-            arguments={"to_fingerprint": to_fingerprint},
-            recorded=not dry_run,
-        )
+        that allows ``upgrade`` (the repairs' authority); audited. A dry run only replays, as
+        ``ledgerflow replay`` does: it writes nothing and needs no role."""
+        role = None
+        if not dry_run:
+            role = self._authorized(
+                actor,
+                VersionCommand.UPGRADE,
+                instance_id=None,
+                target=f"{workflow}@{version}",
+                reason=f"upgrade {workflow}@{version} to {to_fingerprint}",
+                arguments={"to_fingerprint": to_fingerprint},
+            )
         return self.upgrades(registry).upgrade(
             workflow=workflow,
             version=version,
