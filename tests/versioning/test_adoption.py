@@ -126,6 +126,14 @@ def test_a_divergent_journal_is_flagged_and_never_touched(
     assert "the code asks for local 'pricing'" in flag.evidence
     warned = [r.getMessage() for r in caplog.records if "not adopting" in r.getMessage()]
     assert len(warned) == 1, warned
+    # A waiter hears that the live code does not replay it (a worker with it is live).
+    _live_worker(journal_url, Served("order", 1, repriced.registry.get("order", 1).fingerprint))
+    engine = lf.SyncEngine(journal_url, shop("v1").registry)
+    with engine, pytest.raises(lf.errors.NoCapableWorkerError) as caught:
+        engine.result(waiting["a"], timeout=0.05)
+    assert "does not replay against the live workers' code (flagged replay_divergence" in str(
+        caught.value
+    )
     # The old code comes back: it finishes the order, and the scan clears the flag.
     _go_and_work(journal_url, shop("v1").registry)
     store = open_store(journal_url)

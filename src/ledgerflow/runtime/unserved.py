@@ -20,7 +20,7 @@ import logging
 import time
 
 from ledgerflow.errors import NoCapableWorkerError, ResultTimeoutError
-from ledgerflow.model.detection import DetectionBounds, UnservedCount
+from ledgerflow.model.detection import REPLAY_DIVERGENCE, DetectionBounds, UnservedCount
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.routing import Served
 from ledgerflow.runtime.clock import Clock
@@ -108,17 +108,26 @@ def unserved_explanation(
         return None
     version = (pinned.workflow_name, pinned.workflow_version)
     others = [s for s in live if (s.workflow_name, s.workflow_version) == version]
-    move = (
-        "a worker with that other code adopts it when it comes due if its journal replays "
-        "clean (`ledgerflow replay` checks; a divergence is flagged replay_divergence), or "
-        if others
-        else ""
-    )
+    diverged = [
+        f for f in store.open_flags(record.instance_id) if f.reason_code == REPLAY_DIVERGENCE
+    ]
+    if diverged:
+        move = (
+            "its journal does not replay against the live workers' code (flagged "
+            f"{REPLAY_DIVERGENCE}: see `ledgerflow attention`), so "
+        )
+    elif others:
+        move = (
+            "a worker with that other code adopts it when it comes due if its journal replays "
+            "clean (`ledgerflow replay` checks), or "
+        )
+    else:
+        move = ""
     return (
-        f"it is {record.status.value}, pinned to {pinned.label}, which no live worker serves "
+        f"it is pinned to {pinned.label}, which no live worker serves "
         f"({_others(pinned, live)}): {move}run a worker with its code, or move it with "
         f"`ledgerflow versions upgrade {record.workflow_name}@{record.workflow_version} "
-        "MODULE:REGISTRY` (docs/versioning.md)"
+        "MODULE:REGISTRY` (or a declared migration, `docs/versioning.md`)"
     )
 
 
