@@ -153,6 +153,22 @@ def shop(edition: str = "v1") -> Shop:
             await ctx.effect(send, {"to": order["to"]})
             return "done"
 
+    elif edition == "patched-twice":  # one change on both sides of the wait
+
+        @register
+        async def order(ctx: lf.WorkflowContext, order: dict[str, Any]) -> str:
+            price: int = await ctx.step("price", price_of, order["items"])
+            await ctx.effect(hold, {"sku": order["sku"]})
+            if ctx.patched("fee"):
+                price = await ctx.step("fee", price_of, [price, 1])
+            if order.get("wait"):
+                await ctx.wait_for("go")
+            if ctx.patched("fee"):
+                await ctx.step("fee-note", note_of, price)
+            await ctx.step("note", note_of, price)
+            await ctx.effect(send, {"to": order["to"]})
+            return "done"
+
     elif edition == "repatched":  # the same branch behind another change id
 
         @register

@@ -115,6 +115,7 @@ ERRORS = [
     "LedgerflowError",
     "MethodNotAllowedError",
     "MissingExtraError",
+    "NoCapableWorkerError",
     "NotAuthenticatedError",
     "NotAuthorizedError",
     "OperatorError",

@@ -76,8 +76,8 @@ from ledgerflow.runtime.engine import DeliveryOutcome as DeliveryOutcome
 from ledgerflow.runtime.engine import Engine as Engine
 from ledgerflow.runtime.engine import InstanceDetail as InstanceDetail
 from ledgerflow.runtime.engine import Started as Started
-from ledgerflow.runtime.engine import SyncEngine as SyncEngine
 from ledgerflow.runtime.metrics import Metrics as Metrics
+from ledgerflow.runtime.sync_engine import SyncEngine as SyncEngine
 from ledgerflow.runtime.worker import Worker as Worker
 from ledgerflow.storage.records import Delivery as Delivery
 from ledgerflow.storage.records import EffectRecord as EffectRecord

@@ -169,6 +169,11 @@ REQUEST_INTEGER_MAX = 2**63 - 1
 # How often the journal's gauges (parked, flagged, UNKNOWN open) are read for metrics, at most:
 # every exporting process reads them, so this bounds the load they put on the journal.
 METRICS_SIGNALS_SECONDS_DEFAULT = 15.0
+# Adoption (runtime/adoption.py): a worker whose last look found nothing to adopt looks again
+# after this long at most (a look is one read of the journal), and it keeps the replay
+# verdicts (and the instances it found divergent) of this many journals, the oldest forgotten.
+ADOPTION_SCAN_SECONDS = 1.0
+ADOPTION_VERDICTS_KEPT_MAX = 10_000
 # A failure's traceback kept in the journal: its last lines, at most this many characters.
 TRACEBACK_CHARS_MAX = 4_000
 # The fault explorer (``ledgerflow verify``). Each arrival scripted for one event is one option

@@ -134,3 +134,34 @@ def test_versions_migrate_with_a_toml_plan(
     code, _, err = entry(*args[:-5], str(wrong), "--db", db)
     assert code == 2
     assert "the plan says workflow 'refund'" in err
+
+
+def test_versions_upgrade_takes_the_fingerprint_from_the_code_and_a_dry_run_needs_no_role(
+    entry: Entry, db: str, orders: dict[str, str], tmp_path: Path
+) -> None:
+    """Goal: `versions upgrade W@N MODULE:REGISTRY` moves to the fingerprint the registry's
+    code has (no fingerprint copied by hand); --to-fingerprint stays as a check; a dry run
+    (only a replay, nothing written) needs no role in the authority file.
+
+    Method: a dry run with no authority file: exit 0, "1 would move", nothing on the record;
+    a run with the role and no --to-fingerprint moves the order to the patched code's
+    fingerprint; a --to-fingerprint the code does not have is refused.
+    """
+    fingerprint = shop("patched").registry.get("order", 1).fingerprint
+    args = ("versions", "upgrade", "order@1", _code(tmp_path, "patched"), "--db", db)
+    code, out, err = entry(*args, "--dry-run")
+    assert (code, err) == (0, "")
+    assert "1 would move, 0 left pinned" in out
+    with Operations(db) as operations:
+        assert operations.audit(AuditQuery(kind="upgrade")) == []
+    code, _, err = entry(
+        *args, "--to-fingerprint", "f" * 32, "--authority", granting(tmp_path, "upgrade")
+    )
+    assert code == 1
+    assert f"has fingerprint {fingerprint}" in err
+    code, out, _ = entry(*args, "--authority", granting(tmp_path, "upgrade"), "--json")
+    assert code == 0
+    [moved] = json.loads(out)["outcomes"]
+    assert moved["outcome"] == "moved"
+    with Operations(db) as operations:
+        assert operations.detail(moved["instance_id"]).instance.fingerprint == fingerprint

@@ -2,20 +2,23 @@
 
 After the first worker's first life (a crash at each fault point, in turn) the next lives run
 other code for the same workflow version, and an operator upgrades what replays clean against
-it. The oracle adds "never run on code that was not proven compatible": an instance's code ran
-only on the code it started on, or on code a replay of its own journal proved first, and the
-proof still holds at the end. A breakage that lets a worker run any instance on whatever code
-it has (no fingerprint check) is caught.
+it (or, with no operator, the new code's worker adopts it). The oracle adds "never run on code
+that was not proven compatible": an instance's code ran only on the code it started on, or on
+code a replay of its own journal proved first, and the proof still holds at the end. A
+breakage that lets a worker run any instance on whatever code it has (no fingerprint check)
+is caught.
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import breakages
+import ledgerflow as lf
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.testing import Explorer, RunResult, scenario_for
 from ledgerflow.testing.drift import NEVER_UNPROVEN_CODE
@@ -49,6 +52,68 @@ def test_a_compatible_change_is_upgraded_mid_run_and_nothing_runs_unproven(
     runs = _sweep(edition, tmp_path)
     assert [str(v) for run in runs for v in run.violations] == []
     assert sum(run.upgraded for run in runs) > 0  # the drift was met in flight, and moved
+
+
+def _napping(edition: str) -> lf.Registry:
+    """An order that holds stock, sleeps, and mails; the bug fix of the deploy guide (the
+    "fixed" edition) changes only how long it sleeps, in its code: another fingerprint, and a
+    started timer keeps its recorded due time, so the journals replay clean."""
+    registry = lf.Registry()
+    stock = registry.add_participant(lf.Participant("stock", deduplicates=True))
+    mail = registry.add_participant(lf.Participant("mail", deduplicates=True))
+
+    @stock.effect(classification="reversible")
+    async def hold(call: lf.EffectCall) -> dict[str, Any]:
+        return {"held": call.payload}
+
+    @mail.effect(classification="forward-recovery-only")
+    async def send(call: lf.EffectCall) -> dict[str, Any]:
+        return {"sent": call.payload}
+
+    if edition == "first":
+
+        @registry.workflow(name="order", version=1)
+        async def order(ctx: lf.WorkflowContext, order: dict[str, Any]) -> str:
+            await ctx.effect(hold, {"sku": order["sku"]})
+            await ctx.sleep(3)
+            await ctx.effect(send, {"to": order["to"]})
+            return "done"
+
+    else:
+
+        @registry.workflow(name="order", version=1)
+        async def fixed(ctx: lf.WorkflowContext, order: dict[str, Any]) -> str:
+            await ctx.effect(hold, {"sku": order["sku"]})
+            await ctx.sleep(2)
+            await ctx.effect(send, {"to": order["to"]})
+            return "done"
+
+    return registry
+
+
+def test_with_no_operator_the_new_code_adopts_what_replays_clean(tmp_path: Path) -> None:
+    """No operator upgrades: sleep(3) became sleep(2) and the old code's worker is gone. The
+    new code's worker adopts each order asleep on the old code as it comes due, after its own
+    clean replay, in the claim's transaction; a crash at every point of the run, before and
+    after the adopting claim included, leaves nothing run on unproven code, nothing applied
+    twice, every invariant holding."""
+    runs: list[RunResult] = []
+    explorer = Explorer(
+        scenario_for(
+            _napping("first"),
+            "order",
+            [ORDER, {**ORDER, "sku": "B-2"}],
+            drift=_napping("fixed"),
+            upgrade_on_drift=False,
+        ),
+        folder=tmp_path,
+    )
+    asyncio.run(explorer.exhaustive(depth=1, progress=runs.append))
+    assert [str(v) for run in runs for v in run.violations] == []
+    assert sum(run.upgraded for run in runs) > 0  # adopted in flight
+    points = {h.split()[1] for run in runs for h in run.fired}
+    assert {"adoption.before_adopt", "adoption.after_adopt"} <= points
+    assert {s for run in runs for s in run.statuses} == {"SUCCEEDED"}
 
 
 def test_a_divergent_change_moves_only_what_replays_clean(tmp_path: Path) -> None:

@@ -85,8 +85,8 @@ def test_a_parked_defect_is_upgraded_to_the_fix_and_resumed(
     nothing is refunded, and the instance ends SUCCEEDED on the fixed code.
 
     Method: a worker with the broken edition parks the instance ``workflow_defect`` after the
-    bounded retries; ``ledgerflow versions upgrade transfer@1 transfer_fixed:registry
-    --to-fingerprint F`` moves it (a dry run first, which moves nothing); ``ledgerflow repair
+    bounded retries; ``ledgerflow versions upgrade transfer@1 transfer_fixed:registry`` moves
+    it to the fixed code's fingerprint (a dry run first, which moves nothing); ``ledgerflow repair
     resume`` resumes it; a worker with the fixed edition finishes it. The participant's own
     ledger holds one charge and no refund; the audit log holds the upgrade, with the replay's
     evidence, and the resume.
@@ -139,8 +139,8 @@ def test_a_parked_defect_is_upgraded_to_the_fix_and_resumed(
     # The recipe: see which instances, then upgrade (dry run first) and resume.
     listed = ledgerflow("attention", "--reason", WORKFLOW_DEFECT)
     assert instance_id in listed.stdout
+    # As the recipe types it: the fingerprint is the one the fixed registry's code has.
     upgrade: tuple[str, ...] = ("versions", "upgrade", "transfer@1", "transfer_fixed:registry")
-    upgrade += ("--to-fingerprint", new)
     dry = ledgerflow(*upgrade, "--dry-run")
     assert "1 would move, 0 left pinned" in dry.stdout, dry.stdout
     with SyncEngine(journal_url, broken) as engine:

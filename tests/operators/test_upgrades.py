@@ -360,3 +360,31 @@ def test_a_journal_that_moves_on_after_the_replay_is_not_moved(
         lf.InstanceStatus.SUCCEEDED,
         shop("v1").registry.get("order", 1).fingerprint,
     )
+
+
+def test_a_run_moved_across_a_patch_takes_one_side_of_it(
+    journal_url: str, waiting: dict[str, str]
+) -> None:
+    """Goal: a change id is decided once per run. A run moved to new code while it waited,
+    whose journal took the old branch before the wait, takes the old branch after it too
+    (never half of the patch); a run that starts on the new code takes both sides.
+
+    Method: "patched-twice" guards a fee before the wait and a fee note after it behind one
+    change id, "fee". Upgrade the waiting v1 orders to it (their replay is clean: the journal
+    holds the wait where the first call stands), let one go, and start a new order on it.
+    """
+    twice = shop("patched-twice")
+    fingerprint = twice.registry.get("order", 1).fingerprint
+    with Operations(journal_url) as operations:
+        report = operations.upgrade(
+            twice.registry, workflow="order", version=1, to_fingerprint=fingerprint, actor="al"
+        )
+    assert {o.outcome for o in report.outcomes} == {"moved"}
+    ended = _go(journal_url, twice.registry, waiting["a"])
+    assert ended[waiting["a"]].status is lf.InstanceStatus.SUCCEEDED
+    fresh = asyncio.run(run_orders(journal_url, twice.registry, fresh=ORDER))["fresh"]
+    with Operations(journal_url) as operations:
+        moved = [s.name for s in operations.detail(waiting["a"]).steps]
+        new = [s.name for s in operations.detail(fresh).steps]
+    assert moved == ["price", "stock.hold", "wait:go", "note", "mail.send"]
+    assert new == ["price", "stock.hold", "patched:fee", "fee", "fee-note", "note", "mail.send"]

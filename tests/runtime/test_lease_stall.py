@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+from prometheus_client import CollectorRegistry
 
 import ledgerflow as lf
 from conditions import until
@@ -117,3 +118,51 @@ def test_a_stall_past_the_lease_never_runs_a_second_copy(journal_url: str) -> No
     asyncio.run(main())
     assert step.most == 1, f"{step.most} copies of the step ran at once"
     assert escaped == []
+
+
+def test_stalls_of_its_own_store_never_park_a_healthy_instance(journal_url: str) -> None:
+    """Goal: a lease lost because the worker's own store stalled is not a crash of the
+    instance: three stalls during one long step (each past the lease, each followed by the
+    worker taking its instance back) leave it unparked, counted apart from crash-loop lapses.
+
+    Method: as above, three stalls one after another (the crash-loop bound is 3 lapses); after
+    each the step starts again. Then the gate opens: the instance SUCCEEDED, its lapse count
+    is 0, three leases were lost to the store and three taken back, and none counted as a
+    takeover of a dead owner.
+    """
+    step = Step()
+    metrics = lf.Metrics(registry=CollectorRegistry())
+
+    async def main() -> lf.InstanceRecord:
+        async with lf.Engine(journal_url, _registry(step), metrics=metrics) as engine:
+            worker = engine.worker(lease_seconds=LEASE_SECONDS, poll_seconds=0.02)
+            running = asyncio.create_task(worker.run())
+            started = await engine.start("slow", key="k-3")
+            for stall in range(1, 4):
+                await until(lambda s=stall: step.runs >= s, what=f"run {stall} of the step")
+                taken = threading.Event()
+                holder = asyncio.create_task(
+                    asyncio.to_thread(_hold_the_journal, journal_url, taken)
+                )
+                await asyncio.to_thread(taken.wait, 10)
+                await holder
+            await until(lambda: step.runs >= 4, what="the step to run after the third stall")
+            step.gate.set()
+            assert await engine.result(started.instance_id, timeout=30) == "done"
+            record = await engine.get(started.instance_id)
+            worker.stop()
+            await running
+            return record
+
+    record = asyncio.run(main())
+    assert (record.status, record.lease_expiries) == (lf.InstanceStatus.SUCCEEDED, 0)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+    }
+    assert samples[("ledgerflow_leases_lost_total", (("reason", "store"),))] == 3
+    assert samples[("ledgerflow_leases_retaken_total", ())] == 3
+    assert not any(
+        name == "ledgerflow_lease_takeovers_total" and v for (name, _), v in samples.items()
+    )

@@ -16,7 +16,7 @@ import pytest
 
 import ledgerflow as lf
 from ledgerflow.operators.service import Operations
-from ledgerflow.testing import ReplayVerdict, replay_histories, replay_history
+from ledgerflow.testing import FakeClock, ReplayVerdict, replay_histories, replay_history
 from replay_shop import ORDER, run_orders, shop
 
 
@@ -182,3 +182,54 @@ def test_steps_from_concurrent_branches_park_instead_of_racing(journal_url: str)
     record = asyncio.run(main())
     assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
     assert record.reason_code == "concurrent_steps"
+
+
+def _waiting_code(*, sleep: float, timeout: float, event: str = "go") -> lf.Registry:
+    registry = lf.Registry()
+
+    @registry.workflow(name="paced", version=1)
+    async def paced(ctx: lf.WorkflowContext, _: None) -> str:
+        await ctx.sleep(sleep)
+        got = await ctx.wait_for(event, timeout=timeout)
+        return str(got.payload)
+
+    return registry
+
+
+def test_a_timer_or_timeout_of_another_length_replays_what_it_started(journal_url: str) -> None:
+    """Goal: a started timer or wait keeps the due time its journal holds, so code that now
+    sleeps or waits for another length (a bug fix: sleep(3) -> sleep(2)) replays an in-flight
+    history clean and applies the new length only to what it starts; another event still
+    diverges.
+
+    Method: run "paced" (sleep 3600, then wait for "go" with a timeout of 600) to the sleep,
+    and another past it to the wait (the clock moved past the sleep); replay both against
+    sleep 60 / timeout 30 (compatible) and against a wait for "stop" (the waiting history
+    diverges at the wait; the sleeping one never reached it).
+    """
+    clock = FakeClock()
+
+    async def main() -> dict[str, str]:
+        async with lf.Engine(journal_url, _waiting_code(sleep=3600, timeout=600), clock=clock) as e:
+            waiting = (await e.start("paced", key="waiting")).instance_id
+            await e.worker(lease_seconds=30, poll_seconds=0.01).run(until_nothing_due=True)
+            clock.advance(3601)  # its sleep fires: it moves on to the wait
+            sleeping = (await e.start("paced", key="sleeping")).instance_id
+            await e.worker(lease_seconds=30, poll_seconds=0.01).run(until_nothing_due=True)
+            return {"waiting": waiting, "sleeping": sleeping}
+
+    started = asyncio.run(main())
+    with Operations(journal_url) as operations:
+        steps = {k: [s.name for s in operations.detail(i).steps] for k, i in started.items()}
+        shorter = operations.replay(_waiting_code(sleep=60, timeout=30))
+        other = {
+            v.instance_id: v
+            for v in operations.replay(_waiting_code(sleep=60, timeout=30, event="stop"))
+        }
+    assert steps == {"waiting": ["sleep", "wait:go"], "sleeping": ["sleep"]}
+    assert [v.compatible for v in shorter] == [True, True], shorter
+    assert other[started["sleeping"]].compatible
+    diverged = other[started["waiting"]]
+    assert (diverged.compatible, diverged.position) == (False, 2)
+    assert "wait 'wait:go'" in (diverged.holds or "")
+    assert "wait 'wait:stop'" in (diverged.asks or "")

@@ -150,8 +150,9 @@ def _drift(url: str, edited: bool) -> tuple[str, lf.Registry]:
 
     new = lf.Registry()
     if edited:
-
-        @new.workflow(name="drift", version=1)
+        # Pinned: this code leaves the old fingerprint's instances to an operator (adoption,
+        # the default, is tests/versioning/test_adoption.py's).
+        @new.workflow(name="drift", version=1, on_new_code="pinned")
         async def drift_v1_edited(ctx: lf.WorkflowContext, n: int) -> int:
             return n + 1
 
@@ -169,8 +170,9 @@ def _drift(url: str, edited: bool) -> tuple[str, lf.Registry]:
 def test_a_worker_without_the_pinned_code_leaves_the_instance_untouched(
     journal_url: str, edited: bool
 ) -> None:
-    """Goal: a worker whose code for the pinned version changed (another fingerprint), or that
-    has another version only, neither runs nor parks the instance: it never claims it.
+    """Goal: a worker whose code for the pinned version changed (another fingerprint, declared
+    ``on_new_code="pinned"``), or that has another version only, neither runs nor parks the
+    instance: it never claims it.
 
     Method: start under v1, run a worker with the other registry until idle (it must return:
     nothing it serves is due), then read the instance: RUNNING, never owned, generation 0.

@@ -31,7 +31,7 @@ def test_the_builder_hands_the_worker_its_periodic_tasks(tmp_path: Path) -> None
         async with lf.Engine(f"sqlite:///{tmp_path / 'journal.db'}", lf.Registry()) as engine:
             task = PeriodicTask(name="tick", interval_seconds=0.05, run=tick)
             worker = engine.worker(poll_seconds=0.01, periodic=[task])
-            assert worker.periodic.names == ["detection", "tick", "worker-heartbeat"]
+            assert worker.periodic.names == ["detection", "tick", "unserved", "worker-heartbeat"]
             running = asyncio.create_task(worker.run())
             await until(lambda: worker.periodic.runs("tick") >= 2, what="the task ran twice")
             worker.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,11 @@ from perimeter_world import MARKUP_KEY, World, build
 from starlette.exceptions import StarletteDeprecationWarning
 
 from ledgerflow.errors import NotAuthenticatedError
+from ledgerflow.model.ids import WorkerId
+from ledgerflow.model.routing import Served
 from ledgerflow.operators.service import Operations
+from ledgerflow.storage import open_store
+from ledgerflow.storage.workers import WorkerRecord
 from ledgerflow.web import create_app
 
 with warnings.catch_warnings():
@@ -245,3 +250,47 @@ def test_signing_in_ends_the_browsers_previous_session(client: TestClient, world
     client.cookies.set("lf_session", old, path="/console")
     replay = client.get("/console/instances")
     assert (replay.status_code, replay.headers["location"]) == (303, "/console/sign-in")
+
+
+def test_pages_say_what_no_live_worker_serves(client: TestClient, world: World) -> None:
+    """Goal: nothing waits in silence in the console either. With a live worker serving only
+    other code of pay v1 (as after a deploy), the waiting instance's page says it is pinned to
+    code no live worker serves and how it moves, and the Versions page lists its definition
+    as in flight with no live worker; once a worker serves its code, both say nothing."""
+    pinned = client_side_fingerprint(world)
+    register(world.url, "new-code", Served("pay", 1, "f" * 32))
+    sign_in(client, world.tokens["olga"])
+    page = client.get(f"/console/instances/{world.waiting}").text
+    assert 'id="unserved"' in page
+    assert f"pinned to pay v1 (fingerprint {pinned}), which no live worker serves" in page
+    assert "ledgerflow versions upgrade pay@1 MODULE:REGISTRY" in page
+    versions = client.get("/console/versions").text
+    table = versions[versions.index('<table id="unserved">') : versions.index("<h2>Workers")]
+    assert f"<code>{pinned}</code>" in table
+    register(world.url, "old-code", Served("pay", 1, pinned))
+    assert 'id="unserved"' not in client.get(f"/console/instances/{world.waiting}").text
+    assert 'id="unserved-none"' in client.get("/console/versions").text
+
+
+def client_side_fingerprint(world: World) -> str:
+    with Operations(world.url) as operations:
+        return operations.detail(world.waiting).instance.fingerprint
+
+
+def register(url: str, worker_id: str, serves: Served) -> None:
+    """A live worker in the journal's registry (as a worker process announces itself)."""
+    store = open_store(url)
+    try:
+        now = time.time()
+        record = WorkerRecord(
+            worker_id=WorkerId(worker_id),
+            host="h",
+            pid=1,
+            started_at=now,
+            slots=1,
+            heartbeat_at=now,
+            serves=(serves,),
+        )
+        store.register_worker(record, now=now)
+    finally:
+        store.close()

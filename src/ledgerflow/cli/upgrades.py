@@ -33,7 +33,7 @@ from ledgerflow.cli.options import (
     retired_actor_option,
 )
 from ledgerflow.cli.render import cell, console, inert, print_table, short
-from ledgerflow.errors import PayloadError
+from ledgerflow.errors import CommandLineError, LedgerflowError, PayloadError
 from ledgerflow.model.codec import JSON
 from ledgerflow.operators.service import (
     MigrationPlan,
@@ -201,7 +201,9 @@ def versions_group() -> None:
 @click.argument("workflow_at", metavar="WORKFLOW@VERSION")
 @click.argument("target", metavar="MODULE:REGISTRY")
 @click.option(
-    "--to-fingerprint", required=True, help="The fingerprint of the registry's code to move to."
+    "--to-fingerprint",
+    help="The fingerprint the registry's code must have (default: whatever it has); a check "
+    "that the code loaded is the code meant.",
 )
 @click.option("--dry-run", is_flag=True, help="Replay and report; move and record nothing.")
 @db_option
@@ -211,19 +213,26 @@ def versions_group() -> None:
 def upgrade_command(
     workflow_at: str,
     target: str,
-    to_fingerprint: str,
+    to_fingerprint: str | None,
     dry_run: bool,
     db: str,
     authority_file: str | None,
     as_json: bool,
 ) -> None:
     """Move WORKFLOW@VERSION's in-flight instances to the code MODULE:REGISTRY has for that
-    version (fingerprint --to-fingerprint): each only if its journal replays clean against it,
-    in one transaction with its audit record; the others stay pinned, listed and (unless a dry
-    run) on the record as refused. Needs a role that allows ``upgrade`` in the authority file
-    (as local:ACCOUNT)."""
+    version (its fingerprint, or --to-fingerprint as a check): each only if its journal
+    replays clean against it, in one transaction with its audit record; the others stay
+    pinned, listed and (unless a dry run) on the record as refused. Needs a role that allows
+    ``upgrade`` in the authority file (as local:ACCOUNT); a dry run needs none."""
     workflow, version = _workflow_at(workflow_at)
     registry = load_registry(target)
+    if to_fingerprint is None:
+        try:
+            to_fingerprint = registry.get(workflow, version).fingerprint
+        except LedgerflowError as exc:
+            raise CommandLineError(
+                f"{target} has no code for {workflow_at}: {exc.message}"
+            ) from None
     with Operations(db, authority=authority_of(authority_file)) as operations:
         report = operations.upgrade(
             registry,

@@ -39,6 +39,7 @@
     ├── IllegalTransitionError        a state change the state machine does not allow
     ├── InstanceNotFoundError
     ├── ResultTimeoutError            waited for a result that did not come in time
+    │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
     ├── WorkflowError                 the instance ended without a result
     ├── StepError                     raised into workflow code
     │   ├── StepFailedError           a local step used up its attempts
@@ -106,6 +107,7 @@ from ledgerflow.errors.ledger import (
     IdempotencyKeyReusedError,
     IllegalTransitionError,
     InstanceNotFoundError,
+    NoCapableWorkerError,
     ResultTimeoutError,
     StepError,
     StepFailedError,
@@ -154,6 +156,7 @@ __all__ = [
     "LedgerflowError",
     "MethodNotAllowedError",
     "MissingExtraError",
+    "NoCapableWorkerError",
     "NotAuthenticatedError",
     "NotAuthorizedError",
     "OperatorError",

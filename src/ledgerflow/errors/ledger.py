@@ -152,6 +152,14 @@ class ResultTimeoutError(LedgerflowError):
         self.instance_id = instance_id
 
 
+class NoCapableWorkerError(ResultTimeoutError):
+    """The instance did not end in the time given, and no live worker serves the code it is
+    pinned to: the message names the fingerprint, what the live workers serve, and how it
+    moves."""
+
+    code = "LF403"
+
+
 class WorkflowError(LedgerflowError):
     """The instance ended without a result; ``status`` and ``reason`` say how, and ``cause``
     what led to it (the workflow's own error behind a COMPENSATED instance, say)."""

@@ -15,7 +15,7 @@ import re
 import textwrap
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, UnknownVersionError, UnknownWorkflowError
@@ -31,7 +31,7 @@ from ledgerflow.model.retry import (
     DEFAULT_STEP_RETRY,
     RetryPolicy,
 )
-from ledgerflow.model.routing import Served
+from ledgerflow.model.routing import OnNewCode, Served
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -278,13 +278,17 @@ def contract_text(what: str, version: int | str | None) -> str | None:
 WorkflowFunction = Callable[..., Awaitable[Any]]
 
 
-def _checked_on_defect(workflow: str, on_defect: OnDefect | str) -> OnDefect:
+Choice = TypeVar("Choice", OnDefect, OnNewCode)
+
+
+def _checked_choice(workflow: str, option: str, kind: type[Choice], value: Choice | str) -> Choice:
+    """A declared option's value as its enum: the member, or its value's text."""
     try:
-        return OnDefect(on_defect)
+        return kind(value)
     except ValueError:
         raise RegistrationError(
-            f"workflow {workflow}: on_defect must be one of "
-            + ", ".join(repr(o.value) for o in OnDefect)
+            f"workflow {workflow}: {option} must be one of "
+            + ", ".join(repr(o.value) for o in kind)
         ) from None
 
 
@@ -353,6 +357,9 @@ class WorkflowDefinition:
     on_defect: OnDefect = OnDefect.PARK
     # How often, and after what backoff, a defect is tried again before the instance parks.
     defect_retry: RetryPolicy = DEFAULT_DEFECT_RETRY
+    # What this code does with instances of its version pinned to code nobody serves any more
+    # (model/routing.py); not part of the fingerprint: it decides a deploy, not a run.
+    on_new_code: OnNewCode = OnNewCode.ADOPT_IF_REPLAY_CLEAN
 
     def is_business_failure(self, exc: BaseException) -> bool:
         """Whether ``exc`` from this workflow's code compensates or fails the instance (a
@@ -398,6 +405,7 @@ class Registry:
         business_failures: tuple[type[BaseException], ...] | list[type[BaseException]] = (),
         on_defect: OnDefect | str = OnDefect.PARK,
         defect_retry: RetryPolicy = DEFAULT_DEFECT_RETRY,
+        on_new_code: OnNewCode | str = OnNewCode.ADOPT_IF_REPLAY_CLEAN,
     ) -> Callable[[WorkflowFunction], WorkflowFunction]:
         """Register an ``async def`` workflow under a name and a version.
 
@@ -410,12 +418,19 @@ class Registry:
         fail the instance. Any other exception is a defect: tried again on ``defect_retry``,
         then parked ``workflow_defect`` with nothing compensated; ``on_defect="compensate"``
         treats every exception as a business failure instead.
+
+        ``on_new_code`` says what this code does with in-flight instances of the same version
+        that are pinned to another fingerprint no live worker serves (a deploy changed the
+        code): ``"adopt_if_replay_clean"`` (the default) replays each one's journal against
+        this code and takes it over, audited, only if the replay is clean; ``"pinned"`` leaves
+        them for an operator's ``ledgerflow versions upgrade``.
         """
         check_name("workflow", name)
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise RegistrationError(f"workflow {name}: version must be a positive integer")
         failures = _checked_failures(name, business_failures)
-        defects = _checked_on_defect(name, on_defect)
+        defects = _checked_choice(name, "on_defect", OnDefect, on_defect)
+        adopting = _checked_choice(name, "on_new_code", OnNewCode, on_new_code)
 
         def register(function: WorkflowFunction) -> WorkflowFunction:
             if not inspect.iscoroutinefunction(function):
@@ -437,6 +452,7 @@ class Registry:
                 business_failures=failures,
                 on_defect=defects,
                 defect_retry=defect_retry,
+                on_new_code=adopting,
             )
             versions = self._workflows.setdefault(name, {})
             if version in versions:
@@ -480,6 +496,17 @@ class Registry:
         """What a worker with this registry can run: every (workflow, version, fingerprint)
         registered. A worker claims only instances pinned to one of them."""
         return tuple(sorted(Served(d.name, d.version, d.fingerprint) for d in self.definitions()))
+
+    def adopts(self) -> tuple[Served, ...]:
+        """The definitions whose code adopts instances of their workflow and version pinned to
+        another fingerprint no live worker serves (``on_new_code``), after a clean replay."""
+        return tuple(
+            sorted(
+                Served(d.name, d.version, d.fingerprint)
+                for d in self.definitions()
+                if d.on_new_code is OnNewCode.ADOPT_IF_REPLAY_CLEAN
+            )
+        )
 
     def effect(self, participant: str, operation: str) -> EffectDeclaration:
         try:

@@ -36,6 +36,10 @@ NO_CAPABLE_WORKER = "no_capable_worker"
 # A waiting instance, not due, that holds what would move it on (a lost wake-up): the scan
 # flags it and makes it due.
 STUCK_ARRIVAL = "stuck_arrival"
+# Due work pinned to code nobody serves whose journal does not replay against the code a live
+# worker has of its workflow and version: not adopted, flagged by that worker with where the
+# two part (runtime/adoption.py); cleared by the scan once it is served or has ended.
+REPLAY_DIVERGENCE = "replay_divergence"
 
 # The flags a scan raises and, when the condition is gone, clears by itself.
 SCANNED_FLAGS = (
@@ -305,6 +309,18 @@ class UnservedInstance:
     fingerprint: str
     # Its due time, or for one whose owner's lease lapsed, the lapse.
     due_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnservedCount:
+    """Instances not ended (running, waiting, compensating or cancelling) pinned to one
+    definition that no live worker serves, and how many of them are due now."""
+
+    workflow_name: str
+    workflow_version: int
+    fingerprint: str
+    instances: int
+    due: int
 
 
 def no_capable_worker(

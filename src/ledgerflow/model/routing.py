@@ -7,6 +7,10 @@ instance it cannot run, and lacking a definition is never a reason to touch one:
 live worker serves stays where it is and is flagged (``no_capable_worker``) once it has waited
 past a bound.
 
+A new fingerprint of the same workflow and version adopts what no live worker serves any more
+(:class:`OnNewCode`): a worker with that code replays each such instance's journal against it
+and takes the instance over only if the replay is clean (:mod:`ledgerflow.runtime.adoption`).
+
 Example::
 
     served = registry.served()          # (Served("order", 1, "3f9c..."), ...)
@@ -15,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +37,18 @@ class Served:
     def label(self) -> str:
         """``order v2 (fingerprint 3f9c0a1b2c3d)`` - how evidence and listings name it."""
         return f"{self.workflow_name} v{self.workflow_version} (fingerprint {self.fingerprint})"
+
+
+class OnNewCode(enum.Enum):
+    """What a workflow's code does with instances of its workflow and version that are pinned
+    to another fingerprint no live worker serves (a deploy replaced the code they started on).
+    """
+
+    # Replay each one's journal against this code; adopt it (audited) only if the replay is
+    # clean, flag it with the divergence otherwise. The default.
+    ADOPT_IF_REPLAY_CLEAN = "adopt_if_replay_clean"
+    # Leave them pinned: only an operator moves them (``ledgerflow versions upgrade``).
+    PINNED = "pinned"
 
 
 def served_json(served: Iterable[Served]) -> str:

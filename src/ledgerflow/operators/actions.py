@@ -25,8 +25,10 @@ from typing import Any
 from ledgerflow.errors import InstanceNotFoundError, LedgerflowError, NotAuthorizedError
 from ledgerflow.model.authority import Grant, Policy, VersionCommand
 from ledgerflow.model.ids import InstanceId
+from ledgerflow.runtime import adoption
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, SyncEngine
+from ledgerflow.runtime.engine import Delivered, DeliveryOutcome
+from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.storage.audit import AuditEntry
 from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import OperatorStore
@@ -42,6 +44,8 @@ UPGRADE = VersionCommand.UPGRADE.value
 MIGRATE = VersionCommand.MIGRATE.value
 # Written by ledgerflow.operators.versions, with the retirement in one transaction.
 RETIRE_VERSION = VersionCommand.RETIRE.value
+# Written by a worker's adoption, in the claim's transaction (runtime/adoption.py).
+ADOPT = adoption.ADOPT
 ACTION_KINDS = (
     START,
     CANCEL,
@@ -52,6 +56,7 @@ ACTION_KINDS = (
     UPGRADE,
     MIGRATE,
     RETIRE_VERSION,
+    ADOPT,
 )
 # An action's reason and refusal are kept to this many characters.
 ACTION_TEXT_MAX = 1000

@@ -65,8 +65,9 @@ from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.engine import (
     Delivered,
     Started,
-    SyncEngine,
 )
+from ledgerflow.runtime.sync_engine import SyncEngine
+from ledgerflow.runtime.unserved import unserved_explanation
 from ledgerflow.storage.access import InstanceQuery, VersionCount
 from ledgerflow.storage.attention import AttentionQuery
 from ledgerflow.storage.audit import AuditQuery, AuditRecord
@@ -339,6 +340,14 @@ class ScopedOperations:
             actor=self.principal.name,
             role=self.principal.role.value,
             reason=reason,
+        )
+
+    def unserved(self, instance_id: str) -> str | None:
+        """Why the instance does not move although workers run (no live worker serves the
+        code it is pinned to: which, what they serve instead, how it moves), or None."""
+        record = self.get(instance_id)
+        return unserved_explanation(
+            self._store, record, bounds=bounds_from_environment(), now=self._clock.now()
         )
 
     def workers(self) -> list[dict[str, Any]]:

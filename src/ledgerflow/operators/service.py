@@ -4,7 +4,7 @@ The ``ledgerflow`` command calls it now, the HTTP endpoint and a console too: re
 and their ledgers, cancelling and signalling them, the attention queue and the stuck-work scan,
 audited repairs (plan and apply), the audit log, and reconciliation with its runs. Whoever asks,
 the same rules answer in the same words, because the service decides nothing itself: each call
-is the engine's (:class:`~ledgerflow.runtime.engine.SyncEngine`) or one operator tool's
+is the engine's (:class:`~ledgerflow.runtime.sync_engine.SyncEngine`) or one operator tool's
 (:mod:`~ledgerflow.operators.attention`, :mod:`~ledgerflow.operators.repairs`,
 :mod:`~ledgerflow.operators.reconcile`). A face imports its answers' types from here, never
 from storage.
@@ -73,11 +73,11 @@ from ledgerflow.runtime.engine import (
     DeliveryOutcome,
     InstanceDetail,
     Started,
-    SyncEngine,
 )
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.replay import ReplayVerdict
 from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.storage import open_store
 from ledgerflow.storage.access import ApiToken, InstanceQuery, VersionCount
 from ledgerflow.storage.attention import AttentionFlag, AttentionQuery
@@ -542,16 +542,18 @@ class Operations:
     ) -> MoveReport:
         """Move W@N's in-flight instances to ``registry``'s code for W@N (``to_fingerprint``),
         each only if its replay against that code is clean; as ``actor``, who must hold a role
-        that allows ``upgrade`` (the repairs' authority; a dry run too); audited."""
-        role = self._authorized(
-            actor,
-            VersionCommand.UPGRADE,
-            instance_id=None,
-            target=f"{workflow}@{version}",
-            reason=f"upgrade {workflow}@{version} to {to_fingerprint}",
-            arguments={"to_fingerprint": to_fingerprint},
-            recorded=not dry_run,
-        )
+        that allows ``upgrade`` (the repairs' authority); audited. A dry run only replays, as
+        ``ledgerflow replay`` does: it writes nothing and needs no role."""
+        role = None
+        if not dry_run:
+            role = self._authorized(
+                actor,
+                VersionCommand.UPGRADE,
+                instance_id=None,
+                target=f"{workflow}@{version}",
+                reason=f"upgrade {workflow}@{version} to {to_fingerprint}",
+                arguments={"to_fingerprint": to_fingerprint},
+            )
         return self.upgrades(registry).upgrade(
             workflow=workflow,
             version=version,

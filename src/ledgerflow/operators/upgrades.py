@@ -28,10 +28,10 @@ from ledgerflow.errors import (
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.contracts import ContractMapping
 from ledgerflow.model.definition import Registry, WorkflowDefinition
-from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import EffectId, Generation, IdempotencyKey, StepSeq
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.operators.actions import MIGRATE, UPGRADE
+from ledgerflow.runtime.adoption import move_refusal
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.core import detail_of
 from ledgerflow.runtime.history import history_document, journal_of, read_histories
@@ -353,22 +353,6 @@ class Upgrades:
             outcomes=tuple(outcomes),
         )
 
-    def _refusal(self, instance: InstanceRecord, journal: Journal) -> str | None:
-        if instance.status in (InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING) or any(
-            seq < 0 for seq in journal.steps
-        ):
-            return "a compensation is in progress"
-        unknown = [e for e in journal.effects.values() if e.state is EffectState.UNKNOWN]
-        if unknown:
-            return f"effect {unknown[0].effect_id} (key {unknown[0].idempotency_key}) is UNKNOWN"
-        if (
-            instance.owner is not None
-            and instance.lease_expires_at is not None
-            and instance.lease_expires_at > self.clock.now()
-        ):
-            return f"worker {instance.owner} holds a live lease"
-        return None
-
     async def _move(
         self,
         mover: _Mover,
@@ -380,7 +364,7 @@ class Upgrades:
     ) -> MoveOutcome:
         target = mover.target
         journal = self.store.journal(instance.instance_id, instance.run)
-        refused = self._refusal(instance, journal)
+        refused = move_refusal(instance, journal, now=self.clock.now())
         if refused is not None:
             return _outcome(instance, "refused", None, refusal=refused)
         try:

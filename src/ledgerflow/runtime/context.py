@@ -61,6 +61,8 @@ class WorkflowContext:
         self._session = session
         self._definition = definition
         self._seq = 0
+        # Each change id's answer in this run, decided at its first ``patched`` call.
+        self._patches: dict[str, bool] = {}
         # The task that runs the workflow function: the only one that may take positions.
         try:
             self._task: asyncio.Task[object] | None = asyncio.current_task()
@@ -109,7 +111,7 @@ class WorkflowContext:
         recorded = self._session.step(seq)
         if recorded is None:
             return None
-        if recorded.kind is not kind or recorded.name != name or recorded.input != input_text:
+        if not self._same_position(recorded, kind=kind, name=name, input_text=input_text):
             holds = describe_step(recorded.kind, recorded.name, recorded.input)
             asks = describe_step(kind, name, input_text)
             raise Diverged(
@@ -119,6 +121,26 @@ class WorkflowContext:
                 reason=f"step {seq}: the journal holds {holds}, the code now asks for {asks}",
             )
         return recorded
+
+    def _same_position(
+        self, recorded: StepRecord, *, kind: StepKind, name: str, input_text: str | None
+    ) -> bool:
+        """Whether the code asks for what the journal holds at a position: the same kind, name
+        and input. A timer's length and a wait's timeout are not part of it: once started, a
+        timer or a wait is due when its journal says (``next_attempt_at``), so code that now
+        sleeps or waits for another length resumes a started one as recorded and applies the
+        new length to those it starts."""
+        if recorded.kind is not kind or recorded.name != name:
+            return False
+        if kind is StepKind.TIMER:
+            return True
+        if kind is StepKind.WAIT:
+            return bool(self._without_timeout(recorded.input) == self._without_timeout(input_text))
+        return recorded.input == input_text
+
+    def _without_timeout(self, text: str | None) -> Any:
+        spec = self._session.codec.decode(text or "{}")
+        return {k: v for k, v in spec.items() if k != "timeout"} if isinstance(spec, dict) else spec
 
     def _stop_if_cancelled(self, seq: StepSeq, name: str, recorded: StepRecord | None) -> None:
         """Cancellation takes effect before new work only: what was started is finished."""
@@ -278,8 +300,12 @@ class WorkflowContext:
 
         A new run (or one that reaches this point for the first time) gets True, and a marker
         is journaled at this position; a run journaled before the change, whose journal holds
-        something else here, gets False and the position stays the old code's. Each call is
-        decided at its own position, so a replay always takes the branch the run took.
+        something else here, gets False and the position stays the old code's. A change id is
+        decided once per run, at its first call: every later call of the same id in the run
+        gets the same answer (a run moved to new code while it waited, which took the old
+        branch before the wait, takes it after the wait too, never half of the patch). A
+        marker the journal holds where a later call stands is followed all the same: the
+        journal is what the run did.
 
         Example::
 
@@ -296,6 +322,18 @@ class WorkflowContext:
         name = PATCH_PREFIX + change_id
         at = StepSeq(self._seq + 1)
         recorded = self._session.step(at)
+        if recorded is not None and recorded.kind is StepKind.MARKER and recorded.name == name:
+            self._next_seq()
+            self._patches.setdefault(change_id, True)
+            return True
+        decided = self._patches.get(change_id)
+        if decided is not None:
+            return decided
+        self._patches[change_id] = self._patch(at, name, recorded)
+        return self._patches[change_id]
+
+    def _patch(self, at: StepSeq, name: str, recorded: StepRecord | None) -> bool:
+        """The first decision of a change id in this run, at position ``at``."""
         if recorded is None:
             if not self._patch_at_frontier(at, name):
                 return False
@@ -314,9 +352,6 @@ class WorkflowContext:
                     output="true",
                 )
             )
-            return True
-        if recorded.kind is StepKind.MARKER and recorded.name == name:
-            self._next_seq()
             return True
         return False
 

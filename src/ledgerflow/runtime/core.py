@@ -3,7 +3,7 @@
 Starting by business key, delivering events, completing asynchronous effects, cancelling and
 reading an instance: the rules live here once, in :class:`EngineCore`, and
 :class:`~ledgerflow.runtime.engine.Engine` (asyncio) and
-:class:`~ledgerflow.runtime.engine.SyncEngine` (blocking) only call them. (A *command* in the
+:class:`~ledgerflow.runtime.sync_engine.SyncEngine` (blocking) only call them. (A *command* in the
 ledger's sense is what a step sends a participant; nothing here is one.)
 """
 

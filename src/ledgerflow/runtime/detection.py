@@ -36,6 +36,8 @@ from ledgerflow.model.detection import (
     SilentEffect,
 )
 from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.instance import TERMINAL_STATUSES
+from ledgerflow.model.routing import Served
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
@@ -151,8 +153,19 @@ def scan(
                 store.wake_held(InstanceId(finding.instance_id), now=now)
     cleared: list[tuple[str, str]] = []
     requeued: list[str] = []
+    live = served_by(store.workers(live_since=now - bounds.worker_silent_seconds))
     for flag in open_flags:
         key = (flag.instance_id, flag.reason_code)
+        if flag.reason_code == detection.REPLAY_DIVERGENCE:
+            if _divergence_settled(store, flag.instance_id, live) and store.clear_flag(
+                instance_id=flag.instance_id,
+                reason_code=flag.reason_code,
+                cleared_by=detection.DETECTOR,
+                reason="the instance ended, or a live worker serves the code it is pinned to",
+                now=now,
+            ):
+                cleared.append(key)
+            continue
         if flag.reason_code == detection.POISON_CORRUPT_ROW:
             if store.requeue_repaired(flag.instance_id, cleared_by=detection.DETECTOR, now=now):
                 requeued.append(flag.instance_id)
@@ -175,6 +188,17 @@ def scan(
         requeued=tuple(requeued),
         truncated=tuple(truncated),
     )
+
+
+def _divergence_settled(store: DetectionStore, instance_id: str, live: list[Served]) -> bool:
+    """Whether a ``replay_divergence`` flag's instance no longer waits for a worker that can
+    run it: it has ended, or a live worker serves the code it is pinned to (its old code came
+    back, or an operator moved it)."""
+    instance = store.get_instance(InstanceId(instance_id))
+    if instance is None or instance.status in TERMINAL_STATUSES:
+        return True
+    pinned = Served(instance.workflow_name, instance.workflow_version, instance.fingerprint)
+    return pinned in live
 
 
 def detection_task(

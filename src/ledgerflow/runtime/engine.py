@@ -1,8 +1,9 @@
 """The engine: start instances by business key, wait for results, read the ledgers.
 
-:class:`Engine` is the asyncio front door and :class:`SyncEngine` the same for synchronous
-code; both open one store from a URL and share the start rules below. Workers are made with
-:meth:`Engine.worker`.
+:class:`Engine` is the asyncio front door (and
+:class:`~ledgerflow.runtime.sync_engine.SyncEngine` the same for synchronous code); both open
+one store from a URL and share the rules of :mod:`ledgerflow.runtime.core`. Workers are made
+with :meth:`Engine.worker`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.runtime.adoption import Adopter
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.core import (
     CancelRequested,
@@ -37,6 +39,7 @@ from ledgerflow.runtime.detection import bounds_from_environment, detection_task
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.runtime.unserved import timed_out, unserved_task, why_unserved
 from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Delivery, InstanceRecord
@@ -54,33 +57,11 @@ __all__ = [
     "Engine",
     "InstanceDetail",
     "Started",
-    "SyncEngine",
     "instance_id_for",
 ]
 
 RESULT_POLL_SECONDS_MIN = 0.01
 RESULT_POLL_SECONDS_MAX = 0.5
-# Said when a wait times out and no worker of this engine drives anything: the first thing a
-# newcomer needs to know is that starting an instance does not run it.
-NO_WORKER_HINT = (
-    "no worker of this engine is running, and an instance only moves while a worker drives "
-    "it: run one in this process (asyncio.create_task(engine.worker().run())) or in another "
-    "(ledgerflow worker MODULE:OBJECT --db URL)"
-)
-
-
-def _settled(
-    core: EngineCore, record: InstanceRecord, *, deadline: float, timeout: float, workers: bool
-) -> bool:
-    """:meth:`EngineCore.settled`, whose timeout says a worker must run when none runs here."""
-    try:
-        return core.settled(record, deadline=deadline, timeout=timeout)
-    except ResultTimeoutError as error:
-        if workers:
-            raise
-        raise ResultTimeoutError(
-            f"{error.message}; {NO_WORKER_HINT}", instance_id=error.instance_id
-        ) from None
 
 
 class Engine:
@@ -328,11 +309,12 @@ class Engine:
                 released.clear()
                 if look:
                     record = await self.get(instance_id)
-                    workers = bool(self._workers)
-                    if _settled(
-                        self._core, record, deadline=deadline, timeout=timeout, workers=workers
-                    ):
-                        return record
+                    try:
+                        if self._core.settled(record, deadline=deadline, timeout=timeout):
+                            return record
+                    except ResultTimeoutError as error:
+                        why = await self._call(why_unserved, self._store, record)
+                        raise timed_out(error, why=why, workers=bool(self._workers)) from None
                 look = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(released.wait(), timeout=pause)
@@ -380,6 +362,9 @@ class Engine:
 
         The worker runs the stuck-work scan periodically, and the ``periodic`` tasks given
         (reconciliation, see :func:`ledgerflow.operators.reconcile.reconcile_task`) beside it.
+        It adopts in-flight instances of its workflows' versions pinned to code no live worker
+        serves, each after a clean replay of its journal (``on_new_code``, see
+        ``docs/versioning.md``).
         """
         worker_id = new_worker_id()
         bounds = detection or bounds_from_environment()
@@ -392,6 +377,22 @@ class Engine:
         )
         if self.metrics is not None:
             periodic = (*periodic, signals_task(self._store_thread, self.store, self.metrics))
+        periodic = (
+            *periodic,
+            unserved_task(
+                self._store_thread, self.store, bounds, clock=self.clock, metrics=self.metrics
+            ),
+        )
+        adopter = Adopter(
+            registry=self.registry,
+            store=self._store_thread,
+            flags=self.store,
+            codec=self.codec,
+            clock=self.clock,
+            owner=worker_id,
+            bounds=bounds,
+            metrics=self.metrics,
+        )
         worker = Worker(
             metrics=self.metrics,
             tracing=self._tracing,
@@ -406,6 +407,7 @@ class Engine:
             detection=bounds,
             on_released=self._released,
             periodic=(scan, *periodic),
+            adopter=adopter,
         )
         self._workers.append(worker)
         return worker
@@ -434,157 +436,3 @@ def signals_task(thread: AsyncStore, store: Store, metrics: Metrics) -> Periodic
         interval_seconds=max(metrics.signals_seconds, INTERVAL_SECONDS_MIN),
         run=run,
     )
-
-
-class SyncEngine:
-    """The same front door for synchronous code (scripts, web handlers, the CLI).
-
-    Example::
-
-        engine = SyncEngine("sqlite:///orders.db", registry)
-        started = engine.start("order", key="order-42", input={"sku": "A1"})
-        print(engine.result(started.instance_id, timeout=30))
-    """
-
-    def __init__(
-        self,
-        store: Store | str,
-        registry: Registry,
-        *,
-        codec: Codec = JSON,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self.store = open_store(store) if isinstance(store, str) else store
-        self._core = EngineCore(self.store, registry, codec)
-        self.registry = registry
-        # Starts and deliveries are counted here (the operators' service, ``serve``).
-        self.metrics = metrics
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.store.close()
-
-    def start(
-        self,
-        workflow: str | WorkflowFunction,
-        *,
-        key: str,
-        input: Any = None,
-        version: int | None = None,
-        tenant: str | None = None,
-    ) -> Started:
-        _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
-        started = self._core.start(new, now=time.time())
-        if self.metrics is not None and started.created:
-            self.metrics.started(new.workflow_name, new.workflow_version)
-        return started
-
-    def get(self, instance_id: str) -> InstanceRecord:
-        return self._core.get(instance_id)
-
-    def signal(
-        self,
-        instance_id: str,
-        name: str,
-        *,
-        event_id: str,
-        payload: Any = None,
-        sender: str | None = None,
-        for_step: int | None = None,
-        run: int | None = None,
-    ) -> Delivered:
-        return self._counted(
-            self._core.signal(
-                instance_id,
-                name=name,
-                event_id=event_id,
-                payload=payload,
-                sender=sender,
-                for_step=for_step,
-                run=run,
-                now=time.time(),
-            )
-        )
-
-    def _counted(self, delivered: Delivered) -> Delivered:
-        if self.metrics is not None:
-            self.metrics.delivered(delivered.outcome.value)
-        return delivered
-
-    def delivery(self, instance_id: str, event_id: str) -> Delivery:
-        return self._core.delivery(instance_id, event_id)
-
-    def complete_effect(
-        self,
-        idempotency_key: str,
-        *,
-        applied: bool,
-        evidence: Any = None,
-        reason: str | None = None,
-        event_id: str | None = None,
-    ) -> Delivered:
-        return self._counted(
-            self._core.complete_effect(
-                idempotency_key,
-                applied=applied,
-                evidence=evidence,
-                reason=reason,
-                event_id=event_id,
-                now=time.time(),
-            )
-        )
-
-    def set_concurrency_limit(
-        self,
-        *,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        in_flight_max: int | None,
-    ) -> None:
-        self._core.set_concurrency_limit(
-            workflow=workflow, tenant=tenant, in_flight_max=in_flight_max
-        )
-
-    def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:
-        return self.request_cancel(instance_id, reason=reason, compensate=compensate).instance
-
-    def request_cancel(
-        self, instance_id: str, *, reason: str, compensate: bool = True
-    ) -> CancelRequested:
-        """:meth:`cancel`, answering also whether this call recorded the request or one
-        stood already (as the store decided it, in the request's transaction)."""
-        return self._core.cancel(instance_id, reason=reason, compensate=compensate, now=time.time())
-
-    def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
-        deadline = time.monotonic() + timeout
-        pause = RESULT_POLL_SECONDS_MIN
-        while True:
-            record = self.get(instance_id)
-            # A synchronous engine drives nothing itself: only a worker elsewhere moves it.
-            if _settled(self._core, record, deadline=deadline, timeout=timeout, workers=False):
-                return record
-            time.sleep(pause)
-            pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
-
-    def result(self, instance_id: str, *, timeout: float = 60.0) -> Any:
-        return self._core.outcome(self.wait(instance_id, timeout=timeout))
-
-    def list(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]:
-        return self._core.list(status=status, workflow=workflow, tenant=tenant, limit=limit)
-
-    def detail(self, instance_id: str) -> InstanceDetail:
-        return detail_of(self.store, instance_id)

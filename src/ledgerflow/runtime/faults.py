@@ -25,6 +25,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
   its UNKNOWN outcome is not yet recorded
 - ``instance.before_release``: a retry back-off decided to give the instance up until its next
   attempt, not yet recorded
+- ``adoption.before_adopt`` / ``adoption.after_adopt``: a worker replayed an instance pinned
+  to code nobody serves clean against its own, and is about to adopt it / adopted it (repinned,
+  claimed, audited) and has not started driving it
 - ``compensation.*``: as ``effect.*``, for a compensation (``seq`` is the original step's)
 """
 

@@ -21,7 +21,7 @@ instances, UNKNOWN effects still open) is read from the journal itself at a boun
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -31,6 +31,7 @@ from ledgerflow.errors import ConfigurationError, EffectRejectedError
 from ledgerflow.model.definition import EffectDeclaration
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
+from ledgerflow.model.routing import Served
 from ledgerflow.model.step import StepEvent
 from ledgerflow.storage.records import (
     ConsistencySignals,
@@ -112,6 +113,12 @@ class Metrics:
             "Instances a worker parked for a person (MANUAL_INTERVENTION), by reason.",
             (*wf, "reason"), registry=r,
         )  # fmt: skip
+        self.instances_adopted = Counter(
+            "ledgerflow_instances_adopted_total",
+            "Instances a worker adopted onto its own code of their workflow and version after "
+            "a clean replay (their pinned code had no live worker).",
+            wf, registry=r,
+        )  # fmt: skip
         self.steps = Counter(
             "ledgerflow_steps_total",
             "Step outcomes: completed, failed, retried (a retry scheduled).",
@@ -153,6 +160,13 @@ class Metrics:
             "Time from an instance being due to a worker claiming it.",
             wf, buckets=_LAG_BUCKETS, registry=r,
         )  # fmt: skip
+        self.unserved_instances = Gauge(
+            "ledgerflow_instances_unserved",
+            "Instances not ended that are pinned to a definition no live worker serves, as a "
+            "worker last counted them (at start and every scan interval).",
+            ("workflow", "version", "fingerprint"), registry=r,
+        )  # fmt: skip
+        self._unserved_labels: set[tuple[str, str, str]] = set()
         self.takeovers = Counter(
             "ledgerflow_lease_takeovers_total",
             "Claims of an instance whose previous owner's lease expired (its worker died or "
@@ -161,9 +175,15 @@ class Metrics:
         )  # fmt: skip
         self.leases_lost = Counter(
             "ledgerflow_leases_lost_total",
-            "Leases this worker stopped driving: lost (another owner has it) or lapsed "
-            "(no renewal for a whole lease).",
+            "Leases this worker stopped driving: lost (another owner has it), lapsed (no "
+            "renewal for a whole lease) or store (lapsed while its own store did not answer).",
             ("reason",), registry=r,
+        )  # fmt: skip
+        self.leases_retaken = Counter(
+            "ledgerflow_leases_retaken_total",
+            "Instances this worker took back after their lease lapsed while its store did not "
+            "answer (not counted toward the crash-loop bound).",
+            registry=r,
         )  # fmt: skip
         self.stale_writes = Counter(
             "ledgerflow_stale_writes_refused_total",
@@ -224,6 +244,23 @@ class Metrics:
     def started(self, workflow: str, version: int) -> None:
         self._child(self.instances_started, workflow, str(version)).inc()
 
+    def unserved(self, counts: Mapping[Served, int]) -> None:
+        """The latest count of instances pinned to definitions no live worker serves; a
+        definition no longer counted drops out of the gauge."""
+        labels = {
+            (s.workflow_name, str(s.workflow_version), s.fingerprint): n for s, n in counts.items()
+        }
+        for gone in self._unserved_labels - set(labels):
+            self.unserved_instances.remove(*gone)
+        for label, n in labels.items():
+            self.unserved_instances.labels(*label).set(n)
+        self._unserved_labels = set(labels)
+
+    def adopted(self, instance: InstanceRecord) -> None:
+        self._child(
+            self.instances_adopted, instance.workflow_name, str(instance.workflow_version)
+        ).inc()
+
     def committed(self, instance: InstanceRecord, writes: Sequence[Write]) -> None:
         """A commit of ``instance``'s owner became durable: count its transitions."""
         workflow, version = instance.workflow_name, str(instance.workflow_version)
@@ -283,6 +320,9 @@ class Metrics:
 
     def lease_lost(self, reason: str) -> None:
         self.leases_lost.labels(reason).inc()
+
+    def lease_retaken(self) -> None:
+        self.leases_retaken.inc()
 
     def group_committed(self, *, size: int, seconds: float) -> None:
         self.commit_batch.observe(size)

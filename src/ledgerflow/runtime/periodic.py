@@ -33,6 +33,8 @@ class PeriodicTask:
     name: str
     interval_seconds: float
     run: Callable[[], Awaitable[object]]
+    # Run once as the worker starts too, not only one interval later.
+    at_start: bool = False
 
 
 @dataclass(slots=True)
@@ -55,7 +57,8 @@ class Periodic:
     _entries: list[_Entry] = field(default_factory=list)
 
     def add(self, task: PeriodicTask) -> None:
-        """Run ``task`` every ``interval_seconds``, the first time one interval from now."""
+        """Run ``task`` every ``interval_seconds``, the first time one interval from now (or at
+        once, for a task that runs ``at_start``)."""
         if task.interval_seconds < INTERVAL_SECONDS_MIN:
             raise ConfigurationError(
                 f"periodic task {task.name!r}: interval must be at least {INTERVAL_SECONDS_MIN}s"
@@ -64,7 +67,8 @@ class Periodic:
             raise ConfigurationError(f"a worker runs at most {PERIODIC_TASKS_MAX} periodic tasks")
         if any(e.task.name == task.name for e in self._entries):
             raise ConfigurationError(f"periodic task {task.name!r} is already registered")
-        self._entries.append(_Entry(task=task, due=time.monotonic() + task.interval_seconds))
+        first = 0.0 if task.at_start else task.interval_seconds
+        self._entries.append(_Entry(task=task, due=time.monotonic() + first))
 
     @property
     def names(self) -> list[str]:

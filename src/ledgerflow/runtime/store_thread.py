@@ -33,6 +33,7 @@ from ledgerflow.model.ids import Generation, InstanceId, RunNumber, WorkerId
 from ledgerflow.model.routing import Served
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.metrics import Metrics
+from ledgerflow.storage.audit import Adoption
 from ledgerflow.storage.records import (
     Commit,
     Delivery,
@@ -334,6 +335,33 @@ class AsyncStore:
         starts = [(new, claim) for new, claim, _ in batch]
         return self._store.start_instances(starts, now=max(n for _, _, n in batch))
 
+    async def adoptable(
+        self,
+        *,
+        adopts: Collection[Served],
+        live_since: float,
+        now: float | None,
+        limit: int,
+        running: Collection[InstanceId],
+    ) -> list[InstanceRecord]:
+        """See :meth:`JournalStore.adoptable`."""
+        return await self.call(
+            self._store.adoptable,
+            adopts=adopts,
+            live_since=live_since,
+            now=now,
+            limit=limit,
+            running=running,
+        )
+
+    async def adopt(
+        self, adoption: Adoption, *, owner: WorkerId, now: float | None, lease_seconds: float
+    ) -> tuple[InstanceRecord, int] | None:
+        """See :meth:`JournalStore.adopt`."""
+        return await self.call(
+            self._store.adopt, adoption, owner=owner, now=now, lease_seconds=lease_seconds
+        )
+
     async def claim(
         self,
         *,
@@ -345,6 +373,7 @@ class AsyncStore:
         alone: bool,
         running: Collection[InstanceId],
         serves: Collection[Served],
+        retaking: Collection[InstanceId] = (),
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` due instances for ``owner`` pinned to a definition it
         ``serves`` (see :meth:`JournalStore.claim`)."""
@@ -358,6 +387,7 @@ class AsyncStore:
             alone=alone,
             running=running,
             serves=serves,
+            retaking=retaking,
         )
 
     async def register_worker(self, worker: WorkerRecord, *, now: float) -> None:
@@ -390,10 +420,13 @@ class AsyncStore:
         """Instances ``owner`` drives that someone asked to cancel."""
         return await self.call(self._store.cancel_requests, owner=owner)
 
-    async def next_available_at(self, serves: Collection[Served] | None = None) -> float | None:
+    async def next_available_at(
+        self, serves: Collection[Served] | None = None, adopts: Collection[Served] = ()
+    ) -> float | None:
         """When the earliest instance that is not ended becomes due, of those pinned to one of
-        ``serves`` when given (None: nothing will)."""
-        return await self.call(self._store.next_available_at, serves)
+        ``serves`` when given, or of a workflow and version ``adopts`` names (None: nothing
+        will)."""
+        return await self.call(self._store.next_available_at, serves, adopts)
 
     async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]:
         """Events of that name kept for the instance and not yet taken, oldest first."""

@@ -50,6 +50,8 @@ from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartCla
 from ledgerflow.storage.workers import WorkerRecord
 
 if TYPE_CHECKING:
+    from ledgerflow.runtime.adoption import Adopter
+
     # Imported only by an engine made with tracing (the otel extra).
     from ledgerflow.runtime.tracing import Tracing
 
@@ -107,6 +109,7 @@ class Worker:
         periodic: Sequence[PeriodicTask] = (),
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
+        adopter: Adopter | None = None,
     ) -> None:
         _check_limits(concurrency=concurrency, lease_seconds=lease_seconds)
         self.id = worker_id or new_worker_id()
@@ -119,6 +122,9 @@ class Worker:
         self.detection = detection or bounds_from_environment()
         # What this worker can run: the claim takes only instances pinned to one of these.
         self.serves = registry.served()
+        # Takes over work pinned to code no live worker serves, after a clean replay (None:
+        # this worker never does; see runtime/adoption.py).
+        self.adopter = adopter
         self.executor = Executor(
             registry=registry,
             store=store,
@@ -138,10 +144,21 @@ class Worker:
         for task in periodic:
             self.periodic.add(task)
         self.periodic.add(self._heartbeat_task())
+        self._init_state(on_released)
+
+    def _init_state(self, on_released: Callable[[InstanceId], None] | None) -> None:
+        """What the worker keeps while it runs: what it drives, what it lost, how it claims."""
         self._started_at: float | None = None
         self._running: dict[InstanceId, _Driven] = {}
         # Running instances one lapse away from the crash-loop bound (see _isolating).
         self._last_chance: set[InstanceId] = set()
+        # Instances whose lease this worker let lapse because its own store stalled or failed
+        # (not because anything died): taking one back counts no crash-loop lapse. Oldest
+        # first, at most limits.WORKER_CONCURRENCY_MAX (another worker may have taken it).
+        self._lost_to_store: dict[InstanceId, None] = {}
+        # The renewal in flight, and whether the last one failed on the store.
+        self._renewal: asyncio.Task[None] | None = None
+        self._renewal_failed = False
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._crash: SimulatedCrash | None = None
@@ -235,7 +252,8 @@ class Worker:
                 if until_nothing_due and not claimed and not self._running:
                     return
                 if until_idle and not claimed and not self._running:
-                    due = await self.store.next_available_at(self.serves)
+                    adopts = self.adopter.adopts if self.adopter is not None else ()
+                    due = await self.store.next_available_at(self.serves, adopts)
                     if due is None:
                         return
                 if claimed and len(self._running) < self.concurrency:
@@ -278,6 +296,7 @@ class Worker:
                 alone=not self._running,
                 running=list(self._running),
                 serves=self.serves,
+                retaking=list(self._lost_to_store),
             )
         except StorageUnavailableError as exc:
             log.warning("claim failed, will retry: %s", exc)
@@ -290,9 +309,20 @@ class Worker:
             for r in records
         ):
             self._maybe_more = True  # It stopped early: more may be waiting.
+        elif self.adopter is not None and self.adopter.due():
+            records = [*records, *await self._adopt(limit - len(records))]
         if self.metrics is not None and records:
             self.metrics.claimed(records, now=self.clock.now())
         for record in records:
+            if record.instance_id in self._lost_to_store:
+                del self._lost_to_store[record.instance_id]
+                if self.metrics is not None:
+                    self.metrics.lease_retaken()
+                log.info(
+                    "took back instance %s, whose lease lapsed while the store stalled",
+                    record.instance_id,
+                    extra=journal_log.identity(record, worker=self.id),
+                )
             if record.lease_expiries > 0:
                 log.warning(
                     "taking over instance %s: its owner's lease expired (%d in a row)",
@@ -302,6 +332,21 @@ class Worker:
                 )
             self._start(record, held_until=sent + self.lease_seconds)
         return len(records)
+
+    async def _adopt(self, free: int) -> list[InstanceRecord]:
+        """Work pinned to code no live worker serves, adopted onto this worker's code after a
+        clean replay (claimed, to be started with the claim's)."""
+        assert self.adopter is not None
+        try:
+            return await self.adopter.adopt(
+                limit=free,
+                running=list(self._running),
+                lease_seconds=self.lease_seconds,
+                lease_now=self._lease_now(),
+            )
+        except StorageUnavailableError as exc:
+            log.warning("adoption failed, will retry: %s", exc)
+            return []
 
     # -- the worker registry -------------------------------------------------------------------
 
@@ -414,16 +459,22 @@ class Worker:
         every = self.lease_seconds / limits.HEARTBEATS_PER_LEASE
         # The renewal runs on its own, so that a store stalled inside it cannot hold back the
         # check of which leases may have lapsed meanwhile.
-        renewal: asyncio.Task[None] | None = None
         try:
             while True:
                 await asyncio.sleep(every)
                 self._stop_lapsed()
-                if renewal is None or renewal.done():
-                    renewal = asyncio.create_task(self._renew(), name="ledgerflow-renewal")
+                if self._renewal is None or self._renewal.done():
+                    self._renewal = asyncio.create_task(self._renew(), name="ledgerflow-renewal")
         finally:
-            if renewal is not None:
-                renewal.cancel()
+            if self._renewal is not None:
+                self._renewal.cancel()
+
+    def _store_at_fault(self) -> bool:
+        """Whether leases lapse because this worker's store does not answer: a renewal is
+        still waiting on it, or the last one failed on it (the worker itself is alive: its
+        heartbeat runs)."""
+        stuck = self._renewal is not None and not self._renewal.done()
+        return stuck or self._renewal_failed
 
     def _stop_lapsed(self) -> None:
         """Stop every copy whose lease nobody could renew for a whole lease length: another
@@ -432,8 +483,13 @@ class Worker:
         for instance_id, entry in self._running.items():
             if entry.held_until < now and not entry.stopping:
                 entry.stopping = True
+                store = self._store_at_fault()
+                if store:
+                    self._lost_to_store[instance_id] = None
+                    while len(self._lost_to_store) > limits.WORKER_CONCURRENCY_MAX:
+                        del self._lost_to_store[next(iter(self._lost_to_store))]
                 if self.metrics is not None:
-                    self.metrics.lease_lost("lapsed")
+                    self.metrics.lease_lost("store" if store else "lapsed")
                 log.warning(
                     "no renewal of the lease of %s for %.1fs: it may have lapsed; stopping it",
                     instance_id,
@@ -457,8 +513,10 @@ class Worker:
                 )
             )
         except StorageUnavailableError as exc:
+            self._renewal_failed = True
             log.warning("lease renewal failed: %s", exc)
             return
+        self._renewal_failed = False
         for instance_id, generation in leases:
             entry = self._running.get(instance_id)
             if entry is None or entry.generation != generation:

@@ -121,3 +121,19 @@ class RepairWrite:
     # An upgrade or a migration: the definition the instance is pinned to from now on, and
     # the journal positions that move (see :class:`Repin`).
     repin: Repin | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Adoption:
+    """A worker's adoption of an instance onto its own code of the same workflow and version:
+    the instance as the replay read it (generation, pin), the code it moves to, when the
+    workers that count as live last beat, and the audit record (the worker, the verdict)."""
+
+    instance_id: InstanceId
+    workflow_name: str
+    workflow_version: int
+    expected_generation: Generation
+    expected_fingerprint: str
+    fingerprint: str
+    live_since: float
+    audit: AuditEntry

@@ -46,9 +46,11 @@ def claim_params(
     now: float | None,
     lease_seconds: float,
     serves: str | None = None,
+    retaking: str = "[]",
 ) -> dict[str, Any]:
     """The parameters of claim_instance; ``serves`` is :func:`served_json` of what the claimer
-    runs, or None for a claimer that takes any definition."""
+    runs, or None for a claimer that takes any definition; ``retaking`` the JSON array of the
+    instances whose lease the claimer itself lost to its store (see :meth:`ClaimStore.claim`)."""
     return {
         "instance_id": instance_id,
         "owner": owner,
@@ -56,6 +58,7 @@ def claim_params(
         "lease_expires_at": now + lease_seconds if now is not None else None,
         "now": now,
         "serves": serves,
+        "retaking": retaking,
     }
 
 
@@ -71,17 +74,22 @@ class ClaimStore(SqlSeam):
         alone: bool = True,
         running: Collection[InstanceId] = (),
         serves: Collection[Served] | None = None,
+        retaking: Collection[InstanceId] = (),
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` runnable instances for ``owner``. ``running`` names the
         instances this owner is driving now: they are never handed to it again, even when
         their lease lapsed (a stall held the heartbeat back), so no worker runs two copies
         of one instance; its heartbeat renews them instead. ``serves`` routes by capability:
         only instances pinned to one of these definitions are taken (None: any, for a caller
-        that runs no workflow code; a worker always says what it serves)."""
+        that runs no workflow code; a worker always says what it serves). ``retaking`` names
+        instances whose lease this owner lost because its own store stalled or failed (not
+        because it died): taking one of those back is no lease expiry of the crash-loop count.
+        """
         mine = {
             "owner": owner,
             "running": json.dumps(sorted(running)),
             "serves": None if serves is None else served_json(serves),
+            "retaking": json.dumps(sorted(retaking)),
         }
         # Most claims take healthy instances: all at once, statements batched. One that meets
         # a damaged row or an instance near its crash-loop bound is done again row by row.
@@ -113,7 +121,9 @@ class ClaimStore(SqlSeam):
         taken: list[list[Row]] = []
         with self._batch():
             for row in rows:
-                params = claim_params(row["instance_id"], owner, now, lease_seconds, mine["serves"])
+                params = claim_params(
+                    row["instance_id"], owner, now, lease_seconds, mine["serves"], mine["retaking"]
+                )
                 self._send("claim_instance", params, lambda got, _: taken.append(got))
         claimed: list[InstanceRecord] = []
         with self._batch():
@@ -176,7 +186,9 @@ class ClaimStore(SqlSeam):
         lease_expiries_max: int,
     ) -> InstanceRecord | None:
         owner = mine["owner"]
-        params = claim_params(instance_id, owner, now, lease_seconds, mine["serves"])
+        params = claim_params(
+            instance_id, owner, now, lease_seconds, mine["serves"], mine["retaking"]
+        )
         got, _ = self._run("claim_instance", params)
         if not got:
             return None

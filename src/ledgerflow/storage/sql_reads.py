@@ -151,10 +151,13 @@ class ReadStore(SqlSeam):
             rows, _ = self._run("select_timeline_page", params)
         return [_timeline_entry(r) for r in rows]
 
-    def next_available_at(self, serves: Collection[Served] | None = None) -> float | None:
+    def next_available_at(
+        self, serves: Collection[Served] | None = None, adopts: Collection[Served] = ()
+    ) -> float | None:
         params = {
             "never": limits.WAIT_FOREVER_AT,
             "serves": None if serves is None else served_json(serves),
+            "adopts": served_json(adopts),
         }
         with self._read():
             rows, _ = self._run("next_available_at", params)

@@ -51,6 +51,7 @@ from ledgerflow.storage.rows import (
     step_invariant,
 )
 from ledgerflow.storage.sql_access import AccessStore
+from ledgerflow.storage.sql_adoption import AdoptionStore
 from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
 from ledgerflow.storage.sql_claims import ClaimStore
@@ -77,6 +78,7 @@ class SqlStore(
     ReadStore,
     StartStore,
     ClaimStore,
+    AdoptionStore,
     InboxStore,
     AttentionStore,
     AuditStore,

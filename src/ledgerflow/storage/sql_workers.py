@@ -8,7 +8,7 @@ so the registry stays bounded however many deploys pass.
 from __future__ import annotations
 
 from ledgerflow import limits
-from ledgerflow.model.detection import UnservedInstance
+from ledgerflow.model.detection import UnservedCount, UnservedInstance
 from ledgerflow.model.ids import WorkerId
 from ledgerflow.model.routing import Served, served_json
 from ledgerflow.storage.rows import Row, record_from_row
@@ -93,3 +93,13 @@ class WorkerStore(SqlSeam):
         with self._read():
             rows, _ = self._run("scan_unserved", params)
         return [record_from_row(UnservedInstance, r) for r in rows]
+
+    def unserved_counts(
+        self, *, live_since: float, now: float, limit: int = limits.WORKERS_LISTED_MAX
+    ) -> list[UnservedCount]:
+        """Per definition no worker with a heartbeat since ``live_since`` serves: its instances
+        not ended, and how many are due at ``now``."""
+        params = {"live_since": live_since, "now": now, "limit": limit}
+        with self._read():
+            rows, _ = self._run("count_unserved", params)
+        return [record_from_row(UnservedCount, r) for r in rows]

@@ -11,7 +11,8 @@ what it has no business calling:
 - :class:`JournalStore`, the runtime's: start, claim, renew, commit (fenced), deliver, cancel
   requests, concurrency limits, and the reads of instances, journals, timelines and inboxes
   (:class:`LedgerReads`);
-- :class:`DetectionStore`, the stuck-work scan's: flags, and the candidates each rule judges;
+- :class:`DetectionStore`, the stuck-work scan's: the reads, flags, and the candidates each
+  rule judges;
 - :class:`OperatorStore`, the operators': the reads and flags above, the attention queue,
   audited repairs and reconciliation.
 
@@ -28,6 +29,7 @@ from ledgerflow.model.detection import (
     HeldArrival,
     QuietInstance,
     SilentEffect,
+    UnservedCount,
     UnservedInstance,
 )
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
@@ -47,7 +49,7 @@ from ledgerflow.storage.attention import (
     FlaggedInstance,
     ParkedInstance,
 )
-from ledgerflow.storage.audit import AuditEntry, AuditQuery, AuditRecord, RepairWrite
+from ledgerflow.storage.audit import Adoption, AuditEntry, AuditQuery, AuditRecord, RepairWrite
 from ledgerflow.storage.inbox import InboxEntry, InboxRefusals
 from ledgerflow.storage.reconciliation import ReconciliationRun
 from ledgerflow.storage.records import (
@@ -136,9 +138,12 @@ class LedgerReads(Protocol):
         """A page of the timeline, oldest first, after the entry numbered ``after``."""
         ...
 
-    def next_available_at(self, serves: Collection[Served] | None = None) -> float | None:
+    def next_available_at(
+        self, serves: Collection[Served] | None = None, adopts: Collection[Served] = ()
+    ) -> float | None:
         """When the earliest runnable instance becomes claimable, counting only those pinned to
-        one of ``serves`` when given; None when nothing is."""
+        one of ``serves`` when given, and those of a workflow and version in ``adopts`` whatever
+        their fingerprint (work a worker may adopt); None when nothing is."""
         ...
 
     def count_by_status(self) -> dict[InstanceStatus, int]: ...
@@ -175,6 +180,7 @@ class JournalStore(LedgerReads, Protocol):
         alone: bool = ...,
         running: Collection[InstanceId] = ...,
         serves: Collection[Served] | None = ...,
+        retaking: Collection[InstanceId] = ...,
     ) -> list[InstanceRecord]:
         """Take up to ``limit`` due instances that nobody holds, each with a higher generation.
 
@@ -188,8 +194,30 @@ class JournalStore(LedgerReads, Protocol):
         is parked (``poison_crash_loop``) instead of handed out; one that is a single lapse
         away is taken only ``alone`` (the claimer drives nothing else) and then as the only
         instance of the claim. A row that fails its invariants is skipped, flagged
-        (``poison_corrupt_row``) and set aside.
+        (``poison_corrupt_row``) and set aside. ``retaking`` names instances whose lease this
+        owner lost to its own store (a stall, an outage): their lapse is not counted.
         """
+        ...
+
+    def adoptable(
+        self,
+        *,
+        adopts: Collection[Served],
+        live_since: float,
+        now: float | None,
+        limit: int,
+        running: Collection[InstanceId] = ...,
+    ) -> list[InstanceRecord]:
+        """Due instances of the workflows and versions of ``adopts`` pinned to another
+        fingerprint that no worker with a heartbeat since ``live_since`` serves (a worker with
+        ``adopts``' code may adopt them, after a clean replay), oldest due first."""
+        ...
+
+    def adopt(
+        self, adoption: Adoption, *, owner: WorkerId, now: float | None, lease_seconds: float
+    ) -> tuple[InstanceRecord, int] | None:
+        """Repin, claim and audit an adoption in one transaction, if the instance is still as
+        its replay read it; the claimed instance and the audit id, or None."""
         ...
 
     def register_worker(self, worker: WorkerRecord, *, now: float) -> None:
@@ -263,9 +291,9 @@ class JournalStore(LedgerReads, Protocol):
     def limits(self) -> dict[str, int]: ...
 
 
-class DetectionStore(Protocol):
-    """What the stuck-work scan needs: flags, and the candidates of each rule (storage/
-    sql_attention.py). A claim raises its own flags inside the claim."""
+class DetectionStore(LedgerReads, Protocol):
+    """What the stuck-work scan needs: the ledgers' reads, flags, and the candidates of each
+    rule (storage/sql_attention.py). A claim raises its own flags inside the claim."""
 
     def raise_flag(
         self,
@@ -328,14 +356,21 @@ class DetectionStore(Protocol):
         heartbeat since ``live_since`` serves."""
         ...
 
+    def unserved_counts(
+        self, *, live_since: float, now: float, limit: int = ...
+    ) -> list[UnservedCount]:
+        """Per definition that no worker with a heartbeat since ``live_since`` serves: its
+        instances not ended, and how many are due at ``now``."""
+        ...
+
     def requeue_repaired(self, instance_id: InstanceId, *, cleared_by: str, now: float) -> bool:
         """A row set aside as damaged that reads cleanly again becomes due; its flag clears."""
         ...
 
 
-class OperatorStore(LedgerReads, DetectionStore, Protocol):
-    """What the operators need: the ledgers and flags, the attention queue, audited repairs and
-    reconciliation."""
+class OperatorStore(DetectionStore, Protocol):
+    """What the operators need: the ledgers and flags (the scan's part), the attention queue,
+    audited repairs and reconciliation."""
 
     def flags(self, instance_id: InstanceId) -> list[AttentionFlag]:
         """Every flag of one instance, open and cleared, oldest first."""

@@ -3,7 +3,8 @@
 After the first worker's first life, the next lives run a changed registry (the scenario's
 ``drift``: the same workflow versions, other code, so other fingerprints). When it arrives an
 operator upgrades (``ledgerflow versions upgrade``) every in-flight instance whose journal
-replays clean against the new code; the others stay pinned to the code they started on.
+replays clean against the new code (or, without the operator, the new code's worker adopts
+what replays clean, each adoption audited); the others stay pinned to the code they started on.
 
 The oracle's invariant: an instance's workflow code ran only on the code it was started on, or
 on code a replay of its own journal proved compatible before it ran there; and that proof
@@ -12,13 +13,18 @@ still holds at the end (its final journal replays clean against that code).
 
 from __future__ import annotations
 
+import json
+
+from ledgerflow import limits
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.operators.upgrades import Upgrades
+from ledgerflow.runtime.adoption import ADOPT
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.replay import replay
 from ledgerflow.storage import open_store
+from ledgerflow.storage.audit import AuditQuery
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.oracle import Violation
 from ledgerflow.testing.participants import World
@@ -72,6 +78,11 @@ class VersionDrift:
             return []
         violations = []
         started = self._started_on()
+        store = open_store(url)
+        try:
+            self._adoptions(store)
+        finally:
+            store.close()
         for instance_id, fingerprints in world.ran_on.items():
             allowed = started | self.proven.get(instance_id, set())
             for fingerprint in sorted(set(fingerprints) - allowed):
@@ -89,6 +100,16 @@ class VersionDrift:
         finally:
             store.close()
         return violations
+
+    def _adoptions(self, store: Store) -> None:
+        """A worker's adoption is a proof too: its audit record holds the clean replay it was
+        made on (runtime/adoption.py); the journal is judged against that code at the end."""
+        adopted = store.audit_records(AuditQuery(kind=ADOPT, limit=limits.AUDIT_LIMIT_MAX))
+        for record in adopted:
+            if record.instance_id is None or record.outcome != "applied":
+                continue
+            to = json.loads(record.plan)["to"]["fingerprint"]
+            self.proven.setdefault(record.instance_id, set()).add(to)
 
     async def _proofs_hold(self, store: Store) -> list[Violation]:
         assert self.changed is not None

@@ -367,7 +367,7 @@ class _Run:
                     participant.deliver_late()
                 # Only what the next life's code can claim: work pinned to other code waits
                 # for a worker that serves it (none comes in a simulation), it is not due here.
-                due = engine.store.next_available_at(self.registry.served())
+                due = engine.store.next_available_at(self.registry.served(), self.registry.adopts())
                 # Nothing is due now: time is about to move. What arrived must not wait for it.
                 self.lost_wakeups.extend(oracle.lost_wakeups(engine.store, now=self.clock.now()))
                 # What the waits ask for arrives before time moves (then the run goes on now).

@@ -213,6 +213,7 @@ def instance(
         "instance.html",
         view=view,
         done=applied,
+        unserved=ops.unserved(instance_id),
         kinds=[k.value for k in RepairKind],
         terminal=["SUCCEEDED", "COMPENSATED", "FAILED", "CANCELLED", "FORWARD_RECOVERY_REQUIRED"],
         when=when,
@@ -310,7 +311,12 @@ def versions(request: Request) -> Response:
     session = signed_in(request)
     ops = scoped(request, session)
     return _page(
-        request, "versions.html", versions=ops.versions(), workers=ops.workers(), when=when
+        request,
+        "versions.html",
+        versions=ops.versions(),
+        workers=ops.workers(),
+        unserved=[s for s in ops.version_summaries() if s.in_flight and not s.served_by],
+        when=when,
     )
 
 

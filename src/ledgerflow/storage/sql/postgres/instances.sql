@@ -75,12 +75,16 @@ FOR UPDATE SKIP LOCKED;
 -- Take ownership with a new, higher generation. Repeats the claimability test so that two
 -- claimers racing for one instance cannot both win, and that the instance is still pinned to a
 -- definition the worker serves (an operator may have moved it meanwhile). Taking it from an
--- owner whose lease ran out counts one more lease expiry in a row (the crash-loop count).
+-- owner whose lease ran out counts one more lease expiry in a row (the crash-loop count),
+-- unless the claimer takes back what it lost to its own store stalling (not a death).
 UPDATE lf_instances
 SET owner = :owner, generation = generation + 1,
     -- What arrived before this claim, the new owner reads; only later arrivals count.
     arrived_since_claim = 0,
-    lease_expiries = lease_expiries + CASE WHEN owner IS NULL THEN 0 ELSE 1 END,
+    -- A lease this claimer lost to its own store (:retaking) is no crash of the instance.
+    lease_expiries = lease_expiries + CASE
+        WHEN owner IS NULL OR (owner = :owner AND instance_id IN (SELECT jsonb_array_elements_text(CAST(:retaking AS jsonb)))) THEN 0
+        ELSE 1 END,
     lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)) + :lease_seconds,
     updated_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
 WHERE instance_id = :instance_id
@@ -168,7 +172,9 @@ WHERE instance_id = :instance_id AND generation = :generation;
 -- the later of that and its lease expiry. A waiting instance counts when its timer is set (a
 -- wait with no timeout is due at :never, and so is a damaged row set aside by a claim). NULL
 -- when nothing is runnable at all. Only instances a worker serving :serves could claim count
--- (NULL: every one), so a worker does not wait for work it will never take.
+-- (NULL: every one), so a worker does not wait for work it will never take, and those of a
+-- workflow and version in :adopts whatever their fingerprint (work it may adopt: not one in
+-- doubt, nor one flagged as not replaying against the adopting code).
 SELECT min(
     CASE WHEN owner IS NULL THEN available_at ELSE GREATEST(available_at, lease_expires_at) END
 ) AS at
@@ -180,7 +186,20 @@ WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
           AS s(workflow_name text, workflow_version bigint, fingerprint text)
       WHERE s.workflow_name = lf_instances.workflow_name
         AND s.workflow_version = lf_instances.workflow_version
-        AND s.fingerprint = lf_instances.fingerprint));
+        AND s.fingerprint = lf_instances.fingerprint)
+      OR (EXISTS (
+          SELECT 1 FROM jsonb_to_recordset(CAST(:adopts AS jsonb))
+              AS a(workflow_name text, workflow_version bigint, fingerprint text)
+          WHERE a.workflow_name = lf_instances.workflow_name
+            AND a.workflow_version = lf_instances.workflow_version)
+        AND NOT EXISTS (
+          SELECT 1 FROM lf_effects e
+          WHERE e.instance_id = lf_instances.instance_id AND e.run = lf_instances.run
+            AND e.state = 'UNKNOWN')
+        AND NOT EXISTS (
+          SELECT 1 FROM lf_attention f
+          WHERE f.instance_id = lf_instances.instance_id AND f.cleared_at IS NULL
+            AND f.reason_code = 'replay_divergence')));
 
 -- name: count_by_status
 SELECT status, count(*) AS n FROM lf_instances GROUP BY status;

@@ -71,3 +71,21 @@ WHERE i.status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
         AND w.stopped_at IS NULL AND w.heartbeat_at >= :live_since)
 ORDER BY i.available_at, i.instance_id
 LIMIT :limit;
+
+-- name: count_unserved
+-- Instances not ended, per definition that no live worker serves (none with a heartbeat since
+-- :live_since announced it), and how many of each are due at :now: what a worker reports at
+-- start and whenever it changes, and the unserved gauge.
+SELECT i.workflow_name, i.workflow_version, i.fingerprint, count(*) AS instances,
+       sum(CASE WHEN i.available_at <= :now THEN 1 ELSE 0 END) AS due
+FROM lf_instances i
+WHERE i.status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND NOT EXISTS (
+      SELECT 1 FROM lf_worker_definitions d
+      JOIN lf_workers w ON w.worker_id = d.worker_id
+      WHERE d.workflow_name = i.workflow_name AND d.workflow_version = i.workflow_version
+        AND d.fingerprint = i.fingerprint
+        AND w.stopped_at IS NULL AND w.heartbeat_at >= :live_since)
+GROUP BY i.workflow_name, i.workflow_version, i.fingerprint
+ORDER BY i.workflow_name, i.workflow_version, i.fingerprint
+LIMIT :limit;

@@ -1,0 +1,189 @@
+"""The synchronous front door: what :class:`~ledgerflow.runtime.engine.Engine` does, for code
+that does not run an event loop (scripts, web handlers, the CLI). It drives nothing itself: a
+worker elsewhere moves the instances it starts.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any, Self
+
+from ledgerflow.errors import ResultTimeoutError
+from ledgerflow.model.codec import JSON, Codec
+from ledgerflow.model.definition import Registry, WorkflowFunction
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.runtime.core import (
+    CancelRequested,
+    Delivered,
+    EngineCore,
+    InstanceDetail,
+    Started,
+    detail_of,
+)
+from ledgerflow.runtime.engine import RESULT_POLL_SECONDS_MAX, RESULT_POLL_SECONDS_MIN
+from ledgerflow.runtime.metrics import Metrics
+from ledgerflow.runtime.unserved import timed_out, why_unserved
+from ledgerflow.storage import open_store
+from ledgerflow.storage.records import Delivery, InstanceRecord
+from ledgerflow.storage.store import Store
+
+__all__ = ["SyncEngine"]
+
+
+class SyncEngine:
+    """The same front door for synchronous code (scripts, web handlers, the CLI).
+
+    Example::
+
+        engine = SyncEngine("sqlite:///orders.db", registry)
+        started = engine.start("order", key="order-42", input={"sku": "A1"})
+        print(engine.result(started.instance_id, timeout=30))
+    """
+
+    def __init__(
+        self,
+        store: Store | str,
+        registry: Registry,
+        *,
+        codec: Codec = JSON,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.store = open_store(store) if isinstance(store, str) else store
+        self._core = EngineCore(self.store, registry, codec)
+        self.registry = registry
+        # Starts and deliveries are counted here (the operators' service, ``serve``).
+        self.metrics = metrics
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def start(
+        self,
+        workflow: str | WorkflowFunction,
+        *,
+        key: str,
+        input: Any = None,
+        version: int | None = None,
+        tenant: str | None = None,
+    ) -> Started:
+        _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
+        started = self._core.start(new, now=time.time())
+        if self.metrics is not None and started.created:
+            self.metrics.started(new.workflow_name, new.workflow_version)
+        return started
+
+    def get(self, instance_id: str) -> InstanceRecord:
+        return self._core.get(instance_id)
+
+    def signal(
+        self,
+        instance_id: str,
+        name: str,
+        *,
+        event_id: str,
+        payload: Any = None,
+        sender: str | None = None,
+        for_step: int | None = None,
+        run: int | None = None,
+    ) -> Delivered:
+        return self._counted(
+            self._core.signal(
+                instance_id,
+                name=name,
+                event_id=event_id,
+                payload=payload,
+                sender=sender,
+                for_step=for_step,
+                run=run,
+                now=time.time(),
+            )
+        )
+
+    def _counted(self, delivered: Delivered) -> Delivered:
+        if self.metrics is not None:
+            self.metrics.delivered(delivered.outcome.value)
+        return delivered
+
+    def delivery(self, instance_id: str, event_id: str) -> Delivery:
+        return self._core.delivery(instance_id, event_id)
+
+    def complete_effect(
+        self,
+        idempotency_key: str,
+        *,
+        applied: bool,
+        evidence: Any = None,
+        reason: str | None = None,
+        event_id: str | None = None,
+    ) -> Delivered:
+        return self._counted(
+            self._core.complete_effect(
+                idempotency_key,
+                applied=applied,
+                evidence=evidence,
+                reason=reason,
+                event_id=event_id,
+                now=time.time(),
+            )
+        )
+
+    def set_concurrency_limit(
+        self,
+        *,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        in_flight_max: int | None,
+    ) -> None:
+        self._core.set_concurrency_limit(
+            workflow=workflow, tenant=tenant, in_flight_max=in_flight_max
+        )
+
+    def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:
+        return self.request_cancel(instance_id, reason=reason, compensate=compensate).instance
+
+    def request_cancel(
+        self, instance_id: str, *, reason: str, compensate: bool = True
+    ) -> CancelRequested:
+        """:meth:`cancel`, answering also whether this call recorded the request or one
+        stood already (as the store decided it, in the request's transaction)."""
+        return self._core.cancel(instance_id, reason=reason, compensate=compensate, now=time.time())
+
+    def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
+        deadline = time.monotonic() + timeout
+        pause = RESULT_POLL_SECONDS_MIN
+        while True:
+            record = self.get(instance_id)
+            # A synchronous engine drives nothing itself: only a worker elsewhere moves it.
+            try:
+                if self._core.settled(record, deadline=deadline, timeout=timeout):
+                    return record
+            except ResultTimeoutError as error:
+                why = why_unserved(self.store, record)
+                raise timed_out(error, why=why, workers=False) from None
+            time.sleep(pause)
+            pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
+
+    def result(self, instance_id: str, *, timeout: float = 60.0) -> Any:
+        return self._core.outcome(self.wait(instance_id, timeout=timeout))
+
+    def list(
+        self,
+        *,
+        status: InstanceStatus | None = None,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]:
+        return self._core.list(status=status, workflow=workflow, tenant=tenant, limit=limit)
+
+    def detail(self, instance_id: str) -> InstanceDetail:
+        return detail_of(self.store, instance_id)
