@@ -64,11 +64,16 @@ def checkout(revision: str) -> Iterator[Path]:
 
 def _store_args(backend: str, folder: Path, label: str, pg_url: str) -> list[str]:
     if backend == "sqlite":
-        return ["--backend", "sqlite", "--path", str(folder / f"{label}.db")]
+        path = folder / f"{label}.db"
+        return ["--backend", "sqlite", "--path", str(path), "--db", f"sqlite:///{path}"]
     schema = f"bench_ab_{os.getpid()}_{label.replace('-', '_')}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-    return ["--backend", "postgres", "--base-url", pg_url, "--schema", schema]
+    joiner = "&" if "?" in pg_url else "?"
+    return [
+        *("--backend", "postgres", "--base-url", pg_url, "--schema", schema),
+        *("--db", f"{pg_url}{joiner}schema={schema}"),
+    ]
 
 
 def run_once(src: Path, store: list[str], args: argparse.Namespace) -> dict[str, Any]:
