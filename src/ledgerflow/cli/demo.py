@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +45,18 @@ from ledgerflow import (
     InstanceRecord,
     InstanceStatus,
     Registry,
+    StepRecord,
     SyncEngine,
 )
 from ledgerflow.cli.logs import LOG_FORMAT_VARIABLE, configure_logging, log_format_option
-from ledgerflow.cli.render import cell, console, print_table, status_cell
+from ledgerflow.cli.render import (
+    cell,
+    console,
+    inert,
+    lines_cell,
+    print_table,
+    status_cell,
+)
 from ledgerflow.extras import require_extra
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.runtime import faults
@@ -352,7 +360,8 @@ class Demo:
                     if e.subject == f"effect:{effect.seq}"
                 ]
                 received, applied = self.count_at_participant(effect)
-                self.out.print(Text(f"  {crash.key} {crash.effect}: " + " -> ".join(trail)))
+                # A transition's detail can quote a participant's answer: inert.
+                self.out.print(Text(f"  {crash.key} {crash.effect}: " + inert(" -> ".join(trail))))
                 self.out.print(
                     f"    key {effect.idempotency_key} (unchanged across attempts); "
                     f"received {received}x, applied {applied}x at {effect.participant}"
@@ -385,16 +394,11 @@ class Demo:
         table.add_column("steps")
         for detail in details:
             instance = detail.instance
-            steps = "\n".join(
-                f"{s.seq} {s.name} {s.status.value}"
-                + (f" (attempt {s.attempt})" if s.attempt > 1 else "")
-                for s in detail.steps
-            )
             table.add_row(
                 cell(instance.business_key),
                 status_cell(instance.status),
                 cell(instance.generation),
-                cell(steps),
+                steps_cell(detail.steps),
             )
             if instance.status not in TERMINAL_STATUSES:
                 violations.append(f"{instance.business_key} is not terminal: {instance.status}")
@@ -478,6 +482,19 @@ class Demo:
         self.out.print()
         print_table(self.out, table)
         return violations
+
+
+def steps_cell(steps: Sequence[StepRecord]) -> Text:
+    """An instance's steps, one line each: the lines are the demo's own layout, so they are
+    joined after each one is made inert (a newline inside a name would still show as ``\\x0a``).
+    """
+    return lines_cell(
+        [
+            f"{s.seq} {s.name} {s.status.value}"
+            + (f" (attempt {s.attempt})" if s.attempt > 1 else "")
+            for s in steps
+        ]
+    )
 
 
 def _empty_registry() -> Registry:
