@@ -30,7 +30,7 @@ from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
-from ledgerflow.model.signal import signal_name
+from ledgerflow.model.signal import not_approver, signal_name
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
 from ledgerflow.storage.records import (
@@ -322,7 +322,7 @@ class EngineCore:
             spec = self.codec.decode(step.input or "{}")
             allowed = spec.get("approvers") or []
             if spec.get("event") == name and allowed and sender not in allowed:
-                return "not-approver", f"{sender!r} may not approve {name!r}"
+                return "not-approver", not_approver(sender, name, allowed)
         return None
 
     def set_concurrency_limit(
