@@ -295,9 +295,9 @@ def cancel(
     """Ask for instance ID to be cancelled (durable; repeating it changes nothing).
 
     The instance stops before its next step, finishes what was started, compensates if asked,
-    and ends CANCELLED listing the effects that stay applied. Like a repair, it needs a role
-    that allows ``cancel``: local:ACCOUNT's in the authority file, or with --token the
-    token's (operator or above); every try is on the audit log.
+    and ends CANCELLED listing the effects that stay applied. Like a repair, it needs a grant
+    that allows ``cancel`` held by local:ACCOUNT in the authority file, or with --token a
+    token whose role is operator or above; every try is on the audit log.
     """
     api = api_of(db=db, token=token, url=url)
     if api is not None:
@@ -432,7 +432,10 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
     if flags:
         out.print(cell("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))
     if audit:
-        print_table(out, audit_table(audit, title="audit (repairs of this instance)"))
+        # Not only repairs: every change asked for from outside is on it (start, signal,
+        # cancel, callbacks, version moves...).
+        title = "audit log of this instance (every change asked for from outside)"
+        print_table(out, audit_table(audit, title=title))
 
 
 def register(group: click.Group) -> None:

@@ -199,7 +199,8 @@ def audit_json(record: AuditRecord) -> dict[str, Any]:
 
 def audit_table(records: Iterable[AuditRecord], *, title: str = "audit") -> Table:
     table = Table(title=title, title_justify="left")
-    for name in ("#", "time", "actor", "role", "kind", "instance", "target", "outcome"):
+    # "allowed by": the authority file's grant, or the token's role, that allowed it.
+    for name in ("#", "time", "actor", "allowed by", "kind", "instance", "target", "outcome"):
         table.add_column(name, overflow="fold")
     table.add_column("gen", justify="right")
     table.add_column("reason / refusal", overflow="fold")

@@ -48,7 +48,7 @@
     └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
-    ├── NotAuthorizedError        the actor holds no role that allows this command
+    ├── NotAuthorizedError        no grant (authority file) or token role allows this command
     ├── NotAuthenticatedError     no valid credentials: a missing, unknown or revoked token
     ├── TokenNameTakenError       a live token acts under this name already
     ├── ApiUnreachableError       the command line's --url gave no answer Ledgerflow's API gives

@@ -361,10 +361,10 @@ class Operations:
             idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
         )
 
-    def _authorized(self, actor: str, grant: Grant, **what: Any) -> str:
-        """The role this service's authority gives ``actor`` for ``grant`` (a refusal is
+    def _authorized(self, actor: str, command: Grant, **what: Any) -> str:
+        """The grant this service's authority gives ``actor`` for ``command`` (a refusal is
         recorded, unless ``recorded=False``, and raised)."""
-        return actions.authorized(self._store, self._clock, self.authority, actor, grant, **what)
+        return actions.authorized(self._store, self._clock, self.authority, actor, command, **what)
 
     # -- the perimeter: principals, tokens, sessions, idempotent answers -----------------------
 
