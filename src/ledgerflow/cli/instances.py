@@ -148,7 +148,7 @@ def _start_over_api(
     wait_seconds: float | None,
     as_json: bool,
 ) -> None:
-    request = {"workflow": workflow, "key": key, "input": value, "version": version}
+    request = {"workflow_name": workflow, "business_key": key, "input": value, "version": version}
     if tenant is not None:
         request["tenant"] = tenant_of(tenant)
     answer = api.send("POST", "/v1/instances", request)

@@ -11,7 +11,7 @@
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     │   ├── VersionRetiredError       that version is retired: it starts no new instance
     │   └── ArrivalsError             a script of arrivals for ``ledgerflow verify`` is malformed
-    ├── PayloadError                  input/output that cannot be encoded or is too large
+    ├── PayloadError                  a field or payload missing, invalid, not JSON or too large
     │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
     │   └── InboxFullError            an event past its instance's inbox bounds; not kept
     │   └── ReservedNameError         a name only Ledgerflow itself may write (``complete:``...)
