@@ -59,6 +59,12 @@ from ledgerflow.operators.service import InstanceQuery, Operations, local_actor
 from ledgerflow.operators.shapes import decoded, detail_json, page_json, record_json
 
 LIST_LIMIT_DEFAULT = 50
+# What `result` and `start --wait` say when nothing ran the instance: a person at the command
+# line runs a worker with a command, not with the engine's Python.
+NO_WORKER_HINT = (
+    "no worker is running (a start only records the instance; a worker runs it): run one with "
+    "`ledgerflow worker MODULE:REGISTRY --db URL`, in another terminal or as a service"
+)
 
 
 # -- start -------------------------------------------------------------------------------------
@@ -112,7 +118,7 @@ def start(
     assert db is not None
     registry = load_registry(target)
     # The journal is created and migrated like a worker's (migrate=None: as the URL says).
-    with Operations(db, registry=registry, migrate=None) as engine:
+    with Operations(db, registry=registry, migrate=None, no_worker_hint=NO_WORKER_HINT) as engine:
         started = engine.start(
             workflow,
             key=key,
@@ -249,7 +255,7 @@ def _finish(
 @json_option
 def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
     """Print the result of instance ID (exit 1 if it ended without one or is not done)."""
-    with Operations(db) as operations:
+    with Operations(db, no_worker_hint=NO_WORKER_HINT) as operations:
         record = operations.wait(instance_id, timeout=timeout)
         if record.status is InstanceStatus.SUCCEEDED:
             value = decoded(record.result)

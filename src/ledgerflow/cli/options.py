@@ -33,9 +33,24 @@ URL_ENVIRONMENT_VARIABLE = "LEDGERFLOW_URL"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+class JournalUrl(click.types.StringParamType):
+    """A journal's URL: when it is missing, the error says where else it can come from
+    (issue 24: "Missing option '--db'" did not mention LEDGERFLOW_DB, which it reads)."""
+
+    name = "url"
+
+    def get_missing_message(self, param: click.Parameter, ctx: click.Context | None) -> str:
+        return (
+            f"Give the journal's URL (--db sqlite:///orders.db, --db postgresql://...) or set "
+            f"{DB_ENVIRONMENT_VARIABLE}"
+        )
+
+
 db_option: Callable[[F], F] = click.option(
     "--db",
     "db",
+    type=JournalUrl(),
     envvar=DB_ENVIRONMENT_VARIABLE,
     required=True,
     help=f"Store URL, e.g. sqlite:///orders.db or postgresql://user@host/db (or set "
@@ -112,7 +127,8 @@ def api_of(*, db: str | None, token: str | None, url: str | None) -> ApiClient |
         return ApiClient(url, token.strip())
     if not db:
         raise click.UsageError(
-            "Missing option '--db' (or act through the HTTP API with --token and --url)."
+            f"Missing option '--db'. Give the journal's URL or set {DB_ENVIRONMENT_VARIABLE} "
+            "(or act through the HTTP API with --token and --url)."
         )
     return None
 
