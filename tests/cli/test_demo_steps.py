@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 import ledgerflow as lf
-from ledgerflow.cli.demo import steps_cell
+from ledgerflow.cli.tables import steps_cell
 
 
 def _twice(value: int) -> int:

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,18 +45,11 @@ from ledgerflow import (
     InstanceRecord,
     InstanceStatus,
     Registry,
-    StepRecord,
     SyncEngine,
 )
 from ledgerflow.cli.logs import LOG_FORMAT_VARIABLE, configure_logging, log_format_option
-from ledgerflow.cli.render import (
-    cell,
-    console,
-    inert,
-    lines_cell,
-    print_table,
-    status_cell,
-)
+from ledgerflow.cli.render import cell, console, inert, print_table, status_cell
+from ledgerflow.cli.tables import steps_cell
 from ledgerflow.extras import require_extra
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.runtime import faults
@@ -482,19 +475,6 @@ class Demo:
         self.out.print()
         print_table(self.out, table)
         return violations
-
-
-def steps_cell(steps: Sequence[StepRecord]) -> Text:
-    """An instance's steps, one line each: the lines are the demo's own layout, so they are
-    joined after each one is made inert (a newline inside a name would still show as ``\\x0a``).
-    """
-    return lines_cell(
-        [
-            f"{s.seq} {s.name} {s.status.value}"
-            + (f" (attempt {s.attempt})" if s.attempt > 1 else "")
-            for s in steps
-        ]
-    )
 
 
 def _empty_registry() -> Registry:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgerflow import limits
+from ledgerflow.deprecation import renamed
 from ledgerflow.errors import (
     ConcurrencyError,
     ConfigurationError,
@@ -107,6 +108,12 @@ class InstanceDetail:
     effects: list[EffectRecord]
     timeline: list[TimelineEntry]
     inbox: list[Delivery]
+
+    @property
+    def events(self) -> list[TimelineEntry]:
+        """Deprecated: the old name of :attr:`timeline` (removed in 0.3.0)."""
+        renamed("InstanceDetail.events", "InstanceDetail.timeline")
+        return self.timeline
 
 
 def _workflow_name(workflow: str | WorkflowFunction) -> str:
