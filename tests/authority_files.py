@@ -1,4 +1,4 @@
-"""Authority files the tests write: one role granting the kinds asked for, held by the actors
+"""Authority files the tests write: one grant allowing the kinds asked for, held by the actors
 named (by default ``local:ACCOUNT``, whom the command line acts as without a token)."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ EVERYTHING = (
 
 
 def granting(folder: Path, *kinds: str, actors: tuple[str, ...] = ()) -> str:
-    """Write an authority file under ``folder`` whose one role grants ``kinds`` (default:
+    """Write an authority file under ``folder`` whose one grant allows ``kinds`` (default:
     everything) to ``actors`` (default: the local principal); return its path."""
     path = folder / "authority.toml"
     held = actors or (local_actor(),)
-    lines = ["[roles]", f"granted = {json.dumps(list(kinds or EVERYTHING))}", "[actors]"]
+    lines = ["[grants]", f"granted = {json.dumps(list(kinds or EVERYTHING))}", "[actors]"]
     lines += [f'{json.dumps(actor)} = ["granted"]' for actor in held]
     path.write_text("\n".join(lines) + "\n")
     return str(path)

@@ -250,3 +250,23 @@ def test_sql_lives_in_sql_files() -> None:
             if statement.match(node.value):
                 found.append(f"{path.name}:{node.lineno}")
     assert not found, found
+
+
+def test_the_changelog_has_an_unreleased_section() -> None:
+    """Goal: CHANGELOG.md exists in Keep a Changelog's form, with the "Unreleased" section every
+    user-visible change adds its line to, and says so (issue 24).
+
+    Method: read it: a "## [Unreleased]" heading before any released version's, holding at
+    least one "### " group with a "- " line; the header names the rule.
+    """
+    path = ROOT / "CHANGELOG.md"
+    assert path.is_file(), "CHANGELOG.md is missing"
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# Changelog\n")
+    assert "Keep a Changelog" in text.split("## ", 1)[0]
+    assert "Every user-visible change adds a line here" in text.split("## ", 1)[0]
+    versions = re.findall(r"^## \[([^\]]+)\]", text, re.M)
+    assert versions[:1] == ["Unreleased"], versions
+    unreleased = re.split(r"^## \[", text, flags=re.M)[1]
+    assert re.search(r"^### (Added|Changed|Deprecated|Removed|Fixed|Security)\n", unreleased, re.M)
+    assert re.search(r"^- ", unreleased, re.M)

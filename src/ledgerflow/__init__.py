@@ -7,7 +7,7 @@ The packages stand in layers, lowest first. A module imports only from layers be
 never from a layer above, never from another package of its own layer. ``tests/test_layers.py``
 reads the table below and holds every import to it::
 
-    0  errors limits redaction log_muting extras
+    0  errors limits redaction log_muting extras deprecation
     1  model
     2  storage
     3  runtime participant
@@ -18,7 +18,7 @@ reads the table below and holds every import to it::
 
 - 0, the foundation: the error tree and the named bounds that every layer raises and keeps, and
   the small tools storage and the faces share (redacting a URL, muting a library's log, naming
-  a missing extra). They import only each other.
+  a missing extra, warning of a renamed public name). They import only each other.
 - 1, ``model``: the pure domain: identities, state machines as tables, classification, retry
   policies, the detection and repair rules. No I/O, no clock, no SQL.
 - 2, ``storage``: the one seam to a database, split by who uses it (the journal, detection, the
@@ -56,6 +56,7 @@ Example::
 
 from __future__ import annotations
 
+from ledgerflow.deprecation import renamed
 from ledgerflow.errors import BusinessFailure as BusinessFailure
 from ledgerflow.model.classification import Classification as Classification
 from ledgerflow.model.codec import Codec as Codec
@@ -84,6 +85,19 @@ from ledgerflow.storage.records import EffectRecord as EffectRecord
 from ledgerflow.storage.records import InstanceRecord as InstanceRecord
 from ledgerflow.storage.records import StepRecord as StepRecord
 from ledgerflow.storage.records import TimelineEntry as TimelineEntry
+
+# Renamed public names, kept for one minor version (ledgerflow.deprecation): old -> new.
+_RENAMED = {"EventRecord": ("TimelineEntry", TimelineEntry)}
+
+
+def __getattr__(name: str) -> object:
+    """A renamed name still works, with a DeprecationWarning naming the new one."""
+    if name in _RENAMED:
+        new, value = _RENAMED[name]
+        renamed(f"ledgerflow.{name}", f"ledgerflow.{new}")
+        return value
+    raise AttributeError(f"module 'ledgerflow' has no attribute {name!r}")
+
 
 __all__ = [
     # Declaring

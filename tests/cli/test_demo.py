@@ -61,6 +61,14 @@ def test_demo_applies_every_effect_once_despite_killed_workers(tmp_path: Path) -
     assert "no effect applied twice: OK" in output
     assert "killed at effect.after_dispatch, order-2 payment.charge" in output
     assert "killed at effect.before_dispatch, order-3 shipping.ship" in output
+    # The instances table shows each step on a line of its own (issue 24: the demo's own line
+    # breaks came out as a visible "\x0a" between the steps).
+    assert "\\x0a" not in output
+    assert any(
+        line.split("│")[-2].split() == ["1", "total", "COMPLETED"]
+        for line in output.splitlines()
+        if line.count("│") > 2
+    ), output
 
     for name in PARTICIPANTS:
         ledger = folder / f"{name}.participant.db"

@@ -115,7 +115,9 @@ def test_dry_run_apply_repeat_audit_and_show(
     assert lines[0]["plan"]["effects"][0]["evidence"] == '{"row":17}'
     code, out, _ = entry("show", instance_id, "--db", db)
     assert code == 0
-    assert "audit (repairs of this instance)" in out
+    # Named for what it lists (issue 24: "repairs of this instance" over starts and signals).
+    assert "audit log of this instance (every change asked for from outside)" in out
+    assert "allowed by" in out
     assert "no-op" in out
     detail = json.loads(entry("show", instance_id, "--db", db, "--json")[1])
     assert [a["outcome"] for a in detail["audit"]] == ["applied", "no-op"]

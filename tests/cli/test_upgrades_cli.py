@@ -81,7 +81,7 @@ def test_versions_upgrade_dry_run_then_move(
     args = ("versions", "upgrade", "order@1", _code(tmp_path, "patched"), "--db", db)
     code, _, err = entry(*args, "--to-fingerprint", fingerprint)
     assert code == 1
-    assert err.startswith(f"error: [LF701] {local_actor()} holds no role that allows upgrade")
+    assert err.startswith(f"error: [LF701] {local_actor()} holds no grant that allows upgrade")
     code, _, err = entry(*args, "--to-fingerprint", fingerprint, "--actor", "alice")
     assert code == 2
     assert "--actor is not taken any more" in err

@@ -127,7 +127,7 @@ def test_retire_refuses_while_instances_are_in_flight_then_records_its_evidence(
     assert first in refused
     code, _, unauthorised = entry("versions", "retire", "order@1", "--db", journal_url)
     assert code == 1
-    assert unauthorised.startswith(f"error: [LF701] {ME} holds no role that allows retire")
+    assert unauthorised.startswith(f"error: [LF701] {ME} holds no grant that allows retire")
     with Operations(journal_url) as ops:
         records = ops.audit(AuditQuery(kind="retire-version"))
         assert [(r.outcome, r.actor, r.target, r.role) for r in records] == [

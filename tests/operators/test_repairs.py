@@ -179,6 +179,54 @@ def test_repeating_a_repair_is_a_no_op_that_says_so(journal_url: str, authority:
         store.close()
 
 
+def test_repeating_a_repair_the_instance_moved_on_from_is_a_no_op(
+    journal_url: str, authority: Authority
+) -> None:
+    """Goal: the same repair asked for again after the instance moved on from it (here: it
+    resumed and finished) is a no-op that says so, not a refusal (issue 24: a script run twice
+    failed with LF702 while the docs promised a no-op). Its dry run says the same; the repeat
+    is on the record as ``no-op``; nothing changes.
+
+    Method: resolve the UNKNOWN charge as applied with --resume; a worker finishes the
+    instance; bob plans, then applies, the same request: both name the first audit record and
+    the instance's new status; the ledger is as the worker left it; audit: applied, no-op.
+    """
+    instance_id = parked_unknown(journal_url, "r-moved")
+    args = {"seq": 1, "applied": True, "evidence": {"bank": "row 9"}, "resume": True}
+    store = open_store(journal_url)
+    try:
+        first = Repairs(store, authority).apply(
+            request(RepairKind.RESOLVE_EFFECT, instance_id, **args)
+        )
+    finally:
+        store.close()
+    drain(journal_url)
+    store = open_store(journal_url)
+    try:
+        ops = Repairs(store, authority)
+        before = ledger_state(store, instance_id)
+        assert before["instance"].status is InstanceStatus.SUCCEEDED
+        repeat = request(RepairKind.RESOLVE_EFFECT, instance_id, actor="bob", **args)
+        dry = ops.plan(repeat)
+        again = ops.apply(repeat)
+        for result in (dry, again):
+            assert "already applied by alice at " in result.message
+            assert f"(audit #{first.audit_id})" in result.message
+            assert "moved on since (now SUCCEEDED" in result.message
+        assert dry.outcome == "dry-run"
+        assert again.outcome == "no-op"
+        after = ledger_state(store, instance_id)
+        assert {k: v for k, v in after.items() if k != "audit"} == {
+            k: v for k, v in before.items() if k != "audit"
+        }
+        assert [(r.actor, r.outcome) for r in after["audit"]][-2:] == [
+            ("alice", "applied"),
+            ("bob", "no-op"),
+        ]
+    finally:
+        store.close()
+
+
 def test_a_plan_made_stale_by_another_repair_is_refused(
     journal_url: str, authority: Authority
 ) -> None:

@@ -222,8 +222,10 @@ def test_timeout_wins_only_when_no_event_arrived(world: World) -> None:
 
 
 def test_only_named_approvers_decide(world: World) -> None:
-    """A decision from someone not named is refused (NOT_APPROVER) and kept; one from a named
-    approver is taken, and the result names who approved."""
+    """A decision from someone not named, or from nobody named, is refused (NOT_APPROVER) and
+    kept, its reason saying who sent it and who may approve (issue 24: an event with no sender
+    read "None may not approve 'refund'"); one from a named approver is taken, and the result
+    names who approved."""
 
     async def main() -> None:
         async with world.engine() as engine:
@@ -234,6 +236,8 @@ def test_only_named_approvers_decide(world: World) -> None:
                 started.instance_id, "refund", event_id="m", payload="yes", sender="mallory"
             )
             assert mallory.outcome is lf.DeliveryOutcome.NOT_APPROVER
+            nobody = await engine.signal(started.instance_id, "refund", event_id="n", payload="yes")
+            assert nobody.outcome is lf.DeliveryOutcome.NOT_APPROVER
             bob = await engine.signal(
                 started.instance_id, "refund", event_id="b", payload="yes", sender="bob"
             )
@@ -244,7 +248,12 @@ def test_only_named_approvers_decide(world: World) -> None:
             assert result == {"by": "bob", "decision": "yes"}
             inbox = {d.event_id: d for d in (await engine.detail(started.instance_id)).inbox}
             assert inbox["m"].state == "REJECTED"
-            assert "may not approve" in (inbox["m"].reason or "")
+            approvers = "(approvers: 'alice', 'bob')"
+            assert inbox["m"].reason == f"'mallory' may not approve 'refund' {approvers}"
+            assert inbox["n"].state == "REJECTED"
+            assert (
+                inbox["n"].reason == f"an event with no sender may not approve 'refund' {approvers}"
+            )
 
     asyncio.run(main())
 

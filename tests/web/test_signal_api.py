@@ -219,6 +219,11 @@ def test_the_approver_is_the_authenticated_principal(world: World) -> None:
     assert mallory.status_code == 403
     assert mallory.json()["delivery"]["outcome"] == "not-approver"
     assert "may not approve" in mallory.json()["delivery"]["reason"]
+    # The detail says what happened and who may approve (issue 24: it said only the title's
+    # "holds no role that allows this command").
+    assert mallory.json()["detail"] == (
+        "the event was refused: 'mallory' may not approve 'refund' (approvers: 'alice', 'bob')"
+    )
     bob = world.post(instance_id, "refund", {"event_id": "b", "payload": "yes"}, by="bob")
     assert bob.status_code == 202
     world.work()

@@ -48,7 +48,8 @@ from ledgerflow import (
     SyncEngine,
 )
 from ledgerflow.cli.logs import LOG_FORMAT_VARIABLE, configure_logging, log_format_option
-from ledgerflow.cli.render import cell, console, print_table, status_cell
+from ledgerflow.cli.render import cell, console, inert, print_table, status_cell
+from ledgerflow.cli.tables import steps_cell
 from ledgerflow.extras import require_extra
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.runtime import faults
@@ -352,7 +353,8 @@ class Demo:
                     if e.subject == f"effect:{effect.seq}"
                 ]
                 received, applied = self.count_at_participant(effect)
-                self.out.print(Text(f"  {crash.key} {crash.effect}: " + " -> ".join(trail)))
+                # A transition's detail can quote a participant's answer: inert.
+                self.out.print(Text(f"  {crash.key} {crash.effect}: " + inert(" -> ".join(trail))))
                 self.out.print(
                     f"    key {effect.idempotency_key} (unchanged across attempts); "
                     f"received {received}x, applied {applied}x at {effect.participant}"
@@ -385,16 +387,11 @@ class Demo:
         table.add_column("steps")
         for detail in details:
             instance = detail.instance
-            steps = "\n".join(
-                f"{s.seq} {s.name} {s.status.value}"
-                + (f" (attempt {s.attempt})" if s.attempt > 1 else "")
-                for s in detail.steps
-            )
             table.add_row(
                 cell(instance.business_key),
                 status_cell(instance.status),
                 cell(instance.generation),
-                cell(steps),
+                steps_cell(detail.steps),
             )
             if instance.status not in TERMINAL_STATUSES:
                 violations.append(f"{instance.business_key} is not terminal: {instance.status}")

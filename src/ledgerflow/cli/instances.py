@@ -59,6 +59,12 @@ from ledgerflow.operators.service import InstanceQuery, Operations, local_actor
 from ledgerflow.operators.shapes import decoded, detail_json, page_json, record_json
 
 LIST_LIMIT_DEFAULT = 50
+# What `result` and `start --wait` say when nothing ran the instance: a person at the command
+# line runs a worker with a command, not with the engine's Python.
+NO_WORKER_HINT = (
+    "no worker is running (a start only records the instance; a worker runs it): run one with "
+    "`ledgerflow worker MODULE:REGISTRY --db URL`, in another terminal or as a service"
+)
 
 
 # -- start -------------------------------------------------------------------------------------
@@ -112,7 +118,7 @@ def start(
     assert db is not None
     registry = load_registry(target)
     # The journal is created and migrated like a worker's (migrate=None: as the URL says).
-    with Operations(db, registry=registry, migrate=None) as engine:
+    with Operations(db, registry=registry, migrate=None, no_worker_hint=NO_WORKER_HINT) as engine:
         started = engine.start(
             workflow,
             key=key,
@@ -148,7 +154,7 @@ def _start_over_api(
     wait_seconds: float | None,
     as_json: bool,
 ) -> None:
-    request = {"workflow": workflow, "key": key, "input": value, "version": version}
+    request = {"workflow_name": workflow, "business_key": key, "input": value, "version": version}
     if tenant is not None:
         request["tenant"] = tenant_of(tenant)
     answer = api.send("POST", "/v1/instances", request)
@@ -249,7 +255,7 @@ def _finish(
 @json_option
 def result(instance_id: str, timeout: float, db: str, as_json: bool) -> None:
     """Print the result of instance ID (exit 1 if it ended without one or is not done)."""
-    with Operations(db) as operations:
+    with Operations(db, no_worker_hint=NO_WORKER_HINT) as operations:
         record = operations.wait(instance_id, timeout=timeout)
         if record.status is InstanceStatus.SUCCEEDED:
             value = decoded(record.result)
@@ -295,9 +301,9 @@ def cancel(
     """Ask for instance ID to be cancelled (durable; repeating it changes nothing).
 
     The instance stops before its next step, finishes what was started, compensates if asked,
-    and ends CANCELLED listing the effects that stay applied. Like a repair, it needs a role
-    that allows ``cancel``: local:ACCOUNT's in the authority file, or with --token the
-    token's (operator or above); every try is on the audit log.
+    and ends CANCELLED listing the effects that stay applied. Like a repair, it needs a grant
+    that allows ``cancel`` held by local:ACCOUNT in the authority file, or with --token a
+    token whose role is operator or above; every try is on the audit log.
     """
     api = api_of(db=db, token=token, url=url)
     if api is not None:
@@ -432,7 +438,10 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
     if flags:
         out.print(cell("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))
     if audit:
-        print_table(out, audit_table(audit, title="audit (repairs of this instance)"))
+        # Not only repairs: every change asked for from outside is on it (start, signal,
+        # cancel, callbacks, version moves...).
+        title = "audit log of this instance (every change asked for from outside)"
+        print_table(out, audit_table(audit, title=title))
 
 
 def register(group: click.Group) -> None:

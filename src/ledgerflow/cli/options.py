@@ -1,16 +1,17 @@
 """The options many ``ledgerflow`` commands share, and how they read them (internal).
 
-``--db`` names the journal (or ``LEDGERFLOW_DB``); ``--authority`` the roles file (or
+``--db`` names the journal (or ``LEDGERFLOW_DB``); ``--authority`` the authority file (or
 ``LEDGERFLOW_AUTHORITY``) for the commands that change something on someone's authority
 (repairs, cancel, version moves and retirement); ``--json`` asks for one JSON document instead
 of tables (:func:`echo_json` prints it); ``--limit`` bounds a listing; a ``--tenant`` is
 checked by the one naming rule, as the library and the HTTP endpoint check it.
 
 Who acts is never typed: with database access it is ``local:`` and the account the command
-runs under (:func:`~ledgerflow.operators.service.local_actor`), held to the authority file;
-with ``--token`` (or ``LEDGERFLOW_TOKEN``) the commands that can (:func:`acting_options`) act
-through the HTTP API at ``--url`` (or ``LEDGERFLOW_URL``) as the token's principal, held to
-its role and tenant. ``--actor``, which once named anyone, is refused with that explanation.
+runs under (:func:`~ledgerflow.operators.service.local_actor`), held to the grants of the
+authority file; with ``--token`` (or ``LEDGERFLOW_TOKEN``) the commands that can
+(:func:`acting_options`) act through the HTTP API at ``--url`` (or ``LEDGERFLOW_URL``) as the
+token's principal, held to its role and tenant. ``--actor``, which once named anyone, is
+refused with that explanation.
 """
 
 from __future__ import annotations
@@ -32,9 +33,24 @@ URL_ENVIRONMENT_VARIABLE = "LEDGERFLOW_URL"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+class JournalUrl(click.types.StringParamType):
+    """A journal's URL: when it is missing, the error says where else it can come from
+    (issue 24: "Missing option '--db'" did not mention LEDGERFLOW_DB, which it reads)."""
+
+    name = "url"
+
+    def get_missing_message(self, param: click.Parameter, ctx: click.Context | None) -> str:
+        return (
+            f"Give the journal's URL (--db sqlite:///orders.db, --db postgresql://...) or set "
+            f"{DB_ENVIRONMENT_VARIABLE}"
+        )
+
+
 db_option: Callable[[F], F] = click.option(
     "--db",
     "db",
+    type=JournalUrl(),
     envvar=DB_ENVIRONMENT_VARIABLE,
     required=True,
     help=f"Store URL, e.g. sqlite:///orders.db or postgresql://user@host/db (or set "
@@ -65,7 +81,8 @@ authority_option: Callable[[F], F] = click.option(
     "authority_file",
     envvar=AUTHORITY_ENVIRONMENT_VARIABLE,
     type=click.Path(dir_okay=False),
-    help="Roles file (TOML); default: the built-in policy, where no person holds a role (or set "
+    help="Authority file (TOML): the grants of repairs and version commands to people; "
+    "default: the built-in policy, which grants a person nothing (or set "
     f"{AUTHORITY_ENVIRONMENT_VARIABLE}).",
 )
 
@@ -110,13 +127,14 @@ def api_of(*, db: str | None, token: str | None, url: str | None) -> ApiClient |
         return ApiClient(url, token.strip())
     if not db:
         raise click.UsageError(
-            "Missing option '--db' (or act through the HTTP API with --token and --url)."
+            f"Missing option '--db'. Give the journal's URL or set {DB_ENVIRONMENT_VARIABLE} "
+            "(or act through the HTTP API with --token and --url)."
         )
     return None
 
 
 def authority_of(authority_file: str | None) -> Authority:
-    """The roles file named, or the built-in policy (no person holds a role)."""
+    """The authority file named, or the built-in policy (it grants a person nothing)."""
     return Authority.from_file(authority_file) if authority_file else Authority.default()
 
 

@@ -5,9 +5,9 @@ Each repair command builds a :class:`~ledgerflow.operators.repairs.RepairRequest
 to the operators' service (:class:`~ledgerflow.operators.service.Operations`), whose repairs
 check authority and state and write the audit record: the CLI decides nothing itself.
 ``--dry-run`` prints the exact plan and changes nothing. Who repairs is ``local:ACCOUNT``, the
-account that runs the command, held to the authority file; or, with ``--token``, the token's
-principal, through the HTTP API's repair routes and held to its role. Refusals are
-Ledgerflow errors (exit 1).
+account that runs the command, held to the grants of the authority file; or, with
+``--token``, the token's principal, through the HTTP API's repair routes and held to its role.
+Refusals are Ledgerflow errors (exit 1); a repeat of an applied repair is a no-op (exit 0).
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ def _print_result(body: dict[str, Any], *, as_json: bool) -> None:
 
 @click.group()
 def repair() -> None:
-    """Audited repairs of stuck instances (each needs a role; see docs/operators.md)."""
+    """Audited repairs of stuck instances: each needs a grant of the authority file
+    (LEDGERFLOW_AUTHORITY or --authority), or with --token a token's role (docs/operators.md)."""
 
 
 @repair.command("resolve-effect")

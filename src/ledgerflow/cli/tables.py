@@ -8,17 +8,30 @@ the ledger holds is shown inert.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
 from ledgerflow import Delivery, EffectRecord, InstanceRecord, StepRecord, TimelineEntry
-from ledgerflow.cli.render import cell, short, status_cell, when
+from ledgerflow.cli.render import cell, lines_cell, short, status_cell, when
 from ledgerflow.model.attempts import attempt_errors
 from ledgerflow.operators.service import AuditRecord
 from ledgerflow.operators.shapes import record_json
+
+
+def steps_cell(steps: Sequence[StepRecord]) -> Text:
+    """An instance's steps, one line each: the lines are the demo's own layout, so they are
+    joined after each one is made inert (a newline inside a name would still show as ``\\x0a``).
+    """
+    return lines_cell(
+        [
+            f"{s.seq} {s.name} {s.status.value}"
+            + (f" (attempt {s.attempt})" if s.attempt > 1 else "")
+            for s in steps
+        ]
+    )
 
 
 def instances_table(records: Iterable[InstanceRecord], *, title: str | None = None) -> Table:
@@ -199,7 +212,8 @@ def audit_json(record: AuditRecord) -> dict[str, Any]:
 
 def audit_table(records: Iterable[AuditRecord], *, title: str = "audit") -> Table:
     table = Table(title=title, title_justify="left")
-    for name in ("#", "time", "actor", "role", "kind", "instance", "target", "outcome"):
+    # "allowed by": the authority file's grant, or the token's role, that allowed it.
+    for name in ("#", "time", "actor", "allowed by", "kind", "instance", "target", "outcome"):
         table.add_column(name, overflow="fold")
     table.add_column("gen", justify="right")
     table.add_column("reason / refusal", overflow="fold")

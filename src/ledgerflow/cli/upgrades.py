@@ -222,7 +222,7 @@ def upgrade_command(
     """Move WORKFLOW@VERSION's in-flight instances to the code MODULE:REGISTRY has for that
     version (its fingerprint, or --to-fingerprint as a check): each only if its journal
     replays clean against it, in one transaction with its audit record; the others stay
-    pinned, listed and (unless a dry run) on the record as refused. Needs a role that allows
+    pinned, listed and (unless a dry run) on the record as refused. Needs a grant that allows
     ``upgrade`` in the authority file (as local:ACCOUNT); a dry run needs none."""
     workflow, version = _workflow_at(workflow_at)
     registry = load_registry(target)
@@ -285,7 +285,7 @@ def migrate_command(
     """Move WORKFLOW@VERSION's in-flight instances to version --to under the plan's mapping of
     journal positions: each only if the new code replays the mapped journal clean, keeping
     every effect id and idempotency key, in one transaction with its audit record. Needs a
-    role that allows ``migrate`` in the authority file (as local:ACCOUNT)."""
+    grant that allows ``migrate`` in the authority file (as local:ACCOUNT)."""
     workflow, version = _workflow_at(workflow_at)
     document = _plan_document(plan_file)
     if not isinstance(document, dict):

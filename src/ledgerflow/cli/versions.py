@@ -5,9 +5,9 @@ evidence (internal).
 by status, the oldest one in flight (with its age) and whether the version is retired.
 ``ledgerflow versions retire W@N --db URL`` retires a version: refused while any instance that
 has not ended is pinned to it, otherwise recorded with its evidence on the audit log; it needs
-a role that allows ``retire-version``, in the authority file (as ``local:ACCOUNT``) or, with
-``--token``, the token's (an admin of every tenant, through the API). Other subcommands of the
-group move in-flight work between code versions.
+a grant that allows ``retire-version`` in the authority file (as ``local:ACCOUNT``) or, with
+``--token``, a token with the admin role that sees every tenant (through the API). Other
+subcommands of the group move in-flight work between code versions.
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ def retire(
     as_json: bool,
 ) -> None:
     """Retire WORKFLOW@N: no new instance starts on it. Refused while any instance that has
-    not ended is pinned to it; the evidence goes to the audit log. Needs a role that allows
-    ``retire-version``: local:ACCOUNT's in the authority file, or with --token an admin
-    token that sees every tenant."""
+    not ended is pinned to it; the evidence goes to the audit log. Needs a grant that allows
+    ``retire-version`` held by local:ACCOUNT in the authority file, or with --token a token
+    with the admin role that sees every tenant."""
     workflow, version = parse_target(target)
     api = api_of(db=db, token=token, url=url)
     why = reason or "retired"

@@ -11,7 +11,7 @@
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     │   ├── VersionRetiredError       that version is retired: it starts no new instance
     │   └── ArrivalsError             a script of arrivals for ``ledgerflow verify`` is malformed
-    ├── PayloadError                  input/output that cannot be encoded or is too large
+    ├── PayloadError                  a field or payload missing, invalid, not JSON or too large
     │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
     │   └── InboxFullError            an event past its instance's inbox bounds; not kept
     │   └── ReservedNameError         a name only Ledgerflow itself may write (``complete:``...)
@@ -48,7 +48,7 @@
     └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
-    ├── NotAuthorizedError        the actor holds no role that allows this command
+    ├── NotAuthorizedError        no grant (authority file) or token role allows this command
     ├── NotAuthenticatedError     no valid credentials: a missing, unknown or revoked token
     ├── TokenNameTakenError       a live token acts under this name already
     ├── ApiUnreachableError       the command line's --url gave no answer Ledgerflow's API gives

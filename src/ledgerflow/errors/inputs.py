@@ -78,7 +78,8 @@ class ArrivalsError(ConfigurationError):
 
 
 class PayloadError(LedgerflowError):
-    """A payload cannot be encoded as JSON or is larger than allowed."""
+    """A request's field or a payload cannot be taken as given: missing or invalid, not JSON,
+    larger than allowed, or a name that breaks the naming rule."""
 
     code = "LF110"
 

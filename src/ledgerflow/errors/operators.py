@@ -14,7 +14,8 @@ class OperatorError(LedgerflowError):
 
 
 class NotAuthorizedError(OperatorError):
-    """The actor holds no role that allows this command."""
+    """The actor may not run this command: no grant of the authority file, or no token role,
+    allows it."""
 
     code = "LF701"
     ID_NAMES = ("actor", "kind")

@@ -1,16 +1,23 @@
-"""Who may do what: roles grant repair kinds and version commands, actors hold roles;
-principals of the API (pure).
+"""Who may do what: the authority file's grants, the API tokens' roles, and one policy the
+repairs are checked with (pure).
 
-Two sources of authority meet here. A person at the command line is an *actor* whose roles
-come from the authority file (:class:`Policy`): ``local:`` and the account they run the
-command under, unless they act with an API token. A caller of the HTTP API or the console is a
-:class:`Principal`: the name, :class:`ApiRole` and tenant of the token it presented; its role
-grants the repair kinds :data:`API_ROLE_REPAIRS` lists, as a policy of its own
-(:meth:`Policy.for_principal`), so repairs are checked by the same code whoever asks.
+Two sources of authority meet here, and they have distinct words:
+
+- A person at the command line is an *actor* (``local:`` and the account they run the command
+  under, unless they act with an API token) who holds *grants* from the authority file
+  (:class:`Policy`): a grant is a name the file defines for a set of repair kinds and version
+  commands (``[grants]``), and ``[actors]`` says who holds which. The names are the file's
+  own; nothing but the file gives them a meaning. (``[roles]`` is the old name of
+  ``[grants]``, still read with the same meaning.)
+- A caller of the HTTP API or the console is a :class:`Principal`: the name, *role*
+  (:class:`ApiRole`, the fixed ladder ``viewer`` < ``signaller`` < ``operator`` < ``admin``)
+  and tenant of the token it presented. Its role allows the repair kinds
+  :data:`API_ROLE_REPAIRS` lists, as a policy of its own (:meth:`Policy.for_principal`), so
+  repairs are checked by the same code whoever asks.
 
 Authority is configuration checked by the engine (``operators.repairs.Repairs``), never by
 the CLI, so every front door (CLI, HTTP, the reconciler) is held to the same policy.
-Without a policy file only the reconciler, :data:`RECONCILER`, holds a role: a person must be
+Without a policy file only the reconciler, :data:`RECONCILER`, holds a grant: a person must be
 granted one explicitly before any repair of theirs is carried out. Loading the file is
 :mod:`ledgerflow.operators.authority`'s job; this module only parses and decides.
 """
@@ -28,10 +35,14 @@ from ledgerflow.model.repair import RepairKind
 # The reconciler's identity: it settles UNKNOWN effects with a participant's lookup evidence
 # and resumes what it settled, and nothing else.
 RECONCILER = "ledgerflow:reconciler"
-RECONCILER_ROLE = "reconciler"
+RECONCILER_GRANT = "reconciler"
 RECONCILER_KINDS = frozenset({RepairKind.RESOLVE_EFFECT, RepairKind.RESUME})
 ACTOR_LENGTH_MAX = 200
 ENVIRONMENT_VARIABLE = "LEDGERFLOW_AUTHORITY"
+# The authority file's section of grants, and its old name (read with the same meaning).
+GRANTS = "grants"
+OLD_GRANTS = "roles"
+BUILTIN_SOURCE = "built-in policy"
 # Whom a server run with --insecure-no-auth takes every caller for.
 INSECURE_LOCAL = "insecure-local"
 # A person at the command line with no token: "local:" and the account they run it under.
@@ -57,7 +68,8 @@ class VersionCommand(enum.Enum):
     RETIRE = "retire-version"
 
 
-# What a role of an authority file may grant.
+# What a grant of an authority file (or a token's role) may allow: a repair kind or a version
+# command.
 Grant = RepairKind | VersionCommand
 
 
@@ -125,86 +137,113 @@ class Principal:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:
-    """Roles (name -> the repair kinds and version commands they allow) and actors (name ->
-    the roles they hold)."""
+    """Grants (name -> the repair kinds and version commands they allow) and actors (name ->
+    the grants they hold). The policy of an API principal has one grant, named after its
+    token's role (``token_role``), which its messages speak of as that role."""
 
-    roles: Mapping[str, frozenset[Grant]]
+    grants: Mapping[str, frozenset[Grant]]
     actors: Mapping[str, frozenset[str]]
     # Where the policy came from, for messages: a file path or "built-in policy".
     source: str
+    token_role: ApiRole | None = None
 
     @classmethod
     def builtin(cls) -> Policy:
         return cls(
-            roles={RECONCILER_ROLE: RECONCILER_KINDS},
-            actors={RECONCILER: frozenset({RECONCILER_ROLE})},
-            source="built-in policy",
+            grants={RECONCILER_GRANT: RECONCILER_KINDS},
+            actors={RECONCILER: frozenset({RECONCILER_GRANT})},
+            source=BUILTIN_SOURCE,
         )
 
     @classmethod
     def for_principal(cls, principal: Principal) -> Policy:
-        """The policy an API principal is held to: its token's role, and what it grants."""
+        """The policy an API principal is held to: its token's role, and what it allows."""
         role = principal.role.value
         return cls(
-            roles={role: API_ROLE_REPAIRS[principal.role]},
+            grants={role: API_ROLE_REPAIRS[principal.role]},
             actors={checked_actor(principal.name): frozenset({role})},
             source=f"the {role} role of {principal.token_id or 'the unauthenticated server'}",
+            token_role=principal.role,
         )
 
     @classmethod
     def parse(cls, data: Mapping[str, Any], *, source: str) -> Policy:
-        """A policy from its document: ``roles`` (name -> kinds) and ``actors`` (name -> roles).
+        """A policy from its document: ``grants`` (name -> kinds; ``roles`` is its old name)
+        and ``actors`` (name -> grants).
 
-        The reconciler keeps its built-in role unless the document names it under ``actors``;
-        a role or kind that does not exist is a configuration error, not a silent no-op.
+        The reconciler keeps its built-in grant unless the document names it under ``actors``;
+        a grant or kind that does not exist is a configuration error, not a silent no-op.
         """
-        unknown = set(data) - {"roles", "actors"}
+        unknown = set(data) - {GRANTS, OLD_GRANTS, "actors"}
         if unknown:
             raise ConfigurationError(f"{source}: unknown section(s) {sorted(unknown)}")
+        if GRANTS in data and OLD_GRANTS in data:
+            raise ConfigurationError(
+                f"{source}: [{OLD_GRANTS}] is the old name of [{GRANTS}]; use one of them"
+            )
+        section = OLD_GRANTS if OLD_GRANTS in data else GRANTS
         kinds: dict[str, Grant] = {k.value: k for k in (*RepairKind, *VersionCommand)}
-        roles: dict[str, frozenset[Grant]] = {RECONCILER_ROLE: RECONCILER_KINDS}
-        for role, granted in _table(data, "roles", source).items():
-            names = _names(granted, f"{source}: roles.{role}")
+        grants: dict[str, frozenset[Grant]] = {RECONCILER_GRANT: RECONCILER_KINDS}
+        for grant, allowed in _table(data, section, source).items():
+            names = _names(allowed, f"{source}: {section}.{grant}")
             bad = [n for n in names if n not in kinds]
             if bad:
                 raise ConfigurationError(
-                    f"{source}: roles.{role} names unknown repair kind(s) or version "
+                    f"{source}: {section}.{grant} names unknown repair kind(s) or version "
                     f"command(s) {bad}; known: {sorted(kinds)}"
                 )
-            roles[role] = frozenset(kinds[n] for n in names)
-        actors: dict[str, frozenset[str]] = {RECONCILER: frozenset({RECONCILER_ROLE})}
+            grants[grant] = frozenset(kinds[n] for n in names)
+        actors: dict[str, frozenset[str]] = {RECONCILER: frozenset({RECONCILER_GRANT})}
         for actor, held in _table(data, "actors", source).items():
             names = _names(held, f"{source}: actors.{actor}")
-            bad = [n for n in names if n not in roles]
+            bad = [n for n in names if n not in grants]
             if bad:
-                raise ConfigurationError(f"{source}: actors.{actor} holds undefined role(s) {bad}")
+                raise ConfigurationError(
+                    f"{source}: actors.{actor} holds grant(s) [{GRANTS}] does not define: {bad}"
+                )
             actors[checked_actor(actor)] = frozenset(names)
-        return cls(roles=roles, actors=actors, source=source)
+        return cls(grants=grants, actors=actors, source=source)
 
-    def role_for(self, actor: str, kind: Grant) -> str:
-        """The role that allows ``actor`` to run ``kind``, else :class:`NotAuthorizedError`."""
+    def grant_for(self, actor: str, kind: Grant) -> str:
+        """The grant (a token's role, for an API principal) that allows ``actor`` to run
+        ``kind``, else :class:`NotAuthorizedError` saying what is missing and where to get it."""
         name = checked_actor(actor)
-        for role in sorted(self.actors.get(name, frozenset())):
-            if kind in self.roles.get(role, frozenset()):
-                return role
         held = sorted(self.actors.get(name, frozenset()))
-        hint = ""
-        if self.source == "built-in policy":
-            hint = (
-                f"; set {ENVIRONMENT_VARIABLE} to a policy file that grants a role (see "
-                "docs/operators.md)"
+        for grant in held:
+            if kind in self.grants.get(grant, frozenset()):
+                return grant
+        raise NotAuthorizedError(self._refusal(name, kind, held), actor=name, kind=kind.value)
+
+    def allowed_by(self, grant: str) -> str:
+        """How a message names what allowed a command: ``role operator`` (a token's) or
+        ``grant repairs`` (the authority file's)."""
+        return f"role {grant}" if self.token_role is not None else f"grant {grant}"
+
+    def _refusal(self, name: str, kind: Grant, held: list[str]) -> str:
+        if self.token_role is not None:
+            needed = [r.value for r in ApiRole if kind in API_ROLE_REPAIRS[r]]
+            allowing = f"; the {needed[0]} role allows it" if needed else ""
+            return (
+                f"{name}'s token has the {self.token_role.value} role, which does not allow "
+                f"{kind.value}{allowing}"
             )
-        elif name.startswith(LOCAL_PREFIX) and not held:
-            hint = (
-                f"; the file names a person at the command line as {name!r} (their account), "
-                "or they act with an API token (--token)"
-            )
-        raise NotAuthorizedError(
-            f"{name} holds no role that allows {kind.value} (roles held: "
-            f"{', '.join(held) or 'none'}; authority: {self.source}){hint}",
-            actor=name,
-            kind=kind.value,
+        text = (
+            f"{name} holds no grant that allows {kind.value} in the authority file (grants "
+            f"held: {', '.join(held) or 'none'}; authority: {self.source})"
         )
+        if self.source == BUILTIN_SOURCE:
+            return (
+                f"{text}; no authority file is set, and the built-in policy grants nothing to "
+                f"a person: set {ENVIRONMENT_VARIABLE} (or --authority) to a file whose "
+                "[grants] allow it and whose [actors] name you (see docs/operators.md, "
+                '"Authority")'
+            )
+        if name.startswith(LOCAL_PREFIX) and not held:
+            return (
+                f"{text}; the file names a person at the command line as {name!r} (their "
+                "account), or they act with an API token (--token)"
+            )
+        return text
 
 
 def _table(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any]:

@@ -3,6 +3,7 @@ no signal may take."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,14 @@ def signal_name(name: str) -> str:
             name=name,
         )
     return name
+
+
+def not_approver(sender: str | None, event: str, approvers: Sequence[str]) -> str:
+    """Why an approval wait refuses ``sender``'s event: who sent it (or that nobody is named)
+    and who may approve instead."""
+    who = "an event with no sender" if sender is None else repr(sender)
+    listed = ", ".join(repr(a) for a in approvers)
+    return f"{who} may not approve {event!r} (approvers: {listed})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -130,7 +130,7 @@ def authorized(
     clock: Clock,
     authority: Policy,
     actor: str,
-    grant: Grant,
+    command: Grant,
     *,
     instance_id: str | None,
     target: str | None,
@@ -138,19 +138,19 @@ def authorized(
     arguments: dict[str, Any],
     recorded: bool = True,
 ) -> str:
-    """The role of ``authority`` that lets ``actor`` do ``grant``; else the refusal is
-    recorded (kind: the grant's name, as its audit records are; not when ``recorded`` is
-    False: a dry run writes nothing) and :class:`~ledgerflow.errors.NotAuthorizedError`
-    raised."""
+    """The grant of ``authority`` (for an API principal: its token's role) that lets
+    ``actor`` do ``command``; else the refusal is recorded (kind: the command's name, as its
+    audit records are; not when ``recorded`` is False: a dry run writes nothing) and
+    :class:`~ledgerflow.errors.NotAuthorizedError` raised."""
     try:
-        return authority.role_for(actor, grant)
+        return authority.grant_for(actor, command)
     except NotAuthorizedError as exc:
         if recorded:
             record_refusal(
                 store,
                 clock,
                 actor=actor,
-                kind=grant.value,
+                kind=command.value,
                 instance_id=instance_id,
                 target=target,
                 reason=reason,

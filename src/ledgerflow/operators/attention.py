@@ -54,6 +54,8 @@ class AttentionItem:
             "kind": self.kind,
             "instance_id": self.instance_id,
             "tenant": self.tenant,
+            "workflow_name": self.workflow_name,
+            # The old name of workflow_name (issue 24), kept until 0.3.0 for readers of it.
             "workflow": self.workflow_name,
             "business_key": self.business_key,
             "status": self.status,

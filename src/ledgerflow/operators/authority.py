@@ -1,17 +1,22 @@
 """Loading the repair authority policy from a TOML file or the environment (internal).
 
-The file names roles and who holds them::
+The file names grants (sets of repair kinds and version commands, under names it chooses) and
+who holds them::
 
-    [roles]
-    operator = ["resolve-effect", "retry-step", "skip-step", "resume", "cancel"]
-    supervisor = ["force-terminal", "run-compensation", "skip-compensation"]
+    [grants]
+    repairs = ["resolve-effect", "retry-step", "skip-step", "resume", "cancel"]
+    supervision = ["force-terminal", "run-compensation", "skip-compensation"]
 
     [actors]
-    alice = ["operator"]
-    bob = ["operator", "supervisor"]
+    "local:alice" = ["repairs"]
+    "local:bob" = ["repairs", "supervision"]
+
+(``[roles]``, the section's old name, is read with the same meaning.) Grants are not the API
+tokens' roles (``viewer`` < ``signaller`` < ``operator`` < ``admin``): those are fixed and
+checked for a caller with a token, the file for a person at the command line without one.
 
 Without a file (``LEDGERFLOW_AUTHORITY`` unset) the built-in policy applies: only the
-reconciler holds a role, so a person's repair is refused until someone grants them one.
+reconciler holds a grant, so a person's repair is refused until a file grants them one.
 
 A person at the command line without an API token is :func:`local_principal`: ``local:`` and
 the operating system's name of the account the command runs under, which the file names as
@@ -64,7 +69,7 @@ class Authority(Policy):
     Example::
 
         authority = Authority.from_environment()
-        role = authority.role_for("alice", RepairKind.RESUME)  # or NotAuthorizedError
+        grant = authority.grant_for("local:alice", RepairKind.RESUME)  # or NotAuthorizedError
     """
 
     __slots__ = ()
@@ -78,8 +83,7 @@ class Authority(Policy):
             raise ConfigurationError(f"cannot read authority file {source}: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigurationError(f"authority file {source} is not TOML: {exc}") from None
-        policy = Policy.parse(data, source=source)
-        return cls(roles=policy.roles, actors=policy.actors, source=policy.source)
+        return cls.of(Policy.parse(data, source=source))
 
     @classmethod
     def from_environment(cls) -> Authority:
@@ -90,5 +94,14 @@ class Authority(Policy):
 
     @classmethod
     def default(cls) -> Authority:
-        policy = Policy.builtin()
-        return cls(roles=policy.roles, actors=policy.actors, source=policy.source)
+        return cls.of(Policy.builtin())
+
+    @classmethod
+    def of(cls, policy: Policy) -> Authority:
+        """``policy`` as an authority (the file's, the built-in one, or a token's role's)."""
+        return cls(
+            grants=policy.grants,
+            actors=policy.actors,
+            source=policy.source,
+            token_role=policy.token_role,
+        )

@@ -93,6 +93,18 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, tz=UTC).isoformat(timespec="seconds")
 
 
+def _applied(earlier: AuditRecord) -> str:
+    return f"already applied by {earlier.actor} at {_when(earlier.at)} (audit #{earlier.audit_id})"
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """A repair asked for again after it was applied: the earlier record and what to say."""
+
+    earlier: AuditRecord
+    text: str
+
+
 class Repairs:
     """Audited repairs on one store, under one authority policy (the operators' service,
     :class:`~ledgerflow.operators.service.Operations`, is how the faces reach them)."""
@@ -118,17 +130,16 @@ class Repairs:
     def plan(self, request: RepairRequest) -> RepairResult:
         """Dry run: authority and state are checked, the plan is returned, nothing is written."""
         args = self._args(request)
-        self.authority.role_for(request.actor, request.kind)
+        self.authority.grant_for(request.actor, request.kind)
         snapshot = read_snapshot(self.store, request.instance_id, now=self.clock.now())
-        repeat = self._repeat_of(args, request, snapshot)
-        if repeat is not None:
+        plan = self._plan_or_repeat(args, request, snapshot, shown=False)
+        if isinstance(plan, Repeat):
             return RepairResult(
                 outcome="dry-run",
-                plan=self._nothing(args, snapshot, repeat),
+                plan=self._nothing(args, snapshot, plan),
                 audit_id=None,
-                message=f"dry run: {self._repeat_text(repeat)}; applying it would change nothing",
+                message=f"dry run: {plan.text}; applying it would change nothing",
             )
-        plan = self._planned(args, request, snapshot, None)
         return RepairResult(
             outcome="dry-run", plan=plan, audit_id=None, message="dry run: nothing was changed"
         )
@@ -159,7 +170,7 @@ class Repairs:
         plan: RepairPlan | None = None
         snapshot: Snapshot | None = None
         try:
-            role = self.authority.role_for(request.actor, request.kind)
+            role = self.authority.grant_for(request.actor, request.kind)
             snapshot = read_snapshot(self.store, request.instance_id, now=self.clock.now())
             if planned is not None:
                 self._still_current(request, snapshot, planned)
@@ -168,10 +179,10 @@ class Repairs:
                 and snapshot.instance.generation != planned_generation
             ):
                 self._stale(request, planned_generation)
-            repeat = self._repeat_of(args, request, snapshot)
-            if repeat is not None and planned is None:
-                return self._no_op(args, request, role, snapshot, repeat)
-            plan = self._planned(args, request, snapshot, repeat)
+            planning = self._plan_or_repeat(args, request, snapshot, shown=planned is not None)
+            if isinstance(planning, Repeat):
+                return self._no_op(args, request, role, snapshot, planning)
+            plan = planning
             if planned is not None and planned != plan:
                 self._stale(request, planned.generation)
             audit_id = self._write(args, request, role, snapshot, plan)
@@ -180,10 +191,10 @@ class Repairs:
             raise
         self._count_settled(args, request, snapshot)
         log.warning(
-            "repair %s applied by %s (role %s) as audit #%s: %s",
+            "repair %s applied by %s (%s) as audit #%s: %s",
             args.kind.value,
             args.actor,
-            role,
+            self.authority.allowed_by(role),
             audit_id,
             args.reason,
             extra=journal_log.identity(snapshot.instance, step=request.seq),
@@ -192,7 +203,8 @@ class Repairs:
             outcome="applied",
             plan=plan,
             audit_id=audit_id,
-            message=f"applied as audit #{audit_id} by {args.actor} (role {role})",
+            message=f"applied as audit #{audit_id} by {args.actor} "
+            f"({self.authority.allowed_by(role)})",
         )
 
     def refused(self, request: RepairRequest, error: OperatorError) -> None:
@@ -247,36 +259,44 @@ class Repairs:
             arguments=arguments,
         )
 
-    def _repeat_of(
-        self, args: RepairArgs, request: RepairRequest, snapshot: Snapshot
-    ) -> AuditRecord | None:
-        """The applied repair this one repeats, if its result is still in place (nothing has
-        moved the instance since: same generation)."""
-        previous = self.store.last_applied_repair(self._fingerprint(args, request))
-        if previous is None or previous.generation_after != snapshot.ledger.instance.generation:
-            return None
-        return previous
+    def _plan_or_repeat(
+        self, args: RepairArgs, request: RepairRequest, snapshot: Snapshot, *, shown: bool
+    ) -> RepairPlan | Repeat:
+        """The plan of this repair, or the repeat it is of an applied one.
 
-    def _planned(
-        self,
-        args: RepairArgs,
-        request: RepairRequest,
-        snapshot: Snapshot,
-        earlier: AuditRecord | None,
-    ) -> RepairPlan:
+        The same repair (kind, instance, target, arguments) applied before is repeated when its
+        result is still in place (nothing has moved the instance since: same generation), or
+        when the instance has moved on from it and the repair no longer applies: what it asked
+        for was carried out then, so a repeat (a script run twice, a second operator) is a
+        no-op that says so rather than a refusal. One that applies again (a retried step that
+        failed again) is planned as a new repair. A plan ``shown`` earlier (a dry run) is
+        never a repeat: it is applied as planned or refused.
+        """
+        earlier = self.store.last_applied_repair(self._fingerprint(args, request))
+        instance = snapshot.ledger.instance
+        if earlier is not None and not shown and earlier.generation_after == instance.generation:
+            return Repeat(
+                earlier, f"{_applied(earlier)} and nothing has changed the instance since"
+            )
         try:
             return plan_repair(snapshot.ledger, args)
         except RepairRefusedError as exc:
-            previous = earlier or self.store.last_applied_repair(self._fingerprint(args, request))
-            if previous is None:
+            if earlier is None:
                 raise
+            if not shown:
+                return Repeat(
+                    earlier,
+                    f"{_applied(earlier)}; the instance has moved on since (now "
+                    f"{instance.status.value}, generation {instance.generation}) and the "
+                    f"repair no longer applies: {exc.message}",
+                )
             raise RepairRefusedError(
-                f"{exc.message} (the same repair was applied as audit #{previous.audit_id} by "
-                f"{previous.actor} at {_when(previous.at)}; the instance has moved on since)",
+                f"{exc.message} (the same repair was applied as audit #{earlier.audit_id} by "
+                f"{earlier.actor} at {_when(earlier.at)}; the instance has moved on since)",
                 instance_id=request.instance_id,
             ) from None
 
-    def _nothing(self, args: RepairArgs, snapshot: Snapshot, repeat: AuditRecord) -> RepairPlan:
+    def _nothing(self, args: RepairArgs, snapshot: Snapshot, repeat: Repeat) -> RepairPlan:
         instance = snapshot.ledger.instance
         return RepairPlan(
             kind=args.kind,
@@ -285,14 +305,7 @@ class Repairs:
             generation=instance.generation,
             status=instance.status,
             fence=False,
-            notes=(f"{self._repeat_text(repeat)}: nothing to change",),
-        )
-
-    @staticmethod
-    def _repeat_text(repeat: AuditRecord) -> str:
-        return (
-            f"already applied by {repeat.actor} at {_when(repeat.at)} (audit #{repeat.audit_id}) "
-            "and nothing has changed the instance since"
+            notes=(f"{repeat.text}: nothing to change",),
         )
 
     def _still_current(
@@ -382,7 +395,7 @@ class Repairs:
         request: RepairRequest,
         role: str,
         snapshot: Snapshot,
-        repeat: AuditRecord,
+        repeat: Repeat,
     ) -> RepairResult:
         plan = self._nothing(args, snapshot, repeat)
         entry = self._entry(
@@ -398,7 +411,7 @@ class Repairs:
             outcome="no-op",
             plan=plan,
             audit_id=audit_id,
-            message=f"no-op: {self._repeat_text(repeat)} (recorded as audit #{audit_id})",
+            message=f"no-op: {repeat.text} (recorded as audit #{audit_id})",
         )
 
     def _refused(

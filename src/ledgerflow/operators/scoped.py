@@ -81,8 +81,7 @@ __all__ = ["ScopedOperations"]
 
 def authority_for(principal: Principal) -> Authority:
     """The repair authority a principal's role grants, as the repairs check it."""
-    policy = Authority.for_principal(principal)
-    return Authority(roles=policy.roles, actors=policy.actors, source=policy.source)
+    return Authority.of(Authority.for_principal(principal))
 
 
 class ScopedOperations:

@@ -189,6 +189,7 @@ class Operations:
         clock: Clock = SYSTEM_CLOCK,
         codec: Codec = JSON,
         metrics: Metrics | None = None,
+        no_worker_hint: str | None = None,
     ) -> None:
         self._store = open_store(store, migrate=migrate) if isinstance(store, str) else store
         # What this service's engine counts (starts, deliveries), and the journal's gauges it
@@ -196,7 +197,12 @@ class Operations:
         self.metrics = metrics
         # Reading, cancelling and signalling need no workflow code: an empty registry pins
         # nothing and starts nothing.
-        self._engine = SyncEngine(self._store, registry or Registry(), codec=codec, metrics=metrics)
+        # ``no_worker_hint``: how a face tells its user to run a worker when a wait times out
+        # with none running (default: the SyncEngine's words, for Python code).
+        hint = {} if no_worker_hint is None else {"no_worker_hint": no_worker_hint}
+        self._engine = SyncEngine(
+            self._store, registry or Registry(), codec=codec, metrics=metrics, **hint
+        )
         self._authority = authority
         self._clock = clock
         self._codec = codec
@@ -361,10 +367,10 @@ class Operations:
             idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
         )
 
-    def _authorized(self, actor: str, grant: Grant, **what: Any) -> str:
-        """The role this service's authority gives ``actor`` for ``grant`` (a refusal is
+    def _authorized(self, actor: str, command: Grant, **what: Any) -> str:
+        """The grant this service's authority gives ``actor`` for ``command`` (a refusal is
         recorded, unless ``recorded=False``, and raised)."""
-        return actions.authorized(self._store, self._clock, self.authority, actor, grant, **what)
+        return actions.authorized(self._store, self._clock, self.authority, actor, command, **what)
 
     # -- the perimeter: principals, tokens, sessions, idempotent answers -----------------------
 

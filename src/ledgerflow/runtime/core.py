@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgerflow import limits
+from ledgerflow.deprecation import renamed
 from ledgerflow.errors import (
     ConcurrencyError,
     ConfigurationError,
@@ -30,7 +31,7 @@ from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
-from ledgerflow.model.signal import signal_name
+from ledgerflow.model.signal import not_approver, signal_name
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
 from ledgerflow.storage.records import (
@@ -107,6 +108,12 @@ class InstanceDetail:
     effects: list[EffectRecord]
     timeline: list[TimelineEntry]
     inbox: list[Delivery]
+
+    @property
+    def events(self) -> list[TimelineEntry]:
+        """Deprecated: the old name of :attr:`timeline` (removed in 0.3.0)."""
+        renamed("InstanceDetail.events", "InstanceDetail.timeline")
+        return self.timeline
 
 
 def _workflow_name(workflow: str | WorkflowFunction) -> str:
@@ -322,7 +329,7 @@ class EngineCore:
             spec = self.codec.decode(step.input or "{}")
             allowed = spec.get("approvers") or []
             if spec.get("event") == name and allowed and sender not in allowed:
-                return "not-approver", f"{sender!r} may not approve {name!r}"
+                return "not-approver", not_approver(sender, name, allowed)
         return None
 
     def set_concurrency_limit(

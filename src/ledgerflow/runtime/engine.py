@@ -39,7 +39,12 @@ from ledgerflow.runtime.detection import bounds_from_environment, detection_task
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
-from ledgerflow.runtime.unserved import timed_out, unserved_task, why_unserved
+from ledgerflow.runtime.unserved import (
+    NO_WORKER_HINT,
+    timed_out,
+    unserved_task,
+    why_unserved,
+)
 from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Delivery, InstanceRecord
@@ -90,7 +95,11 @@ class Engine:
         inline: bool = False,
         metrics: Metrics | None = None,
         tracing: bool | TracerProvider = False,
+        no_worker_hint: str = NO_WORKER_HINT,
     ) -> None:
+        # How a wait that timed out with no worker here says to run one (a face may say it in
+        # its own terms).
+        self.no_worker_hint = no_worker_hint
         # The whole store is opened here and each part is handed the view it needs: the core
         # and the workers the journal, the stuck-work scan its flags.
         self._store = open_store(store) if isinstance(store, str) else store
@@ -314,7 +323,9 @@ class Engine:
                             return record
                     except ResultTimeoutError as error:
                         why = await self._call(why_unserved, self._store, record)
-                        raise timed_out(error, why=why, workers=bool(self._workers)) from None
+                        raise timed_out(
+                            error, why=why, workers=bool(self._workers), hint=self.no_worker_hint
+                        ) from None
                 look = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(released.wait(), timeout=pause)

@@ -23,7 +23,7 @@ from ledgerflow.runtime.core import (
 )
 from ledgerflow.runtime.engine import RESULT_POLL_SECONDS_MAX, RESULT_POLL_SECONDS_MIN
 from ledgerflow.runtime.metrics import Metrics
-from ledgerflow.runtime.unserved import timed_out, why_unserved
+from ledgerflow.runtime.unserved import NO_WORKER_HINT_SYNC, timed_out, why_unserved
 from ledgerflow.storage import open_store
 from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
@@ -48,8 +48,11 @@ class SyncEngine:
         *,
         codec: Codec = JSON,
         metrics: Metrics | None = None,
+        no_worker_hint: str = NO_WORKER_HINT_SYNC,
     ) -> None:
         self.store = open_store(store) if isinstance(store, str) else store
+        # How a wait that timed out says to run a worker (a face may say it in its own terms).
+        self.no_worker_hint = no_worker_hint
         self._core = EngineCore(self.store, registry, codec)
         self.registry = registry
         # Starts and deliveries are counted here (the operators' service, ``serve``).
@@ -168,7 +171,7 @@ class SyncEngine:
                     return record
             except ResultTimeoutError as error:
                 why = why_unserved(self.store, record)
-                raise timed_out(error, why=why, workers=False) from None
+                raise timed_out(error, why=why, workers=False, hint=self.no_worker_hint) from None
             time.sleep(pause)
             pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
 

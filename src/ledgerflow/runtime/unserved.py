@@ -132,23 +132,33 @@ def unserved_explanation(
 
 
 # Said when a wait times out and no worker of this engine drives anything: the first thing a
-# newcomer needs to know is that starting an instance does not run it.
+# newcomer needs to know is that starting an instance does not run it. Each engine says how to
+# run one where it is (an ``Engine`` in its own process; a ``SyncEngine`` drives nothing); a
+# face that knows its user better (the command line) gives its own words instead, as the
+# engine's ``no_worker_hint``: the runtime never knows which face waits.
 NO_WORKER_HINT = (
     "no worker of this engine is running, and an instance only moves while a worker drives "
     "it: run one in this process (asyncio.create_task(engine.worker().run())) or in another "
     "(ledgerflow worker MODULE:OBJECT --db URL)"
 )
+NO_WORKER_HINT_SYNC = (
+    "no worker runs in this process (a SyncEngine drives nothing), and an instance only moves "
+    "while a worker drives it: run one in another (ledgerflow worker MODULE:OBJECT --db URL), "
+    "or an Engine's worker"
+)
 
 
-def timed_out(error: ResultTimeoutError, *, why: str | None, workers: bool) -> ResultTimeoutError:
+def timed_out(
+    error: ResultTimeoutError, *, why: str | None, workers: bool, hint: str = NO_WORKER_HINT
+) -> ResultTimeoutError:
     """What a waiter that gave up is told: that no live worker serves the instance's pinned
     code (``why``, see :func:`~ledgerflow.runtime.unserved.unserved_explanation`), or that no
-    worker runs here, or just that time ran out."""
+    worker runs here and ``hint`` (how to run one), or just that time ran out."""
     if why is not None:
         return NoCapableWorkerError(f"{error.message}; {why}", instance_id=error.instance_id)
     if workers:
         return error
-    return ResultTimeoutError(f"{error.message}; {NO_WORKER_HINT}", instance_id=error.instance_id)
+    return ResultTimeoutError(f"{error.message}; {hint}", instance_id=error.instance_id)
 
 
 def why_unserved(store: DetectionStore, record: InstanceRecord) -> str | None:

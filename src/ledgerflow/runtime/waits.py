@@ -18,7 +18,7 @@ from ledgerflow.errors import EventArrivedError, WaitTimeoutError
 from ledgerflow.model.ids import StepSeq
 from ledgerflow.model.instance import InstanceEvent
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
-from ledgerflow.model.signal import Signal
+from ledgerflow.model.signal import Signal, not_approver
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Cancelled, Waiting
@@ -141,7 +141,7 @@ class WaitDriver:
             refused: list[Write] = []
             for delivery in await s.store.pending_deliveries(s.instance_id, event):
                 if approvers and delivery.sender not in approvers:
-                    reason = f"{delivery.sender!r} may not approve {event!r}"
+                    reason = not_approver(delivery.sender, event, approvers)
                     refused.append(RejectDelivery(event_id=delivery.event_id, reason=reason))
                     continue
                 signal = Signal(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledgerflow.deprecation import renamed
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.ids import (
@@ -170,6 +171,12 @@ class TimelineEntry:
     from_state: str | None
     to_state: str
     detail: str | None
+
+    @property
+    def event_id(self) -> int:
+        """Deprecated: the old name of :attr:`entry_id` (removed in 0.3.0)."""
+        renamed("TimelineEntry.event_id", "TimelineEntry.entry_id")
+        return self.entry_id
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

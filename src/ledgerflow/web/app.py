@@ -34,7 +34,6 @@ from ledgerflow.errors import (
     LedgerflowError,
     MethodNotAllowedError,
     NotAuthenticatedError,
-    PayloadError,
     RequestError,
     RouteNotFoundError,
 )
@@ -53,6 +52,7 @@ from ledgerflow.web.problems import (
     problem_of,
     server_problem,
     title_of,
+    validation_problem,
 )
 from ledgerflow.web.request_guard import RequestGuard
 
@@ -216,16 +216,7 @@ def _error_answers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     def invalid(request: Request, error: RequestValidationError) -> Response:
-        problems = [
-            {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": str(e.get("msg"))}
-            for e in error.errors()
-        ]
-        text = "; ".join(f"{p['where']}: {p['problem']}" for p in problems[:5])
-        status, body = problem_of(
-            PayloadError(f"the request is not valid: {text}"),
-            instance=request.url.path,
-            errors=problems,
-        )
+        status, body = validation_problem(error.errors(), instance=request.url.path)
         return answer(request, status, body)
 
     @app.exception_handler(HTTPException)

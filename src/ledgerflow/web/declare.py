@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -31,7 +31,7 @@ from starlette.datastructures import FormData
 from starlette.types import Receive, Scope
 
 from ledgerflow import limits
-from ledgerflow.errors import LedgerflowError, NotAuthenticatedError
+from ledgerflow.errors import LedgerflowError, NotAuthenticatedError, PayloadError
 from ledgerflow.model.authority import INSECURE_LOCAL
 from ledgerflow.operators.service import (
     ALL_TENANTS,
@@ -43,6 +43,7 @@ from ledgerflow.operators.service import (
     request_hash,
 )
 from ledgerflow.runtime import faults
+from ledgerflow.web.models import REMOVED_IN
 from ledgerflow.web.problems import PROBLEM_MEDIA_TYPE, encode, problem_of, problem_responses
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -263,3 +264,38 @@ def _outcome(request: Request, carry_out: Callable[[], Outcome]) -> Outcome:
 def _response(status: int, body: Any) -> Response:
     media = PROBLEM_MEDIA_TYPE if status >= 400 else "application/json"
     return Response(encode(body), status_code=status, media_type=media)
+
+
+# -- names renamed in requests, kept as deprecated aliases for one minor version ------------------
+
+# ``?workflow=`` on a listing: the old name of ``?workflow_name=``, as responses name the field.
+DeprecatedWorkflow = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=limits.NAME_LENGTH_MAX,
+        deprecated=True,
+        description=f"deprecated alias of workflow_name (until {REMOVED_IN})",
+    ),
+]
+DEPRECATION_HEADER = "Deprecation"
+
+
+def one_name(value: str | None, alias: str | None, *, name: str, old: str) -> str | None:
+    """The value given under ``name`` or its deprecated alias ``old``; both with two values
+    is a client's mistake (422), never a silent choice."""
+    if alias is None or value == alias:
+        return value
+    if value is not None:
+        raise PayloadError(
+            f"{old!r} is the deprecated name of {name!r} (until {REMOVED_IN}): give {name!r} only"
+        )
+    return alias
+
+
+def deprecating(response: Response, names: list[str]) -> Response:
+    """``response``, with ``Deprecation: true`` when the request used a deprecated name: a
+    client that still sends one is told so on every answer, before the alias goes away."""
+    if names:
+        response.headers[DEPRECATION_HEADER] = "true"
+    return response

@@ -30,7 +30,16 @@ from ledgerflow.operators.shapes import (
     record_json,
     timeline_json,
 )
-from ledgerflow.web.declare import Outcome, Scoped, answer, api_route, api_router
+from ledgerflow.web.declare import (
+    DeprecatedWorkflow,
+    Outcome,
+    Scoped,
+    answer,
+    api_route,
+    api_router,
+    deprecating,
+    one_name,
+)
 from ledgerflow.web.models import (
     CancelBody,
     CompletionBody,
@@ -64,7 +73,8 @@ PAGE = limits.PAGE_SIZE_DEFAULT
 )  # fmt: skip
 def list_instances(
     scoped: Scoped,
-    workflow: Text = None,
+    workflow_name: Text = None,
+    workflow: DeprecatedWorkflow = None,
     version: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
     status: InstanceStatus | None = None,
     tenant: Text = None,
@@ -77,7 +87,7 @@ def list_instances(
 ) -> Any:
     query = InstanceQuery(
         tenant=tenant,
-        workflow_name=workflow,
+        workflow_name=one_name(workflow_name, workflow, name="workflow_name", old="workflow"),
         workflow_version=version,
         status=status.value if status else None,
         key_prefix=key_prefix,
@@ -97,8 +107,8 @@ def list_instances(
 def start_instance(request: Request, scoped: Scoped, body: StartBody) -> Response:
     def carry_out() -> Outcome:
         started = scoped.start(
-            body.workflow,
-            key=body.key,
+            body.workflow_name,
+            key=body.business_key,
             input=body.input,
             version=body.version,
             tenant=body.tenant,
@@ -106,7 +116,7 @@ def start_instance(request: Request, scoped: Scoped, body: StartBody) -> Respons
         answer_body = {"created": started.created, "instance": record_json(started.instance)}
         return (201 if started.created else 200), answer_body
 
-    return answer(request, carry_out)
+    return deprecating(answer(request, carry_out), body.deprecated_names())
 
 
 @api_route(

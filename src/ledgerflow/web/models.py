@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ledgerflow import limits
 from ledgerflow.model.authority import ACTOR_LENGTH_MAX
@@ -46,12 +46,70 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The request names that became the responses' own (issue 24), each still accepted as a
+# deprecated alias until this release: old name -> name.
+REMOVED_IN = "0.3.0"
+START_ALIASES = {"workflow": "workflow_name", "key": "business_key"}
+
+
+def _either_name(schema: dict[str, Any]) -> None:
+    """The start body's schema: each name or its deprecated alias is required, not both."""
+    required = schema.get("required", [])
+    schema["required"] = [n for n in required if n not in START_ALIASES.values()]
+    schema["allOf"] = [
+        {"anyOf": [{"required": [name]}, {"required": [old]}]}
+        for old, name in START_ALIASES.items()
+    ]
+
+
+def aliased(data: Any, aliases: dict[str, str]) -> Any:
+    """``data`` with each deprecated alias's value under its name as well; the same value
+    under both is taken, two values are refused."""
+    if not isinstance(data, dict):
+        return data
+    merged = dict(data)
+    for old, name in aliases.items():
+        if old not in merged:
+            continue
+        if name in merged and merged[name] != merged[old]:
+            raise ValueError(
+                f"{old!r} is the deprecated name of {name!r} (until {REMOVED_IN}): give "
+                f"{name!r} only"
+            )
+        merged[name] = merged[old]
+    return merged
+
+
 class StartBody(Body):
-    workflow: Name
-    key: Key = Field(description="the business key: starting it again returns the same instance")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_either_name)
+
+    workflow_name: Name = Field(
+        description="the workflow to start, as responses name it (`workflow` is accepted as "
+        f"its deprecated alias until {REMOVED_IN})"
+    )
+    business_key: Key = Field(
+        description="the business key: starting it again returns the same instance (`key` is "
+        f"accepted as its deprecated alias until {REMOVED_IN})"
+    )
     input: Any = None
     version: Positive | None = Field(None, description="default: the newest the server carries")
     tenant: Name | None = Field(None, description="default: the token's tenant")
+    workflow: Name | None = Field(
+        None, deprecated=True, description=f"deprecated alias of workflow_name (until {REMOVED_IN})"
+    )
+    key: Key | None = Field(
+        None, deprecated=True, description=f"deprecated alias of business_key (until {REMOVED_IN})"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        return aliased(data, START_ALIASES)
+
+    def deprecated_names(self) -> list[str]:
+        """The deprecated aliases this request used (read without the warning an attribute
+        access of a deprecated field gives)."""
+        return [old for old in START_ALIASES if self.__dict__.get(old) is not None]
 
 
 class CancelBody(Body):

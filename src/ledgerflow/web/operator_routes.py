@@ -26,7 +26,15 @@ from ledgerflow.operators.service import (
     RepairResult,
 )
 from ledgerflow.operators.shapes import listing, record_json
-from ledgerflow.web.declare import Outcome, Scoped, answer, api_route, api_router
+from ledgerflow.web.declare import (
+    DeprecatedWorkflow,
+    Outcome,
+    Scoped,
+    answer,
+    api_route,
+    api_router,
+    one_name,
+)
 from ledgerflow.web.models import (
     JSON_INTEGER_MAX,
     ListingOut,
@@ -49,11 +57,13 @@ AUDIT_KINDS = "|".join([k.value for k in RepairKind] + list(ACTION_KINDS))
 )  # fmt: skip
 def attention(
     scoped: Scoped,
-    workflow: Text = None,
+    workflow_name: Text = None,
+    workflow: DeprecatedWorkflow = None,
     reason: Text = None,
     limit: Annotated[int, Query(ge=1, le=limits.PAGE_SIZE_MAX)] = limits.PAGE_SIZE_DEFAULT,
 ) -> Any:
-    items = scoped.attention(workflow=workflow, reason=reason, limit=limit)
+    name = one_name(workflow_name, workflow, name="workflow_name", old="workflow")
+    items = scoped.attention(workflow=name, reason=reason, limit=limit)
     return listing([item.to_json() for item in items])
 
 

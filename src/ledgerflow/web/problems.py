@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -147,6 +148,51 @@ def problem_of(
         **extra,
     )
     return status, body
+
+
+# How many of a request's validation errors its problem's detail spells out (all are in
+# ``errors``).
+VALIDATION_ERRORS_SAID = 5
+
+
+def validation_problem(
+    errors: Sequence[Mapping[str, Any]], *, instance: str
+) -> tuple[int, dict[str, Any]]:
+    """The 422 answering a request that does not validate: the detail says what is wrong in
+    words (which field is missing, which one is unknown), ``errors`` lists each as
+    ``{"where", "problem", "type"}`` (pydantic's own message and error type)."""
+    listed = [
+        {"where": _where(e), "problem": str(e.get("msg")), "type": str(e.get("type"))}
+        for e in errors
+    ]
+    said = "; ".join(_said(e) for e in errors[:VALIDATION_ERRORS_SAID])
+    more = len(errors) - VALIDATION_ERRORS_SAID
+    if more > 0:
+        said += f"; and {more} more (see errors)"
+    error = PayloadError(f"the request is not valid: {said}")
+    return problem_of(error, instance=instance, errors=listed)
+
+
+def _where(error: Mapping[str, Any]) -> str:
+    return ".".join(str(part) for part in error.get("loc", ()))
+
+
+def _said(error: Mapping[str, Any]) -> str:
+    """One validation error in words: the field and the part of the request it belongs to."""
+    location = [str(part) for part in error.get("loc", ())]
+    part = {"body": "the body", "query": "the query", "path": "the path", "header": "the headers"}
+    field = location[-1] if location else ""
+    within = ".".join(location[1:-1])
+    container = part.get(location[0], location[0]) if location else "the request"
+    if within:
+        container = f"{within} in {container}"
+    kind = str(error.get("type"))
+    if kind == "missing" and len(location) > 1:
+        return f"{field!r} is required and missing from {container}"
+    if kind == "extra_forbidden" and len(location) > 1:
+        return f"{field!r} in {container} is not a field this route takes (a typo?)"
+    message = str(error.get("msg")).removeprefix("Value error, ")
+    return f"{_where(error)}: {message}" if location else message
 
 
 def server_problem(error: BaseException, *, instance: str) -> tuple[int, dict[str, Any]]:
