@@ -3,11 +3,28 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from postgres_schema import postgres_url
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # xdist hands its workers the controller's terminal size as COLUMNS and LINES; the CLI's
+    # tables read COLUMNS as the width a person asked for, so a test run in a worker would
+    # fold tables that a serial run prints whole. Tests that want a width set it themselves.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that spawn, SIGKILL or restart processes (marked ``slow``) share one xdist group:
+    they run one after another on one worker, so two of them never compete for the machine's
+    cores and time out, while the in-process tests spread over the other workers."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group("processes"))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
