@@ -25,7 +25,7 @@ from typing import Any
 from ledgerflow.errors import InstanceNotFoundError, LedgerflowError, NotAuthorizedError
 from ledgerflow.model.authority import Grant, Policy, VersionCommand
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.runtime import adoption
+from ledgerflow.runtime import adoption, faults
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.engine import Delivered, DeliveryOutcome
 from ledgerflow.runtime.sync_engine import SyncEngine
@@ -76,7 +76,10 @@ def record_action(
     arguments: dict[str, Any],
     refusal: str | None = None,
 ) -> int:
-    """Append one action's audit record; return its id."""
+    """Append one action's audit record; return its id. A change's record is appended in the
+    change's own transaction (``store.transaction()``): both are on the ledger, or neither."""
+    # The window between a change and its record: a death here must leave neither.
+    faults.point("audit.before_record", kind=kind, outcome=outcome, target=target)
     plan = json.dumps(arguments, sort_keys=True, default=str)
     identity = json.dumps([kind, instance_id, target, plan], sort_keys=True)
     entry = AuditEntry(
@@ -172,15 +175,29 @@ def audited_cancel(
     compensate: bool,
 ) -> InstanceRecord:
     """Ask for a cancel (the engine's rules: durable, the first request wins) and record who
-    asked: ``applied`` when this call made the request, ``no-op`` when one stood already,
-    ``refused`` (then re-raised) when the instance had ended or the request was not valid.
+    asked, in the request's transaction: ``applied`` when this call made the request, ``no-op``
+    when one stood already, ``refused`` (then re-raised; nothing was changed) when the instance
+    had ended or the request was not valid.
 
     Which of the first two it was is the store's answer, given in the request's own
     transaction: an earlier read could not tell, since another caller may commit its request
     between that read and this one (two racing cancels would both be "applied")."""
     arguments = {"compensate": compensate}
     try:
-        requested = engine.request_cancel(instance_id, reason=reason, compensate=compensate)
+        with store.transaction():
+            requested = engine.request_cancel(instance_id, reason=reason, compensate=compensate)
+            record_action(
+                store,
+                clock,
+                actor=actor,
+                role=role,
+                kind=CANCEL,
+                instance_id=requested.instance.instance_id,
+                target=None,
+                outcome="applied" if requested.recorded else "no-op",
+                reason=reason,
+                arguments=arguments,
+            )
     except InstanceNotFoundError:
         raise
     except LedgerflowError as exc:
@@ -199,20 +216,7 @@ def audited_cancel(
             error=exc,
         )
         raise
-    record = requested.instance
-    record_action(
-        store,
-        clock,
-        actor=actor,
-        role=role,
-        kind=CANCEL,
-        instance_id=record.instance_id,
-        target=None,
-        outcome="applied" if requested.recorded else "no-op",
-        reason=reason,
-        arguments=arguments,
-    )
-    return record
+    return requested.instance
 
 
 def record_delivery(

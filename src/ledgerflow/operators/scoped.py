@@ -15,6 +15,8 @@ The HTTP API and the console never call the service unscoped: each request is an
 - acts under the principal's name: a signal's sender is the principal (a different ``sender``
   is refused, an approval cannot be spoofed), a repair's actor is the principal, and every
   change is on the audit record with it (:mod:`ledgerflow.operators.actions`);
+- commits every change with its audit record in one transaction (``store.transaction()``):
+  a death between the two leaves neither;
 - records every refusal of a change (a role below the call's, another tenant named, another
   sender named, a stale or refused repair) with the principal, before it is raised. A dry run
   writes nothing, its refusal neither; an instance another tenant holds is not found, and a
@@ -382,17 +384,18 @@ class ScopedOperations:
                     f"{self.principal.name} acts only in tenant {self.principal.tenant!r}",
                     actor=self.principal.name,
                 )
-        started = self._engine.start(
-            workflow, key=key, input=input, version=version, tenant=tenant_id
-        )
-        self._audit(
-            actions.START,
-            started.instance_id,
-            target,
-            outcome="applied" if started.created else "no-op",
-            reason=reason,
-            arguments=arguments,
-        )
+        with self._store.transaction():
+            started = self._engine.start(
+                workflow, key=key, input=input, version=version, tenant=tenant_id
+            )
+            self._audit(
+                actions.START,
+                started.instance_id,
+                target,
+                outcome="applied" if started.created else "no-op",
+                reason=reason,
+                arguments=arguments,
+            )
         # A repeated start answers with the instance as it is now, as this principal sees it.
         return replace(started, instance=self._seen(started.instance))
 
@@ -445,16 +448,17 @@ class ScopedOperations:
                     actor=self.principal.name,
                 )
             signal_name(name)
-        delivered = self._engine.signal(
-            instance_id,
-            name,
-            event_id=event_id,
-            payload=payload,
-            sender=self.principal.name,
-            for_step=for_step,
-            run=run,
-        )
-        self._delivered(actions.SIGNAL, delivered)
+        with self._store.transaction():
+            delivered = self._engine.signal(
+                instance_id,
+                name,
+                event_id=event_id,
+                payload=payload,
+                sender=self.principal.name,
+                for_step=for_step,
+                run=run,
+            )
+            self._delivered(actions.SIGNAL, delivered)
         return delivered
 
     def complete_effect(
@@ -481,13 +485,19 @@ class ScopedOperations:
             arguments={"idempotency_key": idempotency_key, "applied": applied},
         ):
             self.require(ApiRole.SIGNALLER)
-        delivered = self._engine.complete_effect(
-            idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
-        )
-        self._delivered(actions.COMPLETE_EFFECT, delivered)
+        with self._store.transaction():
+            delivered = self._engine.complete_effect(
+                idempotency_key,
+                applied=applied,
+                evidence=evidence,
+                reason=reason,
+                event_id=event_id,
+            )
+            self._delivered(actions.COMPLETE_EFFECT, delivered)
         return delivered
 
     def _delivered(self, kind: str, delivered: Delivered) -> None:
+        """The audit record of a delivery, in the delivery's transaction."""
         principal = self.principal
         actions.record_delivery(
             self._store,

@@ -34,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -262,20 +263,23 @@ class Operations:
     ) -> Started:
         """Start (or find) the instance of a business key, pinned to a definition of this
         service's registry; recorded against ``actor`` (default: :func:`local_actor`)."""
-        started = self._engine.start(workflow, key=key, input=input, version=version, tenant=tenant)
-        instance = started.instance
-        actions.record_action(
-            self._store,
-            self._clock,
-            actor=actor or local_actor(),
-            role=None,
-            kind=actions.START,
-            instance_id=instance.instance_id,
-            target=f"{instance.workflow_name}:{instance.business_key}",
-            outcome="applied" if started.created else "no-op",
-            reason=f"start {instance.workflow_name} for key {instance.business_key}",
-            arguments={"workflow": workflow, "version": version, "tenant": instance.tenant},
-        )
+        with self._store.transaction():
+            started = self._engine.start(
+                workflow, key=key, input=input, version=version, tenant=tenant
+            )
+            instance = started.instance
+            actions.record_action(
+                self._store,
+                self._clock,
+                actor=actor or local_actor(),
+                role=None,
+                kind=actions.START,
+                instance_id=instance.instance_id,
+                target=f"{instance.workflow_name}:{instance.business_key}",
+                outcome="applied" if started.created else "no-op",
+                reason=f"start {instance.workflow_name} for key {instance.business_key}",
+                arguments={"workflow": workflow, "version": version, "tenant": instance.tenant},
+            )
         return started
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
@@ -328,15 +332,17 @@ class Operations:
         reserved for completions refused on the record too."""
         who = actor or local_actor()
         try:
-            delivered = self._engine.signal(
-                instance_id,
-                name,
-                event_id=event_id,
-                payload=payload,
-                sender=sender,
-                for_step=for_step,
-                run=run,
-            )
+            with self._store.transaction():
+                delivered = self._engine.signal(
+                    instance_id,
+                    name,
+                    event_id=event_id,
+                    payload=payload,
+                    sender=sender,
+                    for_step=for_step,
+                    run=run,
+                )
+                actions.record_delivery(self._store, self._clock, delivered, actor=who, role=None)
         except ReservedNameError as exc:
             actions.record_refusal(
                 self._store,
@@ -350,7 +356,6 @@ class Operations:
                 error=exc,
             )
             raise
-        actions.record_delivery(self._store, self._clock, delivered, actor=who, role=None)
         return delivered
 
     def complete_effect(
@@ -361,11 +366,28 @@ class Operations:
         evidence: Any = None,
         reason: str | None = None,
         event_id: str | None = None,
+        actor: str | None = None,
     ) -> Delivered:
-        """A participant's callback for an asynchronous effect, by its idempotency key."""
-        return self._engine.complete_effect(
-            idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
-        )
+        """A participant's callback for an asynchronous effect, by its idempotency key;
+        recorded in the audit log against ``actor`` (default: :func:`local_actor`), in the
+        callback's transaction."""
+        with self._store.transaction():
+            delivered = self._engine.complete_effect(
+                idempotency_key,
+                applied=applied,
+                evidence=evidence,
+                reason=reason,
+                event_id=event_id,
+            )
+            actions.record_delivery(
+                self._store,
+                self._clock,
+                delivered,
+                actor=actor or local_actor(),
+                role=None,
+                kind=actions.COMPLETE_EFFECT,
+            )
+        return delivered
 
     def _authorized(self, actor: str, command: Grant, **what: Any) -> str:
         """The grant this service's authority gives ``actor`` for ``command`` (a refusal is
@@ -391,6 +413,12 @@ class Operations:
     def tokens(self) -> Tokens:
         """API tokens and console sessions on this journal."""
         return Tokens(self._store, clock=self._clock)
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """One transaction of this service's journal that the calls made inside it, on this
+        thread, join: an idempotent POST's claim, its change (with the change's audit record)
+        and its answer commit together or not at all."""
+        return self._store.transaction()
 
     def answers(self) -> IdempotentAnswers:
         """The stored answers of idempotent POSTs."""

@@ -99,7 +99,7 @@ class InboxStore(SqlSeam):
         ``refuse`` (refusal, reason) keeps it as refused whatever the instance's state."""
         ids = {"instance_id": instance_id, "event_id": event_id}
         refused = {**ids, "name": name, "sender": sender, "now": now}
-        with self._counted_when_full(refused), self._write_transaction():
+        with self._write_transaction(), self._counted_when_full(refused):
             # The instance's row first: a delivery of the same event id racing this one waits
             # here, so the inbox read after it sees the other's event if it was kept.
             found, _ = self._run("lock_instance", {"instance_id": instance_id})
@@ -167,12 +167,12 @@ class InboxStore(SqlSeam):
 
     @contextlib.contextmanager
     def _counted_when_full(self, refused: dict[str, Any]) -> Iterator[None]:
-        # Outside deliver's transaction: the refused one has rolled back when this counts.
+        # Counted once the refused delivery has rolled back, by every transaction the error
+        # leaves (see _write_transaction): the count stands whoever catches the error.
         try:
             yield
-        except InboxFullError:
-            with self._write_transaction():
-                self._run("count_inbox_refusal", refused)
+        except InboxFullError as exc:
+            exc.keep(lambda: self._send("count_inbox_refusal", refused))
             raise
 
     def inbox_refusals(self, instance_id: InstanceId) -> InboxRefusals | None:

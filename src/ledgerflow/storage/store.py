@@ -22,6 +22,7 @@ what it has no business calling:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from ledgerflow.model.detection import (
@@ -371,6 +372,12 @@ class DetectionStore(LedgerReads, Protocol):
 class OperatorStore(DetectionStore, Protocol):
     """What the operators need: the ledgers and flags (the scan's part), the attention queue,
     audited repairs and reconciliation."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """A write transaction that every call on this store made inside it, on this thread,
+        joins: they commit together or not at all (each call still all or nothing on its own).
+        A change from outside commits with its audit record and its idempotent answer this way."""
+        ...
 
     def flags(self, instance_id: InstanceId) -> list[AttentionFlag]:
         """Every flag of one instance, open and cleared, oldest first."""

@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ledgerflow import limits
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import (
@@ -23,6 +24,8 @@ from ledgerflow.model.instance import (
 )
 from ledgerflow.model.machine import Machine
 from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
+from ledgerflow.operators import actions
+from ledgerflow.storage.audit import AuditQuery
 from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.participants import World
@@ -403,6 +406,47 @@ def doubt_parked_only_when_lookups_are_spent(
                     f"parked after {misses} unreachable lookup(s) of {effect.idempotency_key}; "
                     f"its lookup policy allows {bound}",
                 )
+
+
+def changes_audited(store: Store, *, limit: int = 100_000) -> list[Violation]:
+    """Every change made from outside has the audit record of the call that made it (the
+    design's invariant 7): each instance its start, each event in an inbox its signal or
+    callback (accepted or refused), each cancel request its cancel, all ``applied`` (a
+    refused delivery ``refused``). For a journal whose every start, signal, callback and
+    cancel came through the operators' service (the CLI, the HTTP API, the console): the
+    library's :class:`~ledgerflow.Engine` calls write no audit record."""
+    records = []
+    before: int | None = None
+    while True:
+        page = store.audit_records(AuditQuery(before_id=before, limit=limits.AUDIT_LIMIT_MAX))
+        records.extend(page)
+        if len(page) < limits.AUDIT_LIMIT_MAX:
+            break
+        before = page[0].audit_id
+    applied = {(r.kind, r.instance_id) for r in records if r.outcome == "applied"}
+    delivered = {
+        (r.instance_id, r.target)
+        for r in records
+        if r.kind in (actions.SIGNAL, actions.COMPLETE_EFFECT)
+        and r.outcome in ("applied", "refused")
+    }
+    found: list[Violation] = []
+    for instance in store.list_instances(limit=limit):
+        iid = instance.instance_id
+        if (actions.START, iid) not in applied:
+            found.append(Violation("changes_audited", iid, "started with no audit record"))
+        if instance.cancel_requested_at is not None and (actions.CANCEL, iid) not in applied:
+            found.append(Violation("changes_audited", iid, "a cancel request with no audit record"))
+        for event in store.inbox(iid):
+            if (iid, f"{event.name} {event.event_id}") not in delivered:
+                found.append(
+                    Violation(
+                        "changes_audited",
+                        iid,
+                        f"event {event.event_id!r} ({event.name}) kept with no audit record",
+                    )
+                )
+    return found
 
 
 def lost_wakeups(store: Store, *, now: float) -> list[Violation]:
