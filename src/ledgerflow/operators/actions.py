@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ledgerflow.errors import InstanceNotFoundError, LedgerflowError, NotAuthorizedError
@@ -217,6 +218,23 @@ def audited_cancel(
         )
         raise
     return requested.instance
+
+
+def audited_delivery(
+    store: OperatorStore,
+    clock: Clock,
+    deliver: Callable[[], Delivered],
+    *,
+    actor: str,
+    role: str | None,
+    kind: str = SIGNAL,
+) -> Delivered:
+    """Deliver an event (``deliver``: the engine's signal or callback) and record it and what
+    became of it, in one transaction: both are on the ledger, or neither."""
+    with store.transaction():
+        delivered = deliver()
+        record_delivery(store, clock, delivered, actor=actor, role=role, kind=kind)
+    return delivered
 
 
 def record_delivery(

@@ -26,7 +26,8 @@ The HTTP API and the console never call the service unscoped: each request is an
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -448,18 +449,17 @@ class ScopedOperations:
                     actor=self.principal.name,
                 )
             signal_name(name)
-        with self._store.transaction():
-            delivered = self._engine.signal(
-                instance_id,
-                name,
-                event_id=event_id,
-                payload=payload,
-                sender=self.principal.name,
-                for_step=for_step,
-                run=run,
-            )
-            self._delivered(actions.SIGNAL, delivered)
-        return delivered
+        deliver = functools.partial(
+            self._engine.signal,
+            instance_id,
+            name,
+            event_id=event_id,
+            payload=payload,
+            sender=self.principal.name,
+            for_step=for_step,
+            run=run,
+        )
+        return self._delivered(actions.SIGNAL, deliver)
 
     def complete_effect(
         self,
@@ -485,24 +485,23 @@ class ScopedOperations:
             arguments={"idempotency_key": idempotency_key, "applied": applied},
         ):
             self.require(ApiRole.SIGNALLER)
-        with self._store.transaction():
-            delivered = self._engine.complete_effect(
-                idempotency_key,
-                applied=applied,
-                evidence=evidence,
-                reason=reason,
-                event_id=event_id,
-            )
-            self._delivered(actions.COMPLETE_EFFECT, delivered)
-        return delivered
+        deliver = functools.partial(
+            self._engine.complete_effect,
+            idempotency_key,
+            applied=applied,
+            evidence=evidence,
+            reason=reason,
+            event_id=event_id,
+        )
+        return self._delivered(actions.COMPLETE_EFFECT, deliver)
 
-    def _delivered(self, kind: str, delivered: Delivered) -> None:
-        """The audit record of a delivery, in the delivery's transaction."""
+    def _delivered(self, kind: str, deliver: Callable[[], Delivered]) -> Delivered:
+        """A delivery with its audit record under the principal, in one transaction."""
         principal = self.principal
-        actions.record_delivery(
+        return actions.audited_delivery(
             self._store,
             self._clock,
-            delivered,
+            deliver,
             actor=principal.name,
             role=principal.role.value,
             kind=kind,

@@ -34,8 +34,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -54,9 +54,10 @@ from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority, local_principal
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
-from ledgerflow.operators.readiness import Readiness
+from ledgerflow.operators.readiness import Readiness, migrate_journal
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
+from ledgerflow.operators.reports import InstanceReport, instance_report
 from ledgerflow.operators.scoped import ScopedOperations
 from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
 from ledgerflow.operators.versions import (
@@ -140,33 +141,11 @@ __all__ = [
 
 ACTION_KINDS = actions.ACTION_KINDS
 
-# The audit records ``show`` lists under an instance's timeline, at most.
-SHOW_AUDIT_MAX = 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InstanceReport:
-    """What an operator sees of one instance (``ledgerflow show``): its ledgers, the audit
-    records of its repairs and its open attention flags."""
-
-    detail: InstanceDetail
-    audit: list[AuditRecord]
-    flags: list[AttentionFlag]
-
 
 def local_actor() -> str:
     """Who acts at the command line without a token: ``local:`` and the account the command
     runs under (:func:`~ledgerflow.operators.authority.local_principal`)."""
     return local_principal()
-
-
-def migrate_journal(url: str) -> MigrationStatus:
-    """Bring the journal at ``url`` to this Ledgerflow's schema (creating a missing SQLite
-    journal); return where it stood before."""
-    before = migration_status(url)
-    if before.pending:
-        open_store(url, migrate=True).close()
-    return before
 
 
 class Operations:
@@ -196,8 +175,7 @@ class Operations:
         # What this service's engine counts (starts, deliveries), and the journal's gauges it
         # reads for a scrape; None: nothing is counted.
         self.metrics = metrics
-        # Reading, cancelling and signalling need no workflow code: an empty registry pins
-        # nothing and starts nothing.
+        # Reading, cancelling, signalling need no workflow code: an empty registry starts none.
         # ``no_worker_hint``: how a face tells its user to run a worker when a wait times out
         # with none running (default: the SyncEngine's words, for Python code).
         hint = {} if no_worker_hint is None else {"no_worker_hint": no_worker_hint}
@@ -239,13 +217,7 @@ class Operations:
 
     def show(self, instance_id: str) -> InstanceReport:
         """An instance's ledgers with its repairs' audit records and its open flags."""
-        detail = self._engine.detail(instance_id)
-        found = detail.instance.instance_id
-        return InstanceReport(
-            detail=detail,
-            audit=self._store.audit_records(AuditQuery(instance_id=found, limit=SHOW_AUDIT_MAX)),
-            flags=self._store.open_flags(found),
-        )
+        return instance_report(self._store, self._engine.detail(instance_id))
 
     def find(self, *, tenant: TenantId, workflow: str, key: BusinessKey) -> InstanceRecord | None:
         """The instance a business key started, if any."""
@@ -331,18 +303,20 @@ class Operations:
         Recorded in the audit log against ``actor`` (default: :func:`local_actor`), a name
         reserved for completions refused on the record too."""
         who = actor or local_actor()
+        deliver = functools.partial(
+            self._engine.signal,
+            instance_id,
+            name,
+            event_id=event_id,
+            payload=payload,
+            sender=sender,
+            for_step=for_step,
+            run=run,
+        )
         try:
-            with self._store.transaction():
-                delivered = self._engine.signal(
-                    instance_id,
-                    name,
-                    event_id=event_id,
-                    payload=payload,
-                    sender=sender,
-                    for_step=for_step,
-                    run=run,
-                )
-                actions.record_delivery(self._store, self._clock, delivered, actor=who, role=None)
+            delivered = actions.audited_delivery(
+                self._store, self._clock, deliver, actor=who, role=None
+            )
         except ReservedNameError as exc:
             actions.record_refusal(
                 self._store,
@@ -371,23 +345,22 @@ class Operations:
         """A participant's callback for an asynchronous effect, by its idempotency key;
         recorded in the audit log against ``actor`` (default: :func:`local_actor`), in the
         callback's transaction."""
-        with self._store.transaction():
-            delivered = self._engine.complete_effect(
-                idempotency_key,
-                applied=applied,
-                evidence=evidence,
-                reason=reason,
-                event_id=event_id,
-            )
-            actions.record_delivery(
-                self._store,
-                self._clock,
-                delivered,
-                actor=actor or local_actor(),
-                role=None,
-                kind=actions.COMPLETE_EFFECT,
-            )
-        return delivered
+        deliver = functools.partial(
+            self._engine.complete_effect,
+            idempotency_key,
+            applied=applied,
+            evidence=evidence,
+            reason=reason,
+            event_id=event_id,
+        )
+        return actions.audited_delivery(
+            self._store,
+            self._clock,
+            deliver,
+            actor=actor or local_actor(),
+            role=None,
+            kind=actions.COMPLETE_EFFECT,
+        )
 
     def _authorized(self, actor: str, command: Grant, **what: Any) -> str:
         """The grant this service's authority gives ``actor`` for ``command`` (a refusal is
