@@ -11,10 +11,10 @@ import pytest
 
 from ledger_records import new
 from ledgerflow.errors import ConcurrencyError
+from ledgerflow.ledger.access import ApiToken
+from ledgerflow.ledger.audit import AuditEntry, AuditQuery
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.storage import open_store
-from ledgerflow.storage.access import ApiToken
-from ledgerflow.storage.audit import AuditEntry, AuditQuery
 from ledgerflow.storage.store import Store
 
 NOW = 1_000.0

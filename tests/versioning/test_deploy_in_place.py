@@ -29,10 +29,10 @@ import pytest
 
 from conditions import eventually
 from ledgerflow import InstanceStatus, SyncEngine
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.model import detection
 from ledgerflow.runtime.detection import ENVIRONMENT_VARIABLE as DETECTION_VARIABLE
 from ledgerflow.storage import open_store
-from ledgerflow.storage.audit import AuditQuery
 from processes import Service, Workers
 
 HERE = Path(__file__).parent

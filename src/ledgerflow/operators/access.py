@@ -35,6 +35,7 @@ from ledgerflow.errors import (
     ReservedNameError,
     TokenNameTakenError,
 )
+from ledgerflow.ledger.access import ApiToken, ConsoleSession
 from ledgerflow.model import names
 from ledgerflow.model.authority import (
     ACTOR_LENGTH_MAX,
@@ -47,7 +48,6 @@ from ledgerflow.model.authority import (
 )
 from ledgerflow.operators import actions
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
-from ledgerflow.storage.access import ApiToken, ConsoleSession
 from ledgerflow.storage.store import OperatorStore
 
 __all__ = ["SignedIn", "Tokens"]

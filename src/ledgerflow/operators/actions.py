@@ -24,14 +24,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ledgerflow.errors import InstanceNotFoundError, LedgerflowError, NotAuthorizedError
+from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.delivery import DeliveryState
+from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model.authority import Grant, Policy, VersionCommand
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime import adoption, faults
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.engine import Delivered, DeliveryOutcome
 from ledgerflow.runtime.sync_engine import SyncEngine
-from ledgerflow.storage.audit import AuditEntry
-from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import OperatorStore
 
 START = "start"
@@ -80,7 +81,8 @@ def record_action(
     """Append one action's audit record; return its id. A change's record is appended in the
     change's own transaction (``store.transaction()``): both are on the ledger, or neither."""
     # The window between a change and its record: a death here must leave neither.
-    faults.point("audit.before_record", kind=kind, outcome=outcome, target=target)
+    if faults.plan is not None:
+        faults.point("audit.before_record", kind=kind, outcome=outcome, target=target)
     plan = json.dumps(arguments, sort_keys=True, default=str)
     identity = json.dumps([kind, instance_id, target, plan], sort_keys=True)
     entry = AuditEntry(
@@ -250,7 +252,10 @@ def record_delivery(
     ``no-op`` (a repeat) or ``refused`` (too late, ended, not an approver)."""
     delivery = delivered.delivery
     outcome = {DeliveryOutcome.ACCEPTED: "applied", DeliveryOutcome.DUPLICATE: "no-op"}
-    refused = delivery.state == "REJECTED" and delivered.outcome is not DeliveryOutcome.DUPLICATE
+    refused = (
+        delivery.state is DeliveryState.REJECTED
+        and delivered.outcome is not DeliveryOutcome.DUPLICATE
+    )
     return record_action(
         store,
         clock,

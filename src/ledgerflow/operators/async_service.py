@@ -24,6 +24,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ledgerflow import limits
+from ledgerflow.ledger.attention import AttentionQuery
+from ledgerflow.ledger.audit import AuditQuery, AuditRecord
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import InstanceRecord
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import BusinessKey, TenantId
@@ -42,11 +47,6 @@ from ledgerflow.operators.service import (
 from ledgerflow.runtime.detection import ScanReport
 from ledgerflow.runtime.engine import Delivered, Engine, InstanceDetail, Started
 from ledgerflow.runtime.periodic import PeriodicTask
-from ledgerflow.storage.attention import AttentionQuery
-from ledgerflow.storage.audit import AuditQuery, AuditRecord
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import InstanceRecord
-from ledgerflow.storage.workers import WorkerRecord
 
 __all__ = ["AsyncOperations"]
 
@@ -62,7 +62,11 @@ class AsyncOperations:
         # The same calls as the synchronous service's, on the engine's store (never closed
         # here: the engine owns it).
         self._operations = Operations(
-            engine.store, authority=authority, clock=engine.clock, codec=engine.codec
+            engine.store,
+            authority=authority,
+            registry=engine.registry,
+            clock=engine.clock,
+            codec=engine.codec,
         )
 
     @property

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ledgerflow.ledger.attention import AttentionFlag
+from ledgerflow.ledger.audit import AuditQuery, AuditRecord
 from ledgerflow.runtime.engine import InstanceDetail
-from ledgerflow.storage.attention import AttentionFlag
-from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.store import OperatorStore
 
 # The audit records ``show`` lists under an instance's timeline, at most.

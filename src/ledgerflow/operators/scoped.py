@@ -38,6 +38,12 @@ from ledgerflow.errors import (
     ReservedNameError,
     ResultTimeoutError,
 )
+from ledgerflow.ledger.access import InstanceQuery, VersionCount
+from ledgerflow.ledger.attention import AttentionQuery
+from ledgerflow.ledger.audit import AuditQuery, AuditRecord
+from ledgerflow.ledger.inbox import InboxEntry
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import Delivery, InstanceRecord, TimelineEntry
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
@@ -71,12 +77,6 @@ from ledgerflow.runtime.engine import (
 )
 from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.runtime.unserved import unserved_explanation
-from ledgerflow.storage.access import InstanceQuery, VersionCount
-from ledgerflow.storage.attention import AttentionQuery
-from ledgerflow.storage.audit import AuditQuery, AuditRecord
-from ledgerflow.storage.inbox import InboxEntry
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import Delivery, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 
 __all__ = ["ScopedOperations"]

@@ -41,6 +41,12 @@ from typing import Any, Self
 
 from ledgerflow import limits
 from ledgerflow.errors import ReservedNameError
+from ledgerflow.ledger.access import ApiToken, InstanceQuery, VersionCount
+from ledgerflow.ledger.attention import AttentionFlag, AttentionQuery
+from ledgerflow.ledger.audit import AuditQuery, AuditRecord
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import InstanceRecord
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Grant, Principal, VersionCommand
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry
@@ -81,15 +87,9 @@ from ledgerflow.runtime.replay import ReplayVerdict
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.storage import open_store
-from ledgerflow.storage.access import ApiToken, InstanceQuery, VersionCount
-from ledgerflow.storage.attention import AttentionFlag, AttentionQuery
-from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.migrations import MigrationStatus
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import Store
 from ledgerflow.storage.url import migration_status
-from ledgerflow.storage.workers import WorkerRecord
 
 __all__ = [
     "ACTION_KINDS",

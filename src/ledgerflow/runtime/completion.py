@@ -13,6 +13,14 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ledgerflow.errors import EffectFailedError, EventArrivedError
+from ledgerflow.ledger.records import (
+    ConsumeDelivery,
+    Delivery,
+    EffectWrite,
+    NoPendingDelivery,
+    StepWrite,
+)
+from ledgerflow.ledger.transitions import instance_change
 from ledgerflow.model.effect import EffectEvent
 from ledgerflow.model.ids import EffectId, StepSeq
 from ledgerflow.model.instance import InstanceEvent
@@ -20,14 +28,6 @@ from ledgerflow.model.step import StepEvent
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Waiting
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import (
-    ConsumeDelivery,
-    Delivery,
-    EffectWrite,
-    NoPendingDelivery,
-    StepWrite,
-)
-from ledgerflow.storage.transitions import instance_change
 
 
 def completion_event(effect: EffectId) -> str:
@@ -89,9 +89,10 @@ class CallbackCompletion:
                 return await self._completed(found[0], attempt=attempt)
             if s.clock.now() < due:
                 # An arrival between the read above and this park makes the park due at once.
-                faults.point(
-                    "effect.before_suspend", instance=s.instance.business_key, seq=driver.seq
-                )
+                if faults.plan is not None:
+                    faults.point(
+                        "effect.before_suspend", instance=s.instance.business_key, seq=driver.seq
+                    )
                 await s.commit(
                     instance_change(
                         s.status,
@@ -104,7 +105,10 @@ class CallbackCompletion:
                 )
                 raise Waiting
             # The deadline passed with no callback read: the commit below proves none arrived.
-            faults.point("effect.before_deadline", instance=s.instance.business_key, seq=driver.seq)
+            if faults.plan is not None:
+                faults.point(
+                    "effect.before_deadline", instance=s.instance.business_key, seq=driver.seq
+                )
             try:
                 await s.commit(
                     NoPendingDelivery(name=name),

@@ -23,6 +23,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ledgerflow.errors import EffectRejectedError
+from ledgerflow.ledger.records import (
+    EffectRecord,
+    NoCancelRequest,
+    Write,
+)
+from ledgerflow.ledger.transitions import (
+    StepIdentity,
+)
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
@@ -49,14 +57,6 @@ from ledgerflow.runtime.control import Diverged, Park
 from ledgerflow.runtime.effect_writes import EffectWrites
 from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import (
-    EffectRecord,
-    NoCancelRequest,
-    Write,
-)
-from ledgerflow.storage.transitions import (
-    StepIdentity,
-)
 
 
 class EffectDriver(EffectWrites):
@@ -273,7 +273,8 @@ class EffectDriver(EffectWrites):
 
     async def _send(self, *, attempt: int) -> str | Exception:
         """Call the participant: its evidence as ledger text, or what it raised."""
-        faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
+        if faults.plan is not None:
+            faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
         deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
         call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at)
         keeper = late_answer_keeper(
@@ -295,7 +296,8 @@ class EffectDriver(EffectWrites):
         if self.session.metrics is not None:
             seconds = time.perf_counter() - sent_at
             self.session.metrics.dispatched(self.declaration, seconds=seconds, answer=outcome)
-        faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
+        if faults.plan is not None:
+            faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
         return outcome
 
     async def _settle(self, sent: str | Exception, *, attempt: int) -> Any:
@@ -334,7 +336,8 @@ class EffectDriver(EffectWrites):
             self.effect_write(EffectEvent.CONFIRM, attempt=attempt, evidence=sent),
             self.step_write(StepEvent.COMPLETE, attempt=attempt, output=sent),
         )
-        faults.point(f"{self.points}.after_outcome", **self._where(attempt))
+        if faults.plan is not None:
+            faults.point(f"{self.points}.after_outcome", **self._where(attempt))
         return self.session.codec.decode(sent)
 
     async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Any:
@@ -417,7 +420,8 @@ class EffectDriver(EffectWrites):
         lookup = self.declaration.participant.lookup_function
         if lookup is None:
             return None, None
-        faults.point(f"{self.points}.before_lookup", **self._where(attempt))
+        if faults.plan is not None:
+            faults.point(f"{self.points}.before_lookup", **self._where(attempt))
         span = self._span("lookup", attempt)
         try:
             with span:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ledgerflow import limits
 from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError
 from ledgerflow.extras import require_extra
+from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
@@ -47,7 +48,6 @@ from ledgerflow.runtime.unserved import (
 )
 from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage import open_store
-from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
 
 if TYPE_CHECKING:

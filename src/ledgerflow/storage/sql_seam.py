@@ -24,15 +24,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ledgerflow.errors import LedgerflowError
-from ledgerflow.model.ids import Generation, InstanceId, WorkerId
-from ledgerflow.storage.audit import AuditEntry
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.records import (
     Commit,
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
     StepWrite,
 )
+from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.storage.rows import Row
 
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledgerflow.errors import ConcurrencyError, LedgerflowError, VersionRetiredError
+from ledgerflow.ledger.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.model.ids import Generation
-from ledgerflow.storage.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.storage.rows import Row, fields, instance_from_row
 from ledgerflow.storage.sql_claims import claim_params
 from ledgerflow.storage.sql_seam import RefusedError, SqlSeam

@@ -24,15 +24,7 @@ from ledgerflow.errors import (
     LedgerflowError,
     StorageCorruptError,
 )
-from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
-from ledgerflow.model.ids import (
-    Generation,
-    InstanceId,
-    WorkerId,
-)
-from ledgerflow.model.instance import FINAL_STATUSES, INSTANCE_MACHINE, InstanceStatus
-from ledgerflow.model.step import STEP_MACHINE, StepStatus
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     Commit,
     EffectWrite,
     InstanceRecord,
@@ -42,6 +34,14 @@ from ledgerflow.storage.records import (
     Release,
     StepWrite,
 )
+from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
+from ledgerflow.model.ids import (
+    Generation,
+    InstanceId,
+    WorkerId,
+)
+from ledgerflow.model.instance import FINAL_STATUSES, INSTANCE_MACHINE, InstanceStatus
+from ledgerflow.model.step import STEP_MACHINE, StepStatus
 from ledgerflow.storage.rows import (
     Row,
     effect_invariant,

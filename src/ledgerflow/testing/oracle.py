@@ -14,6 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ledgerflow import limits
+from ledgerflow.ledger.audit import AuditQuery
+from ledgerflow.ledger.delivery import DeliveryState
+from ledgerflow.ledger.records import Delivery, EffectRecord, InstanceRecord, TimelineEntry
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import (
@@ -25,8 +28,6 @@ from ledgerflow.model.instance import (
 from ledgerflow.model.machine import Machine
 from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
 from ledgerflow.operators import actions
-from ledgerflow.storage.audit import AuditQuery
-from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.participants import World
 
@@ -325,7 +326,7 @@ def requests_answered(snapshot: Snapshot) -> Iterable[Violation]:
                     f"{instance.cancel_outcome!r}, not {expected!r}",
                 )
         for delivery in snapshot.inbox.get(instance.instance_id, []):
-            if delivery.state == "PENDING":
+            if delivery.state is DeliveryState.PENDING:
                 yield Violation(
                     "event-answered",
                     instance.instance_id,
@@ -471,7 +472,7 @@ def lost_wakeups(store: Store, *, now: float) -> list[Violation]:
             if e.state is EffectState.ACCEPTED
         }
         for delivery in store.inbox(instance.instance_id):
-            if delivery.state != "PENDING":
+            if delivery.state is not DeliveryState.PENDING:
                 continue
             if f"wait:{delivery.name}" in open_waits or delivery.name in awaited:
                 found.append(

@@ -244,9 +244,11 @@ def answer(request: Request, carry_out: Callable[[], Outcome]) -> Response:
             response = _response(held.status, json.loads(held.body))
             response.headers[REPLAYED_HEADER] = "true"
             return response
-        faults.point("api.after_key_claimed", **where)
+        if faults.plan is not None:
+            faults.point("api.after_key_claimed", **where)
         status, body = _outcome(request, carry_out)
-        faults.point("api.before_answer_kept", **where)
+        if faults.plan is not None:
+            faults.point("api.before_answer_kept", **where)
         answers.finish(held, status=status, body=encode(body).decode())
     return _response(status, body)
 
