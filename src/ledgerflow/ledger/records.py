@@ -293,6 +293,16 @@ class KeepTraceContext:
     trace_context: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartInstance:
+    """Another instance started in this commit's transaction (what a child workflow's start
+    will write beside its parent's step): inserted, or, if its business key started the same
+    workflow, version and input already, kept as it is. Committed with the commit's other
+    writes or not at all; a key that started something else refuses the whole commit."""
+
+    new: NewInstance
+
+
 Write = (
     StepWrite
     | EffectWrite
@@ -303,6 +313,7 @@ Write = (
     | NoPendingDelivery
     | NoCancelRequest
     | KeepTraceContext
+    | StartInstance
 )
 
 

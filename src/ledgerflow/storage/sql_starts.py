@@ -65,6 +65,19 @@ class StartStore(SqlSeam):
             instance_id=new.instance_id,
         )
 
+    def _start_within(self, new: NewInstance, now: float) -> None:
+        """A start among another write's statements (a commit's :class:`StartInstance`): the
+        instance is inserted, or the one its business key started is kept if it is the same
+        start; otherwise the whole transaction is refused."""
+        record, created = self._start_one(new, None, now)
+        same = (record.workflow_name, record.workflow_version, record.input)
+        if not created and same != (new.workflow_name, new.workflow_version, new.input):
+            raise ConcurrencyError(
+                f"business key {new.business_key!r} already started {record.workflow_name} "
+                f"v{record.workflow_version} with another input or version",
+                instance_id=record.instance_id,
+            )
+
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
             return self._start_one(new, None, now)

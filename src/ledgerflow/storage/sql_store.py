@@ -32,6 +32,7 @@ from ledgerflow.ledger.records import (
     KeepTraceContext,
     NoCancelRequest,
     Release,
+    StartInstance,
     StepWrite,
 )
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
@@ -325,6 +326,8 @@ class SqlStore(
                 self._release(write, commit, now)
             elif isinstance(write, NoCancelRequest):
                 self._no_cancel_request(commit)
+            elif isinstance(write, StartInstance):
+                self._start_within(write.new, now)
             elif isinstance(write, KeepTraceContext):
                 self._send(
                     "keep_trace_context",
