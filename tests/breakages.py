@@ -25,6 +25,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from ledgerflow.ledger.records import Commit, EffectRecord, EffectWrite, InstanceRecord
 from ledgerflow.model import compensation as compensation_model
 from ledgerflow.model.definition import WorkflowDefinition
 from ledgerflow.model.effect import EffectState
@@ -34,7 +35,6 @@ from ledgerflow.runtime import compensations
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.storage import sql_store
-from ledgerflow.storage.records import Commit, EffectRecord, EffectWrite, InstanceRecord
 from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_store import SqlStore
 

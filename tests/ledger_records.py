@@ -11,6 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ledgerflow.ledger.records import (
+    Commit,
+    EffectRecord,
+    EffectWrite,
+    InstanceRecord,
+    InstanceWrite,
+    NewInstance,
+    StepRecord,
+    StepWrite,
+    Write,
+)
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
 from ledgerflow.model.ids import (
     BusinessKey,
@@ -26,17 +37,6 @@ from ledgerflow.model.ids import (
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
 from ledgerflow.model.machine import Machine
 from ledgerflow.model.step import STEP_MACHINE, StepEvent, StepKind, StepStatus
-from ledgerflow.storage.records import (
-    Commit,
-    EffectRecord,
-    EffectWrite,
-    InstanceRecord,
-    InstanceWrite,
-    NewInstance,
-    StepRecord,
-    StepWrite,
-    Write,
-)
 from ledgerflow.storage.store import Store
 
 LEASE = 10.0

@@ -23,7 +23,10 @@ def postgres_url(test_name: str) -> str:
         )
     import psycopg
 
-    schema = "t_" + hashlib.sha256(test_name.encode()).hexdigest()[:20]
+    # One schema per test and per xdist worker: a module's shared journal is built in every
+    # worker that runs one of its tests, and two workers must not drop each other's.
+    owner = f"{test_name} {os.environ.get('PYTEST_XDIST_WORKER', '')}"
+    schema = "t_" + hashlib.sha256(owner.encode()).hexdigest()[:20]
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     return f"{base}?schema={schema}"

@@ -9,32 +9,35 @@ reads the table below and holds every import to it::
 
     0  errors limits redaction log_muting extras deprecation
     1  model
-    2  storage
-    3  runtime participant
-    4  operators
-    5  ledgerflow
-    6  testing demo
-    7  cli web
+    2  ledger
+    3  storage
+    4  runtime participant
+    5  operators
+    6  ledgerflow
+    7  testing demo
+    8  cli web
 
 - 0, the foundation: the error tree and the named bounds that every layer raises and keeps, and
   the small tools storage and the faces share (redacting a URL, muting a library's log, naming
   a missing extra, warning of a renamed public name). They import only each other.
 - 1, ``model``: the pure domain: identities, state machines as tables, classification, retry
   policies, the detection and repair rules. No I/O, no clock, no SQL.
-- 2, ``storage``: the one seam to a database, split by who uses it (the journal, detection, the
+- 2, ``ledger``: the ledgers as data: the records a store keeps and returns, the writes a
+  commit carries, the transitions that decide them, the inbox's machine. Pure, as the model.
+- 3, ``storage``: the one seam to a database, split by who uses it (the journal, detection, the
   operators), and all SQL.
-- 3, ``runtime``: the engine, workers, replay, the effect protocol, the stuck-work scan and the
+- 4, ``runtime``: the engine, workers, replay, the effect protocol, the stuck-work scan and the
   fault points, typed against the journal part of the seam. Beside it, ``participant``: how a
   service is declared and reached (a remote HTTP adapter), on the model alone; neither
   imports the other.
-- 4, ``operators``: what a person does: authority, audited repairs, the attention queue,
+- 5, ``operators``: what a person does: authority, audited repairs, the attention queue,
   reconciliation, and the one service every face calls (:mod:`ledgerflow.operators.service`).
-- 5, ``ledgerflow``: this front door, which re-exports the engine and its records.
-- 6, ``testing`` (the shipped fake clock, scripted participants, simulation and fault explorer,
+- 6, ``ledgerflow``: this front door, which re-exports the engine and its records.
+- 7, ``testing`` (the shipped fake clock, scripted participants, simulation and fault explorer,
   which drive the whole engine as a user's code would) and ``demo`` (a sample application: its
   workflow, its participant service, a reservation book), both built on what is below.
-- 7, the faces, ``cli`` and ``web``: they call the engine and the operators' service, import
-  nothing from storage, and reach each other only through a package's front
+- 8, the faces, ``cli`` and ``web``: they call the engine and the operators' service, import
+  nothing from the ledger or storage, and reach each other only through a package's front
   (``ledgerflow.web.create_app``, which ``ledgerflow serve`` runs).
 
 Example::
@@ -58,6 +61,11 @@ from __future__ import annotations
 
 from ledgerflow.deprecation import renamed
 from ledgerflow.errors import BusinessFailure as BusinessFailure
+from ledgerflow.ledger.records import Delivery as Delivery
+from ledgerflow.ledger.records import EffectRecord as EffectRecord
+from ledgerflow.ledger.records import InstanceRecord as InstanceRecord
+from ledgerflow.ledger.records import StepRecord as StepRecord
+from ledgerflow.ledger.records import TimelineEntry as TimelineEntry
 from ledgerflow.model.classification import Classification as Classification
 from ledgerflow.model.codec import Codec as Codec
 from ledgerflow.model.codec import JsonCodec as JsonCodec
@@ -80,11 +88,6 @@ from ledgerflow.runtime.engine import Started as Started
 from ledgerflow.runtime.metrics import Metrics as Metrics
 from ledgerflow.runtime.sync_engine import SyncEngine as SyncEngine
 from ledgerflow.runtime.worker import Worker as Worker
-from ledgerflow.storage.records import Delivery as Delivery
-from ledgerflow.storage.records import EffectRecord as EffectRecord
-from ledgerflow.storage.records import InstanceRecord as InstanceRecord
-from ledgerflow.storage.records import StepRecord as StepRecord
-from ledgerflow.storage.records import TimelineEntry as TimelineEntry
 
 # Renamed public names, kept for one minor version (ledgerflow.deprecation): old -> new.
 _RENAMED = {"EventRecord": ("TimelineEntry", TimelineEntry)}

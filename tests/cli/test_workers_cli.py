@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.ids import WorkerId
 from ledgerflow.model.routing import Served
 from ledgerflow.storage import open_store
-from ledgerflow.storage.workers import WorkerRecord
 
 WAIT_SECONDS_MAX = 60
 

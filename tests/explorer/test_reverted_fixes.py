@@ -27,13 +27,13 @@ import pytest
 import ledgerflow as lf
 from ledgerflow.demo.order import registry, sample_order
 from ledgerflow.errors import WaitTimeoutError
+from ledgerflow.ledger.records import Commit, EffectRecord, InstanceRecord, InstanceWrite
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.runtime import effects as effects_module
 from ledgerflow.runtime.calls import call_user
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.worker import Worker, _Driven
-from ledgerflow.storage.records import Commit, EffectRecord, InstanceRecord, InstanceWrite
 from ledgerflow.storage.sql_store import SqlStore
 from ledgerflow.testing import Behavior, Explorer, Summary, scenario_for
 from lost_wakeups import revert_arrival_flag

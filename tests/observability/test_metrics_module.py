@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from ledgerflow import Metrics
 from ledgerflow.errors import ConfigurationError
-from ledgerflow.storage.records import ConsistencySignals
+from ledgerflow.ledger.records import ConsistencySignals
 
 
 def _signals(

@@ -25,9 +25,11 @@ RACES = 12
 
 
 class RivalFirst:
-    """The journal's real store, except that just before the first cancel request it carries,
-    ``rival`` runs: another connection commits its own request, after everything this
-    caller read and before its request is written."""
+    """The journal's real store, except that just before the transaction that carries the
+    cancel request (with its audit record) begins, ``rival`` runs: another connection commits
+    its own request, after everything this caller read and before its request is written.
+    (Inside that transaction nobody else can write on SQLite, and on PostgreSQL the request's
+    row lock orders the two.)"""
 
     def __init__(self, store: Store, rival: Callable[[], object]) -> None:
         self._store = store
@@ -36,11 +38,11 @@ class RivalFirst:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def request_cancel(self, *args: Any, **kwargs: Any) -> Any:
+    def transaction(self) -> Any:
         if self._rival is not None:
             rival, self._rival = self._rival, None
             rival()
-        return self._store.request_cancel(*args, **kwargs)
+        return self._store.transaction()
 
 
 def _started(url: str, key: str) -> str:

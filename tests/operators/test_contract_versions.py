@@ -24,8 +24,8 @@ from authority_files import granting
 from contract_shop import ORDER, payments
 from ledgerflow.cli.main import cli
 from ledgerflow.errors import PayloadError
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.operators.service import MigrationPlan, Operations, local_actor
-from ledgerflow.storage.audit import AuditQuery
 from ledgerflow.testing import replay_history
 
 MAPPING = {

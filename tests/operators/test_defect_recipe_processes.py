@@ -22,10 +22,10 @@ import pytest
 
 from authority_files import granting
 from ledgerflow import InstanceStatus, SyncEngine
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.model.defects import WORKFLOW_DEFECT
 from ledgerflow.model.definition import Registry
 from ledgerflow.operators.service import local_actor
-from ledgerflow.storage.audit import AuditQuery
 from processes import LEDGERFLOW, Service, Workers, child_environment, running_service
 
 pytestmark = pytest.mark.slow

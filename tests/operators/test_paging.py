@@ -23,10 +23,10 @@ from starlette.exceptions import StarletteDeprecationWarning
 
 from ledgerflow import limits
 from ledgerflow.cli.main import main
+from ledgerflow.ledger.records import NewInstance
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.operators.service import Operations
 from ledgerflow.storage import open_store
-from ledgerflow.storage.records import NewInstance
 from ledgerflow.web import create_app
 from postgres_schema import postgres_url
 

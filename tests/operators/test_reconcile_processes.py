@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from reconcile_workflows import PARTICIPANTS, build_registry, registry
 
 from ledgerflow import EffectRecord, EffectState, Engine, InstanceStatus, Metrics, SyncEngine
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.model.reconciliation import EFFECT_DRIFT, RECONCILE_REFUSED
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.operators.authority import RECONCILER, Authority
 from ledgerflow.operators.service import Operations, ReconciliationRun
-from ledgerflow.storage.audit import AuditQuery
 from processes import (
     LEDGERFLOW,
     SERVICE_URL_VARIABLE,

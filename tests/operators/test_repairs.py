@@ -21,6 +21,7 @@ from repair_workflows import drain, parked_unknown, started
 
 from ledgerflow import Metrics, SyncEngine
 from ledgerflow.errors import NotAuthorizedError, RepairRefusedError, StalePreconditionError
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
@@ -29,7 +30,6 @@ from ledgerflow.model.step import StepStatus
 from ledgerflow.operators.authority import RECONCILER, Authority
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.storage import open_store
-from ledgerflow.storage.audit import AuditQuery
 from ledgerflow.storage.store import Store
 
 pytestmark = pytest.mark.usefixtures("repair_faults")

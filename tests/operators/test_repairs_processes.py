@@ -21,8 +21,8 @@ import pytest
 
 from authority_files import granting
 from ledgerflow import EffectState, InstanceStatus, SyncEngine
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.operators.service import local_actor
-from ledgerflow.storage.audit import AuditQuery
 from processes import LEDGERFLOW, Service, Workers, running_service
 
 FAULTS_FOLDER = Path(__file__).resolve().parents[1] / "faults"

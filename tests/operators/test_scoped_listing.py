@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ledgerflow.errors import InvalidCursorError
+from ledgerflow.ledger.records import NewInstance
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.operators.service import (
     ALL_TENANTS,
@@ -19,7 +20,6 @@ from ledgerflow.operators.service import (
     Principal,
 )
 from ledgerflow.storage import open_store
-from ledgerflow.storage.records import NewInstance
 
 ADMIN = Principal(name="root", role=ApiRole.ADMIN, tenant=ALL_TENANTS)
 

@@ -20,11 +20,11 @@ import breakages
 import ledgerflow as lf
 from authority_files import granting
 from database_dump import dump
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.model.ids import WorkerId
 from ledgerflow.operators import upgrades as upgrades_module
 from ledgerflow.operators.service import MigrationPlan, Operations
 from ledgerflow.storage import open_store
-from ledgerflow.storage.audit import AuditQuery
 from replay_shop import ORDER, run_orders, shop
 
 WAITING = {**ORDER, "wait": True}

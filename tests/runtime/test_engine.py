@@ -328,10 +328,10 @@ def test_many_instances_run_concurrently_in_one_worker(shop: Shop, url: str) -> 
 def test_stale_owner_writes_are_refused(shop: Shop, url: str) -> None:
     """After a second owner claims an instance (the first one's lease lapsed), every write
     of the first owner is refused by the store and changes nothing."""
+    from ledgerflow.ledger.records import Commit
+    from ledgerflow.ledger.transitions import instance_change
     from ledgerflow.model.ids import WorkerId
     from ledgerflow.model.instance import InstanceEvent
-    from ledgerflow.storage.records import Commit
-    from ledgerflow.storage.transitions import instance_change
 
     with lf.SyncEngine(url, shop.registry) as engine:
         started = engine.start("plain", key="fence-1", input=1)
@@ -390,10 +390,10 @@ def test_the_store_refuses_failed_once_an_effect_is_confirmed(shop: Shop, url: s
     and tries to end it FAILED.
     """
     from ledgerflow.errors import IllegalTransitionError
+    from ledgerflow.ledger.records import Commit
+    from ledgerflow.ledger.transitions import instance_change
     from ledgerflow.model.ids import WorkerId
     from ledgerflow.model.instance import InstanceEvent
-    from ledgerflow.storage.records import Commit
-    from ledgerflow.storage.transitions import instance_change
 
     async def main() -> str:
         faults.install(

@@ -73,6 +73,9 @@ async def _recover(db_url: str) -> None:
         await engine.worker(concurrency=INSTANCES, poll_seconds=0.05).run(until_idle=True)
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
     ("fault", "concurrency"),
     [

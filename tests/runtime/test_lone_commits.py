@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
-from ledgerflow.storage.records import Commit
+from ledgerflow.ledger.records import Commit
 from postgres_schema import postgres_url
 
 registry = lf.Registry()

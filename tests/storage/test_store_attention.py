@@ -27,6 +27,13 @@ from ledger_records import (
     step,
     step_write,
 )
+from ledgerflow.ledger.attention import AttentionQuery
+from ledgerflow.ledger.records import (
+    EffectRecord,
+    EffectWrite,
+    InstanceRecord,
+    StepWrite,
+)
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.effect import EffectState
@@ -39,13 +46,6 @@ from ledgerflow.model.step import StepStatus
 from ledgerflow.operators.attention import attention
 from ledgerflow.runtime.detection import scan
 from ledgerflow.storage import open_store
-from ledgerflow.storage.attention import AttentionQuery
-from ledgerflow.storage.records import (
-    EffectRecord,
-    EffectWrite,
-    InstanceRecord,
-    StepWrite,
-)
 from ledgerflow.storage.store import Store
 
 

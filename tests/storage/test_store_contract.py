@@ -32,17 +32,7 @@ from ledgerflow.errors import (
     IllegalTransitionError,
     LedgerflowError,
 )
-from ledgerflow.model.effect import EffectState
-from ledgerflow.model.ids import (
-    Generation,
-    InstanceId,
-    RunNumber,
-    StepSeq,
-    TenantId,
-)
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.model.step import StepStatus
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     EffectRecord,
     EffectWrite,
     InstanceRecord,
@@ -53,6 +43,16 @@ from ledgerflow.storage.records import (
     TimelineEntry,
     Write,
 )
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import (
+    Generation,
+    InstanceId,
+    RunNumber,
+    StepSeq,
+    TenantId,
+)
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.step import StepStatus
 from ledgerflow.storage.store import Store
 
 

@@ -21,16 +21,16 @@ from ledger_records import (
     instance_write,
 )
 from ledgerflow.errors import ConcurrencyError
-from ledgerflow.model.effect import EffectState
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import (
     Commit,
     EffectRecord,
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
 )
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.storage.store import Store
 
 

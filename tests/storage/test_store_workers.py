@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 
 from ledger_records import LEASE, W1, W2, new
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.routing import Served
 from ledgerflow.runtime.detection import scan
 from ledgerflow.storage.store import Store
-from ledgerflow.storage.workers import WorkerRecord
 
 V1 = Served("order", 1, "fp-1")
 V1_EDITED = Served("order", 1, "fp-1b")

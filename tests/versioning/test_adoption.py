@@ -23,13 +23,13 @@ from prometheus_client import CollectorRegistry
 
 import ledgerflow as lf
 from conditions import until
+from ledgerflow.ledger.audit import AuditQuery
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model import detection
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.routing import Served
 from ledgerflow.operators.service import Operations
 from ledgerflow.storage import open_store
-from ledgerflow.storage.audit import AuditQuery
-from ledgerflow.storage.workers import WorkerRecord
 from processes import LEDGERFLOW
 from replay_shop import ORDER, run_orders, shop
 

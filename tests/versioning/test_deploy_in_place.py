@@ -29,10 +29,10 @@ import pytest
 
 from conditions import eventually
 from ledgerflow import InstanceStatus, SyncEngine
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.model import detection
 from ledgerflow.runtime.detection import ENVIRONMENT_VARIABLE as DETECTION_VARIABLE
 from ledgerflow.storage import open_store
-from ledgerflow.storage.audit import AuditQuery
 from processes import Service, Workers
 
 HERE = Path(__file__).parent
@@ -89,6 +89,7 @@ def _first_effect_sent(store: Any, ids: list[str]) -> bool:
     return all(store.effects(i) for i in ids)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_an_in_place_deploy_continues_what_replays_and_flags_what_does_not(
     journal_url: str, service: Service, deploy: Deploy
@@ -131,6 +132,8 @@ def test_an_in_place_deploy_continues_what_replays_and_flags_what_does_not(
         what="every instance sent its first effect under the old code",
         timeout=60,
     )
+    # The held credits are at the bank, in flight, before the switch (not merely about to be).
+    service.wait_held(HELD)
     deploy.spawn("adopt_code:compatible")
     deploy.spawn("adopt_code:incompatible")
     first.send_signal(signal.SIGTERM)

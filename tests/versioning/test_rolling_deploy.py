@@ -81,6 +81,7 @@ def _workers_json(url: str, service: Service) -> list[dict[str, Any]]:
     return items
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_rolling_deploy_parks_nothing_and_applies_nothing_twice(
     journal_url: str, service: Service, tmp_path: Path

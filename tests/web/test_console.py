@@ -19,11 +19,11 @@ from perimeter_world import MARKUP_KEY, World, build
 from starlette.exceptions import StarletteDeprecationWarning
 
 from ledgerflow.errors import NotAuthenticatedError
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.ids import WorkerId
 from ledgerflow.model.routing import Served
 from ledgerflow.operators.service import Operations
 from ledgerflow.storage import open_store
-from ledgerflow.storage.workers import WorkerRecord
 from ledgerflow.web import create_app
 
 with warnings.catch_warnings():

@@ -7,10 +7,10 @@ from __future__ import annotations
 from console_client import signed_in
 
 from ledgerflow import limits
+from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.records import NewInstance
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.storage import open_store
-from ledgerflow.storage.audit import AuditEntry
-from ledgerflow.storage.records import NewInstance
 
 PAGE = limits.PAGE_SIZE_DEFAULT
 

@@ -13,10 +13,10 @@ import pytest
 from perimeter_world import World, build, registry
 from starlette.exceptions import StarletteDeprecationWarning
 
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.ids import WorkerId
 from ledgerflow.model.routing import Served
 from ledgerflow.storage import open_store
-from ledgerflow.storage.workers import WorkerRecord
 from ledgerflow.web import create_app
 
 with warnings.catch_warnings():

@@ -3,7 +3,8 @@ and a text that names them (internal: import errors from :mod:`ledgerflow.errors
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, Self
 
 
 class LedgerflowError(Exception):
@@ -17,6 +18,15 @@ class LedgerflowError(Exception):
         text = message or (self.__doc__ or "").strip().splitlines()[0]
         super().__init__(text)
         self.message = text
+        # Writes the refusal this error reports must leave although it rolls back the
+        # transaction it is raised in (an event refused by a full inbox is counted): every
+        # transaction it leaves makes them again after rolling back (internal, the store's).
+        self.kept: list[Callable[[], None]] = []
+
+    def keep(self, write: Callable[[], None]) -> Self:
+        """Have ``write`` made even though this error rolls its transaction back (internal)."""
+        self.kept.append(write)
+        return self
 
     @property
     def ids(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from ledgerflow.errors import (
     ReservedNameError,
     TokenNameTakenError,
 )
+from ledgerflow.ledger.access import ApiToken, ConsoleSession
 from ledgerflow.model import names
 from ledgerflow.model.authority import (
     ACTOR_LENGTH_MAX,
@@ -47,7 +48,6 @@ from ledgerflow.model.authority import (
 )
 from ledgerflow.operators import actions
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
-from ledgerflow.storage.access import ApiToken, ConsoleSession
 from ledgerflow.storage.store import OperatorStore
 
 __all__ = ["SignedIn", "Tokens"]
@@ -109,16 +109,17 @@ class Tokens:
             created_at=self._clock.now(),
             created_by=created_by,
         )
-        holder = self._store.insert_token(token)
-        if holder is not None:
-            raise TokenNameTakenError(
-                f"a live token ({holder.token_id}, {holder.role}, tenant {holder.tenant}) acts "
-                f"as {checked_name!r} already: revoke it first to replace it (ledgerflow tokens "
-                "revoke), or choose another name",
-                name=checked_name,
-                token_id=holder.token_id,
-            )
-        self._audit(actions.TOKEN_CREATE, token, by=created_by)
+        with self._store.transaction():
+            holder = self._store.insert_token(token)
+            if holder is not None:
+                raise TokenNameTakenError(
+                    f"a live token ({holder.token_id}, {holder.role}, tenant {holder.tenant}) "
+                    f"acts as {checked_name!r} already: revoke it first to replace it "
+                    "(ledgerflow tokens revoke), or choose another name",
+                    name=checked_name,
+                    token_id=holder.token_id,
+                )
+            self._audit(actions.TOKEN_CREATE, token, by=created_by)
         return f"{TOKEN_PREFIX}{token_id}_{secret}", token
 
     def list(self) -> list[ApiToken]:
@@ -130,8 +131,10 @@ class Tokens:
         token = self._store.get_token(token_id.removeprefix(TOKEN_PREFIX))
         if token is None:
             raise PayloadError(f"no token has the id {token_id!r} (ledgerflow tokens list)")
-        if self._store.revoke_token(token.token_id, revoked_by=revoked_by, now=self._clock.now()):
-            self._audit(actions.TOKEN_REVOKE, token, by=revoked_by)
+        with self._store.transaction():
+            now = self._clock.now()
+            if self._store.revoke_token(token.token_id, revoked_by=revoked_by, now=now):
+                self._audit(actions.TOKEN_REVOKE, token, by=revoked_by)
         found = self._store.get_token(token.token_id)
         assert found is not None
         return found

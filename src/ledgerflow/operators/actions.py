@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ledgerflow.errors import InstanceNotFoundError, LedgerflowError, NotAuthorizedError
+from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.delivery import DeliveryState
+from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model.authority import Grant, Policy, VersionCommand
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.runtime import adoption
+from ledgerflow.runtime import adoption, faults
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.engine import Delivered, DeliveryOutcome
 from ledgerflow.runtime.sync_engine import SyncEngine
-from ledgerflow.storage.audit import AuditEntry
-from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import OperatorStore
 
 START = "start"
@@ -76,7 +78,11 @@ def record_action(
     arguments: dict[str, Any],
     refusal: str | None = None,
 ) -> int:
-    """Append one action's audit record; return its id."""
+    """Append one action's audit record; return its id. A change's record is appended in the
+    change's own transaction (``store.transaction()``): both are on the ledger, or neither."""
+    # The window between a change and its record: a death here must leave neither.
+    if faults.plan is not None:
+        faults.point("audit.before_record", kind=kind, outcome=outcome, target=target)
     plan = json.dumps(arguments, sort_keys=True, default=str)
     identity = json.dumps([kind, instance_id, target, plan], sort_keys=True)
     entry = AuditEntry(
@@ -172,15 +178,29 @@ def audited_cancel(
     compensate: bool,
 ) -> InstanceRecord:
     """Ask for a cancel (the engine's rules: durable, the first request wins) and record who
-    asked: ``applied`` when this call made the request, ``no-op`` when one stood already,
-    ``refused`` (then re-raised) when the instance had ended or the request was not valid.
+    asked, in the request's transaction: ``applied`` when this call made the request, ``no-op``
+    when one stood already, ``refused`` (then re-raised; nothing was changed) when the instance
+    had ended or the request was not valid.
 
     Which of the first two it was is the store's answer, given in the request's own
     transaction: an earlier read could not tell, since another caller may commit its request
     between that read and this one (two racing cancels would both be "applied")."""
     arguments = {"compensate": compensate}
     try:
-        requested = engine.request_cancel(instance_id, reason=reason, compensate=compensate)
+        with store.transaction():
+            requested = engine.request_cancel(instance_id, reason=reason, compensate=compensate)
+            record_action(
+                store,
+                clock,
+                actor=actor,
+                role=role,
+                kind=CANCEL,
+                instance_id=requested.instance.instance_id,
+                target=None,
+                outcome="applied" if requested.recorded else "no-op",
+                reason=reason,
+                arguments=arguments,
+            )
     except InstanceNotFoundError:
         raise
     except LedgerflowError as exc:
@@ -199,20 +219,24 @@ def audited_cancel(
             error=exc,
         )
         raise
-    record = requested.instance
-    record_action(
-        store,
-        clock,
-        actor=actor,
-        role=role,
-        kind=CANCEL,
-        instance_id=record.instance_id,
-        target=None,
-        outcome="applied" if requested.recorded else "no-op",
-        reason=reason,
-        arguments=arguments,
-    )
-    return record
+    return requested.instance
+
+
+def audited_delivery(
+    store: OperatorStore,
+    clock: Clock,
+    deliver: Callable[[], Delivered],
+    *,
+    actor: str,
+    role: str | None,
+    kind: str = SIGNAL,
+) -> Delivered:
+    """Deliver an event (``deliver``: the engine's signal or callback) and record it and what
+    became of it, in one transaction: both are on the ledger, or neither."""
+    with store.transaction():
+        delivered = deliver()
+        record_delivery(store, clock, delivered, actor=actor, role=role, kind=kind)
+    return delivered
 
 
 def record_delivery(
@@ -228,7 +252,10 @@ def record_delivery(
     ``no-op`` (a repeat) or ``refused`` (too late, ended, not an approver)."""
     delivery = delivered.delivery
     outcome = {DeliveryOutcome.ACCEPTED: "applied", DeliveryOutcome.DUPLICATE: "no-op"}
-    refused = delivery.state == "REJECTED" and delivered.outcome is not DeliveryOutcome.DUPLICATE
+    refused = (
+        delivery.state is DeliveryState.REJECTED
+        and delivered.outcome is not DeliveryOutcome.DUPLICATE
+    )
     return record_action(
         store,
         clock,

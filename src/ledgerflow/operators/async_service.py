@@ -3,9 +3,11 @@
 :class:`AsyncOperations` offers what :class:`~ledgerflow.operators.service.Operations` offers,
 awaitable, for code that already runs an :class:`~ledgerflow.runtime.engine.Engine` (a worker's
 periodic reconciliation, a console served by asyncio). It shares the engine's store and its
-store thread: what the engine answers (instances, cancels, signals) it asks the engine; the
-operator's own calls (the queue, repairs, audit, reconciliation) run the synchronous service's
-on the store thread, as every call on that store does. Closing the engine closes both.
+store thread: what the engine answers (instances, their results) it asks the engine; the
+operator's own calls and every change (starts, cancels, signals, callbacks, repairs: with the
+role check and the audit record the synchronous service makes, in the change's transaction)
+run the synchronous service's on the store thread, as every call on that store does, and the
+engine's workers are then told of what arrived. Closing the engine closes both.
 
 Example::
 
@@ -22,6 +24,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ledgerflow import limits
+from ledgerflow.ledger.attention import AttentionQuery
+from ledgerflow.ledger.audit import AuditQuery, AuditRecord
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import InstanceRecord
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import BusinessKey, TenantId
@@ -30,15 +37,16 @@ from ledgerflow.operators.attention import AttentionItem
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult
-from ledgerflow.operators.service import InstanceReport, Operations, Principal, ScopedOperations
+from ledgerflow.operators.service import (
+    InstanceReport,
+    Operations,
+    Principal,
+    ScopedOperations,
+    local_actor,
+)
 from ledgerflow.runtime.detection import ScanReport
-from ledgerflow.runtime.engine import Delivered, Engine, InstanceDetail
+from ledgerflow.runtime.engine import Delivered, Engine, InstanceDetail, Started
 from ledgerflow.runtime.periodic import PeriodicTask
-from ledgerflow.storage.attention import AttentionQuery
-from ledgerflow.storage.audit import AuditQuery, AuditRecord
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import InstanceRecord
-from ledgerflow.storage.workers import WorkerRecord
 
 __all__ = ["AsyncOperations"]
 
@@ -54,7 +62,11 @@ class AsyncOperations:
         # The same calls as the synchronous service's, on the engine's store (never closed
         # here: the engine owns it).
         self._operations = Operations(
-            engine.store, authority=authority, clock=engine.clock, codec=engine.codec
+            engine.store,
+            authority=authority,
+            registry=engine.registry,
+            clock=engine.clock,
+            codec=engine.codec,
         )
 
     @property
@@ -93,10 +105,53 @@ class AsyncOperations:
     async def result(self, instance_id: str, *, timeout: float = 0.0) -> Any:
         return await self._engine.result(instance_id, timeout=timeout)
 
+    # -- changes: the synchronous service's, with its role check and audit, on the store thread
+
+    async def start(
+        self,
+        workflow: str,
+        *,
+        key: str,
+        input: Any = None,
+        version: int | None = None,
+        tenant: str | None = None,
+        actor: str | None = None,
+    ) -> Started:
+        """Start (or find) the instance of a business key (:meth:`Operations.start`: recorded
+        against ``actor``, default :func:`~ledgerflow.operators.service.local_actor`). The
+        engine's workers find it at their next claim."""
+        started: Started = await self._thread.call(
+            self._operations.start,
+            workflow,
+            key=key,
+            input=input,
+            version=version,
+            tenant=tenant,
+            actor=actor,
+        )
+        return started
+
     async def cancel(
-        self, instance_id: str, *, reason: str, compensate: bool = True
+        self,
+        instance_id: str,
+        *,
+        reason: str,
+        compensate: bool = True,
+        actor: str | None = None,
     ) -> InstanceRecord:
-        return await self._engine.cancel(instance_id, reason=reason, compensate=compensate)
+        """Ask for the instance to be cancelled (:meth:`Operations.cancel`: ``actor``, default
+        :func:`~ledgerflow.operators.service.local_actor`, must hold a role that allows
+        ``cancel``; audited in the request's transaction); the engine's worker that drives it
+        stops before its next step."""
+        record: InstanceRecord = await self._thread.call(
+            self._operations.cancel,
+            instance_id,
+            reason=reason,
+            actor=actor or local_actor(),
+            compensate=compensate,
+        )
+        self._engine.notice_cancel(record.instance_id)
+        return record
 
     async def signal(
         self,
@@ -108,8 +163,12 @@ class AsyncOperations:
         sender: str | None = None,
         for_step: int | None = None,
         run: int | None = None,
+        actor: str | None = None,
     ) -> Delivered:
-        return await self._engine.signal(
+        """Deliver a signal, callback or approval (:meth:`Operations.signal`: audited against
+        ``actor`` in the delivery's transaction); a waiting instance of the engine is woken."""
+        delivered: Delivered = await self._thread.call(
+            self._operations.signal,
             instance_id,
             name,
             event_id=event_id,
@@ -117,7 +176,10 @@ class AsyncOperations:
             sender=sender,
             for_step=for_step,
             run=run,
+            actor=actor,
         )
+        self._engine.notice_delivery(delivered)
+        return delivered
 
     async def complete_effect(
         self,
@@ -127,10 +189,21 @@ class AsyncOperations:
         evidence: Any = None,
         reason: str | None = None,
         event_id: str | None = None,
+        actor: str | None = None,
     ) -> Delivered:
-        return await self._engine.complete_effect(
-            idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
+        """A participant's callback for an asynchronous effect (:meth:`Operations.
+        complete_effect`, audited); the waiting step is woken."""
+        delivered: Delivered = await self._thread.call(
+            self._operations.complete_effect,
+            idempotency_key,
+            applied=applied,
+            evidence=evidence,
+            reason=reason,
+            event_id=event_id,
+            actor=actor,
         )
+        self._engine.notice_delivery(delivered)
+        return delivered
 
     # -- the operator's own calls, on the store thread -----------------------------------------
 

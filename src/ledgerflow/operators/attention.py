@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgerflow import limits
-from ledgerflow.storage.attention import (
+from ledgerflow.ledger.attention import (
     AttentionQuery,
     EffectToSettle,
     FlaggedInstance,

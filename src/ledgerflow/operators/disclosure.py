@@ -18,12 +18,12 @@ import dataclasses
 import json
 from typing import Any, TypeVar
 
+from ledgerflow.ledger.records import InstanceRecord, StepRecord
 from ledgerflow.model.authority import ApiRole
 from ledgerflow.model.defects import DEFECT_RETRY, WORKFLOW_DEFECT, step_verdict
 from ledgerflow.operators.attention import AttentionItem
 from ledgerflow.operators.paging import InstanceOverview
 from ledgerflow.runtime.engine import InstanceDetail
-from ledgerflow.storage.records import InstanceRecord, StepRecord
 
 __all__ = ["WITHHELD", "attention_seen", "detail_seen", "instance_seen", "shows_defects"]
 

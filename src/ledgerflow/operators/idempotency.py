@@ -2,29 +2,23 @@
 
 A client that sends a POST with an ``Idempotency-Key`` and loses the answer sends it again
 with the same key; it must get the first answer, not a second action. The key is claimed in the
-journal *before* the request is carried out, under the caller's scope (its token), with a hash
-of the request (method, path, body):
+journal under the caller's scope (its token), with a hash of the request (method, path, body),
+in the one transaction that also carries the request out and keeps its answer
+(:func:`ledgerflow.web.declare.answer`):
 
-- the key is free: it is claimed, the request is carried out, its answer stored
-  (:meth:`IdempotentAnswers.finish`), or the claim released if it could not be answered (a
-  server error must not be replayed forever);
+- the key is free: it is claimed, the request is carried out, its answer kept
+  (:meth:`IdempotentAnswers.finish`), all in that transaction: a server error or a death
+  anywhere in it leaves no claim, no change and no answer, and the retry is the first request;
 - the key holds an answer to the same request: that answer is replayed;
-- the key holds another request, or one still being answered:
-  :class:`~ledgerflow.errors.IdempotencyKeyReusedError`, and nothing is carried out;
-- the key holds the same request, claimed more than ``limits.IDEMPOTENCY_PENDING_SECONDS``
-  ago and never answered: its server died while answering it (nothing else leaves a claim
-  unanswered that long). The retry takes the claim over and carries the request out again.
-
-Taking over is safe because the claim and the change are not one transaction yet (the one
-write path is a later step), and so the change may or may not have committed before the
-server died; each route is idempotent by its own identity, so carrying it out again does the
-change at most once and answers truthfully for what the ledger now holds: a start is found by
-its business key (200, ``created: false``), a signal or a callback by its event id (200, a
-repeat), a cancel request stands once (the first wins; the same record), a retirement is a
-no-op, a repair whose result is in place is a no-op naming its audit record (or, planned at a
-generation, a 409 naming the audit record that moved it), a dry run changes nothing. A claim
-is held by its claim time: an answer is kept, and a claim released, only by the request that
-holds the claim now, so a slow first request that finishes after a takeover keeps nothing.
+- the key holds another request: :class:`~ledgerflow.errors.IdempotencyKeyReusedError`, and
+  nothing is carried out. A second request under a key whose first is still being answered
+  waits for the first transaction to end (it holds the key's row), then replays its answer;
+- a claim never answered (only a journal written by Ledgerflow 0.1.0, which claimed in a
+  transaction of its own) of the same request, made more than
+  ``limits.IDEMPOTENCY_PENDING_SECONDS`` ago, is taken over by the retry, which carries the
+  request out again: each route is idempotent by its own identity (a start by its business
+  key, a signal or callback by its event id, a cancel request stands once, a retirement or a
+  repair in place is a no-op), so the change is made at most once.
 
 Answers are kept for ``limits.IDEMPOTENCY_RETENTION_SECONDS``; older ones are swept as new keys
 arrive, and a key past retention is free again.

@@ -31,10 +31,10 @@ from typing import Generic, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.errors import InvalidCursorError
+from ledgerflow.ledger.access import InstanceQuery
+from ledgerflow.ledger.inbox import InboxEntry, InboxRefusals
+from ledgerflow.ledger.records import EffectRecord, InstanceRecord, StepRecord, TimelineEntry
 from ledgerflow.model.names import refused_character
-from ledgerflow.storage.access import InstanceQuery
-from ledgerflow.storage.inbox import InboxEntry, InboxRefusals
-from ledgerflow.storage.records import EffectRecord, InstanceRecord, StepRecord, TimelineEntry
 from ledgerflow.storage.store import OperatorStore, Store
 
 __all__ = [

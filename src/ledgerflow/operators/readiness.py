@@ -8,6 +8,9 @@ the server write a journal row per call, or hold its threads on a stalled journa
 it in a loop, one probe runs at a time and its verdict (ready, or the error that said why
 not) answers every call until the bound has passed. The probe's row is an idempotency claim
 of its own scope, swept as any claim past retention is: it never touches another's row.
+
+:func:`migrate_journal` is the other side of a journal's readiness: bringing it to this
+Ledgerflow's schema (``ledgerflow migrate``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from ledgerflow import limits
 from ledgerflow.errors import LedgerflowError
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.clock import Clock
+from ledgerflow.storage import open_store
+from ledgerflow.storage.migrations import MigrationStatus
 from ledgerflow.storage.store import OperatorStore
+from ledgerflow.storage.url import migration_status
 
 __all__ = ["Readiness"]
 
@@ -63,3 +69,12 @@ class Readiness:
         except LedgerflowError as error:
             return error
         return None
+
+
+def migrate_journal(url: str) -> MigrationStatus:
+    """Bring the journal at ``url`` to this Ledgerflow's schema (creating a missing SQLite
+    journal); return where it stood before."""
+    before = migration_status(url)
+    if before.pending:
+        open_store(url, migrate=True).close()
+    return before

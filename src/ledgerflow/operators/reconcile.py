@@ -36,6 +36,8 @@ from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, OperatorError
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import EffectRecord
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.ids import EffectId
@@ -46,8 +48,6 @@ from ledgerflow.operators.repairs import RepairRequest, Repairs
 from ledgerflow.runtime.calls import call_by_deadline
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.store_thread import AsyncStore
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import EffectRecord
 
 __all__ = ["RECONCILER", "ReconciliationRun", "reconcile"]
 

@@ -2,7 +2,7 @@
 
 :class:`Repairs` checks the actor's authority, reads a snapshot of the instance, has
 :mod:`ledgerflow.model.repair_rules` plan the repair, and hands the store one
-:class:`~ledgerflow.storage.audit.RepairWrite`, applied in one transaction with its audit record
+:class:`~ledgerflow.ledger.audit.RepairWrite`, applied in one transaction with its audit record
 only if the planned state still holds. Every refusal (not authorized, forbidden, stale) is
 appended to the audit log in a transaction of its own; a dry run writes nothing; a repeat of a
 repair whose result is still in place is recorded as a no-op and changes nothing.
@@ -30,6 +30,13 @@ from ledgerflow.errors import (
     RepairRefusedError,
     StalePreconditionError,
 )
+from ledgerflow.ledger.audit import (
+    AuditEntry,
+    AuditQuery,
+    AuditRecord,
+    CancelRequest,
+    RepairWrite,
+)
 from ledgerflow.model.authority import RECONCILER, checked_actor
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.effect import EffectState
@@ -48,13 +55,6 @@ from ledgerflow.operators.snapshot import Snapshot, read_snapshot, repair_writes
 from ledgerflow.runtime import journal_log
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.metrics import Metrics
-from ledgerflow.storage.audit import (
-    AuditEntry,
-    AuditQuery,
-    AuditRecord,
-    CancelRequest,
-    RepairWrite,
-)
 from ledgerflow.storage.store import OperatorStore
 
 __all__ = ["RepairKind", "RepairRequest", "RepairResult", "Repairs"]

@@ -15,6 +15,8 @@ The HTTP API and the console never call the service unscoped: each request is an
 - acts under the principal's name: a signal's sender is the principal (a different ``sender``
   is refused, an approval cannot be spoofed), a repair's actor is the principal, and every
   change is on the audit record with it (:mod:`ledgerflow.operators.actions`);
+- commits every change with its audit record in one transaction (``store.transaction()``):
+  a death between the two leaves neither;
 - records every refusal of a change (a role below the call's, another tenant named, another
   sender named, a stale or refused repair) with the principal, before it is raised. A dry run
   writes nothing, its refusal neither; an instance another tenant holds is not found, and a
@@ -24,7 +26,8 @@ The HTTP API and the console never call the service unscoped: each request is an
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -35,6 +38,12 @@ from ledgerflow.errors import (
     ReservedNameError,
     ResultTimeoutError,
 )
+from ledgerflow.ledger.access import InstanceQuery, VersionCount
+from ledgerflow.ledger.attention import AttentionQuery
+from ledgerflow.ledger.audit import AuditQuery, AuditRecord
+from ledgerflow.ledger.inbox import InboxEntry
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import Delivery, InstanceRecord, TimelineEntry
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
@@ -68,12 +77,6 @@ from ledgerflow.runtime.engine import (
 )
 from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.runtime.unserved import unserved_explanation
-from ledgerflow.storage.access import InstanceQuery, VersionCount
-from ledgerflow.storage.attention import AttentionQuery
-from ledgerflow.storage.audit import AuditQuery, AuditRecord
-from ledgerflow.storage.inbox import InboxEntry
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import Delivery, InstanceRecord, TimelineEntry
 from ledgerflow.storage.store import Store
 
 __all__ = ["ScopedOperations"]
@@ -382,17 +385,18 @@ class ScopedOperations:
                     f"{self.principal.name} acts only in tenant {self.principal.tenant!r}",
                     actor=self.principal.name,
                 )
-        started = self._engine.start(
-            workflow, key=key, input=input, version=version, tenant=tenant_id
-        )
-        self._audit(
-            actions.START,
-            started.instance_id,
-            target,
-            outcome="applied" if started.created else "no-op",
-            reason=reason,
-            arguments=arguments,
-        )
+        with self._store.transaction():
+            started = self._engine.start(
+                workflow, key=key, input=input, version=version, tenant=tenant_id
+            )
+            self._audit(
+                actions.START,
+                started.instance_id,
+                target,
+                outcome="applied" if started.created else "no-op",
+                reason=reason,
+                arguments=arguments,
+            )
         # A repeated start answers with the instance as it is now, as this principal sees it.
         return replace(started, instance=self._seen(started.instance))
 
@@ -445,7 +449,8 @@ class ScopedOperations:
                     actor=self.principal.name,
                 )
             signal_name(name)
-        delivered = self._engine.signal(
+        deliver = functools.partial(
+            self._engine.signal,
             instance_id,
             name,
             event_id=event_id,
@@ -454,8 +459,7 @@ class ScopedOperations:
             for_step=for_step,
             run=run,
         )
-        self._delivered(actions.SIGNAL, delivered)
-        return delivered
+        return self._delivered(actions.SIGNAL, deliver)
 
     def complete_effect(
         self,
@@ -481,18 +485,23 @@ class ScopedOperations:
             arguments={"idempotency_key": idempotency_key, "applied": applied},
         ):
             self.require(ApiRole.SIGNALLER)
-        delivered = self._engine.complete_effect(
-            idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
+        deliver = functools.partial(
+            self._engine.complete_effect,
+            idempotency_key,
+            applied=applied,
+            evidence=evidence,
+            reason=reason,
+            event_id=event_id,
         )
-        self._delivered(actions.COMPLETE_EFFECT, delivered)
-        return delivered
+        return self._delivered(actions.COMPLETE_EFFECT, deliver)
 
-    def _delivered(self, kind: str, delivered: Delivered) -> None:
+    def _delivered(self, kind: str, deliver: Callable[[], Delivered]) -> Delivered:
+        """A delivery with its audit record under the principal, in one transaction."""
         principal = self.principal
-        actions.record_delivery(
+        return actions.audited_delivery(
             self._store,
             self._clock,
-            delivered,
+            deliver,
             actor=principal.name,
             role=principal.role.value,
             kind=kind,

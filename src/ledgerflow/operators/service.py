@@ -34,12 +34,19 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import functools
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow import limits
 from ledgerflow.errors import ReservedNameError
+from ledgerflow.ledger.access import ApiToken, InstanceQuery, VersionCount
+from ledgerflow.ledger.attention import AttentionFlag, AttentionQuery
+from ledgerflow.ledger.audit import AuditQuery, AuditRecord
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import InstanceRecord
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Grant, Principal, VersionCommand
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry
@@ -53,9 +60,10 @@ from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority, local_principal
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
-from ledgerflow.operators.readiness import Readiness
+from ledgerflow.operators.readiness import Readiness, migrate_journal
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
+from ledgerflow.operators.reports import InstanceReport, instance_report
 from ledgerflow.operators.scoped import ScopedOperations
 from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
 from ledgerflow.operators.versions import (
@@ -79,15 +87,9 @@ from ledgerflow.runtime.replay import ReplayVerdict
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.storage import open_store
-from ledgerflow.storage.access import ApiToken, InstanceQuery, VersionCount
-from ledgerflow.storage.attention import AttentionFlag, AttentionQuery
-from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.migrations import MigrationStatus
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import Store
 from ledgerflow.storage.url import migration_status
-from ledgerflow.storage.workers import WorkerRecord
 
 __all__ = [
     "ACTION_KINDS",
@@ -139,33 +141,11 @@ __all__ = [
 
 ACTION_KINDS = actions.ACTION_KINDS
 
-# The audit records ``show`` lists under an instance's timeline, at most.
-SHOW_AUDIT_MAX = 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InstanceReport:
-    """What an operator sees of one instance (``ledgerflow show``): its ledgers, the audit
-    records of its repairs and its open attention flags."""
-
-    detail: InstanceDetail
-    audit: list[AuditRecord]
-    flags: list[AttentionFlag]
-
 
 def local_actor() -> str:
     """Who acts at the command line without a token: ``local:`` and the account the command
     runs under (:func:`~ledgerflow.operators.authority.local_principal`)."""
     return local_principal()
-
-
-def migrate_journal(url: str) -> MigrationStatus:
-    """Bring the journal at ``url`` to this Ledgerflow's schema (creating a missing SQLite
-    journal); return where it stood before."""
-    before = migration_status(url)
-    if before.pending:
-        open_store(url, migrate=True).close()
-    return before
 
 
 class Operations:
@@ -195,8 +175,7 @@ class Operations:
         # What this service's engine counts (starts, deliveries), and the journal's gauges it
         # reads for a scrape; None: nothing is counted.
         self.metrics = metrics
-        # Reading, cancelling and signalling need no workflow code: an empty registry pins
-        # nothing and starts nothing.
+        # Reading, cancelling, signalling need no workflow code: an empty registry starts none.
         # ``no_worker_hint``: how a face tells its user to run a worker when a wait times out
         # with none running (default: the SyncEngine's words, for Python code).
         hint = {} if no_worker_hint is None else {"no_worker_hint": no_worker_hint}
@@ -238,13 +217,7 @@ class Operations:
 
     def show(self, instance_id: str) -> InstanceReport:
         """An instance's ledgers with its repairs' audit records and its open flags."""
-        detail = self._engine.detail(instance_id)
-        found = detail.instance.instance_id
-        return InstanceReport(
-            detail=detail,
-            audit=self._store.audit_records(AuditQuery(instance_id=found, limit=SHOW_AUDIT_MAX)),
-            flags=self._store.open_flags(found),
-        )
+        return instance_report(self._store, self._engine.detail(instance_id))
 
     def find(self, *, tenant: TenantId, workflow: str, key: BusinessKey) -> InstanceRecord | None:
         """The instance a business key started, if any."""
@@ -262,20 +235,23 @@ class Operations:
     ) -> Started:
         """Start (or find) the instance of a business key, pinned to a definition of this
         service's registry; recorded against ``actor`` (default: :func:`local_actor`)."""
-        started = self._engine.start(workflow, key=key, input=input, version=version, tenant=tenant)
-        instance = started.instance
-        actions.record_action(
-            self._store,
-            self._clock,
-            actor=actor or local_actor(),
-            role=None,
-            kind=actions.START,
-            instance_id=instance.instance_id,
-            target=f"{instance.workflow_name}:{instance.business_key}",
-            outcome="applied" if started.created else "no-op",
-            reason=f"start {instance.workflow_name} for key {instance.business_key}",
-            arguments={"workflow": workflow, "version": version, "tenant": instance.tenant},
-        )
+        with self._store.transaction():
+            started = self._engine.start(
+                workflow, key=key, input=input, version=version, tenant=tenant
+            )
+            instance = started.instance
+            actions.record_action(
+                self._store,
+                self._clock,
+                actor=actor or local_actor(),
+                role=None,
+                kind=actions.START,
+                instance_id=instance.instance_id,
+                target=f"{instance.workflow_name}:{instance.business_key}",
+                outcome="applied" if started.created else "no-op",
+                reason=f"start {instance.workflow_name} for key {instance.business_key}",
+                arguments={"workflow": workflow, "version": version, "tenant": instance.tenant},
+            )
         return started
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
@@ -327,15 +303,19 @@ class Operations:
         Recorded in the audit log against ``actor`` (default: :func:`local_actor`), a name
         reserved for completions refused on the record too."""
         who = actor or local_actor()
+        deliver = functools.partial(
+            self._engine.signal,
+            instance_id,
+            name,
+            event_id=event_id,
+            payload=payload,
+            sender=sender,
+            for_step=for_step,
+            run=run,
+        )
         try:
-            delivered = self._engine.signal(
-                instance_id,
-                name,
-                event_id=event_id,
-                payload=payload,
-                sender=sender,
-                for_step=for_step,
-                run=run,
+            delivered = actions.audited_delivery(
+                self._store, self._clock, deliver, actor=who, role=None
             )
         except ReservedNameError as exc:
             actions.record_refusal(
@@ -350,7 +330,6 @@ class Operations:
                 error=exc,
             )
             raise
-        actions.record_delivery(self._store, self._clock, delivered, actor=who, role=None)
         return delivered
 
     def complete_effect(
@@ -361,10 +340,26 @@ class Operations:
         evidence: Any = None,
         reason: str | None = None,
         event_id: str | None = None,
+        actor: str | None = None,
     ) -> Delivered:
-        """A participant's callback for an asynchronous effect, by its idempotency key."""
-        return self._engine.complete_effect(
-            idempotency_key, applied=applied, evidence=evidence, reason=reason, event_id=event_id
+        """A participant's callback for an asynchronous effect, by its idempotency key;
+        recorded in the audit log against ``actor`` (default: :func:`local_actor`), in the
+        callback's transaction."""
+        deliver = functools.partial(
+            self._engine.complete_effect,
+            idempotency_key,
+            applied=applied,
+            evidence=evidence,
+            reason=reason,
+            event_id=event_id,
+        )
+        return actions.audited_delivery(
+            self._store,
+            self._clock,
+            deliver,
+            actor=actor or local_actor(),
+            role=None,
+            kind=actions.COMPLETE_EFFECT,
         )
 
     def _authorized(self, actor: str, command: Grant, **what: Any) -> str:
@@ -391,6 +386,12 @@ class Operations:
     def tokens(self) -> Tokens:
         """API tokens and console sessions on this journal."""
         return Tokens(self._store, clock=self._clock)
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """One transaction of this service's journal that the calls made inside it, on this
+        thread, join: an idempotent POST's claim, its change (with the change's audit record)
+        and its answer commit together or not at all."""
+        return self._store.transaction()
 
     def answers(self) -> IdempotentAnswers:
         """The stored answers of idempotent POSTs."""

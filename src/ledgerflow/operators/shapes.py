@@ -32,10 +32,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ledgerflow.errors import LedgerflowError
+from ledgerflow.ledger.delivery import DeliveryState
+from ledgerflow.ledger.inbox import InboxEntry
+from ledgerflow.ledger.records import TimelineEntry
 from ledgerflow.operators.paging import InstanceOverview, Page
 from ledgerflow.runtime.core import Delivered, InstanceDetail
-from ledgerflow.storage.inbox import InboxEntry
-from ledgerflow.storage.records import TimelineEntry
 
 T = TypeVar("T")
 JSON_TEXT_FIELDS = frozenset(
@@ -127,7 +128,7 @@ def error_json(error: LedgerflowError) -> dict[str, Any]:
 
 def refused(delivered: Delivered) -> bool:
     """Whether the event changed nothing and never will (also for a repeat of a refused one)."""
-    return delivered.delivery.state == "REJECTED"
+    return delivered.delivery.state is DeliveryState.REJECTED
 
 
 def delivery_json(delivered: Delivered) -> dict[str, Any]:

@@ -11,6 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledgerflow.errors import InstanceNotFoundError
+from ledgerflow.ledger.records import (
+    EffectRecord,
+    EffectWrite,
+    InstanceRecord,
+    InstanceWrite,
+    Journal,
+    StepWrite,
+)
+from ledgerflow.ledger.transitions import effect_change, instance_change, new_step, step_change
 from ledgerflow.model.ids import InstanceId, StepSeq
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import (
@@ -23,16 +32,7 @@ from ledgerflow.model.repair import (
     StepView,
 )
 from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.storage.records import (
-    EffectRecord,
-    EffectWrite,
-    InstanceRecord,
-    InstanceWrite,
-    Journal,
-    StepWrite,
-)
 from ledgerflow.storage.store import LedgerReads
-from ledgerflow.storage.transitions import effect_change, instance_change, new_step, step_change
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,6 +25,8 @@ from ledgerflow.errors import (
     PayloadError,
     RepairRefusedError,
 )
+from ledgerflow.ledger.audit import AuditEntry, ContractRemap, PositionMove, RepairWrite, Repin
+from ledgerflow.ledger.records import EffectRecord, InstanceRecord, Journal
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.contracts import ContractMapping
 from ledgerflow.model.definition import Registry, WorkflowDefinition
@@ -36,8 +38,6 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.core import detail_of
 from ledgerflow.runtime.history import history_document, journal_of, read_histories
 from ledgerflow.runtime.replay import ReplayVerdict, replay, replay_against
-from ledgerflow.storage.audit import AuditEntry, ContractRemap, PositionMove, RepairWrite, Repin
-from ledgerflow.storage.records import EffectRecord, InstanceRecord, Journal
 from ledgerflow.storage.store import Store
 
 # Statuses an upgrade or a migration considers: the instance has not ended (a parked one may

@@ -23,14 +23,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ledgerflow.errors import PayloadError, RepairRefusedError
+from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.versions import RetirementEvidence
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.instance import FINAL_STATUSES
 from ledgerflow.model.routing import Served
 from ledgerflow.operators.actions import RETIRE_VERSION
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.storage.audit import AuditEntry
 from ledgerflow.storage.store import OperatorStore
-from ledgerflow.storage.versions import RetirementEvidence
-from ledgerflow.storage.workers import WorkerRecord
 
 _FINAL = {s.value for s in FINAL_STATUSES}
 

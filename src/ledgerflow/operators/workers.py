@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.storage.store import DetectionStore
-from ledgerflow.storage.workers import WorkerRecord
 
 
 def live_workers(

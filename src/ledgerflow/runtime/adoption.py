@@ -29,6 +29,8 @@ from collections import OrderedDict
 from collections.abc import Collection
 
 from ledgerflow import limits
+from ledgerflow.ledger.audit import Adoption, AuditEntry
+from ledgerflow.ledger.records import InstanceRecord, Journal
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.detection import REPLAY_DIVERGENCE, DetectionBounds
@@ -41,8 +43,6 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.replay import ReplayVerdict, replay
 from ledgerflow.runtime.store_thread import AsyncStore
-from ledgerflow.storage.audit import Adoption, AuditEntry
-from ledgerflow.storage.records import InstanceRecord, Journal
 from ledgerflow.storage.store import DetectionStore
 
 log = logging.getLogger("ledgerflow.worker")
@@ -188,14 +188,16 @@ class Adopter:
             audit=self._audit_entry(instance, definition, verdict),
         )
         # The replay is clean, the adoption not yet committed; then committed, not yet driven.
-        faults.point("adoption.before_adopt", instance=instance.business_key)
+        if faults.plan is not None:
+            faults.point("adoption.before_adopt", instance=instance.business_key)
         got = await self.store.adopt(
             adoption, owner=self.owner, now=lease_now, lease_seconds=lease_seconds
         )
         if got is None:
             return None  # it moved since the replay read it: the next pass looks again
         record, audit_id = got
-        faults.point("adoption.after_adopt", instance=instance.business_key)
+        if faults.plan is not None:
+            faults.point("adoption.after_adopt", instance=instance.business_key)
         if self.metrics is not None:
             self.metrics.adopted(record)
         log.info(

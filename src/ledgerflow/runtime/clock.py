@@ -12,6 +12,12 @@ from typing import Protocol
 
 
 class Clock(Protocol):
+    # True when now() is the real time, which a database's clock keeps too: where the
+    # database measures leases (PostgreSQL), it then decides. A clock a test drives makes a
+    # time of its own that the database never sees pass, so it decides everywhere.
+    @property
+    def real_time(self) -> bool: ...
+
     def now(self) -> float:
         """Seconds since the epoch."""
         ...
@@ -26,6 +32,8 @@ class Clock(Protocol):
 
 
 class SystemClock:
+    real_time = True
+
     def now(self) -> float:
         return time.time()
 

@@ -11,6 +11,8 @@ with the reason, never COMPENSATED.
 from __future__ import annotations
 
 from ledgerflow.errors import EffectFailedError, RegistrationError
+from ledgerflow.ledger.records import EffectRecord, EffectWrite, InstanceWrite
+from ledgerflow.ledger.transitions import instance_change, new_effect
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import ConfirmedEffect, Plan, compensation_seq, plan
 from ledgerflow.model.definition import EffectDeclaration, Registry
@@ -20,8 +22,6 @@ from ledgerflow.model.instance import InstanceEvent, InstanceStatus
 from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import EffectRecord, EffectWrite, InstanceWrite
-from ledgerflow.storage.transitions import instance_change, new_effect
 
 
 class CompensationRunner:

@@ -5,29 +5,32 @@ A participant that completes by callback only accepts the dispatch; the effect i
 the instance WAITING until the callback is delivered to the effect's step (through the inbox,
 so it is deduplicated and a late one is refused), or until the deadline, after which the
 outcome is UNKNOWN and settled like any other. The effect driver hands this part to a
-:class:`CallbackCompletion`, which writes through the driver (see :class:`Settling`).
+:class:`CallbackCompletion`, which writes through the driver (see :class:`Settling`) and
+answers with the driver's next move (:mod:`~ledgerflow.runtime.effect_moves`): settled, or
+resolve the UNKNOWN outcome. It never calls back into the driver.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from ledgerflow.errors import EffectFailedError, EventArrivedError
-from ledgerflow.model.effect import EffectEvent
-from ledgerflow.model.ids import EffectId, StepSeq
-from ledgerflow.model.instance import InstanceEvent
-from ledgerflow.model.step import StepEvent
-from ledgerflow.runtime import faults
-from ledgerflow.runtime.control import Waiting
-from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     ConsumeDelivery,
     Delivery,
     EffectWrite,
     NoPendingDelivery,
     StepWrite,
 )
-from ledgerflow.storage.transitions import instance_change
+from ledgerflow.ledger.transitions import instance_change
+from ledgerflow.model.effect import EffectEvent
+from ledgerflow.model.ids import EffectId, StepSeq
+from ledgerflow.model.instance import InstanceEvent
+from ledgerflow.model.step import StepEvent
+from ledgerflow.runtime import faults
+from ledgerflow.runtime.control import Waiting
+from ledgerflow.runtime.effect_moves import Move, Resolve, Settled
+from ledgerflow.runtime.session import Session
 
 
 def completion_event(effect: EffectId) -> str:
@@ -37,7 +40,7 @@ def completion_event(effect: EffectId) -> str:
 
 class Settling(Protocol):
     """What a callback's waiter needs of the effect's driver: its identity, the writes it
-    makes, and how it settles an UNKNOWN outcome or a proven failure."""
+    makes, and the error of a proven failure."""
 
     session: Session
     seq: StepSeq
@@ -65,8 +68,6 @@ class Settling(Protocol):
         doubt: int | None = None,
     ) -> EffectWrite: ...
 
-    async def resolve(self) -> Any: ...
-
     def failed(self, reason: str) -> EffectFailedError: ...
 
 
@@ -76,9 +77,9 @@ class CallbackCompletion:
     def __init__(self, driver: Settling) -> None:
         self.driver = driver
 
-    async def await_completion(self, *, attempt: int) -> Any:
+    async def await_completion(self, *, attempt: int) -> Move:
         """Wait (durably, WAITING) for the participant's callback; no callback by the
-        deadline makes the outcome UNKNOWN, settled like any other."""
+        deadline makes the outcome UNKNOWN, which the driver then resolves as any other."""
         driver, s = self.driver, self.driver.session
         name = completion_event(driver.effect_id)
         step = s.step(driver.seq)
@@ -89,9 +90,10 @@ class CallbackCompletion:
                 return await self._completed(found[0], attempt=attempt)
             if s.clock.now() < due:
                 # An arrival between the read above and this park makes the park due at once.
-                faults.point(
-                    "effect.before_suspend", instance=s.instance.business_key, seq=driver.seq
-                )
+                if faults.plan is not None:
+                    faults.point(
+                        "effect.before_suspend", instance=s.instance.business_key, seq=driver.seq
+                    )
                 await s.commit(
                     instance_change(
                         s.status,
@@ -104,7 +106,10 @@ class CallbackCompletion:
                 )
                 raise Waiting
             # The deadline passed with no callback read: the commit below proves none arrived.
-            faults.point("effect.before_deadline", instance=s.instance.business_key, seq=driver.seq)
+            if faults.plan is not None:
+                faults.point(
+                    "effect.before_deadline", instance=s.instance.business_key, seq=driver.seq
+                )
             try:
                 await s.commit(
                     NoPendingDelivery(name=name),
@@ -117,9 +122,9 @@ class CallbackCompletion:
                 )
             except EventArrivedError:
                 continue  # The callback won the race.
-            return await driver.resolve()
+            return Resolve()
 
-    async def _completed(self, delivery: Delivery, *, attempt: int) -> Any:
+    async def _completed(self, delivery: Delivery, *, attempt: int) -> Move:
         driver, s = self.driver, self.driver.session
         body = s.codec.decode(delivery.payload)
         consume = ConsumeDelivery(event_id=delivery.event_id, seq=driver.seq)
@@ -135,7 +140,7 @@ class CallbackCompletion:
                 ),
                 driver.step_write(StepEvent.COMPLETE, attempt=attempt, output=evidence),
             )
-            return s.codec.decode(evidence)
+            return Settled(s.codec.decode(evidence))
         reason = f"the participant called back: not applied ({body.get('reason')})"[:500]
         effect = s.effect(driver.seq)
         if effect is not None and effect.doubt:
@@ -147,7 +152,7 @@ class CallbackCompletion:
                     reason=f"{reason}, but attempt {effect.doubt} is in doubt",
                 ),
             )
-            return await driver.resolve()
+            return Resolve()
         await s.commit(
             consume,
             driver.effect_write(EffectEvent.REJECT_FINAL, attempt=attempt, reason=reason),

@@ -22,6 +22,8 @@ from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError
+from ledgerflow.ledger.records import StepRecord
+from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model.defects import step_verdict
 from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
@@ -33,8 +35,6 @@ from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.waits import WaitDriver
-from ledgerflow.storage.records import StepRecord
-from ledgerflow.storage.transitions import new_step
 
 PATCH_PREFIX = "patched:"
 CHANGE_ID_LENGTH_MAX = 200

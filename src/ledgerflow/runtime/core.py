@@ -26,6 +26,15 @@ from ledgerflow.errors import (
     ResultTimeoutError,
     WorkflowError,
 )
+from ledgerflow.ledger.delivery import DeliveryState
+from ledgerflow.ledger.records import (
+    Delivery,
+    EffectRecord,
+    InstanceRecord,
+    NewInstance,
+    StepRecord,
+    TimelineEntry,
+)
 from ledgerflow.model import names
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
@@ -34,14 +43,6 @@ from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.signal import not_approver, signal_name
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
-from ledgerflow.storage.records import (
-    Delivery,
-    EffectRecord,
-    InstanceRecord,
-    NewInstance,
-    StepRecord,
-    TimelineEntry,
-)
 from ledgerflow.storage.store import JournalStore, LedgerReads
 
 
@@ -271,7 +272,7 @@ class EngineCore:
             )
         if not new:
             outcome = DeliveryOutcome.DUPLICATE
-        elif delivery.state == "PENDING":
+        elif delivery.state is DeliveryState.PENDING:
             outcome = DeliveryOutcome.ACCEPTED
         else:
             outcome = _REFUSALS[delivery.refusal or "late"]

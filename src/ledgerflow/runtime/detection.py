@@ -27,6 +27,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ledgerflow.ledger.workers import served_by
 from ledgerflow.model import detection
 from ledgerflow.model.detection import (
     DEFAULT_BOUNDS,
@@ -42,7 +43,6 @@ from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.storage.store import DetectionStore
-from ledgerflow.storage.workers import served_by
 
 log = logging.getLogger("ledgerflow.worker")
 

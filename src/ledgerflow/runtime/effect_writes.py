@@ -2,12 +2,20 @@
 
 The protocol in :mod:`ledgerflow.runtime.effects` decides *when* an effect moves; this part
 says *what* each move writes, so every write of an effect is built the same way: its event
-named, its target computed by :mod:`ledgerflow.storage.transitions`.
+named, its target computed by :mod:`ledgerflow.ledger.transitions`.
 """
 
 from __future__ import annotations
 
 from ledgerflow.errors import EffectFailedError
+from ledgerflow.ledger.records import EffectWrite, StepWrite
+from ledgerflow.ledger.transitions import (
+    KEEP,
+    StepIdentity,
+    effect_change,
+    new_effect,
+    step_write,
+)
 from ledgerflow.model.attempts import with_attempt_error
 from ledgerflow.model.definition import EffectDeclaration
 from ledgerflow.model.effect import EffectEvent
@@ -15,14 +23,6 @@ from ledgerflow.model.ids import EffectId, IdempotencyKey, StepSeq
 from ledgerflow.model.step import StepEvent
 from ledgerflow.runtime.calls import describe_error
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import EffectWrite, StepWrite
-from ledgerflow.storage.transitions import (
-    KEEP,
-    StepIdentity,
-    effect_change,
-    new_effect,
-    step_write,
-)
 
 
 class EffectWrites:

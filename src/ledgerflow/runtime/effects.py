@@ -13,6 +13,12 @@ An INTENDED effect whose step is STARTED may have been sent by a worker that die
 recovery it becomes UNKNOWN first. An INTENDED effect whose step is RETRY_SCHEDULED was not
 sent yet: the step turns STARTED durably before each re-dispatch, which is what makes that
 distinction safe.
+
+Each decision (what the journaled state means, what an answer proves, what a lookup settles)
+commits its writes and names the next move (:mod:`~ledgerflow.runtime.effect_moves`); one
+loop, :meth:`EffectDriver.run`, carries the moves out until the effect is settled, a failure
+proven or the instance parked. No decision calls the next one, so a retry is a loop's turn,
+not a deeper call, and the callback's waiter answers with a move like every other decision.
 """
 
 from __future__ import annotations
@@ -23,6 +29,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ledgerflow.errors import EffectRejectedError
+from ledgerflow.ledger.records import (
+    EffectRecord,
+    NoCancelRequest,
+    Write,
+)
+from ledgerflow.ledger.transitions import (
+    StepIdentity,
+)
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
@@ -46,17 +60,10 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import call_by_deadline, describe_error, error_names
 from ledgerflow.runtime.completion import CallbackCompletion
 from ledgerflow.runtime.control import Diverged, Park
+from ledgerflow.runtime.effect_moves import AwaitCallback, Dispatch, Move, Resolve, Settled
 from ledgerflow.runtime.effect_writes import EffectWrites
 from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import (
-    EffectRecord,
-    NoCancelRequest,
-    Write,
-)
-from ledgerflow.storage.transitions import (
-    StepIdentity,
-)
 
 
 class EffectDriver(EffectWrites):
@@ -128,13 +135,28 @@ class EffectDriver(EffectWrites):
         }
 
     async def run(self) -> Any:
+        """Drive the effect until it is settled (its value), proven failed or parked (raised)."""
+        move = await self._recovered()
+        while not isinstance(move, Settled):
+            if isinstance(move, Dispatch):
+                sent = await self._send(attempt=move.attempt)
+                move = await self._settle(sent, attempt=move.attempt)
+            elif isinstance(move, AwaitCallback):
+                move = await self.callbacks.await_completion(attempt=move.attempt)
+            else:
+                move = await self.resolve()
+        return move.value
+
+    async def _recovered(self) -> Move:
+        """The first move: from nothing journaled (write the intent), or from what the journal
+        holds of this effect (a recovery, a replay)."""
         effect = self.session.effect(self.seq)
         step = self.session.step(self.seq)
         if step is None:
             # A compensation is already PLANNED; an effect of workflow code has no row yet.
             planned = effect.state if effect is not None else EffectState.NEW
             if planned is EffectState.PLANNED and not await self._precondition_holds():
-                return None
+                return Settled(None)
             intent: tuple[Write, ...] = (
                 self.step_write(StepEvent.START, attempt=1),
                 self.effect_write(EffectEvent.INTEND, attempt=1, detail="write-ahead intent"),
@@ -144,22 +166,22 @@ class EffectDriver(EffectWrites):
                 # refuses this intent if one arrived, and the instance cancels instead.
                 intent = (*intent, NoCancelRequest())
             await self.session.commit(*intent)
-            return await self._dispatch(attempt=1)
+            return Dispatch(1)
         effect = self._adopt(effect)
         if step.status is StepStatus.COMPLETED and effect.state is EffectState.FAILED:
             # An operator skipped the step (repair skip-step): the effect stays FAILED, proven
             # not applied, and the workflow receives the substitute result they recorded.
-            return self.session.codec.decode(step.output or "null")
+            return Settled(self.session.codec.decode(step.output or "null"))
         if effect.state in (EffectState.CONFIRMED, EffectState.SATISFIED):
-            return self.session.codec.decode(effect.evidence or "null")
+            return Settled(self.session.codec.decode(effect.evidence or "null"))
         if effect.state is EffectState.FAILED:
             raise self.failed(effect.reason or "proven not applied")
         if effect.state is EffectState.ACCEPTED:
-            return await self.callbacks.await_completion(attempt=effect.attempt)
+            return AwaitCallback(effect.attempt)
         if effect.state is EffectState.INTENDED and step.status is StepStatus.RETRY_SCHEDULED:
             await self.wait_until(step.next_attempt_at)
             await self.session.commit(self.step_write(StepEvent.START, attempt=effect.attempt))
-            return await self._dispatch(attempt=effect.attempt)
+            return Dispatch(effect.attempt)
         if effect.state is EffectState.INTENDED:
             # A worker died between the intent and the outcome: it may have sent the request.
             await self.session.commit(
@@ -170,7 +192,7 @@ class EffectDriver(EffectWrites):
                     reason="the worker stopped before the outcome was recorded",
                 )
             )
-        return await self.resolve()
+        return Resolve()
 
     def _adopt(self, effect: EffectRecord | None) -> EffectRecord:
         """Take the journaled effect's id and key, or refuse a position that holds another.
@@ -268,12 +290,10 @@ class EffectDriver(EffectWrites):
         )
         return False
 
-    async def _dispatch(self, *, attempt: int) -> Any:
-        return await self._settle(await self._send(attempt=attempt), attempt=attempt)
-
     async def _send(self, *, attempt: int) -> str | Exception:
         """Call the participant: its evidence as ledger text, or what it raised."""
-        faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
+        if faults.plan is not None:
+            faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
         deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
         call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at)
         keeper = late_answer_keeper(
@@ -295,10 +315,11 @@ class EffectDriver(EffectWrites):
         if self.session.metrics is not None:
             seconds = time.perf_counter() - sent_at
             self.session.metrics.dispatched(self.declaration, seconds=seconds, answer=outcome)
-        faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
+        if faults.plan is not None:
+            faults.point(f"{self.points}.after_dispatch", **self._where(attempt))
         return outcome
 
-    async def _settle(self, sent: str | Exception, *, attempt: int) -> Any:
+    async def _settle(self, sent: str | Exception, *, attempt: int) -> Move:
         """Record what the dispatch proved, together with what comes next."""
         if isinstance(sent, EffectRejectedError):
             return await self._rejected(sent, attempt=attempt)
@@ -312,7 +333,7 @@ class EffectDriver(EffectWrites):
                     failed=(attempt, sent),
                 )
             )
-            return await self.resolve()
+            return Resolve()
         if self.declaration.completes_by_callback is not None:
             # Accepted is not done: the participant completes it by calling back.
             deadline = self.session.clock.now() + self.declaration.completes_by_callback
@@ -329,15 +350,16 @@ class EffectDriver(EffectWrites):
                     next_attempt_at=deadline,
                 ),
             )
-            return await self.callbacks.await_completion(attempt=attempt)
+            return AwaitCallback(attempt)
         await self.session.commit(
             self.effect_write(EffectEvent.CONFIRM, attempt=attempt, evidence=sent),
             self.step_write(StepEvent.COMPLETE, attempt=attempt, output=sent),
         )
-        faults.point(f"{self.points}.after_outcome", **self._where(attempt))
-        return self.session.codec.decode(sent)
+        if faults.plan is not None:
+            faults.point(f"{self.points}.after_outcome", **self._where(attempt))
+        return Settled(self.session.codec.decode(sent))
 
-    async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Any:
+    async def _rejected(self, rejection: EffectRejectedError, *, attempt: int) -> Move:
         error = self.session.codec.encode(describe_error(rejection))
         retry = (
             rejection.retryable
@@ -359,7 +381,7 @@ class EffectDriver(EffectWrites):
                     failed=(attempt, rejection),
                 )
             )
-            return await self.resolve()
+            return Resolve()
         if not retry:
             reason = f"participant proved not applied: {rejection.error_code}: {rejection.message}"
             await self.session.commit(
@@ -387,8 +409,9 @@ class EffectDriver(EffectWrites):
         why: str,
         doubt: int | None = None,
         failed: tuple[int, BaseException] | None = None,
-    ) -> Any:
-        """Commit the next attempt's intent with its due time, wait, then dispatch it."""
+    ) -> Move:
+        """Commit the next attempt's intent with its due time and wait for it: the next move
+        dispatches it."""
         following = attempt + 1
         pause = self.policy.delay_before(following, identity=self.key)
         due = self.session.clock.now() + pause.total_seconds()
@@ -409,7 +432,7 @@ class EffectDriver(EffectWrites):
         )
         await self.wait_until(due)
         await self.session.commit(self.step_write(StepEvent.START, attempt=following))
-        return await self._dispatch(attempt=following)
+        return Dispatch(following)
 
     async def _ask(self, attempt: int) -> tuple[LookupAnswer | None, Exception | None]:
         """The participant's lookup answer (None without a lookup), or why it could not be
@@ -417,7 +440,8 @@ class EffectDriver(EffectWrites):
         lookup = self.declaration.participant.lookup_function
         if lookup is None:
             return None, None
-        faults.point(f"{self.points}.before_lookup", **self._where(attempt))
+        if faults.plan is not None:
+            faults.point(f"{self.points}.before_lookup", **self._where(attempt))
         span = self._span("lookup", attempt)
         try:
             with span:
@@ -468,7 +492,8 @@ class EffectDriver(EffectWrites):
             )
             effect = self.session.effect(self.seq) or effect
 
-    async def resolve(self) -> Any:
+    async def resolve(self) -> Move:
+        """Settle an UNKNOWN outcome (:func:`~ledgerflow.model.effect.resolve_unknown`)."""
         effect = self.session.effect(self.seq)
         if effect is None or effect.state is not EffectState.UNKNOWN:
             raise AssertionError(f"resolving step {self.seq}, which is not UNKNOWN")
@@ -501,7 +526,7 @@ class EffectDriver(EffectWrites):
                 ),
                 self.step_write(StepEvent.COMPLETE, attempt=attempt, output=evidence_text),
             )
-            return self.session.codec.decode(evidence_text)
+            return Settled(self.session.codec.decode(evidence_text))
         if resolution.kind is ResolutionKind.REDISPATCH:
             return await self._schedule_redispatch(
                 attempt=attempt,

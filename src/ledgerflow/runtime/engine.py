@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ledgerflow import limits
 from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError
 from ledgerflow.extras import require_extra
+from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
@@ -47,7 +48,6 @@ from ledgerflow.runtime.unserved import (
 )
 from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage import open_store
-from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ class Engine:
             run=run,
             now=self.clock.now(),
         )
-        self._delivered(delivered)
+        self.notice_delivery(delivered)
         return delivered
 
     async def delivery(self, instance_id: str, event_id: str) -> Delivery:
@@ -245,13 +245,24 @@ class Engine:
             event_id=event_id,
             now=self.clock.now(),
         )
-        self._delivered(delivered)
+        self.notice_delivery(delivered)
         return delivered
 
-    def _delivered(self, delivered: Delivered) -> None:
+    def notice_delivery(self, delivered: Delivered) -> None:
+        """Tell this engine's workers of an event delivered to the journal through another
+        front door on this engine's store (the operators' service): a waiting instance they
+        drive is woken now rather than at their next poll. Call it on the engine's loop."""
         if self.metrics is not None:
             self.metrics.delivered(delivered.outcome.value)
         for worker in self._workers:
+            worker.wake()
+
+    def notice_cancel(self, instance_id: InstanceId) -> None:
+        """As :meth:`notice_delivery`, for a cancel request: a worker of this engine that
+        drives the instance stops before its next step at once; one elsewhere learns it at
+        its next heartbeat, or when its next effect, wait or timer is refused by the store."""
+        for worker in self._workers:
+            worker.cancel_requested(instance_id)
             worker.wake()
 
     async def set_concurrency_limit(
@@ -292,12 +303,7 @@ class Engine:
             now=self.clock.now(),
         )
         record = requested.instance
-        for worker in self._workers:
-            # A worker of this process that drives it stops before its next step at once;
-            # one elsewhere learns it at its next heartbeat, or when its next effect, wait or
-            # timer is refused by the store.
-            worker.cancel_requested(record.instance_id)
-            worker.wake()
+        self.notice_cancel(record.instance_id)
         return record
 
     async def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:

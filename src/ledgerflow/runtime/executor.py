@@ -23,6 +23,8 @@ from ledgerflow.errors import (
     UnknownVersionError,
     UnknownWorkflowError,
 )
+from ledgerflow.ledger.records import InstanceRecord, Journal, Release
+from ledgerflow.ledger.transitions import instance_change
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.defects import DEFECT_RETRY, WOKEN, WORKFLOW_DEFECT, defect_streak
@@ -39,8 +41,6 @@ from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, 
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.store_thread import AsyncStore
-from ledgerflow.storage.records import InstanceRecord, Journal, Release
-from ledgerflow.storage.transitions import instance_change
 
 if TYPE_CHECKING:
     # Imported only by an engine made with tracing (the otel extra).
@@ -119,14 +119,16 @@ class Executor:
                 # The first run's trace context is kept with the instance by its next commit.
                 session.trace_to_keep = keep
                 try:
-                    faults.point("instance.after_claim", instance=instance.business_key)
+                    if faults.plan is not None:
+                        faults.point("instance.after_claim", instance=instance.business_key)
                     await self._run(session, definition)
                 except Park as park:
                     await self._park(session, park)
                 except Suspend as suspend:
                     # A back-off decided from what the session knew: an arrival before this
                     # release makes it due at once (the store's arrival flag).
-                    faults.point("instance.before_release", instance=instance.business_key)
+                    if faults.plan is not None:
+                        faults.point("instance.before_release", instance=instance.business_key)
                     await session.commit(Release(available_at=suspend.available_at))
                 except Waiting:
                     pass  # WAITING and its wake-up time are already committed.
@@ -196,7 +198,8 @@ class Executor:
                 f"the workflow returned after {ctx.steps_taken} steps but the journal holds "
                 f"{journaled}",
             )
-        faults.point("instance.before_finish", instance=session.instance.business_key)
+        if faults.plan is not None:
+            faults.point("instance.before_finish", instance=session.instance.business_key)
         await session.commit(
             instance_change(
                 session.status,

@@ -1,7 +1,8 @@
 """Named fault points: places where a test or the fault explorer can crash, raise or pause.
 
-Call sites read ``if faults.plan is not None: faults.plan.hit(...)``-style via :func:`point`,
-which costs one global lookup when no plan is installed. A plan is installed in-process with
+Every call site reads ``if faults.plan is not None: faults.point(...)``: with no plan
+installed (every production process) a point costs one global lookup, and nothing of what it
+would report (its name, its ``where``) is built. A plan is installed in-process with
 :func:`install` or, for a worker process, from the ``LEDGERFLOW_FAULTS`` environment variable
 (a JSON list of rules), so a test can make a real worker kill itself at an exact point.
 

@@ -19,9 +19,7 @@ from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import PayloadError
-from ledgerflow.model.ids import StepSeq
-from ledgerflow.runtime.core import InstanceDetail
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     Delivery,
     EffectRecord,
     InstanceRecord,
@@ -29,6 +27,8 @@ from ledgerflow.storage.records import (
     StepRecord,
     TimelineEntry,
 )
+from ledgerflow.model.ids import StepSeq
+from ledgerflow.runtime.core import InstanceDetail
 from ledgerflow.storage.rows import record_from_row
 
 HISTORY_FORMAT = "ledgerflow.history"

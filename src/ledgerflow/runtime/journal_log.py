@@ -17,16 +17,16 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ledgerflow.model.effect import EffectEvent, EffectState
-from ledgerflow.model.instance import InstanceEvent, InstanceStatus
-from ledgerflow.model.step import StepEvent, StepKind
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
     StepWrite,
     Write,
 )
+from ledgerflow.model.effect import EffectEvent, EffectState
+from ledgerflow.model.instance import InstanceEvent, InstanceStatus
+from ledgerflow.model.step import StepEvent, StepKind
 
 log = logging.getLogger("ledgerflow.journal")
 

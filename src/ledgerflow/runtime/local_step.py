@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledgerflow.errors import PayloadError, StepFailedError
+from ledgerflow.ledger.transitions import KEEP, StepIdentity, step_write
 from ledgerflow.model import detection
 from ledgerflow.model.attempts import with_attempt_error
 from ledgerflow.model.defects import STEP_VERDICT
@@ -23,7 +24,6 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.calls import bounded_traceback, call_user, describe_error, error_names
 from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.transitions import KEEP, StepIdentity, step_write
 
 
 @dataclass(slots=True, kw_only=True)
@@ -47,14 +47,16 @@ class LocalStepDriver:
     ) -> Any:
         where = {"instance": self.session.instance.business_key, "seq": self.seq}
         while True:
-            faults.point("step.before_execute", attempt=attempt, **where)
+            if faults.plan is not None:
+                faults.point("step.before_execute", attempt=attempt, **where)
             try:
                 value = await call_user(function, *args, inline=self.session.store.inline)
                 output = self.session.codec.encode(value)
             except Exception as exc:  # noqa: BLE001 - any error of user code is journaled.
                 attempt = await self._failed(exc, attempt=attempt)
                 continue
-            faults.point("step.after_execute", attempt=attempt, **where)
+            if faults.plan is not None:
+                faults.point("step.after_execute", attempt=attempt, **where)
             await self._write(StepEvent.COMPLETE, attempt=attempt, output=output)
             return self.session.codec.decode(output)
 

@@ -28,12 +28,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, EffectRejectedError
-from ledgerflow.model.definition import EffectDeclaration
-from ledgerflow.model.effect import EffectEvent, EffectState
-from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
-from ledgerflow.model.routing import Served
-from ledgerflow.model.step import StepEvent
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     ConsistencySignals,
     EffectWrite,
     InstanceRecord,
@@ -41,6 +36,11 @@ from ledgerflow.storage.records import (
     StepWrite,
     Write,
 )
+from ledgerflow.model.definition import EffectDeclaration
+from ledgerflow.model.effect import EffectEvent, EffectState
+from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
+from ledgerflow.model.routing import Served
+from ledgerflow.model.step import StepEvent
 
 # Effect dispatches answer in milliseconds to the effect timeout (30 s by default).
 _DISPATCH_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

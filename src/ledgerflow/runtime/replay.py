@@ -34,6 +34,13 @@ import dataclasses
 from typing import Any
 
 from ledgerflow.errors import UnknownVersionError, UnknownWorkflowError
+from ledgerflow.ledger.records import (
+    Commit,
+    Delivery,
+    InstanceRecord,
+    Journal,
+    StepRecord,
+)
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.contracts import ContractMismatch, contract_mismatches
 from ledgerflow.model.definition import Registry, WorkflowDefinition
@@ -45,13 +52,6 @@ from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.context import WorkflowContext, describe_step
 from ledgerflow.runtime.control import Abandon, Cancelled, Diverged, Park, Suspend, Waiting
 from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import (
-    Commit,
-    Delivery,
-    InstanceRecord,
-    Journal,
-    StepRecord,
-)
 
 REPLAY_OWNER = WorkerId("replay-check")
 

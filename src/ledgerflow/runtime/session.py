@@ -19,16 +19,7 @@ from ledgerflow.errors import (
     FencedOutError,
     StorageError,
 )
-from ledgerflow.model.codec import Codec
-from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
-from ledgerflow.model.effect import EffectState
-from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.runtime import journal_log
-from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
-from ledgerflow.runtime.metrics import Metrics
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     Commit,
     Delivery,
     EffectRecord,
@@ -42,6 +33,15 @@ from ledgerflow.storage.records import (
     StepWrite,
     Write,
 )
+from ledgerflow.model.codec import Codec
+from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.runtime import journal_log
+from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
+from ledgerflow.runtime.metrics import Metrics
 
 if TYPE_CHECKING:
     # Imported only by an engine made with tracing (the otel extra).

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow.errors import ResultTimeoutError
+from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.instance import InstanceStatus
@@ -25,7 +26,6 @@ from ledgerflow.runtime.engine import RESULT_POLL_SECONDS_MAX, RESULT_POLL_SECON
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.unserved import NO_WORKER_HINT_SYNC, timed_out, why_unserved
 from ledgerflow.storage import open_store
-from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
 
 __all__ = ["SyncEngine"]

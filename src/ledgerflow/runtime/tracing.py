@@ -25,7 +25,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.ledger.records import InstanceRecord
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 INSTRUMENTATION = "ledgerflow"

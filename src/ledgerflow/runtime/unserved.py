@@ -20,6 +20,8 @@ import logging
 import time
 
 from ledgerflow.errors import NoCapableWorkerError, ResultTimeoutError
+from ledgerflow.ledger.records import InstanceRecord
+from ledgerflow.ledger.workers import served_by
 from ledgerflow.model.detection import REPLAY_DIVERGENCE, DetectionBounds, UnservedCount
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.routing import Served
@@ -28,9 +30,7 @@ from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
-from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.store import DetectionStore
-from ledgerflow.storage.workers import served_by
 
 log = logging.getLogger("ledgerflow.worker")
 

@@ -15,15 +15,7 @@ from dataclasses import dataclass
 
 from ledgerflow import limits
 from ledgerflow.errors import EventArrivedError, WaitTimeoutError
-from ledgerflow.model.ids import StepSeq
-from ledgerflow.model.instance import InstanceEvent
-from ledgerflow.model.retry import DEFAULT_STEP_RETRY
-from ledgerflow.model.signal import Signal, not_approver
-from ledgerflow.model.step import StepEvent, StepKind, StepStatus
-from ledgerflow.runtime import faults
-from ledgerflow.runtime.control import Cancelled, Waiting
-from ledgerflow.runtime.session import Session
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     ConsumeDelivery,
     NoCancelRequest,
     NoPendingDelivery,
@@ -32,7 +24,15 @@ from ledgerflow.storage.records import (
     StepWrite,
     Write,
 )
-from ledgerflow.storage.transitions import instance_change, new_step, step_change
+from ledgerflow.ledger.transitions import instance_change, new_step, step_change
+from ledgerflow.model.ids import StepSeq
+from ledgerflow.model.instance import InstanceEvent
+from ledgerflow.model.retry import DEFAULT_STEP_RETRY
+from ledgerflow.model.signal import Signal, not_approver
+from ledgerflow.model.step import StepEvent, StepKind, StepStatus
+from ledgerflow.runtime import faults
+from ledgerflow.runtime.control import Cancelled, Waiting
+from ledgerflow.runtime.session import Session
 
 
 @dataclass(slots=True, kw_only=True)
@@ -89,9 +89,10 @@ class WaitDriver:
     async def _suspend(self, pending: list[Write], due: float) -> None:
         # Between the reads this park decided from (the inbox, the cancel request) and its
         # commit: an arrival here makes the park due at once (the store's arrival flag).
-        faults.point(
-            "wait.before_suspend", instance=self.session.instance.business_key, seq=self.seq
-        )
+        if faults.plan is not None:
+            faults.point(
+                "wait.before_suspend", instance=self.session.instance.business_key, seq=self.seq
+            )
         await self.session.commit(
             *pending,
             instance_change(
@@ -161,7 +162,8 @@ class WaitDriver:
             await self._stop_if_cancelled([*pending, *refused])
             if s.clock.now() < due:
                 await self._suspend([*pending, *refused], due)
-            faults.point("wait.before_timeout", instance=s.instance.business_key, seq=self.seq)
+            if faults.plan is not None:
+                faults.point("wait.before_timeout", instance=s.instance.business_key, seq=self.seq)
             error = s.codec.encode({"message": f"no {event!r} before the timeout"})
             try:
                 await s.commit(

@@ -34,20 +34,19 @@ from typing import TYPE_CHECKING
 
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
+from ledgerflow.ledger.records import Commit, InstanceRecord, Release, StartClaim
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.runtime import journal_log
-from ledgerflow.runtime.clock import Clock, SystemClock
+from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
-from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, Periodic, PeriodicTask
 from ledgerflow.runtime.store_thread import AsyncStore
-from ledgerflow.storage.records import Commit, InstanceRecord, Release, StartClaim
-from ledgerflow.storage.workers import WorkerRecord
 
 if TYPE_CHECKING:
     from ledgerflow.runtime.adoption import Adopter
@@ -161,7 +160,8 @@ class Worker:
         self._renewal_failed = False
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
-        self._crash: SimulatedCrash | None = None
+        # A death (an error that is not an Exception) of a task it drove: the worker's own.
+        self._crash: BaseException | None = None
         self.driven = 0
         # Claims asked of the store so far (answered or failed).
         self.claims = 0
@@ -406,7 +406,7 @@ class Worker:
         (many machines share it; a worker's own clock never decides ownership there). A clock
         other than the system's (a test's fake clock) decides on every backend: the database's
         clock would never see the time it makes pass."""
-        if self.store.database_clock and isinstance(self.clock, SystemClock):
+        if self.store.database_clock and self.clock.real_time:
             return None
         return self.clock.now()
 
@@ -434,7 +434,7 @@ class Worker:
         self.driven += 1
         if not task.cancelled():
             error = task.exception()
-            if isinstance(error, SimulatedCrash):
+            if error is not None and not isinstance(error, Exception):
                 self._crash = error
                 self.stop()
             elif error is not None:

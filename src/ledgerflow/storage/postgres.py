@@ -158,7 +158,10 @@ class PostgresStore(SqlStore):
             raise _map_error(exc) from None
 
     @contextlib.contextmanager
-    def _write_transaction(self) -> Iterator[None]:
+    def _dialect_write(self) -> Iterator[None]:
+        # Inside an open transaction (store.transaction()) the thread's connection is held
+        # and psycopg makes this a savepoint: the call's statements stand or fall together,
+        # and commit only with the transaction around them.
         with self._connection() as conn:
             try:
                 with conn.transaction():
@@ -166,7 +169,14 @@ class PostgresStore(SqlStore):
             except psycopg.Error as exc:
                 raise _map_error(exc) from None
 
-    _read = _write_transaction
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[None]:
+        held: psycopg.Connection[Row] | None = getattr(self._local, "conn", None)
+        if held is not None and held.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            yield  # a read inside a transaction reads what it wrote, without a savepoint
+            return
+        with self._dialect_write():
+            yield
 
     @contextlib.contextmanager
     def _savepoint(self, name: str) -> Iterator[None]:

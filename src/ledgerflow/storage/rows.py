@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from ledgerflow.errors import IllegalTransitionError, StorageCorruptError
+from ledgerflow.ledger.records import Delivery, EffectRecord, InstanceRecord, StepRecord
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.step import StepStatus
-from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, StepRecord
 
 Row = Mapping[str, Any]
 R = TypeVar("R")

@@ -7,7 +7,7 @@ request pays for sweeping a backlog; the rows they leave behind are swept by the
 
 from __future__ import annotations
 
-from ledgerflow.storage.access import ApiToken, ConsoleSession, IdempotencyRecord
+from ledgerflow.ledger.access import ApiToken, ConsoleSession, IdempotencyRecord
 from ledgerflow.storage.rows import fields, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 

@@ -17,10 +17,10 @@ import json
 from collections.abc import Collection
 
 from ledgerflow.errors import StorageCorruptError
+from ledgerflow.ledger.audit import Adoption
+from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.routing import Served, served_json
-from ledgerflow.storage.audit import Adoption
-from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.rows import instance_from_row
 from ledgerflow.storage.sql_claims import claim_params
 from ledgerflow.storage.sql_seam import SqlSeam

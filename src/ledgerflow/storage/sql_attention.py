@@ -3,23 +3,23 @@ queue (internal).
 
 Flags are unfenced writes of their own (detection is not the instance's owner). The reads
 return typed records; the queue's take plain columns of the instance, so that a row damaged
-past reading as a record still shows (see :mod:`ledgerflow.storage.attention`).
+past reading as a record still shows (see :mod:`ledgerflow.ledger.attention`).
 """
 
 from __future__ import annotations
 
 from ledgerflow import limits
 from ledgerflow.errors import StorageCorruptError
-from ledgerflow.model import detection
-from ledgerflow.model.detection import DueInstance, HeldArrival, QuietInstance, SilentEffect
-from ledgerflow.model.ids import InstanceId
-from ledgerflow.storage.attention import (
+from ledgerflow.ledger.attention import (
     AttentionFlag,
     AttentionQuery,
     EffectToSettle,
     FlaggedInstance,
     ParkedInstance,
 )
+from ledgerflow.model import detection
+from ledgerflow.model.detection import DueInstance, HeldArrival, QuietInstance, SilentEffect
+from ledgerflow.model.ids import InstanceId
 from ledgerflow.storage.rows import instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 

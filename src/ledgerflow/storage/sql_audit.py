@@ -15,8 +15,7 @@ import dataclasses
 
 from ledgerflow import limits
 from ledgerflow.errors import IllegalTransitionError, RepairRefusedError, StalePreconditionError
-from ledgerflow.model.ids import Generation, InstanceId, WorkerId
-from ledgerflow.storage.audit import (
+from ledgerflow.ledger.audit import (
     AuditEntry,
     AuditQuery,
     AuditRecord,
@@ -24,12 +23,13 @@ from ledgerflow.storage.audit import (
     RepairWrite,
     Repin,
 )
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.records import (
     Commit,
     EffectWrite,
     InstanceRecord,
     StepWrite,
 )
+from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.storage.rows import fields, instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 

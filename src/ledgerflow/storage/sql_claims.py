@@ -16,13 +16,13 @@ from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import StorageCorruptError
+from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DEFAULT_BOUNDS
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
 from ledgerflow.model.routing import Served, served_json
-from ledgerflow.storage.records import InstanceRecord
 from ledgerflow.storage.rows import Row, instance_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 

@@ -25,10 +25,9 @@ from ledgerflow.errors import (
     InboxFullError,
     PayloadError,
 )
-from ledgerflow.model.ids import InstanceId
-from ledgerflow.model.instance import TERMINAL_STATUSES
-from ledgerflow.storage.inbox import InboxEntry, InboxRefusals
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.delivery import DELIVERY_MACHINE, DeliveryState, arrival
+from ledgerflow.ledger.inbox import InboxEntry, InboxRefusals
+from ledgerflow.ledger.records import (
     Commit,
     ConsumeDelivery,
     Delivery,
@@ -36,6 +35,8 @@ from ledgerflow.storage.records import (
     NoPendingDelivery,
     RejectDelivery,
 )
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.storage.rows import delivery_from_row, instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
@@ -64,21 +65,27 @@ class InboxStore(SqlSeam):
                 "generation": commit.generation,
             }
             _, changed = self._run("consume_delivery", params)
-            outcome = "CONSUMED"
         else:
             params = {**ids, "event_id": write.event_id, "reason": write.reason}
             _, changed = self._run("reject_delivery", params)
-            outcome = "REJECTED"
+        pending = DeliveryState.PENDING
+        outcome = DELIVERY_MACHINE.check(pending, write.event)
         if changed != 1:
             raise IllegalTransitionError(
                 f"event {write.event_id} is no longer pending",
-                machine="inbox",
-                state="PENDING",
-                event=outcome,
+                machine=DELIVERY_MACHINE.name,
+                state=pending.value,
+                event=write.event.value,
                 instance_id=commit.instance_id,
             )
         self._timeline(
-            commit.instance_id, commit.generation, "inbox", "PENDING", outcome, now, write.event_id
+            commit.instance_id,
+            commit.generation,
+            "inbox",
+            pending.value,
+            outcome.value,
+            now,
+            write.event_id,
         )
 
     def deliver(
@@ -99,7 +106,7 @@ class InboxStore(SqlSeam):
         ``refuse`` (refusal, reason) keeps it as refused whatever the instance's state."""
         ids = {"instance_id": instance_id, "event_id": event_id}
         refused = {**ids, "name": name, "sender": sender, "now": now}
-        with self._counted_when_full(refused), self._write_transaction():
+        with self._write_transaction(), self._counted_when_full(refused):
             # The instance's row first: a delivery of the same event id racing this one waits
             # here, so the inbox read after it sees the other's event if it was kept.
             found, _ = self._run("lock_instance", {"instance_id": instance_id})
@@ -111,7 +118,7 @@ class InboxStore(SqlSeam):
             instance = instance_from_row(found[0])
             self._within_inbox_bounds(instance_id, event_id, payload)
             refusal, reason = refuse or self._late(instance, for_seq=for_seq, run=run)
-            state = "REJECTED" if refusal else "PENDING"
+            state = arrival(refused=refusal is not None)
             _, inserted = self._run(
                 "insert_event_delivery",
                 {
@@ -120,7 +127,7 @@ class InboxStore(SqlSeam):
                     "payload": payload,
                     "sender": sender,
                     "for_seq": for_seq,
-                    "state": state,
+                    "state": state.value,
                     "refusal": refusal,
                     "reason": reason,
                     "now": now,
@@ -130,14 +137,14 @@ class InboxStore(SqlSeam):
                 # Kept by another delivery after all (the insert's own conflict): a duplicate.
                 rows, _ = self._run("get_delivery", ids)
                 return delivery_from_row(rows[0]), False
-            if state == "PENDING":
+            if state is DeliveryState.PENDING:
                 self._run("wake_instance", {"instance_id": instance_id, "now": now})
             self._timeline(
                 instance_id,
                 instance.generation,
                 "inbox",
                 None,
-                state,
+                state.value,
                 now,
                 f"{name} {event_id}" + (f": {reason}" if reason else ""),
             )
@@ -167,12 +174,12 @@ class InboxStore(SqlSeam):
 
     @contextlib.contextmanager
     def _counted_when_full(self, refused: dict[str, Any]) -> Iterator[None]:
-        # Outside deliver's transaction: the refused one has rolled back when this counts.
+        # Counted once the refused delivery has rolled back, by every transaction the error
+        # leaves (see _write_transaction): the count stands whoever catches the error.
         try:
             yield
-        except InboxFullError:
-            with self._write_transaction():
-                self._run("count_inbox_refusal", refused)
+        except InboxFullError as exc:
+            exc.keep(lambda: self._send("count_inbox_refusal", refused))
             raise
 
     def inbox_refusals(self, instance_id: InstanceId) -> InboxRefusals | None:

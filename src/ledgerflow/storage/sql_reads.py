@@ -9,11 +9,8 @@ import json
 from collections.abc import Collection, Sequence
 
 from ledgerflow import limits
-from ledgerflow.model.ids import Generation, InstanceId, RunNumber, StepSeq, TenantId
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.model.routing import Served, served_json
-from ledgerflow.storage.access import InstanceQuery, VersionCount
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.access import InstanceQuery, VersionCount
+from ledgerflow.ledger.records import (
     ConsistencySignals,
     EffectRecord,
     InstanceRecord,
@@ -21,6 +18,9 @@ from ledgerflow.storage.records import (
     StepRecord,
     TimelineEntry,
 )
+from ledgerflow.model.ids import Generation, InstanceId, RunNumber, StepSeq, TenantId
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.routing import Served, served_json
 from ledgerflow.storage.rows import (
     Row,
     effect_from_row,

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from ledgerflow import limits
 from ledgerflow.errors import ConcurrencyError, StorageCorruptError
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import EffectRecord
 from ledgerflow.model.ids import EffectId
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import EffectRecord
 from ledgerflow.storage.rows import Row, effect_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 

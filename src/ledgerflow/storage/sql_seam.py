@@ -6,7 +6,8 @@ built on another. What one part needs from elsewhere is declared here, once, and
 owns it:
 
 - a dialect (:mod:`~ledgerflow.storage.sqlite`, :mod:`~ledgerflow.storage.postgres`) supplies
-  running a named query, a write transaction, a consistent read and a savepoint;
+  running a named query, a write transaction, a consistent read and a savepoint, the first two
+  joining a transaction already open on the thread (:meth:`SqlStore.transaction`);
 - :class:`~ledgerflow.storage.sql_store.SqlStore` supplies, once for all dialects, sending a
   checked statement, batching, the timeline and the checked step, effect and instance writes;
 - the parts offer each other the two hooks at the end (a claim's timeline entry, a flag).
@@ -23,15 +24,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ledgerflow.errors import LedgerflowError
-from ledgerflow.model.ids import Generation, InstanceId, WorkerId
-from ledgerflow.storage.audit import AuditEntry
-from ledgerflow.storage.records import (
+from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.records import (
     Commit,
     EffectWrite,
     InstanceRecord,
     InstanceWrite,
     StepWrite,
 )
+from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.storage.rows import Row
 
 
@@ -51,17 +52,24 @@ class SqlSeam(abc.ABC):
         """Run a named query; return its rows and the number of rows it changed."""
 
     @abc.abstractmethod
-    def _write_transaction(self) -> contextlib.AbstractContextManager[None]:
-        """A durable write transaction that holds the write lock from its first statement."""
+    def _dialect_write(self) -> contextlib.AbstractContextManager[None]:
+        """A durable write transaction that holds the write lock from its first statement;
+        inside one already open on this thread, a savepoint of it (the call is all or
+        nothing, and commits with the transaction around it)."""
 
     @abc.abstractmethod
     def _read(self) -> contextlib.AbstractContextManager[None]:
-        """A consistent read."""
+        """A consistent read; inside an open transaction, a read of it."""
 
     @abc.abstractmethod
     def _savepoint(self, name: str) -> contextlib.AbstractContextManager[None]: ...
 
     # -- SqlStore supplies for every dialect -------------------------------------------------
+
+    @abc.abstractmethod
+    def _write_transaction(self) -> contextlib.AbstractContextManager[None]:
+        """The dialect's write transaction (:meth:`_dialect_write`), which makes again, after
+        rolling back, the writes an error out of it asks to keep (``LedgerflowError.keep``)."""
 
     @abc.abstractmethod
     def _send(

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledgerflow.errors import ConcurrencyError, LedgerflowError, VersionRetiredError
+from ledgerflow.ledger.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.model.ids import Generation
-from ledgerflow.storage.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.storage.rows import Row, fields, instance_from_row
 from ledgerflow.storage.sql_claims import claim_params
 from ledgerflow.storage.sql_seam import RefusedError, SqlSeam
@@ -64,6 +64,19 @@ class StartStore(SqlSeam):
             f"instance id {new.instance_id} belongs to another business key",
             instance_id=new.instance_id,
         )
+
+    def _start_within(self, new: NewInstance, now: float) -> None:
+        """A start among another write's statements (a commit's :class:`StartInstance`): the
+        instance is inserted, or the one its business key started is kept if it is the same
+        start; otherwise the whole transaction is refused."""
+        record, created = self._start_one(new, None, now)
+        same = (record.workflow_name, record.workflow_version, record.input)
+        if not created and same != (new.workflow_name, new.workflow_version, new.input):
+            raise ConcurrencyError(
+                f"business key {new.business_key!r} already started {record.workflow_name} "
+                f"v{record.workflow_version} with another input or version",
+                instance_id=record.instance_id,
+            )
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():

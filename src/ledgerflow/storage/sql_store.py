@@ -24,6 +24,17 @@ from ledgerflow.errors import (
     LedgerflowError,
     StorageCorruptError,
 )
+from ledgerflow.ledger.records import (
+    Commit,
+    EffectWrite,
+    InstanceRecord,
+    InstanceWrite,
+    KeepTraceContext,
+    NoCancelRequest,
+    Release,
+    StartInstance,
+    StepWrite,
+)
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
     Generation,
@@ -32,16 +43,6 @@ from ledgerflow.model.ids import (
 )
 from ledgerflow.model.instance import FINAL_STATUSES, INSTANCE_MACHINE, InstanceStatus
 from ledgerflow.model.step import STEP_MACHINE, StepStatus
-from ledgerflow.storage.records import (
-    Commit,
-    EffectWrite,
-    InstanceRecord,
-    InstanceWrite,
-    KeepTraceContext,
-    NoCancelRequest,
-    Release,
-    StepWrite,
-)
 from ledgerflow.storage.rows import (
     Row,
     effect_invariant,
@@ -98,6 +99,38 @@ class SqlStore(
         self._q = queries
         # Per thread: the timeline entries a batch holds back until its end (see _batch).
         self._batched = threading.local()
+
+    # -- one transaction around many calls ----------------------------------------------------
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """A write transaction that every call on this store made inside it, on this thread,
+        joins: they commit together or not at all. Each call inside is still all or nothing
+        on its own (a savepoint): one that raises leaves nothing of itself, and the caller
+        decides whether the transaction goes on; an error out of the block rolls all back.
+        Blocks nest (the inner one a savepoint). Other threads wait for the outermost to end
+        (SQLite) or work beside it (PostgreSQL), as with any write.
+
+        Example::
+
+            with store.transaction():
+                delivered = engine.signal(instance_id, "approve", event_id="e-1")
+                store.append_audit(entry, now=now)  # on the record with the change, or neither
+        """
+        return self._write_transaction()
+
+    @contextlib.contextmanager
+    def _write_transaction(self) -> Iterator[None]:
+        try:
+            with self._dialect_write():
+                yield
+        except LedgerflowError as exc:
+            if exc.kept:
+                # After the rollback, in the transaction around this one (which makes them
+                # again if the error leaves it too) or, outermost, in a transaction of their own.
+                with self._dialect_write():
+                    for write in exc.kept:
+                        write()
+            raise
 
     # -- statements sent in batches (a dialect's pipeline hooks in at _pipeline) -------------
 
@@ -293,6 +326,8 @@ class SqlStore(
                 self._release(write, commit, now)
             elif isinstance(write, NoCancelRequest):
                 self._no_cancel_request(commit)
+            elif isinstance(write, StartInstance):
+                self._start_within(write.new, now)
             elif isinstance(write, KeepTraceContext):
                 self._send(
                     "keep_trace_context",

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.versions import InFlight, RetiredVersion, RetirementEvidence
 from ledgerflow.model.instance import FINAL_STATUSES
-from ledgerflow.storage.audit import AuditEntry
 from ledgerflow.storage.rows import record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
-from ledgerflow.storage.versions import InFlight, RetiredVersion, RetirementEvidence
 
 _FINAL = {s.value for s in FINAL_STATUSES}
 

@@ -8,12 +8,12 @@ so the registry stays bounded however many deploys pass.
 from __future__ import annotations
 
 from ledgerflow import limits
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.detection import UnservedCount, UnservedInstance
 from ledgerflow.model.ids import WorkerId
 from ledgerflow.model.routing import Served, served_json
 from ledgerflow.storage.rows import Row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
-from ledgerflow.storage.workers import WorkerRecord
 
 
 def _workers_from_rows(rows: list[Row]) -> list[WorkerRecord]:

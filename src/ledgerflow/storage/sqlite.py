@@ -86,6 +86,10 @@ class SqliteStore(SqlStore):
         # The runtime uses a store from one thread; the lock makes other callers (a CLI, a
         # sync client) safe too, since a sqlite3 connection must not be used concurrently.
         self._lock = threading.RLock()
+        # How deep the thread holding the lock is in transactions: the outermost began one,
+        # the calls inside join it (a write in a savepoint of its own).
+        self._depth = 0
+        self._writing = False
         self._conn = self._connect(on_open)
 
     def _connect(self, on_open: OnOpen) -> sqlite3.Connection:
@@ -269,30 +273,50 @@ class SqliteStore(SqlStore):
         return rows, cursor.rowcount
 
     @contextlib.contextmanager
-    def _write_transaction(self) -> Iterator[None]:
+    def _dialect_write(self) -> Iterator[None]:
         with self._lock:
+            if self._depth:
+                # Inside an open transaction (store.transaction()): this call's statements
+                # stand or fall together, and commit only with the transaction around them.
+                if not self._writing:
+                    raise StorageError("a write was asked for inside a read", path=self.path)
+                with self._joined(), self._savepoint(f"lf_call_{self._depth}"):
+                    yield
+                return
             self._execute("BEGIN IMMEDIATE")
+            self._depth, self._writing = 1, True
             try:
-                yield
-            except BaseException:
-                _rollback(self._conn)
-                raise
-            try:
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(self._conn)
-                raise _map_error(exc, self.path) from None
+                try:
+                    yield
+                except BaseException:
+                    _rollback(self._conn)
+                    raise
+                try:
+                    self._conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    _rollback(self._conn)
+                    raise _map_error(exc, self.path) from None
+            finally:
+                self._depth, self._writing = 0, False
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[None]:
         with self._lock:
+            if self._depth:
+                with self._joined():  # a read inside a transaction reads what it wrote
+                    yield
+                return
             self._execute("BEGIN DEFERRED")
+            self._depth = 1
             try:
-                yield
-            except BaseException:
-                _rollback(self._conn)
-                raise
-            self._execute("COMMIT")
+                try:
+                    yield
+                except BaseException:
+                    _rollback(self._conn)
+                    raise
+                self._execute("COMMIT")
+            finally:
+                self._depth = 0
 
     @contextlib.contextmanager
     def _savepoint(self, name: str) -> Iterator[None]:
@@ -304,6 +328,14 @@ class SqliteStore(SqlStore):
             self._conn.execute(f"RELEASE {name}")
             raise
         self._conn.execute(f"RELEASE {name}")
+
+    @contextlib.contextmanager
+    def _joined(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
 
     def close(self) -> None:
         with self._lock:

@@ -22,8 +22,39 @@ what it has no business calling:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
+from ledgerflow.ledger.access import (
+    ApiToken,
+    ConsoleSession,
+    IdempotencyRecord,
+    InstanceQuery,
+    VersionCount,
+)
+from ledgerflow.ledger.attention import (
+    AttentionFlag,
+    AttentionQuery,
+    EffectToSettle,
+    FlaggedInstance,
+    ParkedInstance,
+)
+from ledgerflow.ledger.audit import Adoption, AuditEntry, AuditQuery, AuditRecord, RepairWrite
+from ledgerflow.ledger.inbox import InboxEntry, InboxRefusals
+from ledgerflow.ledger.reconciliation import ReconciliationRun
+from ledgerflow.ledger.records import (
+    Commit,
+    ConsistencySignals,
+    Delivery,
+    EffectRecord,
+    InstanceRecord,
+    Journal,
+    NewInstance,
+    StartClaim,
+    TimelineEntry,
+)
+from ledgerflow.ledger.versions import InFlight, RetiredVersion, RetirementEvidence
+from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.detection import (
     DueInstance,
     HeldArrival,
@@ -35,36 +66,6 @@ from ledgerflow.model.detection import (
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.routing import Served
-from ledgerflow.storage.access import (
-    ApiToken,
-    ConsoleSession,
-    IdempotencyRecord,
-    InstanceQuery,
-    VersionCount,
-)
-from ledgerflow.storage.attention import (
-    AttentionFlag,
-    AttentionQuery,
-    EffectToSettle,
-    FlaggedInstance,
-    ParkedInstance,
-)
-from ledgerflow.storage.audit import Adoption, AuditEntry, AuditQuery, AuditRecord, RepairWrite
-from ledgerflow.storage.inbox import InboxEntry, InboxRefusals
-from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import (
-    Commit,
-    ConsistencySignals,
-    Delivery,
-    EffectRecord,
-    InstanceRecord,
-    Journal,
-    NewInstance,
-    StartClaim,
-    TimelineEntry,
-)
-from ledgerflow.storage.versions import InFlight, RetiredVersion, RetirementEvidence
-from ledgerflow.storage.workers import WorkerRecord
 
 
 class LedgerReads(Protocol):
@@ -371,6 +372,12 @@ class DetectionStore(LedgerReads, Protocol):
 class OperatorStore(DetectionStore, Protocol):
     """What the operators need: the ledgers and flags (the scan's part), the attention queue,
     audited repairs and reconciliation."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """A write transaction that every call on this store made inside it, on this thread,
+        joins: they commit together or not at all (each call still all or nothing on its own).
+        A change from outside commits with its audit record and its idempotent answer this way."""
+        ...
 
     def flags(self, instance_id: InstanceId) -> list[AttentionFlag]:
         """Every flag of one instance, open and cleared, oldest first."""

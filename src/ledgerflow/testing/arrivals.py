@@ -29,13 +29,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ledgerflow import limits
+from ledgerflow.ledger.records import EffectRecord, InstanceRecord, StepRecord
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.examples import Arrival, Events
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
-from ledgerflow.storage.records import EffectRecord, InstanceRecord, StepRecord
 from ledgerflow.storage.store import JournalStore
 from ledgerflow.testing.participants import ScriptedParticipant
 from ledgerflow.testing.plans import OutsideEvent, ScheduledPlan

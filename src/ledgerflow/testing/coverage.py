@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledgerflow.ledger.records import EffectRecord, InstanceRecord, Journal
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.definition import (
     EffectDeclaration,
@@ -48,7 +49,6 @@ from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import StepSeq
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.step import StepKind, StepStatus
-from ledgerflow.storage.records import EffectRecord, InstanceRecord, Journal
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.plans import Hit
 

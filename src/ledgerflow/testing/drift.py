@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from ledgerflow import limits
+from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.ids import InstanceId
@@ -24,7 +25,6 @@ from ledgerflow.runtime.adoption import ADOPT
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.replay import replay
 from ledgerflow.storage import open_store
-from ledgerflow.storage.audit import AuditQuery
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.oracle import Violation
 from ledgerflow.testing.participants import World

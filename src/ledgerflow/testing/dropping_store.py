@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ledgerflow.errors import StorageUnavailableError
+from ledgerflow.ledger.records import Commit, InstanceRecord
 from ledgerflow.model.ids import WorkerId
-from ledgerflow.storage.records import Commit, InstanceRecord
 from ledgerflow.storage.store import Store
 
 

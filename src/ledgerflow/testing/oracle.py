@@ -13,6 +13,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ledgerflow import limits
+from ledgerflow.ledger.audit import AuditQuery
+from ledgerflow.ledger.delivery import DeliveryState
+from ledgerflow.ledger.records import Delivery, EffectRecord, InstanceRecord, TimelineEntry
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import (
@@ -23,7 +27,7 @@ from ledgerflow.model.instance import (
 )
 from ledgerflow.model.machine import Machine
 from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
-from ledgerflow.storage.records import Delivery, EffectRecord, InstanceRecord, TimelineEntry
+from ledgerflow.operators import actions
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.participants import World
 
@@ -322,7 +326,7 @@ def requests_answered(snapshot: Snapshot) -> Iterable[Violation]:
                     f"{instance.cancel_outcome!r}, not {expected!r}",
                 )
         for delivery in snapshot.inbox.get(instance.instance_id, []):
-            if delivery.state == "PENDING":
+            if delivery.state is DeliveryState.PENDING:
                 yield Violation(
                     "event-answered",
                     instance.instance_id,
@@ -405,6 +409,47 @@ def doubt_parked_only_when_lookups_are_spent(
                 )
 
 
+def changes_audited(store: Store, *, limit: int = 100_000) -> list[Violation]:
+    """Every change made from outside has the audit record of the call that made it (the
+    design's invariant 7): each instance its start, each event in an inbox its signal or
+    callback (accepted or refused), each cancel request its cancel, all ``applied`` (a
+    refused delivery ``refused``). For a journal whose every start, signal, callback and
+    cancel came through the operators' service (the CLI, the HTTP API, the console): the
+    library's :class:`~ledgerflow.Engine` calls write no audit record."""
+    records = []
+    before: int | None = None
+    while True:
+        page = store.audit_records(AuditQuery(before_id=before, limit=limits.AUDIT_LIMIT_MAX))
+        records.extend(page)
+        if len(page) < limits.AUDIT_LIMIT_MAX:
+            break
+        before = page[0].audit_id
+    applied = {(r.kind, r.instance_id) for r in records if r.outcome == "applied"}
+    delivered = {
+        (r.instance_id, r.target)
+        for r in records
+        if r.kind in (actions.SIGNAL, actions.COMPLETE_EFFECT)
+        and r.outcome in ("applied", "refused")
+    }
+    found: list[Violation] = []
+    for instance in store.list_instances(limit=limit):
+        iid = instance.instance_id
+        if (actions.START, iid) not in applied:
+            found.append(Violation("changes_audited", iid, "started with no audit record"))
+        if instance.cancel_requested_at is not None and (actions.CANCEL, iid) not in applied:
+            found.append(Violation("changes_audited", iid, "a cancel request with no audit record"))
+        for event in store.inbox(iid):
+            if (iid, f"{event.name} {event.event_id}") not in delivered:
+                found.append(
+                    Violation(
+                        "changes_audited",
+                        iid,
+                        f"event {event.event_id!r} ({event.name}) kept with no audit record",
+                    )
+                )
+    return found
+
+
 def lost_wakeups(store: Store, *, now: float) -> list[Violation]:
     """I2 and I6 at a quiet moment (nothing is due ``now``): no waiting instance sleeps past
     what would move it on. Judged from the ledger's facts, not from the engine's own scan: an
@@ -427,7 +472,7 @@ def lost_wakeups(store: Store, *, now: float) -> list[Violation]:
             if e.state is EffectState.ACCEPTED
         }
         for delivery in store.inbox(instance.instance_id):
-            if delivery.state != "PENDING":
+            if delivery.state is not DeliveryState.PENDING:
                 continue
             if f"wait:{delivery.name}" in open_waits or delivery.name in awaited:
                 found.append(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ledgerflow.errors import FencedOutError
+from ledgerflow.ledger.records import Commit, Release
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.examples import Events, Example
@@ -41,7 +42,6 @@ from ledgerflow.runtime.faults import SimulatedCrash
 from ledgerflow.runtime.replay import ReplayContext
 from ledgerflow.runtime.worker import Worker
 from ledgerflow.storage import open_store
-from ledgerflow.storage.records import Commit, Release
 from ledgerflow.testing import oracle
 from ledgerflow.testing.arrivals import ArrivalDriver, event_at_hit
 from ledgerflow.testing.clock import FakeClock

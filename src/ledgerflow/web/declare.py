@@ -7,11 +7,11 @@ that runs before the handler (:func:`authorized`), into the OpenAPI document
 the route documents. A POST also takes an ``Idempotency-Key`` header, declared here.
 
 :func:`answer` carries out a state-changing call under its idempotency key (see
-:mod:`ledgerflow.operators.idempotency`): the first answer, error answers included, is stored
-and replayed; a server error frees the key; a key whose request died with its server is taken
-over by a retry after ``limits.IDEMPOTENCY_PENDING_SECONDS``. Two fault points (fault tests
-only, from ``LEDGERFLOW_FAULTS``; ``where`` carries ``key`` and ``path``) mark the windows a
-death can leave behind: ``api.after_key_claimed`` (the key is claimed, nothing carried out)
+:mod:`ledgerflow.operators.idempotency`): the key's claim, the change with its audit record
+and the answer commit in one transaction; the first answer, error answers included, is
+replayed; a server error or a death leaves nothing, the key free at once. Two fault points
+(fault tests only, from ``LEDGERFLOW_FAULTS``; ``where`` carries ``key`` and ``path``) lie
+inside that transaction: ``api.after_key_claimed`` (the key is claimed, nothing carried out)
 and ``api.before_answer_kept`` (the call is carried out, its answer not yet kept).
 """
 
@@ -230,24 +230,26 @@ def answer(request: Request, carry_out: Callable[[], Outcome]) -> Response:
     if key is None:
         return _response(*_outcome(request, carry_out))
     scoped: ScopedOperations = request.state.scoped
-    answers = server_of(request).operations.answers()
+    operations = server_of(request).operations
+    answers = operations.answers()
     scope = scoped.principal.token_id or scoped.principal.name
     target = request.url.path + ("?" + request.url.query if request.url.query else "")
     fingerprint = request_hash(request.method, target, request.scope.get(BODY_KEY, b""))
-    held = answers.claim(scope=scope, key=key, request=fingerprint)
-    if isinstance(held, Replay):
-        response = _response(held.status, json.loads(held.body))
-        response.headers[REPLAYED_HEADER] = "true"
-        return response
     where = {"key": key, "path": request.url.path}
-    faults.point("api.after_key_claimed", **where)
-    try:
+    # The claim, the change with its audit record, and the answer: one transaction. A death
+    # or a server error anywhere in it leaves none of them, and the key free for the retry.
+    with operations.transaction():
+        held = answers.claim(scope=scope, key=key, request=fingerprint)
+        if isinstance(held, Replay):
+            response = _response(held.status, json.loads(held.body))
+            response.headers[REPLAYED_HEADER] = "true"
+            return response
+        if faults.plan is not None:
+            faults.point("api.after_key_claimed", **where)
         status, body = _outcome(request, carry_out)
-    except BaseException:
-        answers.release(held)
-        raise
-    faults.point("api.before_answer_kept", **where)
-    answers.finish(held, status=status, body=encode(body).decode())
+        if faults.plan is not None:
+            faults.point("api.before_answer_kept", **where)
+        answers.finish(held, status=status, body=encode(body).decode())
     return _response(status, body)
 
 

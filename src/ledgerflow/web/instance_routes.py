@@ -28,6 +28,7 @@ from ledgerflow.operators.shapes import (
     overview_json,
     page_json,
     record_json,
+    refused,
     timeline_json,
 )
 from ledgerflow.web.declare import (
@@ -261,7 +262,7 @@ def _delivery_answer(request: Request, delivered: Delivered) -> Outcome:
     """202 accepted, 200 a repeat; a refused event (a repeat of one too) is a problem that
     carries the delivery as the inbox keeps it."""
     body = delivery_json(delivered)
-    refusal = delivered.delivery.refusal if delivered.delivery.state == "REJECTED" else None
+    refusal = delivered.delivery.refusal if refused(delivered) else None
     if refusal is None:
         return (202 if delivered.outcome is DeliveryOutcome.ACCEPTED else 200), body
     delivery = delivered.delivery

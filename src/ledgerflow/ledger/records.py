@@ -12,9 +12,10 @@ default JSON codec (an engine with another codec decodes the text with it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ledgerflow.deprecation import renamed
+from ledgerflow.ledger.delivery import DeliveryEvent, DeliveryState
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.ids import (
@@ -203,7 +204,7 @@ class StartClaim:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepWrite:
     """A step moved from ``expected`` by ``event`` to ``record`` (whose status the machine
-    gives: see :mod:`ledgerflow.storage.transitions`, which builds every write)."""
+    gives: see :mod:`ledgerflow.ledger.transitions`, which builds every write)."""
 
     record: StepRecord
     expected: StepStatus
@@ -254,6 +255,8 @@ class Release:
 class ConsumeDelivery:
     """A wait takes a pending event: it answers that wait (step ``seq``) and no other."""
 
+    event: ClassVar[DeliveryEvent] = DeliveryEvent.TAKE
+
     event_id: str
     seq: StepSeq
 
@@ -261,6 +264,8 @@ class ConsumeDelivery:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RejectDelivery:
     """A pending event the wait may not accept (its sender may not approve): kept, refused."""
+
+    event: ClassVar[DeliveryEvent] = DeliveryEvent.DECLINE
 
     event_id: str
     reason: str
@@ -288,6 +293,16 @@ class KeepTraceContext:
     trace_context: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartInstance:
+    """Another instance started in this commit's transaction (what a child workflow's start
+    will write beside its parent's step): inserted, or, if its business key started the same
+    workflow, version and input already, kept as it is. Committed with the commit's other
+    writes or not at all; a key that started something else refuses the whole commit."""
+
+    new: NewInstance
+
+
 Write = (
     StepWrite
     | EffectWrite
@@ -298,6 +313,7 @@ Write = (
     | NoPendingDelivery
     | NoCancelRequest
     | KeepTraceContext
+    | StartInstance
 )
 
 
@@ -312,7 +328,7 @@ class Delivery:
     sender: str | None
     for_seq: int | None
     received_at: float
-    state: str
+    state: DeliveryState
     reason: str | None
     consumed_seq: int | None = None
     # Why a REJECTED event was refused: "ended", "late" or "not-approver".

@@ -1,7 +1,7 @@
 """An instance's inbox as the operators page through it, and the events it refused for being
 full (internal).
 
-The inbox keeps every event it takes (:class:`~ledgerflow.storage.records.Delivery`, with its
+The inbox keeps every event it takes (:class:`~ledgerflow.ledger.records.Delivery`, with its
 payload); a page of it (:class:`InboxEntry`) shows each event's payload only up to
 ``limits.INBOX_PAYLOAD_SHOWN_BYTES_MAX`` bytes, and its size always, so that an instance's page
 stays small whatever its events carry. Events refused because the inbox was past its bounds

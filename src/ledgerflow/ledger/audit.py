@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledgerflow import limits
+from ledgerflow.ledger.records import EffectWrite, InstanceWrite, StepWrite
 from ledgerflow.model.ids import Generation, InstanceId
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.storage.records import EffectWrite, InstanceWrite, StepWrite
 
 AUDIT_OUTCOMES = ("applied", "no-op", "refused")
 

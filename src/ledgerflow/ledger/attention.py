@@ -4,7 +4,7 @@ An :class:`AttentionFlag` is an open or cleared flag on an instance. The queue r
 a person, as an :class:`AttentionQuery` selects, as :class:`ParkedInstance` and
 :class:`FlaggedInstance` rows, and for each instance the :class:`EffectToSettle` rows a repair
 settles. Their instance columns are plain values, not an
-:class:`~ledgerflow.storage.records.InstanceRecord`: a row damaged past reading as a record must
+:class:`~ledgerflow.ledger.records.InstanceRecord`: a row damaged past reading as a record must
 still reach the queue, which is where a person finds it.
 """
 

@@ -15,6 +15,14 @@ import enum
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ledgerflow.ledger.records import (
+    EffectRecord,
+    EffectWrite,
+    InstanceRecord,
+    InstanceWrite,
+    StepRecord,
+    StepWrite,
+)
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
 from ledgerflow.model.ids import (
     EffectId,
@@ -25,14 +33,6 @@ from ledgerflow.model.ids import (
 )
 from ledgerflow.model.instance import INSTANCE_MACHINE, InstanceEvent, InstanceStatus
 from ledgerflow.model.step import STEP_MACHINE, StepEvent, StepKind, StepStatus
-from ledgerflow.storage.records import (
-    EffectRecord,
-    EffectWrite,
-    InstanceRecord,
-    InstanceWrite,
-    StepRecord,
-    StepWrite,
-)
 
 
 class Keep(enum.Enum):
