@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, UnknownVersionError, UnknownWorkflowError
+from ledgerflow.model import arguments
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.defects import OnDefect, declared_names, is_business_failure
@@ -37,7 +38,11 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
 def check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or len(name) > limits.NAME_LENGTH_MAX:
+    if not isinstance(name, str):
+        raise RegistrationError(
+            f"a {kind} name is a string, e.g. 'payments', not {arguments.kind_of(name)}"
+        )
+    if not _NAME.match(name) or len(name) > limits.NAME_LENGTH_MAX:
         raise RegistrationError(
             f"{kind} name {name!r} must start with a letter or '_' and hold only letters, "
             f"digits, '_', '.', '-' (at most {limits.NAME_LENGTH_MAX} characters)"
@@ -142,8 +147,9 @@ class Participant:
         lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
     ) -> None:
         self.name = check_name("participant", name)
-        self.deduplicates = deduplicates
-        self.lookup_retry = lookup_retry
+        what = f"participant {name}"
+        self.deduplicates = arguments.flag(deduplicates, what=what, option="deduplicates")
+        self.lookup_retry = arguments.retry_policy(lookup_retry, what=what, option="lookup_retry")
         self.lookup_function: LookupFunction | None = None
         self.effects: dict[str, EffectDeclaration] = {}
 
@@ -173,33 +179,46 @@ class Participant:
         the participant calls back (``Engine.complete_effect``), and with no callback within
         that many seconds its outcome is UNKNOWN and settled like any other.
         """
+        if operation is not None and not isinstance(operation, str):
+            # `@payments.effect` without parentheses hands the function over as `operation`.
+            raise RegistrationError(
+                f"@{self.name}.effect is called with its options, e.g. "
+                f"@{self.name}.effect(classification='compensatable'), and takes an optional "
+                f"operation name as a string, not {arguments.kind_of(operation)}"
+            )
 
         def register(function: EffectFunction) -> EffectDeclaration:
             op = check_name("operation", operation or function.__name__)
+            what = f"effect {self.name}.{op}"
+            choices = ", ".join(repr(c.value) for c in Classification)
             if classification is None:
                 raise RegistrationError(
-                    f"effect {self.name}.{op} declares no classification; choose one of "
-                    + ", ".join(c.value for c in Classification)
+                    f"{what} declares no classification; choose one of {choices}"
+                )
+            if not isinstance(classification, str | Classification):
+                raise RegistrationError(
+                    f"{what}: classification= takes one of {choices} (or an lf.Classification), "
+                    f"not {arguments.kind_of(classification)}"
                 )
             try:
                 kind = Classification(classification)
             except ValueError:
                 raise RegistrationError(
-                    f"effect {self.name}.{op}: unknown classification {classification!r}"
+                    f"{what}: unknown classification {classification!r}; choose one of {choices}"
                 ) from None
             if op in self.effects:
-                raise RegistrationError(f"effect {self.name}.{op} is declared twice")
-            if timeout_seconds <= 0:
-                raise RegistrationError(f"effect {self.name}.{op}: timeout must be positive")
+                raise RegistrationError(f"{what} is declared twice")
             declaration = EffectDeclaration(
                 participant=self,
                 operation=op,
                 classification=kind,
                 function=function,
-                retry=retry,
-                timeout_seconds=timeout_seconds,
-                compensation=compensation,
-                completes_by_callback=completes_by_callback,
+                retry=arguments.retry_policy(retry, what=what),
+                timeout_seconds=_timeout(timeout_seconds, what),
+                compensation=arguments.compensation_name(compensation, effect=f"{self.name}.{op}"),
+                completes_by_callback=arguments.seconds(
+                    completes_by_callback, what=what, option="completes_by_callback", optional=True
+                ),
                 contract_version=contract_text(f"effect {self.name}.{op}", contract_version),
             )
             self.effects[op] = declaration
@@ -222,7 +241,14 @@ class Participant:
         classified forward-recovery-only. ``precondition`` is asked first, against the
         participant's current state (see :class:`~ledgerflow.participant.Precondition`).
         """
-        op = check_name("operation", operation)
+        where = f"@{self.name}.compensation"
+        op = check_name(
+            "operation", arguments.operation_name(operation, where=where, example="refund")
+        )
+        what = f"compensation {self.name}.{op}"
+        policy = arguments.retry_policy(retry, what=what)
+        timeout = _timeout(timeout_seconds, what)
+        check = arguments.function(precondition, what=what, option="precondition=")
 
         def register(function: EffectFunction) -> EffectDeclaration:
             if op in self.effects:
@@ -232,11 +258,11 @@ class Participant:
                 operation=op,
                 classification=Classification.FORWARD_RECOVERY_ONLY,
                 function=function,
-                retry=retry,
-                timeout_seconds=timeout_seconds,
+                retry=policy,
+                timeout_seconds=timeout,
                 compensation=None,
                 is_compensation=True,
-                precondition=precondition,
+                precondition=check,
             )
             self.effects[op] = declaration
             return declaration
@@ -256,8 +282,15 @@ class Participant:
 
     def lookup(self, function: LookupFunction) -> LookupFunction:
         """Register the function that answers whether a key was applied."""
+        arguments.function(function, what=f"@{self.name}.lookup", option="")
         self.lookup_function = function
         return function
+
+
+def _timeout(value: object, what: str) -> float:
+    timeout = arguments.seconds(value, what=what, option="timeout_seconds")
+    assert timeout is not None  # not optional
+    return timeout
 
 
 def contract_text(what: str, version: int | str | None) -> str | None:
@@ -311,13 +344,13 @@ def _defect_settings(
 def _checked_failures(
     workflow: str, declared: tuple[type[BaseException], ...] | list[type[BaseException]]
 ) -> tuple[type[BaseException], ...]:
-    found = tuple(declared)
-    for kind in found:
-        if not (isinstance(kind, type) and issubclass(kind, Exception)):
-            raise RegistrationError(
-                f"workflow {workflow}: business_failures must be exception classes, not {kind!r}"
-            )
-    return found
+    given: Any = declared  # checked, not trusted: a caller may pass one class, unlisted
+    if not isinstance(given, tuple | list):
+        raise RegistrationError(
+            f"workflow {workflow}: business_failures= takes a list of exception classes, e.g. "
+            f"business_failures=[OutOfStock], not {arguments.kind_of(given)}"
+        )
+    return tuple(arguments.exception_class(kind, workflow=workflow) for kind in given)
 
 
 def fingerprint_of(
@@ -387,6 +420,13 @@ class Registry:
         self.participants: dict[str, Participant] = {}
 
     def add_participant(self, participant: Participant) -> Participant:
+        """Add a participant the workflows of this registry change; return it."""
+        if not isinstance(participant, Participant):
+            raise RegistrationError(
+                "add_participant takes a Participant, e.g. "
+                "registry.add_participant(lf.Participant('payments')), not "
+                f"{arguments.kind_of(participant)}"
+            )
         known = self.participants.get(participant.name)
         if known is not None and known is not participant:
             raise RegistrationError(f"another participant is already named {participant.name!r}")
@@ -427,7 +467,17 @@ class Registry:
         """
         check_name("workflow", name)
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise RegistrationError(f"workflow {name}: version must be a positive integer")
+            raise RegistrationError(
+                f"workflow {name}: version= takes a positive integer, e.g. version=1, not "
+                f"{arguments.kind_of(version)}"
+            )
+        what = f"workflow {name}"
+        arguments.retry_policy(step_retry, what=what, option="step_retry")
+        arguments.retry_policy(defect_retry, what=what, option="defect_retry")
+        if config is not None and not isinstance(config, dict):
+            raise RegistrationError(
+                f"{what}: config= takes a dict of settings, not {arguments.kind_of(config)}"
+            )
         failures = _checked_failures(name, business_failures)
         defects = _checked_choice(name, "on_defect", OnDefect, on_defect)
         adopting = _checked_choice(name, "on_new_code", OnNewCode, on_new_code)
