@@ -53,8 +53,12 @@ def test_compensation_given_the_effect_it_undoes_says_pass_the_name() -> None:
     to pass the operation name as a string and quotes the string to write."""
     inventory, reserve = _inventory()
     message = _refused(lambda: inventory.compensation(reserve))
-    assert "@inventory.compensation takes the operation name as a string" in message
-    assert "not the effect inventory.reserve" in message
+    assert "@inventory.compensation takes the compensating operation's name as a string" in message
+    assert (
+        "e.g. @inventory.compensation('undo_reserve'), not the effect inventory.reserve" in message
+    )
+    assert "pass the operation name as a string" in message
+    assert "compensation='undo_reserve'" in message
 
 
 def test_compensation_without_parentheses_names_the_function_as_the_string() -> None:

@@ -40,7 +40,16 @@ def operation_name(value: object, *, where: str, example: str) -> str:
     instead is offered as the string to pass."""
     if isinstance(value, str):
         return value
-    offered = getattr(value, "operation", None) or getattr(value, "__name__", None)
+    undone = getattr(value, "operation", None)
+    if isinstance(undone, str):
+        # The effect to undo, given where the compensating operation's own name is taken.
+        example = f"undo_{undone}"
+        raise RegistrationError(
+            f"{where} takes the compensating operation's name as a string, e.g. "
+            f"{where}({example!r}), not {kind_of(value)}: pass the operation name as a "
+            f"string, and name it on the effect it undoes with compensation={example!r}"
+        )
+    offered = getattr(value, "__name__", None)
     hint = f"the operation name as a string, e.g. {where}({example!r})"
     if isinstance(offered, str) and offered:
         hint = f"the operation name as a string: {where}({offered!r})"
