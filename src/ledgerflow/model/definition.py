@@ -102,6 +102,8 @@ class EffectDeclaration:
     contract_version: str | None = None
 
     def describe(self) -> dict[str, Any]:
+        """The declaration as a JSON record: participant, operation, classification, retry policy,
+        timeout, compensation, deduplication, lookup and contract version."""
         return {
             "participant": self.participant.name,
             "operation": self.operation,
@@ -515,6 +517,8 @@ class Registry:
         return register
 
     def get(self, name: str, version: int | None = None) -> WorkflowDefinition:
+        """The definition of workflow ``name`` at ``version`` (the newest when ``None``);
+        UnknownWorkflowError or UnknownVersionError naming what is registered."""
         versions = self._workflows.get(name)
         if not versions:
             known = ", ".join(sorted(self._workflows)) or "none"
@@ -540,6 +544,7 @@ class Registry:
                     participant.compensation_of(declaration)
 
     def definitions(self) -> list[WorkflowDefinition]:
+        """Every registered workflow definition, all versions."""
         return [d for versions in self._workflows.values() for d in versions.values()]
 
     def served(self) -> tuple[Served, ...]:
@@ -559,6 +564,8 @@ class Registry:
         )
 
     def effect(self, participant: str, operation: str) -> EffectDeclaration:
+        """The declaration of ``participant.operation``; RegistrationError when none is
+        registered."""
         try:
             return self.participants[participant].effects[operation]
         except KeyError:

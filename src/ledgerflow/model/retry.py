@@ -87,6 +87,8 @@ class RetryPolicy:
         return timedelta(seconds=min(seconds, cap))
 
     def to_record(self) -> dict[str, Any]:
+        """The policy as a JSON record (durations in whole microseconds), as the ledger and
+        fingerprints keep it."""
         record: dict[str, Any] = {
             "attempts_max": self.attempts_max,
             # Whole microseconds: exact, where float seconds would round.
@@ -103,6 +105,7 @@ class RetryPolicy:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RetryPolicy:
+        """The policy a record written by :meth:`to_record` describes."""
         return cls(
             attempts_max=int(record["attempts_max"]),
             backoff_initial=timedelta(microseconds=int(record["backoff_initial_us"])),

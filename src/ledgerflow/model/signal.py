@@ -51,6 +51,7 @@ class Signal:
     received_at: float
 
     def to_record(self) -> dict[str, Any]:
+        """The signal as the JSON record the journal keeps."""
         return {
             "name": self.name,
             "payload": self.payload,
@@ -61,6 +62,7 @@ class Signal:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Signal:
+        """The signal a record written by :meth:`to_record` describes."""
         return cls(
             name=str(record["name"]),
             payload=record["payload"],

@@ -104,6 +104,7 @@ class StepRecord:
 
     @property
     def input_value(self) -> Any:
+        """The step's input snapshot, decoded."""
         return _decoded(self.input)
 
     @property
@@ -113,6 +114,7 @@ class StepRecord:
 
     @property
     def error_value(self) -> Any:
+        """The step's last error, decoded (``None`` when it has none)."""
         return _decoded(self.error)
 
 
@@ -146,6 +148,7 @@ class EffectRecord:
 
     @property
     def payload_value(self) -> Any:
+        """The effect's payload, decoded."""
         return _decoded(self.payload)
 
     @property
@@ -320,6 +323,7 @@ class Delivery:
 
     @property
     def payload_value(self) -> Any:
+        """The event's payload, decoded."""
         return _decoded(self.payload)
 
 
