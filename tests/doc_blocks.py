@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 RUN_SECONDS_MAX = 60
@@ -25,8 +26,10 @@ def blocks(text: str, language: str) -> list[str]:
 
 
 def fenced(text: str) -> list[tuple[str, str]]:
-    """Every fenced block of ``text`` as (language, body), in order."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)
+    """Every fenced block of ``text`` as (language, body), in order; a block indented under a
+    list item is read without its indentation."""
+    found = re.findall(r"^( *)```(\w*)\n(.*?)^\1```", text, re.S | re.M)
+    return [(language, textwrap.dedent(body)) for _, language, body in found]
 
 
 def reader_env() -> dict[str, str]:
