@@ -355,6 +355,26 @@ def _checked_failures(
     return tuple(arguments.exception_class(kind, workflow=workflow) for kind in given)
 
 
+def _check_workflow_options(
+    name: str, version: int, *, step_retry: object, defect_retry: object, config: object
+) -> None:
+    """The arguments of ``Registry.workflow`` that need no function: each wrong kind says what
+    to pass instead."""
+    check_name("workflow", name)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RegistrationError(
+            f"workflow {name}: version= takes a positive integer, e.g. version=1, not "
+            f"{arguments.kind_of(version)}"
+        )
+    what = f"workflow {name}"
+    arguments.retry_policy(step_retry, what=what, option="step_retry")
+    arguments.retry_policy(defect_retry, what=what, option="defect_retry")
+    if config is not None and not isinstance(config, dict):
+        raise RegistrationError(
+            f"{what}: config= takes a dict of settings, not {arguments.kind_of(config)}"
+        )
+
+
 def fingerprint_of(
     function: WorkflowFunction, *, name: str, version: int, schema: str, config: dict[str, Any]
 ) -> str:
@@ -467,19 +487,9 @@ class Registry:
         this code and takes it over, audited, only if the replay is clean; ``"pinned"`` leaves
         them for an operator's ``ledgerflow versions upgrade``.
         """
-        check_name("workflow", name)
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise RegistrationError(
-                f"workflow {name}: version= takes a positive integer, e.g. version=1, not "
-                f"{arguments.kind_of(version)}"
-            )
-        what = f"workflow {name}"
-        arguments.retry_policy(step_retry, what=what, option="step_retry")
-        arguments.retry_policy(defect_retry, what=what, option="defect_retry")
-        if config is not None and not isinstance(config, dict):
-            raise RegistrationError(
-                f"{what}: config= takes a dict of settings, not {arguments.kind_of(config)}"
-            )
+        _check_workflow_options(
+            name, version, step_retry=step_retry, defect_retry=defect_retry, config=config
+        )
         failures = _checked_failures(name, business_failures)
         defects = _checked_choice(name, "on_defect", OnDefect, on_defect)
         adopting = _checked_choice(name, "on_new_code", OnNewCode, on_new_code)
