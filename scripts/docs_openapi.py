@@ -53,7 +53,7 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> list[str]:
     if op.get("description"):
         lines += [op["description"].strip(), ""]
     if op.get("deprecated"):
-        lines += ["!!! warning \"Deprecated\"", "", ""]
+        lines += ['!!! warning "Deprecated"', "", ""]
     params = op.get("parameters", [])
     if params:
         lines += ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
@@ -97,8 +97,13 @@ def _schemas(document: dict[str, Any]) -> list[str]:
 
 
 def render(document: dict[str, Any]) -> str:
-    lines = [f"OpenAPI {document['openapi']}, {document['info']['title']} "
-             f"{document['info']['version']}.", "", "## Operations", ""]
+    lines = [
+        f"OpenAPI {document['openapi']}, {document['info']['title']} "
+        f"{document['info']['version']}.",
+        "",
+        "## Operations",
+        "",
+    ]
     for path, operations in document["paths"].items():
         for method, op in operations.items():
             lines += _operation(method, path, op)

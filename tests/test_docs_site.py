@@ -9,6 +9,7 @@ build itself (``bash scripts/docs``) runs in ``scripts/test``.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import re
 from pathlib import Path
@@ -116,3 +117,37 @@ def test_the_nav_holds_every_page_and_only_pages_that_exist() -> None:
     assert len(in_nav) == len(set(in_nav))
     pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
     assert set(in_nav) == pages
+
+
+def _hook(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_roles_hook_renders_sphinx_roles_as_code() -> None:
+    """Goal: a docstring's ``:class:`~a.B``` reads as ``B`` on the site, not ":class:B".
+    Method: the hook on the HTML mkdocstrings makes of one role of each form, and of an
+    example's lead-in ending "::"."""
+    roles = _hook("docs_roles")
+    html = (
+        "<p>Raises :class:<code>~ledgerflow.errors.EffectFailedError</code> or "
+        ":meth:<code>Engine.start</code>. Example::</p>"
+    )
+    assert roles.on_page_content(html) == (
+        "<p>Raises <code>EffectFailedError</code> or <code>Engine.start</code>. Example:</p>"
+    )
+
+
+def test_the_openapi_hook_renders_every_operation_of_the_app() -> None:
+    """Goal: the HTTP reference page holds every operation the app declares. Method: render
+    the app's document with the hook; each (method, path) has its heading."""
+    openapi = _hook("docs_openapi")
+    document = openapi._openapi()
+    page = openapi.render(document)
+    for path, operations in document["paths"].items():
+        for method in operations:
+            assert f"### `{method.upper()} {path}`" in page
