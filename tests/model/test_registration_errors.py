@@ -17,6 +17,7 @@ import pytest
 
 import ledgerflow as lf
 from ledgerflow.errors import RegistrationError
+from ledgerflow.participant import remote_participant
 
 
 def _inventory() -> tuple[lf.Participant, Any]:
@@ -192,3 +193,30 @@ def test_registry_arguments_say_what_they_take() -> None:
     for options, expected in cases:
         message = _refused(lambda options=options: registry.workflow(**options)(_flow))
         assert expected in message, (options, message)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"base_url": 8800}, "base_url takes the service's URL as a string, e.g."),
+        ({"base_url": "127.0.0.1:8800"}, "not '127.0.0.1:8800'"),
+        ({"operations": ["reserve"]}, "operations= takes a dict of operation name to"),
+        ({"compensations": [("book", "cancel")]}, "compensations= takes a dict of operation"),
+        ({"has_lookup": "yes"}, "has_lookup= takes True or False, not a str"),
+        ({"operations": {"reserve": "undoable"}}, "choose one of 'reversible'"),
+    ],
+    ids=["url-type", "url-scheme", "operations", "compensations", "has-lookup", "class"],
+)
+def test_remote_participant_arguments_say_what_they_take(
+    options: dict[str, Any], expected: str
+) -> None:
+    """Goal: ``remote_participant`` (ledgerflow.participant) says what to pass too, where a
+    list for a dict failed with an AttributeError. Method: one wrong value each."""
+    arguments: dict[str, Any] = {
+        "base_url": "http://127.0.0.1:8800",
+        "operations": {"reserve": "reversible"},
+        "deduplicates": False,
+        "has_lookup": True,
+        **options,
+    }
+    assert expected in _refused(lambda: remote_participant("inventory", **arguments))
