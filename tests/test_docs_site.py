@@ -151,3 +151,12 @@ def test_the_openapi_hook_renders_every_operation_of_the_app() -> None:
     for path, operations in document["paths"].items():
         for method in operations:
             assert f"### `{method.upper()} {path}`" in page
+
+
+def test_the_site_fetches_nothing_from_elsewhere() -> None:
+    """Goal: the site builds and reads without network access. Method: Material is told not to
+    load Google's fonts (``theme.font: false``), and no diagram fence asks for the Mermaid
+    script Material would fetch from a CDN (the state machines render as text)."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert config["theme"]["font"] is False
+    assert "custom_fences" not in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
