@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
-from ledgerflow.errors import RegistrationError
+from ledgerflow.errors import ConfigurationError, RegistrationError
 from ledgerflow.participant import remote_participant
 
 
@@ -220,3 +220,32 @@ def test_remote_participant_arguments_say_what_they_take(
         **options,
     }
     assert expected in _refused(lambda: remote_participant("inventory", **arguments))
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"backoff_initial": 0.1}, "backoff_initial= takes a datetime.timedelta, e.g."),
+        ({"backoff_max": 30}, "backoff_max= takes a datetime.timedelta"),
+        ({"attempts_max": "3"}, "attempts_max= takes an int, e.g. attempts_max=5"),
+        ({"backoff_multiplier": "2"}, "backoff_multiplier= takes a number"),
+        ({"retry_on": "timeout"}, "retry_on= takes a tuple of error names, e.g."),
+        ({"jitter": 1}, "jitter= takes True or False (got an int for jitter)"),
+    ],
+    ids=["initial", "max", "attempts", "multiplier", "retry-on", "jitter"],
+)
+def test_retry_policy_fields_of_the_wrong_kind_say_what_they_take(
+    options: dict[str, Any], expected: str
+) -> None:
+    """Goal: ``lf.RetryPolicy(backoff_initial=0.1)`` (seconds where a timedelta is taken)
+    failed with a TypeError comparing the two. Method: one wrong field each: a
+    ConfigurationError naming the field and the kind it takes."""
+    with pytest.raises(ConfigurationError) as refused:
+        lf.RetryPolicy(**options)
+    assert expected in str(refused.value)
+
+
+def test_retry_policy_takes_a_list_of_error_names_as_its_tuple() -> None:
+    """Goal: a list for ``retry_on`` keeps working, recorded as the tuple it is. Method:
+    build one from a list; it equals the one built from the tuple."""
+    assert lf.RetryPolicy(retry_on=["timeout"]) == lf.RetryPolicy(retry_on=("timeout",))
