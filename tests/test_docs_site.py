@@ -135,10 +135,11 @@ def test_the_roles_hook_renders_sphinx_roles_as_code() -> None:
     roles = _hook("docs_roles")
     html = (
         "<p>Raises :class:<code>~ledgerflow.errors.EffectFailedError</code> or "
-        ":meth:<code>Engine.start</code>. Example::</p>"
+        ":meth:<code>Engine.start</code>. Example::</p><p>::</p>\n<pre>tree</pre>"
     )
     assert roles.on_page_content(html) == (
         "<p>Raises <code>EffectFailedError</code> or <code>Engine.start</code>. Example:</p>"
+        "<pre>tree</pre>"
     )
 
 
