@@ -52,22 +52,31 @@ def check_name(kind: str, name: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EffectCall:
-    """What participant code receives for one dispatch of an effect."""
+    """What participant code receives for one dispatch of an effect (or a compensation)."""
 
     participant: str
+    """The participant's name."""
     operation: str
+    """The operation's name."""
     idempotency_key: IdempotencyKey
+    """The effect's key, derived from its identity: the same on every attempt and worker.
+    Pass it on to the service as its idempotency key."""
     effect_id: EffectId
+    """The effect's id in the ledger."""
     instance_id: InstanceId
+    """The instance the effect belongs to."""
     attempt: int
+    """This dispatch's attempt number (1 first); it never changes the key."""
     payload: Any
-    # Set for a compensation: the key and the evidence of the effect it undoes.
+    """What the workflow passed to ``ctx.effect`` (for a compensation: the original's)."""
     original_key: IdempotencyKey | None = None
+    """Set for a compensation: the key of the effect it undoes."""
     original_evidence: Any = None
-    # When the engine stops waiting for this attempt's answer (seconds since the epoch, on
-    # the engine's clock): past it the outcome is UNKNOWN, and a later answer is only kept as
-    # evidence. A participant may pass it on as its own deadline.
+    """Set for a compensation: the evidence (receipt) of the effect it undoes."""
     deadline_at: float | None = None
+    """When the engine stops waiting for this attempt's answer (seconds since the epoch, on
+    the engine's clock): past it the outcome is UNKNOWN, and a later answer is only kept as
+    evidence. A participant may pass it on as its own deadline."""
 
 
 EffectFunction = Callable[[EffectCall], Awaitable[Any]] | Callable[[EffectCall], Any]

@@ -100,7 +100,9 @@ class LookupAnswer:
     """
 
     verdict: LookupVerdict
+    """Applied, not applied, or unknown."""
     evidence: Any = None
+    """With an applied verdict: the participant's receipt, recorded as the effect's evidence."""
 
     @classmethod
     def applied(cls, evidence: Any) -> LookupAnswer:
