@@ -161,3 +161,20 @@ def test_the_site_fetches_nothing_from_elsewhere() -> None:
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     assert config["theme"]["font"] is False
     assert "custom_fences" not in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+
+
+def test_the_cli_hook_leaves_no_unset_marker_on_the_cli_page_only() -> None:
+    """Goal: the CLI reference shows no ``Sentinel.UNSET`` default (click's marker for "no
+    default", which mkdocs-click prints). Method: the hook on a cell of it, on the CLI page
+    and on another page."""
+    cli = _hook("docs_cli")
+
+    class Page:
+        def __init__(self, uri: str) -> None:
+            self.file = type("File", (), {"src_uri": uri})()
+
+    cell = "<tr><td><code>--json</code></td><td><code>Sentinel.UNSET</code></td></tr>"
+    assert cli.on_page_content(cell, page=Page("reference/cli.md")) == (
+        "<tr><td><code>--json</code></td><td></td></tr>"
+    )
+    assert cli.on_page_content(cell, page=Page("tutorial.md")) == cell
