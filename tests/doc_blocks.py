@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 
 RUN_SECONDS_MAX = 60
@@ -52,3 +53,60 @@ def run(
         timeout=seconds,
         check=False,
     )
+
+
+def spaced(line: str) -> str:
+    return " ".join(line.split())
+
+
+@dataclass
+class Session:
+    """A page read as a terminal session: the files its Python blocks write (a first line
+    ``# NAME.py`` names each; a second block of the same name continues it), its shell blocks
+    in order, and after each ``text`` block the lines that shell prints."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    shell: list[str] = field(default_factory=list)
+    expected: list[list[str]] = field(default_factory=list)
+
+
+def session_of(text: str) -> Session:
+    """The session a page describes; any other kind of block fails (a block nobody runs)."""
+    session = Session()
+    for language, body in fenced(text):
+        if language == "python":
+            name = re.match(r"# (\w+\.py)\n", body)
+            assert name is not None, f"a python block names no file: {body[:60]!r}"
+            assert not session.shell, f"{name.group(1)} is written after the session began"
+            session.files[name.group(1)] = session.files.get(name.group(1), "") + body
+        elif language == "sh":
+            session.shell.append(body)
+        elif language == "text":
+            assert session.shell, "a text block before any shell block"
+            lines = [spaced(line) for line in body.splitlines() if line.strip()]
+            session.expected.append(lines)
+        else:
+            raise AssertionError(f"a ```{language} block the test does not run: {body[:60]!r}")
+    return session
+
+
+def run_session(session: Session, folder: Path, *, seconds: float) -> None:
+    """Write the session's files into ``folder`` and run its shell blocks there as one bash
+    session (``set -euo pipefail``; background jobs killed when it ends, however it ends):
+    it must exit 0 and print each expected line, in order, spaces aside."""
+    for name, body in session.files.items():
+        (folder / name).write_text(body, encoding="utf-8")
+    script = "\n".join(
+        ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT", *session.shell]
+    )
+    done = run(folder, "bash", "-c", script, seconds=seconds)
+    log = folder / "worker.log"
+    workers = log.read_text(encoding="utf-8") if log.exists() else ""
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{workers}"
+    printed = [spaced(line) for line in done.stdout.splitlines()]
+    at = 0
+    for lines in session.expected:
+        for line in lines:
+            found = next((i for i in range(at, len(printed)) if line in printed[i]), None)
+            assert found is not None, f"{line!r} is not printed (after line {at}):\n{done.stdout}"
+            at = found + 1

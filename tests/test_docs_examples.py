@@ -1,6 +1,7 @@
 """The Python examples of the site's concept and how-to pages run as written (issue 24).
 
-The tutorial has its own test (tests/test_tutorial.py), which also runs its shell blocks; on
+The tutorial and the home page have their own test (tests/test_tutorial.py), which also runs
+their shell blocks; on
 the other pages the shell, TOML and YAML blocks show commands against the reader's own
 deployment (a PostgreSQL server, Prometheus, Grafana) and are not run, but every ```python
 block is: saved to a file in an empty folder and run by a fresh interpreter, exit 0 and
@@ -19,7 +20,7 @@ import pytest
 from doc_blocks import fenced, run
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = sorted([DOCS / "index.md", *DOCS.glob("concepts/*.md"), *DOCS.glob("how-to/*.md")])
+PAGES = sorted([*DOCS.glob("concepts/*.md"), *DOCS.glob("how-to/*.md")])
 EXAMPLES = [
     (page, n, body)
     for page in PAGES
