@@ -3,9 +3,8 @@
 The tutorial and the home page have their own test (tests/test_tutorial.py), which also runs
 their shell blocks; on the other pages the shell, TOML and YAML blocks show commands against
 the reader's own deployment (a PostgreSQL server, Prometheus, Grafana) and are not run, but
-every ```python
-block is: saved to a file in an empty folder and run by a fresh interpreter, exit 0 and
-nothing on stderr. A block whose first line names a ``test_*.py`` file is a test the page
+every ```python block is: saved to a file in an empty folder and run by a fresh interpreter,
+exit 0 and nothing on stderr. A block whose first line names a ``test_*.py`` file is a test the page
 tells the reader to put in their suite, so it is run by pytest, and must pass.
 """
 
