@@ -2,8 +2,9 @@
 
 ``ledgerflow`` and ``ledgerflow.participant`` are pinned by their ``__all__``;
 ``ledgerflow.errors`` (which has no ``__all__``) by its set of public error classes. Each error
-also keeps the promises of STYLE.md point 7: a unique stable code ``LFnnn``, a docstring, a place
-in the tree drawn in the module docstring, and a section in ``docs/errors.md``.
+also keeps the promises of docs/style.md point 7: a unique stable code ``LFnnn``, a
+docstring, a place in the tree drawn in the module docstring, and a section in
+``docs/errors.md``.
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ def test_internal_modules_say_they_are_internal() -> None:
     """Goal: everything outside the front doors says in its docstring that it is internal.
 
     Method: import the storage and model packages' modules and look for "internal" in their
-    package docstrings (STYLE.md point 2).
+    package docstrings (docs/style.md point 2).
     """
     for name in ("ledgerflow.model", "ledgerflow.storage"):
         module = importlib.import_module(name)

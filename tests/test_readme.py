@@ -21,25 +21,13 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
+from doc_blocks import blocks
+from doc_blocks import run as _run
 from ledgerflow.operators.service import local_actor
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 README_TEXT = README.read_text(encoding="utf-8")
-BLOCKS = re.findall(r"^```python\n(.*?)^```", README_TEXT, re.S | re.M)
-RUN_SECONDS_MAX = 60
-
-
-def _run(folder: Path, *command: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERFLOW_")}
-    return subprocess.run(
-        command,
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS_MAX,
-        check=False,
-    )
+BLOCKS = blocks(README_TEXT, "python")
 
 
 def test_the_readme_has_python_to_run() -> None:

@@ -1,4 +1,4 @@
-"""Ratchets on the shape of the code (STYLE.md), checked by reading the source, not running it.
+"""Ratchets on the shape of the code (docs/style.md), checked by reading the source, not running it.
 
 Each rule here was true when it was written; the allow-lists name every known exception with a
 reason and a ceiling, so an exception can shrink or go away but not grow, and a new one cannot
@@ -114,7 +114,7 @@ def test_sources_are_found() -> None:
 
 @pytest.mark.parametrize("path", sources(), ids=relative)
 def test_no_module_is_too_long(path: Path) -> None:
-    """Goal: one concept per module, a few hundred lines at most (STYLE.md point 3).
+    """Goal: one concept per module, a few hundred lines at most (docs/style.md point 3).
 
     Method: count the physical lines of the module.
     """
@@ -164,7 +164,8 @@ def test_database_drivers_are_imported_only_by_storage() -> None:
 
 
 def test_model_is_pure() -> None:
-    """Goal: model/ is the pure domain: no I/O, no clock, no SQL, no runtime (STYLE.md point 1).
+    """Goal: model/ is the pure domain: no I/O, no clock, no SQL, no runtime (docs/style.md
+    point 1).
 
     Method: every import of every model module is either another model module or on the
     allow-list (so socket, sqlite3, httpx, asyncio, os, time, random, logging, storage, runtime,
@@ -216,7 +217,7 @@ def test_no_vague_module_names() -> None:
 
 
 def test_dialects_define_the_same_queries_and_migrations() -> None:
-    """Goal: the same query names and migration numbers in every dialect (STYLE.md point 8).
+    """Goal: the same query names and migration numbers in every dialect (docs/style.md point 8).
 
     Method: for every dialect folder under storage/sql (today sqlite; postgres when it exists),
     compare its named queries and migration numbers with sqlite's.

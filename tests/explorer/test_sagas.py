@@ -48,7 +48,7 @@ def test_every_crash_point_of_a_compensating_saga(tmp_path: Path) -> None:
 
 def test_random_saga_failures(tmp_path: Path) -> None:
     """Seeds with crashes, lost replies, final refusals, cancel requests and signals anywhere,
-    over 20 concurrent trips: no violation, and every terminal state is one DESIGN.md allows
+    over 20 concurrent trips: no violation, and every terminal state is one docs/design.md allows
     for a saga."""
     explorer = Explorer(lambda: trip_scenario(trips=20), folder=tmp_path)
     misbehaviour = {

@@ -1,6 +1,6 @@
 """docs/state-machines.md cannot drift from the machines: its diagrams are regenerated here.
 
-The transition tables are the single source of truth (STYLE.md point 5). This test draws each
+The transition tables are the single source of truth (docs/style.md point 5). This test draws each
 machine as a mermaid state diagram from its table and requires the document to contain that
 exact block; when a table changes, the failure message prints the block to paste.
 """

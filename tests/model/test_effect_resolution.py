@@ -2,7 +2,7 @@
 
 :func:`resolve_unknown` is the whole decision. The full matrix of its inputs (no lookup or a
 lookup answering applied / not applied / unknown, a participant that deduplicates or not, an
-attempt left or not) is written out below from DESIGN.md step 4 of the effect protocol, and a
+attempt left or not) is written out below from docs/design.md step 4 of the effect protocol, and a
 property checks the safety rule over any number of attempts: a participant that does not
 deduplicate is never sent the key again unless its lookup proved the key was not applied.
 """

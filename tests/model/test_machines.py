@@ -1,6 +1,6 @@
-"""The instance, step and effect state machines, checked pair by pair against DESIGN.md.
+"""The instance, step and effect state machines, checked pair by pair against docs/design.md.
 
-The expected tables below are written out by hand from the meaning of each state in DESIGN.md,
+The expected tables below are written out by hand from the meaning of each state in docs/design.md,
 not read back from the machines, so a change to a machine's table has to be made twice (here
 and there) and reviewed as a change of meaning. Every (state, event) pair of each machine's
 enums is tried: listed pairs must give exactly the listed target, every other pair must be
@@ -39,7 +39,7 @@ StepEv = StepEvent
 Eff = EffectState
 EffEv = EffectEvent
 
-# -- the expected tables, from DESIGN.md ------------------------------------------------------
+# -- the expected tables, from docs/design.md ------------------------------------------------------
 
 # "Instance states": RUNNING may wait, succeed, fail (cleanly, after effects, after a pivot),
 # be cancelled or parked. WAITING holds nothing and may only wake, be cancelled or be parked.
@@ -225,7 +225,7 @@ def test_machine_name_table_and_terminal_set(
 
 
 def test_instance_terminal_statuses_are_the_designed_six() -> None:
-    """Goal: the module-level status sets match DESIGN.md.
+    """Goal: the module-level status sets match docs/design.md.
 
     Method: TERMINAL_STATUSES is the six terminal states; RUNNABLE_STATUSES (what a worker may
     claim) are the non-terminal states that hold work, i.e. everything but WAITING.

@@ -215,7 +215,7 @@ async def _apply(call: EffectCall) -> dict[str, Any]:
 
 
 def test_effect_without_classification_is_refused_naming_it() -> None:
-    """Goal: declaring nothing is an error at registration, not a default (DESIGN.md).
+    """Goal: declaring nothing is an error at registration, not a default (docs/design.md).
 
     Method: declare ``payments.charge`` without a classification; the RegistrationError names
     the effect and the participant keeps no declaration.

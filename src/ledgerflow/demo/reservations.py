@@ -6,7 +6,7 @@ Ledgerflow's journal), and an append-only record of every transition. It is a sa
 participant, not part of Ledgerflow's participant package: the saga tests and demos build their
 participants on it; it is not part of the public API.
 
-The promise it exists for is DESIGN.md's "an expiry and a confirmation cannot both win". Every
+The promise it exists for is docs/design.md's "an expiry and a confirmation cannot both win". Every
 transition is one conditional ``UPDATE`` on the reservation's current state *and* version, under
 ``BEGIN IMMEDIATE``::
 

@@ -105,6 +105,7 @@ class StepRecord:
 
     @property
     def input_value(self) -> Any:
+        """The step's input snapshot, decoded."""
         return _decoded(self.input)
 
     @property
@@ -114,6 +115,7 @@ class StepRecord:
 
     @property
     def error_value(self) -> Any:
+        """The step's last error, decoded (``None`` when it has none)."""
         return _decoded(self.error)
 
 
@@ -147,6 +149,7 @@ class EffectRecord:
 
     @property
     def payload_value(self) -> Any:
+        """The effect's payload, decoded."""
         return _decoded(self.payload)
 
     @property
@@ -336,6 +339,7 @@ class Delivery:
 
     @property
     def payload_value(self) -> Any:
+        """The event's payload, decoded."""
         return _decoded(self.payload)
 
 

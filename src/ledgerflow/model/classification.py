@@ -22,4 +22,6 @@ class Classification(enum.Enum):
 
     @property
     def is_pivot(self) -> bool:
+        """Whether a confirmed effect of this class is a pivot: forward-recovery-only, after which
+        the workflow only goes forward."""
         return self is Classification.FORWARD_RECOVERY_ONLY

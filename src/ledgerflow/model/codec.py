@@ -19,9 +19,11 @@ class Codec(Protocol):
 
     name: str
 
-    def encode(self, value: Any) -> str: ...
+    def encode(self, value: Any) -> str:
+        """A value as ledger text (inputs, outputs, payloads)."""
 
-    def decode(self, text: str) -> Any: ...
+    def decode(self, text: str) -> Any:
+        """The value ledger text written by :meth:`encode` holds."""
 
 
 class JsonCodec:
@@ -30,6 +32,8 @@ class JsonCodec:
     name = "json"
 
     def encode(self, value: Any) -> str:
+        """A JSON value as compact, key-sorted JSON text; PayloadError for anything that is not
+        JSON."""
         try:
             text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -45,6 +49,7 @@ class JsonCodec:
         return text
 
     def decode(self, text: str) -> Any:
+        """The JSON value of ledger text; PayloadError when it is not JSON."""
         try:
             return json.loads(text)
         except ValueError as exc:

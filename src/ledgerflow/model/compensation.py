@@ -86,12 +86,17 @@ class Precondition:
 
     @classmethod
     def holds(cls) -> Precondition:
+        """The participant's state allows the compensation: run it."""
         return cls(verdict=PreconditionVerdict.HOLDS)
 
     @classmethod
     def satisfied(cls, evidence: Any) -> Precondition:
+        """The compensation's outcome already holds (``evidence`` says how): it is settled without
+        running."""
         return cls(verdict=PreconditionVerdict.SATISFIED, evidence=evidence)
 
     @classmethod
     def violated(cls, reason: str) -> Precondition:
+        """The participant's state forbids the compensation (``reason``): the instance goes to an
+        operator."""
         return cls(verdict=PreconditionVerdict.VIOLATED, reason=reason)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, UnknownVersionError, UnknownWorkflowError
+from ledgerflow.model import arguments
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.defects import OnDefect, declared_names, is_business_failure
@@ -37,7 +38,11 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
 def check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or len(name) > limits.NAME_LENGTH_MAX:
+    if not isinstance(name, str):
+        raise RegistrationError(
+            f"a {kind} name is a string, e.g. 'payments', not {arguments.kind_of(name)}"
+        )
+    if not _NAME.match(name) or len(name) > limits.NAME_LENGTH_MAX:
         raise RegistrationError(
             f"{kind} name {name!r} must start with a letter or '_' and hold only letters, "
             f"digits, '_', '.', '-' (at most {limits.NAME_LENGTH_MAX} characters)"
@@ -47,22 +52,31 @@ def check_name(kind: str, name: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EffectCall:
-    """What participant code receives for one dispatch of an effect."""
+    """What participant code receives for one dispatch of an effect (or a compensation)."""
 
     participant: str
+    """The participant's name."""
     operation: str
+    """The operation's name."""
     idempotency_key: IdempotencyKey
+    """The effect's key, derived from its identity: the same on every attempt and worker.
+    Pass it on to the service as its idempotency key."""
     effect_id: EffectId
+    """The effect's id in the ledger."""
     instance_id: InstanceId
+    """The instance the effect belongs to."""
     attempt: int
+    """This dispatch's attempt number (1 first); it never changes the key."""
     payload: Any
-    # Set for a compensation: the key and the evidence of the effect it undoes.
+    """What the workflow passed to ``ctx.effect`` (for a compensation: the original's)."""
     original_key: IdempotencyKey | None = None
+    """Set for a compensation: the key of the effect it undoes."""
     original_evidence: Any = None
-    # When the engine stops waiting for this attempt's answer (seconds since the epoch, on
-    # the engine's clock): past it the outcome is UNKNOWN, and a later answer is only kept as
-    # evidence. A participant may pass it on as its own deadline.
+    """Set for a compensation: the evidence (receipt) of the effect it undoes."""
     deadline_at: float | None = None
+    """When the engine stops waiting for this attempt's answer (seconds since the epoch, on
+    the engine's clock): past it the outcome is UNKNOWN, and a later answer is only kept as
+    evidence. A participant may pass it on as its own deadline."""
 
 
 EffectFunction = Callable[[EffectCall], Awaitable[Any]] | Callable[[EffectCall], Any]
@@ -97,6 +111,8 @@ class EffectDeclaration:
     contract_version: str | None = None
 
     def describe(self) -> dict[str, Any]:
+        """The declaration as a JSON record: participant, operation, classification, retry policy,
+        timeout, compensation, deduplication, lookup and contract version."""
         return {
             "participant": self.participant.name,
             "operation": self.operation,
@@ -142,8 +158,9 @@ class Participant:
         lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
     ) -> None:
         self.name = check_name("participant", name)
-        self.deduplicates = deduplicates
-        self.lookup_retry = lookup_retry
+        what = f"participant {name}"
+        self.deduplicates = arguments.flag(deduplicates, what=what, option="deduplicates")
+        self.lookup_retry = arguments.retry_policy(lookup_retry, what=what, option="lookup_retry")
         self.lookup_function: LookupFunction | None = None
         self.effects: dict[str, EffectDeclaration] = {}
 
@@ -173,33 +190,46 @@ class Participant:
         the participant calls back (``Engine.complete_effect``), and with no callback within
         that many seconds its outcome is UNKNOWN and settled like any other.
         """
+        if operation is not None and not isinstance(operation, str):
+            # `@payments.effect` without parentheses hands the function over as `operation`.
+            raise RegistrationError(
+                f"@{self.name}.effect is called with its options, e.g. "
+                f"@{self.name}.effect(classification='compensatable'), and takes an optional "
+                f"operation name as a string, not {arguments.kind_of(operation)}"
+            )
 
         def register(function: EffectFunction) -> EffectDeclaration:
             op = check_name("operation", operation or function.__name__)
+            what = f"effect {self.name}.{op}"
+            choices = ", ".join(repr(c.value) for c in Classification)
             if classification is None:
                 raise RegistrationError(
-                    f"effect {self.name}.{op} declares no classification; choose one of "
-                    + ", ".join(c.value for c in Classification)
+                    f"{what} declares no classification; choose one of {choices}"
+                )
+            if not isinstance(classification, str | Classification):
+                raise RegistrationError(
+                    f"{what}: classification= takes one of {choices} (or an lf.Classification), "
+                    f"not {arguments.kind_of(classification)}"
                 )
             try:
                 kind = Classification(classification)
             except ValueError:
                 raise RegistrationError(
-                    f"effect {self.name}.{op}: unknown classification {classification!r}"
+                    f"{what}: unknown classification {classification!r}; choose one of {choices}"
                 ) from None
             if op in self.effects:
-                raise RegistrationError(f"effect {self.name}.{op} is declared twice")
-            if timeout_seconds <= 0:
-                raise RegistrationError(f"effect {self.name}.{op}: timeout must be positive")
+                raise RegistrationError(f"{what} is declared twice")
             declaration = EffectDeclaration(
                 participant=self,
                 operation=op,
                 classification=kind,
                 function=function,
-                retry=retry,
-                timeout_seconds=timeout_seconds,
-                compensation=compensation,
-                completes_by_callback=completes_by_callback,
+                retry=arguments.retry_policy(retry, what=what),
+                timeout_seconds=_timeout(timeout_seconds, what),
+                compensation=arguments.compensation_name(compensation, effect=f"{self.name}.{op}"),
+                completes_by_callback=arguments.seconds(
+                    completes_by_callback, what=what, option="completes_by_callback", optional=True
+                ),
                 contract_version=contract_text(f"effect {self.name}.{op}", contract_version),
             )
             self.effects[op] = declaration
@@ -222,7 +252,14 @@ class Participant:
         classified forward-recovery-only. ``precondition`` is asked first, against the
         participant's current state (see :class:`~ledgerflow.participant.Precondition`).
         """
-        op = check_name("operation", operation)
+        where = f"@{self.name}.compensation"
+        op = check_name(
+            "operation", arguments.operation_name(operation, where=where, example="refund")
+        )
+        what = f"compensation {self.name}.{op}"
+        policy = arguments.retry_policy(retry, what=what)
+        timeout = _timeout(timeout_seconds, what)
+        check = arguments.function(precondition, what=what, option="precondition=")
 
         def register(function: EffectFunction) -> EffectDeclaration:
             if op in self.effects:
@@ -232,11 +269,11 @@ class Participant:
                 operation=op,
                 classification=Classification.FORWARD_RECOVERY_ONLY,
                 function=function,
-                retry=retry,
-                timeout_seconds=timeout_seconds,
+                retry=policy,
+                timeout_seconds=timeout,
                 compensation=None,
                 is_compensation=True,
-                precondition=precondition,
+                precondition=check,
             )
             self.effects[op] = declaration
             return declaration
@@ -256,8 +293,15 @@ class Participant:
 
     def lookup(self, function: LookupFunction) -> LookupFunction:
         """Register the function that answers whether a key was applied."""
+        arguments.function(function, what=f"@{self.name}.lookup", option="")
         self.lookup_function = function
         return function
+
+
+def _timeout(value: object, what: str) -> float:
+    timeout = arguments.seconds(value, what=what, option="timeout_seconds")
+    assert timeout is not None  # not optional
+    return timeout
 
 
 def contract_text(what: str, version: int | str | None) -> str | None:
@@ -311,13 +355,33 @@ def _defect_settings(
 def _checked_failures(
     workflow: str, declared: tuple[type[BaseException], ...] | list[type[BaseException]]
 ) -> tuple[type[BaseException], ...]:
-    found = tuple(declared)
-    for kind in found:
-        if not (isinstance(kind, type) and issubclass(kind, Exception)):
-            raise RegistrationError(
-                f"workflow {workflow}: business_failures must be exception classes, not {kind!r}"
-            )
-    return found
+    given: Any = declared  # checked, not trusted: a caller may pass one class, unlisted
+    if not isinstance(given, tuple | list):
+        raise RegistrationError(
+            f"workflow {workflow}: business_failures= takes a list of exception classes, e.g. "
+            f"business_failures=[OutOfStock], not {arguments.kind_of(given)}"
+        )
+    return tuple(arguments.exception_class(kind, workflow=workflow) for kind in given)
+
+
+def _check_workflow_options(
+    name: str, version: int, *, step_retry: object, defect_retry: object, config: object
+) -> None:
+    """The arguments of ``Registry.workflow`` that need no function: each wrong kind says what
+    to pass instead."""
+    check_name("workflow", name)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RegistrationError(
+            f"workflow {name}: version= takes a positive integer, e.g. version=1, not "
+            f"{arguments.kind_of(version)}"
+        )
+    what = f"workflow {name}"
+    arguments.retry_policy(step_retry, what=what, option="step_retry")
+    arguments.retry_policy(defect_retry, what=what, option="defect_retry")
+    if config is not None and not isinstance(config, dict):
+        raise RegistrationError(
+            f"{what}: config= takes a dict of settings, not {arguments.kind_of(config)}"
+        )
 
 
 def fingerprint_of(
@@ -387,6 +451,13 @@ class Registry:
         self.participants: dict[str, Participant] = {}
 
     def add_participant(self, participant: Participant) -> Participant:
+        """Add a participant the workflows of this registry change; return it."""
+        if not isinstance(participant, Participant):
+            raise RegistrationError(
+                "add_participant takes a Participant, e.g. "
+                "registry.add_participant(lf.Participant('payments')), not "
+                f"{arguments.kind_of(participant)}"
+            )
         known = self.participants.get(participant.name)
         if known is not None and known is not participant:
             raise RegistrationError(f"another participant is already named {participant.name!r}")
@@ -425,9 +496,9 @@ class Registry:
         this code and takes it over, audited, only if the replay is clean; ``"pinned"`` leaves
         them for an operator's ``ledgerflow versions upgrade``.
         """
-        check_name("workflow", name)
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise RegistrationError(f"workflow {name}: version must be a positive integer")
+        _check_workflow_options(
+            name, version, step_retry=step_retry, defect_retry=defect_retry, config=config
+        )
         failures = _checked_failures(name, business_failures)
         defects = _checked_choice(name, "on_defect", OnDefect, on_defect)
         adopting = _checked_choice(name, "on_new_code", OnNewCode, on_new_code)
@@ -465,6 +536,8 @@ class Registry:
         return register
 
     def get(self, name: str, version: int | None = None) -> WorkflowDefinition:
+        """The definition of workflow ``name`` at ``version`` (the newest when ``None``);
+        UnknownWorkflowError or UnknownVersionError naming what is registered."""
         versions = self._workflows.get(name)
         if not versions:
             known = ", ".join(sorted(self._workflows)) or "none"
@@ -490,6 +563,7 @@ class Registry:
                     participant.compensation_of(declaration)
 
     def definitions(self) -> list[WorkflowDefinition]:
+        """Every registered workflow definition, all versions."""
         return [d for versions in self._workflows.values() for d in versions.values()]
 
     def served(self) -> tuple[Served, ...]:
@@ -509,6 +583,8 @@ class Registry:
         )
 
     def effect(self, participant: str, operation: str) -> EffectDeclaration:
+        """The declaration of ``participant.operation``; RegistrationError when none is
+        registered."""
         try:
             return self.participants[participant].effects[operation]
         except KeyError:

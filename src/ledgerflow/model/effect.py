@@ -100,18 +100,25 @@ class LookupAnswer:
     """
 
     verdict: LookupVerdict
+    """Applied, not applied, or unknown."""
     evidence: Any = None
+    """With an applied verdict: the participant's receipt, recorded as the effect's evidence."""
 
     @classmethod
     def applied(cls, evidence: Any) -> LookupAnswer:
+        """The key was applied; ``evidence`` (the participant's receipt) confirms the effect."""
         return cls(verdict=LookupVerdict.APPLIED, evidence=evidence)
 
     @classmethod
     def not_applied(cls) -> LookupAnswer:
+        """The key was not applied and never will be by an attempt up to the one asked about (the
+        participant fences them)."""
         return cls(verdict=LookupVerdict.NOT_APPLIED)
 
     @classmethod
     def unknown(cls) -> LookupAnswer:
+        """The participant cannot tell (yet): the engine asks again on the participant's
+        ``lookup_retry``."""
         return cls(verdict=LookupVerdict.UNKNOWN)
 
 

@@ -1,6 +1,6 @@
 """Identity types and how idempotency keys are derived from them.
 
-Every identity of DESIGN.md has its own type, so an effect id can never be passed where an
+Every identity of docs/design.md has its own type, so an effect id can never be passed where an
 instance id is expected. Keys are derived from identities only: the same effect always gets the
 same key, whatever the attempt, the worker or the process. Nothing here is random.
 """

@@ -1,6 +1,6 @@
 """The workflow instance: its states, the events that move it, and the failure verdict.
 
-DESIGN.md fixes the states. FAILED is allowed only when no effect was ever committed, so the
+docs/design.md fixes the states. FAILED is allowed only when no effect was ever committed, so the
 choice of terminal state after a workflow error is a pure function of what the ledger holds
 (:func:`failure_event`), never of what the workflow code would like.
 """

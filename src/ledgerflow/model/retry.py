@@ -48,6 +48,7 @@ class RetryPolicy:
     jitter: bool = True
 
     def __post_init__(self) -> None:
+        self._check_kinds()
         if not 1 <= self.attempts_max <= limits.ATTEMPTS_MAX:
             raise ConfigurationError(
                 f"attempts_max must be between 1 and {limits.ATTEMPTS_MAX}, got {self.attempts_max}"
@@ -56,6 +57,37 @@ class RetryPolicy:
             raise ConfigurationError("backoff_multiplier must be at least 1.0")
         if self.backoff_initial < timedelta(0) or self.backoff_max < self.backoff_initial:
             raise ConfigurationError("backoff must satisfy 0 <= backoff_initial <= backoff_max")
+
+    def _check_kinds(self) -> None:
+        """Each field of the wrong kind says what to pass (a float of seconds where a timedelta
+        is taken failed with a TypeError comparing the two)."""
+        given: dict[str, Any] = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        wrong = []
+        if not isinstance(given["attempts_max"], int) or isinstance(given["attempts_max"], bool):
+            wrong.append("attempts_max= takes an int, e.g. attempts_max=5")
+        for name in ("backoff_initial", "backoff_max"):
+            if not isinstance(given[name], timedelta):
+                wrong.append(
+                    f"{name}= takes a datetime.timedelta, e.g. {name}=timedelta(seconds=1)"
+                )
+        multiplier = given["backoff_multiplier"]
+        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float):
+            wrong.append("backoff_multiplier= takes a number, e.g. backoff_multiplier=2.0")
+        retry_on = given["retry_on"]
+        if isinstance(retry_on, list):  # a list reads as well; kept as the tuple it is recorded as
+            retry_on = tuple(retry_on)
+            object.__setattr__(self, "retry_on", retry_on)
+        if not isinstance(retry_on, tuple) or not all(isinstance(n, str) for n in retry_on):
+            wrong.append("retry_on= takes a tuple of error names, e.g. retry_on=('timeout',)")
+        if not isinstance(given["jitter"], bool):
+            wrong.append("jitter= takes True or False")
+        if wrong:
+            name = wrong[0].split("=", 1)[0]
+            got = type(given[name]).__name__
+            article = "an" if got[:1].lower() in "aeiou" else "a"
+            raise ConfigurationError(
+                f"RetryPolicy: {'; '.join(wrong)} (got {article} {got} for {name})"
+            )
 
     def retries(self, error_names: tuple[str, ...]) -> bool:
         """Whether an error (named by its class names and code) is one this policy retries."""
@@ -87,6 +119,8 @@ class RetryPolicy:
         return timedelta(seconds=min(seconds, cap))
 
     def to_record(self) -> dict[str, Any]:
+        """The policy as a JSON record (durations in whole microseconds), as the ledger and
+        fingerprints keep it."""
         record: dict[str, Any] = {
             "attempts_max": self.attempts_max,
             # Whole microseconds: exact, where float seconds would round.
@@ -103,6 +137,7 @@ class RetryPolicy:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RetryPolicy:
+        """The policy a record written by :meth:`to_record` describes."""
         return cls(
             attempts_max=int(record["attempts_max"]),
             backoff_initial=timedelta(microseconds=int(record["backoff_initial_us"])),

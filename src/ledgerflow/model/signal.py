@@ -39,18 +39,30 @@ def not_approver(sender: str | None, event: str, approvers: Sequence[str]) -> st
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Signal:
-    """An event that answered a wait: a signal, a callback or an approval.
+    """An event that answered a wait: what ``ctx.wait_for`` and ``ctx.wait_for_approval``
+    return.
 
-    ``sender`` is the identity the deliverer gave (for an approval, the approver).
+    Example::
+
+        decision = await ctx.wait_for_approval("approval", approvers=["alice"], timeout=3600)
+        if not decision.payload["approved"]:
+            raise ledgerflow.BusinessFailure(f"{decision.sender} declined")
     """
 
     name: str
+    """The event's name, as the wait asked for it."""
     payload: Any
+    """What the sender sent (JSON); ``None`` when nothing was."""
     event_id: str
+    """The delivery's id: a delivery repeated with it is one event."""
     sender: str | None
+    """Who sent it, as the deliverer named them: for an approval, the approver (over HTTP the
+    token's name); ``None`` when no sender was named."""
     received_at: float
+    """When the journal received it (seconds since the epoch)."""
 
     def to_record(self) -> dict[str, Any]:
+        """The signal as the JSON record the journal keeps."""
         return {
             "name": self.name,
             "payload": self.payload,
@@ -61,6 +73,7 @@ class Signal:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Signal:
+        """The signal a record written by :meth:`to_record` describes."""
         return cls(
             name=str(record["name"]),
             payload=record["payload"],

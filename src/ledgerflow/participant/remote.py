@@ -35,7 +35,8 @@ from urllib.parse import quote
 
 import httpx
 
-from ledgerflow.errors import EffectRejectedError
+from ledgerflow.errors import EffectRejectedError, RegistrationError
+from ledgerflow.model import arguments
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, Participant
@@ -339,6 +340,7 @@ def remote_participant(
     compensation, whether it still holds. ``lookup_retry`` says how often and how soon a lookup
     that could not reach the service is asked again before the doubt goes to a person.
     """
+    _check_remote_arguments(name, base_url, operations, compensations, has_lookup=has_lookup)
     participant = RemoteParticipant(
         name,
         base_url,
@@ -367,6 +369,36 @@ def remote_participant(
     if has_lookup:
         participant.lookup(participant.ask)
     return participant
+
+
+def _check_remote_arguments(
+    name: str, base_url: object, operations: object, compensations: object, *, has_lookup: object
+) -> None:
+    """What ``remote_participant`` is given, each wrong kind refused with what to pass."""
+    what = f"remote participant {name}"
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise RegistrationError(
+            f"{what}: base_url takes the service's URL as a string, e.g. "
+            f"'http://127.0.0.1:8800', not {_described(base_url)}"
+        )
+    if not isinstance(operations, Mapping) or not operations:
+        raise RegistrationError(
+            f"{what}: operations= takes a dict of operation name to classification, e.g. "
+            f"operations={{'reserve': 'reversible'}}, not {_described(operations)}"
+        )
+    if compensations is not None and not isinstance(compensations, Mapping):
+        raise RegistrationError(
+            f"{what}: compensations= takes a dict of operation name to the name of the "
+            f"operation that undoes it, e.g. compensations={{'book': 'cancel'}}, not "
+            f"{arguments.kind_of(compensations)}"
+        )
+    arguments.flag(has_lookup, what=what, option="has_lookup")
+
+
+def _described(value: object) -> str:
+    if isinstance(value, str):
+        return repr(value)  # a short string the caller typed: quoting it is the clearest
+    return arguments.kind_of(value)
 
 
 def _effect_function(

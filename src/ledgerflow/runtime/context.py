@@ -71,18 +71,22 @@ class WorkflowContext:
 
     @property
     def instance_id(self) -> InstanceId:
+        """The id of the instance this code runs for."""
         return self._session.instance_id
 
     @property
     def business_key(self) -> BusinessKey:
+        """The business key the instance was started under."""
         return self._session.instance.business_key
 
     @property
     def tenant(self) -> TenantId:
+        """The tenant the instance belongs to."""
         return self._session.instance.tenant
 
     @property
     def steps_taken(self) -> int:
+        """How many journal positions the code has taken so far in this run."""
         return self._seq
 
     def _in_program_order(self, what: str) -> None:

@@ -61,6 +61,7 @@ class Started:
 
     @property
     def instance_id(self) -> InstanceId:
+        """The id of the instance started (or found again under its business key)."""
         return self.instance.instance_id
 
 

@@ -139,6 +139,7 @@ class Engine:
         await self.close()
 
     async def close(self) -> None:
+        """Close the journal; ``async with Engine(...)`` does it on leaving."""
         await asyncio.to_thread(self._store_thread.close)
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -174,6 +175,7 @@ class Engine:
         return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
+        """The instance's record now; InstanceNotFoundError when there is none."""
         record = await self._store_thread.get(InstanceId(instance_id))
         if record is None:
             raise InstanceNotFoundError(instance_id=instance_id)
@@ -357,12 +359,16 @@ class Engine:
         tenant: str | None = None,
         limit: int = 100,
     ) -> list[InstanceRecord]:
+        """Instances, newest first, at most ``limit``, filtered by status, workflow name and
+        tenant."""
         records: list[InstanceRecord] = await self._call(
             self._core.list, status=status, workflow=workflow, tenant=tenant, limit=limit
         )
         return records
 
     async def detail(self, instance_id: str) -> InstanceDetail:
+        """Everything the ledgers hold about an instance: its record, steps, effects, inbox and
+        timeline."""
         return await asyncio.to_thread(detail_of, self.store, instance_id)
 
     def worker(

@@ -75,6 +75,8 @@ class FaultRule:
     delay_seconds: float = 0.0
 
     def matches(self, name: str, where: dict[str, Any]) -> bool:
+        """Whether this rule fires at fault point ``name`` with these details (and has times
+        left)."""
         return (
             self.times > 0
             and self.point == name
@@ -90,6 +92,8 @@ class FaultPlan:
     fired: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def hit(self, name: str, where: dict[str, Any]) -> None:
+        """Called at fault point ``name``: carry out the first rule that matches (kill, crash,
+        raise...)."""
         for rule in self.rules:
             if rule.matches(name, where):
                 rule.times -= 1
@@ -107,6 +111,8 @@ class FaultPlan:
 
     @classmethod
     def from_json(cls, text: str) -> FaultPlan:
+        """A plan from JSON: a list of rules with ``point``, ``action``, optional ``match`` and
+        ``times``."""
         rules = []
         for item in json.loads(text):
             rule = FaultRule(

@@ -242,6 +242,7 @@ class Metrics:
     # -- what the runtime reports ------------------------------------------------------------
 
     def started(self, workflow: str, version: int) -> None:
+        """Count an instance started (called by the engine)."""
         self._child(self.instances_started, workflow, str(version)).inc()
 
     def unserved(self, counts: Mapping[Served, int]) -> None:
@@ -257,6 +258,7 @@ class Metrics:
         self._unserved_labels = set(labels)
 
     def adopted(self, instance: InstanceRecord) -> None:
+        """Count an instance adopted by newer code after a clean replay (called by the worker)."""
         self._child(
             self.instances_adopted, instance.workflow_name, str(instance.workflow_version)
         ).inc()
@@ -280,6 +282,7 @@ class Metrics:
                     self.ended(workflow, version, write.status)
 
     def ended(self, workflow: str, version: str, status: InstanceStatus) -> None:
+        """Count an instance that reached an ending (called by the worker)."""
         self._child(self.instances_ended, workflow, version, status.value).inc()
 
     def _effect(self, write: EffectWrite) -> None:
@@ -316,22 +319,28 @@ class Metrics:
                 self.takeovers.labels(*labels).inc()
 
     def fenced(self, instance: InstanceRecord) -> None:
+        """Count a write refused because its owner's generation was stale."""
         self.stale_writes.labels(instance.workflow_name, str(instance.workflow_version)).inc()
 
     def lease_lost(self, reason: str) -> None:
+        """Count a lease this worker lost, by reason."""
         self.leases_lost.labels(reason).inc()
 
     def lease_retaken(self) -> None:
+        """Count a lapsed lease of this worker's own that it renewed."""
         self.leases_retaken.inc()
 
     def group_committed(self, *, size: int, seconds: float) -> None:
+        """Observe one group commit: how many writes it held and how long it took."""
         self.commit_batch.observe(size)
         self.commit_seconds.observe(seconds)
 
     def delivered(self, outcome: str) -> None:
+        """Count an event delivered to an inbox, by outcome."""
         self._child(self.inbox, outcome).inc()
 
     def reconciled(self, *, matched: int, corrected: int, escalated: int, unreachable: int) -> None:
+        """Count one reconciliation pass's actions (matched, corrected, escalated, unreachable)."""
         for action, n in (
             ("matched", matched),
             ("corrected", corrected),
@@ -366,6 +375,8 @@ class Metrics:
         return read_at is None or time.monotonic() - read_at >= self.signals_seconds
 
     def signals(self, signals: ConsistencySignals, *, now: float) -> None:
+        """Set the consistency gauges (parked, flagged, UNKNOWN outcomes and their age) from a
+        reading of the journal."""
         self._signals_read_at = time.monotonic()
         _set_by_reason(self.parked, signals.parked_by_reason)
         _set_by_reason(self.flagged, signals.flagged_by_reason)

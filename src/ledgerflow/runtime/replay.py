@@ -86,6 +86,7 @@ class ReplayVerdict:
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The verdict as plain data."""
         return dataclasses.asdict(self)
 
 

@@ -67,6 +67,7 @@ class SyncEngine:
         self.close()
 
     def close(self) -> None:
+        """Close the journal; ``with SyncEngine(...)`` does it on leaving."""
         self.store.close()
 
     def start(
@@ -78,6 +79,8 @@ class SyncEngine:
         version: int | None = None,
         tenant: str | None = None,
     ) -> Started:
+        """Start ``workflow`` for business key ``key``, or return the instance that key already
+        started (see :meth:`Engine.start`)."""
         _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
         started = self._core.start(new, now=time.time())
         if self.metrics is not None and started.created:
@@ -85,6 +88,7 @@ class SyncEngine:
         return started
 
     def get(self, instance_id: str) -> InstanceRecord:
+        """The instance's record now; InstanceNotFoundError when there is none."""
         return self._core.get(instance_id)
 
     def signal(
@@ -98,6 +102,8 @@ class SyncEngine:
         for_step: int | None = None,
         run: int | None = None,
     ) -> Delivered:
+        """Deliver a signal, callback or approval to an instance; safe to repeat with the same
+        ``event_id`` (see :meth:`Engine.signal`)."""
         return self._counted(
             self._core.signal(
                 instance_id,
@@ -117,6 +123,8 @@ class SyncEngine:
         return delivered
 
     def delivery(self, instance_id: str, event_id: str) -> Delivery:
+        """What became of the event ``event_id`` delivered to the instance (kept, taken or refused,
+        and why)."""
         return self._core.delivery(instance_id, event_id)
 
     def complete_effect(
@@ -128,6 +136,8 @@ class SyncEngine:
         reason: str | None = None,
         event_id: str | None = None,
     ) -> Delivered:
+        """Complete an asynchronous effect (``completes_by_callback=``) by its idempotency key,
+        applied or not (see :meth:`Engine.complete_effect`)."""
         return self._counted(
             self._core.complete_effect(
                 idempotency_key,
@@ -146,11 +156,15 @@ class SyncEngine:
         tenant: str | None = None,
         in_flight_max: int | None,
     ) -> None:
+        """Hold the instances in flight of a workflow or a tenant to ``in_flight_max`` across every
+        worker (``None`` lifts the limit)."""
         self._core.set_concurrency_limit(
             workflow=workflow, tenant=tenant, in_flight_max=in_flight_max
         )
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:
+        """Request the instance's cancellation and return its record; durable and idempotent (see
+        :meth:`Engine.cancel`)."""
         return self.request_cancel(instance_id, reason=reason, compensate=compensate).instance
 
     def request_cancel(
@@ -161,6 +175,8 @@ class SyncEngine:
         return self._core.cancel(instance_id, reason=reason, compensate=compensate, now=time.time())
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
+        """Wait up to ``timeout`` seconds for the instance to end or park; its record then. A
+        worker elsewhere must run it."""
         deadline = time.monotonic() + timeout
         pause = RESULT_POLL_SECONDS_MIN
         while True:
@@ -176,6 +192,8 @@ class SyncEngine:
             pause = min(pause * 2, RESULT_POLL_SECONDS_MAX)
 
     def result(self, instance_id: str, *, timeout: float = 60.0) -> Any:
+        """The instance's result once it succeeded; WorkflowError with the cause when it ended
+        otherwise, ResultTimeoutError after ``timeout``."""
         return self._core.outcome(self.wait(instance_id, timeout=timeout))
 
     def list(
@@ -186,7 +204,11 @@ class SyncEngine:
         tenant: str | None = None,
         limit: int = 100,
     ) -> list[InstanceRecord]:
+        """Instances, newest first, at most ``limit``, filtered by status, workflow name and
+        tenant."""
         return self._core.list(status=status, workflow=workflow, tenant=tenant, limit=limit)
 
     def detail(self, instance_id: str) -> InstanceDetail:
+        """Everything the ledgers hold about an instance: its record, steps, effects, inbox and
+        timeline."""
         return detail_of(self.store, instance_id)

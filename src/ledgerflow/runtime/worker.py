@@ -215,6 +215,7 @@ class Worker:
 
     @property
     def in_flight(self) -> int:
+        """How many instances this worker is driving now."""
         return len(self._running)
 
     def cancel_requested(self, instance_id: InstanceId) -> None:

@@ -30,6 +30,7 @@ class FakeClock:
         self._order = itertools.count()
 
     def now(self) -> float:
+        """The simulated time, in seconds since the epoch."""
         return self._now
 
     def advance(self, seconds: float) -> None:
@@ -40,6 +41,7 @@ class FakeClock:
         self._wake_due()
 
     def advance_to(self, at: float) -> None:
+        """Move the clock forward to ``at`` (never back), waking the sleepers due."""
         if at > self._now:
             self.advance(at - self._now)
 
@@ -49,6 +51,8 @@ class FakeClock:
         self._wake_due()
 
     async def sleep(self, seconds: float) -> None:
+        """Sleep on the simulated clock: returns when the clock is moved past the due time (at once
+        with ``autojump``)."""
         if self.autojump:
             self._now += max(0.0, seconds)
             self._wake_due()

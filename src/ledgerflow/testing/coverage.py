@@ -1,7 +1,7 @@
 """Coverage: which effects, compensations, waits and pivots of a workflow the runs reached
 (internal).
 
-A verification report may only claim what was explored (DESIGN.md, invariant 9), so every run
+A verification report may only claim what was explored (docs/design.md, invariant 9), so every run
 of the explorer is read back after quiescence: for each item of the workflow, whether the run
 reached it (its intent, its wait or its compensation is in a journal), completed it, crashed
 at it (a crash or an engine error fired at one of its fault points) and recovered past it

@@ -82,6 +82,7 @@ class Summary:
     paths_unexplored: int = 0
 
     def add(self, result: RunResult) -> None:
+        """Count one run's figures and keep it if it failed."""
         self.runs += 1
         self.executions += result.executions
         self.crashes += result.crashes
@@ -99,6 +100,7 @@ class Summary:
 
     @property
     def violations(self) -> int:
+        """How many invariant violations the failed runs found."""
         return sum(len(r.violations) for r in self.failures)
 
     @property
@@ -108,9 +110,11 @@ class Summary:
         return self.coverage.non_vacuity
 
     def shortest_failure(self) -> RunResult | None:
+        """The failed run with the fewest faults and hits: the one to replay first."""
         return min(self.failures, key=lambda r: (len(r.fired), len(r.hits)), default=None)
 
     def figures(self) -> dict[str, object]:
+        """The summary's figures as plain data."""
         return {
             "mode": self.mode,
             "runs": self.runs,
@@ -220,6 +224,9 @@ class Explorer:
         return _Paths(found, unexplored=len(queue))
 
     async def exhaustive(self, *, depth: int = 2, progress: Progress | None = None) -> Summary:
+        """Explore every path, crashing the worker at every fault point hit (and again during
+        recovery, to ``depth``), refusing each effect, and delivering each arrival at every hit;
+        the summary of all runs."""
         started = time.monotonic()
         summary = Summary(mode=f"exhaustive depth {depth}")
         paths = await self.paths()
@@ -298,6 +305,8 @@ class Explorer:
         lookup_unreachable: float = DEFAULT_LOOKUP_UNREACHABLE,
         progress: Progress | None = None,
     ) -> Summary:
+        """Run one seeded random fault schedule per seed over concurrent instances; the summary of
+        all runs."""
         started = time.monotonic()
         summary = Summary(mode="random")
         for seed in seeds:
@@ -360,10 +369,12 @@ class SeedBank:
         self.path = path
 
     def seeds(self) -> list[int]:
+        """The seeds kept in the bank's file (none when it does not exist)."""
         if not self.path.exists():
             return []
         return [int(s) for s in json.loads(self.path.read_text())["seeds"]]
 
     def add(self, seed: int) -> None:
+        """Keep ``seed`` in the bank's file."""
         seeds = sorted({*self.seeds(), seed})
         self.path.write_text(json.dumps({"seeds": seeds}, indent=2) + "\n")

@@ -1,4 +1,4 @@
-"""The oracle: the invariants of DESIGN.md, checked after a run from the store and from the
+"""The oracle: the invariants of docs/design.md, checked after a run from the store and from the
 participants' own records.
 
 Nothing here trusts the engine's account alone: an effect the ledger calls CONFIRMED must be

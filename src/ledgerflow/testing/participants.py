@@ -120,6 +120,8 @@ class World:
     def record(
         self, participant: str, operation: str, key: str, attempt: int, payload: Any
     ) -> None:
+        """Record one application of an effect at a participant (the world's own record, which the
+        oracle reads)."""
         self.applications.append(
             Application(len(self.applications), participant, operation, key, attempt, payload)
         )
@@ -288,6 +290,7 @@ class ScriptedParticipant:
         return restore
 
     def effect(self, operation: str) -> EffectDeclaration:
+        """The declaration of this participant's ``operation``."""
         return self.participant.effects[operation]
 
     def script(
@@ -299,6 +302,8 @@ class ScriptedParticipant:
         attempt: int | None = None,
         times: int = 1,
     ) -> None:
+        """Misbehave on cue: apply ``behavior`` to the next ``times`` calls that match the
+        operation, key and attempt given."""
         self.rules.append(Rule(behavior, operation, key_contains, attempt, times))
 
     def misbehave_at_random(
@@ -320,6 +325,7 @@ class ScriptedParticipant:
 
     @property
     def lookup_retry(self) -> RetryPolicy:
+        """The lookup's retry policy, as the participant declares it."""
         return self.participant.lookup_retry
 
     # -- the participant's side --------------------------------------------------------------
@@ -429,6 +435,8 @@ class ScriptedParticipant:
         return receipt
 
     async def lookup(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
+        """The participant's lookup: applied (with evidence), not applied (fencing the attempts
+        asked about) or unknown."""
         with self.world.call(self.instance_of.get(key, key), f"{self.name} lookup {key}"):
             return self._look_up(key, attempt)
 
@@ -489,6 +497,7 @@ class ScriptedParticipant:
         self.world.drifted.add((self.name, key))
 
     def applied(self, key: str) -> int:
+        """How many times the key was applied at this participant (the invariant: at most once)."""
         return sum(
             1 for a in self.world.applications if a.participant == self.name and a.key == key
         )

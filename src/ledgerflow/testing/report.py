@@ -136,6 +136,7 @@ class ConsistencyReport:
     coverage: CoverageReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (what ``ledgerflow verify --json`` prints)."""
         return dataclasses.asdict(self)
 
 

@@ -205,10 +205,12 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the run broke no invariant."""
         return not self.violations
 
     @property
     def executions(self) -> int:
+        """How many instances the run executed, whatever their ending."""
         return sum(self.statuses.values())
 
 
