@@ -74,7 +74,7 @@ def test_an_operator_repairs_a_parked_instance(processes: Any, tmp_path: Path) -
 
         form = page.locator("#repair-form")
         form.locator("select[name=kind]").select_option("resolve-effect")
-        form.locator("input[name=seq]").fill("1")
+        form.locator("select[name=seq]").select_option("1")
         form.locator("select[name=applied]").select_option("yes")
         form.locator("input[name=evidence]").fill('{"statement": "r-17"}')
         form.locator("select[name=resume]").select_option("yes")

@@ -46,7 +46,7 @@ def test_a_tab_in_the_reason_and_the_evidence_reaches_the_repair_unchanged(
         page.goto(f"{url}/console/instances/{world.parked}")
         form = page.locator("#repair-form")
         form.locator("select[name=kind]").select_option("resolve-effect")
-        form.locator("input[name=seq]").fill("1")
+        form.locator("select[name=seq]").select_option("1")
         form.locator("select[name=applied]").select_option("yes")
         form.locator("input[name=evidence]").fill(evidence)
         form.locator("input[name=reason]").fill(reason)

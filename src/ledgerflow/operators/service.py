@@ -84,7 +84,7 @@ from ledgerflow.storage.attention import AttentionFlag, AttentionQuery
 from ledgerflow.storage.audit import AuditQuery, AuditRecord
 from ledgerflow.storage.migrations import MigrationStatus
 from ledgerflow.storage.reconciliation import ReconciliationRun
-from ledgerflow.storage.records import InstanceRecord
+from ledgerflow.storage.records import Delivery, InstanceRecord
 from ledgerflow.storage.store import Store
 from ledgerflow.storage.url import migration_status
 from ledgerflow.storage.workers import WorkerRecord
@@ -100,6 +100,7 @@ __all__ = [
     "AuditQuery",
     "AuditRecord",
     "Delivered",
+    "Delivery",
     "DeliveryOutcome",
     "IdempotentAnswers",
     "InstanceDetail",

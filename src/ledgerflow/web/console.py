@@ -18,22 +18,26 @@ import hmac
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ledgerflow import InstanceStatus, limits
-from ledgerflow.errors import LedgerflowError
+from ledgerflow.errors import LedgerflowError, PayloadError
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.operators.service import (
     ApiRole,
+    Delivery,
     InstanceQuery,
     RepairKind,
     RepairRequest,
     RepairResult,
+    ScopedOperations,
 )
 from ledgerflow.operators.shapes import decoded
+from ledgerflow.web.console_offers import NEEDS_STEP, offers
 from ledgerflow.web.console_session import (
     CONSOLE_PATH,
     SESSION_COOKIE,
@@ -56,9 +60,11 @@ from ledgerflow.web.console_views import (
     form_json,
     instance_view,
     plan_diff,
+    pretty,
     when,
 )
 from ledgerflow.web.declare import CheckedRoute, server_of
+from ledgerflow.web.instance_routes import refused_problem
 
 router = APIRouter(
     prefix=CONSOLE_PATH,
@@ -200,6 +206,7 @@ def instance(
     done: Annotated[int | None, Query(ge=1, le=limits.REQUEST_INTEGER_MAX)] = None,
     inbox: Annotated[str | None, Query(max_length=1000)] = None,
     timeline: Annotated[str | None, Query(max_length=1000)] = None,
+    sent: Annotated[str | None, Query(max_length=limits.EVENT_ID_LENGTH_MAX)] = None,
 ) -> Response:
     session = signed_in(request)
     ops = scoped(request, session)
@@ -213,11 +220,53 @@ def instance(
         "instance.html",
         view=view,
         done=applied,
+        delivered=_sent(ops, instance_id, sent),
+        offers=offers(page, session.principal),
+        # A fresh event id per page: the form sent twice (a reload, a double click) is one
+        # event, a repeat the inbox answers as such, never a second signal.
+        event_id=f"console-{secrets.token_hex(8)}",
         unserved=ops.unserved(instance_id),
-        kinds=[k.value for k in RepairKind],
-        terminal=["SUCCEEDED", "COMPENSATED", "FAILED", "CANCELLED", "FORWARD_RECOVERY_REQUIRED"],
+        pretty=pretty,
         when=when,
     )
+
+
+def _sent(ops: ScopedOperations, instance_id: str, event_id: str | None) -> Delivery | None:
+    # ?sent= names the event the signal form just delivered: the banner says what the inbox
+    # holds under that id for this instance, nothing else.
+    if not event_id:
+        return None
+    try:
+        return ops.event(instance_id, event_id)
+    except LedgerflowError:
+        return None
+
+
+@router.post("/instances/{instance_id}/signals")
+def signal(
+    request: Request,
+    instance_id: str,
+    session: FormSession,
+    name: Annotated[str, Form(min_length=1, max_length=limits.EVENT_ID_LENGTH_MAX)],
+    event_id: Annotated[str, Form(min_length=1, max_length=limits.EVENT_ID_LENGTH_MAX)],
+    payload: Field = None,
+) -> Response:
+    """A signal or an approval from the signed-in principal: the HTTP API's signal, with its
+    role check, its audit record and the inbox's deduplication by event id."""
+    delivered = scoped(request, session).signal(
+        instance_id,
+        name.strip(),
+        event_id=event_id,
+        payload=form_json(payload or "", "payload"),
+        sender=None,
+        for_step=None,
+        run=None,
+    )
+    refused = refused_problem(delivered, instance=request.url.path)
+    if refused is not None:
+        return error_page(request, *refused)
+    target = f"{CONSOLE_PATH}/instances/{quote(instance_id, safe='')}"
+    return RedirectResponse(f"{target}?sent={quote(event_id, safe='')}", status_code=303)
 
 
 def repair_form(
@@ -322,8 +371,11 @@ def versions(request: Request) -> Response:
 
 def _repair(instance_id: str, form: dict[str, str]) -> RepairRequest:
     """A repair from the console's form: JSON fields decoded, blanks as not given."""
+    kind = form_choice(RepairKind, form["kind"], "kind")
+    if kind in NEEDS_STEP and not form["seq"].strip():
+        raise PayloadError(f"a {kind.value} repair acts on one step: choose the step")
     return RepairRequest(
-        kind=form_choice(RepairKind, form["kind"], "kind"),
+        kind=kind,
         instance_id=InstanceId(instance_id),
         actor="(the principal)",
         reason=form["reason"],

@@ -261,10 +261,22 @@ def _delivery_answer(request: Request, delivered: Delivered) -> Outcome:
     """202 accepted, 200 a repeat; a refused event (a repeat of one too) is a problem that
     carries the delivery as the inbox keeps it."""
     body = delivery_json(delivered)
-    refusal = delivered.delivery.refusal if delivered.delivery.state == "REJECTED" else None
-    if refusal is None:
+    refused = refused_problem(delivered, instance=request.url.path, delivery=body)
+    if refused is None:
         return (202 if delivered.outcome is DeliveryOutcome.ACCEPTED else 200), body
+    return refused
+
+
+def refused_problem(
+    delivered: Delivered, *, instance: str, **extra: Any
+) -> tuple[int, dict[str, Any]] | None:
+    """The status and problem of an event the inbox refused (None when it took it): a
+    refused approval is 403 (the sender is not an approver), an instance that ended 410,
+    any other refusal 409. The console's signal form answers with the same."""
     delivery = delivered.delivery
+    refusal = delivery.refusal if delivery.state == "REJECTED" else None
+    if refusal is None:
+        return None
     reason = delivery.reason or refusal
     error: EventRefusedError | NotAuthorizedError
     if refusal == "not-approver":
@@ -276,7 +288,7 @@ def _delivery_answer(request: Request, delivered: Delivered) -> Outcome:
             event_id=delivery.event_id,
             refusal=refusal,
         )
-    status, problem = problem_of(error, instance=request.url.path, delivery=body)
+    status, problem = problem_of(error, instance=instance, **extra)
     if refusal == "ended":
         # Gone for good: the instance will never take an event again.
         status = problem["status"] = 410
