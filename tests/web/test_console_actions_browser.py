@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from approval_world import build
 
-from browser import artifacts, browser_context, chromium
+from browser import artifacts, browser_context, chromium, sign_in
 from conditions import WAIT_SECONDS_MAX
 
 pytestmark = pytest.mark.slow
@@ -32,10 +32,7 @@ def test_an_approver_approves_in_the_browser_and_sees_the_result(
     url, _ = processes.server()
     with browser_context(tmp_path / "alice") as context:
         page = context.new_page()
-        page.goto(f"{url}/console/sign-in")
-        page.fill("input[name=token]", world.tokens["alice"])
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{url}/console/instances")
+        sign_in(page, url, world.tokens["alice"])
         page.goto(f"{url}/console/instances/{world.refund}")
         assert "refund" in page.locator("#waiting").inner_text()
         assert page.locator("#cancel-form").count() == 0

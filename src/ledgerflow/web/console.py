@@ -15,6 +15,7 @@ nothing fetched from elsewhere. Sessions, CSRF and escaping are
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +36,7 @@ from ledgerflow.operators.service import (
     RepairRequest,
     RepairResult,
     ScopedOperations,
+    SignedIn,
 )
 from ledgerflow.operators.shapes import decoded
 from ledgerflow.web.console_offers import NEEDS_STEP, offers
@@ -55,6 +57,7 @@ from ledgerflow.web.console_session import (
     signed_in,
 )
 from ledgerflow.web.console_views import (
+    distinct_cause,
     form_choice,
     form_int,
     form_json,
@@ -82,9 +85,24 @@ def is_console(request: Request) -> bool:
 
 
 def error_page(request: Request, status: int, problem: dict[str, Any]) -> Response:
+    """A console error as a page that keeps the nav bar (for whoever is signed in) and links
+    back to where the person came from: the instance a refused form was about, else the
+    list."""
     if status == 401:
         return sign_in_redirect()
-    return render(request, "error.html", status=status, problem=problem, session=None)
+    try:
+        session: SignedIn | None = signed_in(request)
+    except SignInRequiredError:
+        session = None
+    found = _FORM_OF_INSTANCE.match(request.url.path)
+    back = (f"{CONSOLE_PATH}/instances/{found.group(1)}", "Back to the instance") if found else (
+        f"{CONSOLE_PATH}/instances", "Back to the instances"
+    )  # fmt: skip
+    return render(request, "error.html", status=status, problem=problem, session=session, back=back)
+
+
+# A form's route under an instance (its page is the path up to the id).
+_FORM_OF_INSTANCE = re.compile(rf"^{CONSOLE_PATH}/instances/([^/]+)/.+")
 
 
 def _page(request: Request, name: str, **context: Any) -> Response:
@@ -227,6 +245,7 @@ def instance(
         event_id=f"console-{secrets.token_hex(8)}",
         unserved=ops.unserved(instance_id),
         pretty=pretty,
+        distinct_cause=distinct_cause,
         when=when,
     )
 
@@ -394,6 +413,11 @@ def install(app: FastAPI) -> None:
     without a session."""
     app.include_router(router)
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC), name="console-static")
+
+    @app.get("/", include_in_schema=False)
+    def _root() -> Response:
+        # The server's root leads a person to the console (which asks them to sign in).
+        return RedirectResponse(CONSOLE_PATH, status_code=303)
 
     @app.exception_handler(SignInRequiredError)
     def _sign_in(request: Request, error: SignInRequiredError) -> Response:

@@ -37,6 +37,15 @@ def pretty(text: str | None) -> str:
     return text if isinstance(value, str) and value == text else json.dumps(value, indent=1)
 
 
+def distinct_cause(record: Any) -> str | None:
+    """An instance's cause, when it says more than its reason: the journal often keeps the
+    reason itself as the cause (``code: reason``), which the page would only repeat."""
+    cause: str | None = record.cause
+    if not cause or cause in (record.reason, f"{record.reason_code}: {record.reason}"):
+        return None
+    return cause
+
+
 def form_json(text: str, what: str) -> Any:
     """A JSON field of a form (blank: not given), held to the rule of an API body (the same
     reader: nesting, NUL and lone surrogates, 64-bit integers, finite numbers)."""
