@@ -17,6 +17,7 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
+import time
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -64,6 +65,7 @@ from ledgerflow.web.console_views import (
     instance_view,
     plan_diff,
     pretty,
+    timeline_chart,
     when,
 )
 from ledgerflow.web.declare import CheckedRoute, server_of
@@ -233,10 +235,15 @@ def instance(
     # ?done= names the audit record a repair just wrote: the banner says what that record
     # says, and only for a record of this instance (a link cannot make the page claim more).
     applied = next((a for a in view.audit if a.audit_id == done), None)
+    # The chart draws the first entries of the timeline, as many as a page may hold.
+    drawn = ops.timeline(instance_id, cursor=None, limit=limits.PAGE_SIZE_MAX)
     return _page(
         request,
         "instance.html",
         view=view,
+        chart=timeline_chart(page, list(drawn.items), now=time.time()),
+        chart_cut=drawn.next_cursor is not None,
+        chart_limit=limits.PAGE_SIZE_MAX,
         done=applied,
         delivered=_sent(ops, instance_id, sent),
         offers=offers(page, session.principal),

@@ -18,6 +18,7 @@ from ledgerflow.errors import PayloadError
 from ledgerflow.operators.service import AuditRecord, InstanceOverview
 from ledgerflow.operators.shapes import decoded
 from ledgerflow.web.request_guard import checked_json
+from ledgerflow.web.timeline_chart import Chart, Entry, layout
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -100,6 +101,17 @@ def instance_view(
             (c, effects.get(c.compensates)) for c in page.effects if c.compensates is not None
         ],
     )
+
+
+def timeline_chart(page: InstanceOverview, entries: list[Entry], *, now: float) -> Chart:
+    """The instance's visual timeline: each journal position named by its step or effect."""
+    labels = {int(s.seq): s.name for s in page.steps}
+    kinds = {int(s.seq): s.kind.value for s in page.steps}
+    for e in page.effects:
+        labels[int(e.seq)] = f"{e.participant}.{e.operation}"
+        if e.compensates is not None:
+            kinds[int(e.seq)] = "compensation"
+    return layout(entries, labels=labels, kinds=kinds, now=now)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
