@@ -91,7 +91,7 @@ def sign_in(page: Any, url: str, token: str) -> None:
     page.goto(f"{url}/console/sign-in")
     page.fill("input[name=token]", token)
     page.click("button[type=submit]")
-    page.wait_for_url(f"{url}/console/instances")
+    page.wait_for_url(f"{url}/console")
 
 
 def keep_for_docs(shots: Path, names: list[str]) -> None:

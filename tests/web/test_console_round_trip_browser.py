@@ -42,7 +42,7 @@ def test_a_tab_in_the_reason_and_the_evidence_reaches_the_repair_unchanged(
         page.goto(f"{url}/console/sign-in")
         page.fill("input[name=token]", world.tokens["olga"])
         page.click("button[type=submit]")
-        page.wait_for_url(f"{url}/console/instances")
+        page.wait_for_url(f"{url}/console")
         page.goto(f"{url}/console/instances/{world.parked}")
         form = page.locator("#repair-form")
         form.locator("select[name=kind]").select_option("resolve-effect")

@@ -42,6 +42,7 @@ from ledgerflow.model.signal import signal_name
 from ledgerflow.operators import actions, disclosure
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.dashboard import Dashboard, dashboard
 from ledgerflow.operators.paging import (
     InstanceOverview,
     InstancePage,
@@ -247,6 +248,11 @@ class ScopedOperations:
                 f"no {workflow!r} instance has business key {key!r} in tenant {tenant_id!r}"
             )
         return self._seen(found)
+
+    def dashboard(self) -> Dashboard:
+        """The home page's counts, of the principal's tenant (every tenant for an admin)."""
+        self.require(ApiRole.VIEWER)
+        return dashboard(self._store, tenant=self.principal.tenant_filter, now=self._clock.now())
 
     def attention(
         self,

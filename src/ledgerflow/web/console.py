@@ -40,6 +40,7 @@ from ledgerflow.operators.service import (
     SignedIn,
 )
 from ledgerflow.operators.shapes import decoded
+from ledgerflow.web.activity_chart import GROUPS, activity
 from ledgerflow.web.console_offers import NEEDS_STEP, offers
 from ledgerflow.web.console_session import (
     CONSOLE_PATH,
@@ -58,6 +59,7 @@ from ledgerflow.web.console_session import (
     signed_in,
 )
 from ledgerflow.web.console_views import (
+    age,
     distinct_cause,
     form_choice,
     form_int,
@@ -148,7 +150,7 @@ def sign_in(
     previous = request.cookies.get(SESSION_COOKIE)
     if previous:
         tokens.sign_out(previous)
-    response = RedirectResponse(f"{CONSOLE_PATH}/instances", status_code=303)
+    response = RedirectResponse(CONSOLE_PATH, status_code=303)
     set_session(response, request, cookie)
     response.delete_cookie(
         SIGN_IN_COOKIE, path=CONSOLE_PATH, secure=secure_cookies(request), httponly=True,
@@ -174,8 +176,20 @@ def sign_out(request: Request, session: FormSession) -> Response:
 
 
 @router.get("")
-def home() -> Response:
-    return RedirectResponse(f"{CONSOLE_PATH}/instances", status_code=303)
+def home(request: Request) -> Response:
+    """The home page: counts by status, the consistency signals, the last day's activity."""
+    session = signed_in(request)
+    board = scoped(request, session).dashboard()
+    return _page(
+        request,
+        "home.html",
+        board=board,
+        statuses=[s for s in InstanceStatus if board.statuses.get(s)],
+        chart=activity(board.started, buckets=board.buckets, bucket_seconds=board.bucket_seconds),
+        groups=list(GROUPS),
+        age=age,
+        when=when,
+    )
 
 
 @router.get("/instances")

@@ -30,6 +30,19 @@ def when(at: float | None) -> str:
     return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def age(seconds: float | None) -> str:
+    """A duration as a person says it: ``45 s``, ``12 min``, ``3.5 h``, ``2.0 d``."""
+    if seconds is None:
+        return ""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
 def pretty(text: str | None) -> str:
     """A JSON field of the ledger, indented for reading (as stored when it is not JSON)."""
     if text is None:

@@ -202,7 +202,10 @@ WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
             AND f.reason_code = 'replay_divergence')));
 
 -- name: count_by_status
-SELECT status, count(*) AS n FROM lf_instances GROUP BY status;
+-- Of one tenant (:tenant), or of all (NULL).
+SELECT status, count(*) AS n FROM lf_instances
+WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+GROUP BY status;
 
 -- name: request_cancel
 -- The first request wins: repeating it changes nothing. It also makes a suspended instance
