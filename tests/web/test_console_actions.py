@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from approval_world import Approvals, drain
 from approval_world import build as build_approvals
 from console_client import csrf_of
+from console_client import signed_in_with as as_
 from perimeter_world import World
 from perimeter_world import build as build_perimeter
 from starlette.exceptions import StarletteDeprecationWarning
 
 from ledgerflow.operators.service import AuditQuery, Operations
-from ledgerflow.web import create_app
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
-    from starlette.testclient import TestClient
 
 
 @pytest.fixture
@@ -37,15 +34,6 @@ def approvals(tmp_path: Path) -> Approvals:
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     return build_perimeter(f"sqlite:///{tmp_path}/perimeter.db")
-
-
-@contextmanager
-def as_(url: str, token: str) -> Iterator[TestClient]:
-    with TestClient(create_app(url), follow_redirects=False) as client:
-        form = client.get("/console/sign-in")
-        done = client.post("/console/sign-in", data={"token": token, "csrf": csrf_of(form.text)})
-        assert done.status_code == 303, done.text
-        yield client
 
 
 def _form(page: str, form_id: str) -> str | None:

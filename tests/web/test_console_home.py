@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from console_client import signed_in_with as as_
 from perimeter_world import World, build
-from test_console_actions import as_
 
 from ledgerflow.storage import open_store
 

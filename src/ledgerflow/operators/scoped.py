@@ -173,6 +173,13 @@ class ScopedOperations:
         page = page_instances(self._store, replace(query, tenant=tenant), cursor=cursor)
         return replace(page, items=[self._seen(i) for i in page.items])
 
+    def parked_reasons(self) -> list[str]:
+        """The reason codes of the principal's parked instances (a listing's filter offers
+        them)."""
+        self.require(ApiRole.VIEWER)
+        signals = self._store.consistency_signals(tenant=self.principal.tenant_filter)
+        return sorted(signals.parked_by_reason)
+
     def get(self, instance_id: str) -> InstanceRecord:
         self.require(ApiRole.VIEWER)
         return self._seen(self._visible(instance_id))

@@ -51,7 +51,6 @@ from ledgerflow.operators import actions
 from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority, local_principal
-from ledgerflow.operators.dashboard import Dashboard
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
 from ledgerflow.operators.readiness import Readiness
@@ -102,7 +101,6 @@ __all__ = [
     "AuditRecord",
     "Delivered",
     "Delivery",
-    "Dashboard",
     "DeliveryOutcome",
     "IdempotentAnswers",
     "InstanceDetail",

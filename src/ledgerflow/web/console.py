@@ -64,6 +64,7 @@ from ledgerflow.web.console_views import (
     form_choice,
     form_int,
     form_json,
+    form_moment,
     instance_view,
     plan_diff,
     pretty,
@@ -201,33 +202,49 @@ def instances(
     tenant: Annotated[str | None, Query(max_length=limits.TENANT_LENGTH_MAX)] = None,
     key_prefix: Annotated[str | None, Query(max_length=limits.BUSINESS_KEY_LENGTH_MAX)] = None,
     flagged: Annotated[str | None, Query(pattern="^(|yes|no)$")] = None,
+    reason: Annotated[str | None, Query(max_length=limits.NAME_LENGTH_MAX)] = None,
+    created_from: Annotated[str | None, Query(max_length=40)] = None,
+    created_until: Annotated[str | None, Query(max_length=40)] = None,
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
 ) -> Response:
+    """The instance list: every filter the API's listing has, a page at a time; the "Older"
+    link carries the filters on with the cursor."""
     session = signed_in(request)
+    ops = scoped(request, session)
     chosen = InstanceStatus(status) if status in {s.value for s in InstanceStatus} else None
+    # Only a principal of every tenant chooses one; another's listing is its own tenant's.
+    every_tenant = session.principal.tenant_filter is None
     query = InstanceQuery(
         workflow_name=workflow or None,
         workflow_version=form_int(version or "", "version"),
         status=chosen.value if chosen else None,
-        tenant=tenant or None,
+        tenant=(tenant or None) if every_tenant else None,
         key_prefix=key_prefix or None,
         flagged={"yes": True, "no": False}.get(flagged or ""),
+        reason_code=reason or None,
+        created_from=form_moment(created_from or "", "created from"),
+        created_until=form_moment(created_until or "", "created until"),
         limit=limits.PAGE_SIZE_DEFAULT,
     )
-    page = scoped(request, session).page(query, cursor=cursor or None)
+    page = ops.page(query, cursor=cursor or None)
     filters = {
         "workflow": workflow or "",
         "version": version or "",
         "status": chosen.value if chosen else "",
-        "tenant": tenant or "",
+        "tenant": (tenant or "") if every_tenant else "",
         "key_prefix": key_prefix or "",
         "flagged": flagged or "",
+        "reason": reason or "",
+        "created_from": created_from or "",
+        "created_until": created_until or "",
     }
     return _page(
         request,
         "instances.html",
         page=page,
         filters=filters,
+        every_tenant=every_tenant,
+        reasons=ops.parked_reasons(),
         statuses=[s.value for s in InstanceStatus],
         when=when,
     )

@@ -80,6 +80,20 @@ def form_int(text: str, what: str) -> int | None:
         raise PayloadError(f"the {what} field must be a whole number") from None
 
 
+def form_moment(text: str, what: str) -> float | None:
+    """A time a form gives as ``YYYY-MM-DDTHH:MM[:SS]`` (a ``datetime-local`` field), read as
+    UTC, the console's time zone (blank: not given)."""
+    if not text.strip():
+        return None
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise PayloadError(
+            f"the {what} field must be a time such as 2026-12-02T06:30 (UTC)"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 def form_choice(kind: type[E], text: str, what: str) -> E:
     for member in kind:
         if member.value == text:

@@ -171,26 +171,9 @@ def layout(
         kind = kinds.get(seq, "compensation" if seq < 0 else "step")
         name = labels.get(seq, "")
         chart_lanes.append(Lane(label=_short(f"{seq} {name}".strip()), y=y_of(lane)))
-        seen = positions[seq]
-        last = seen[-1]
-        closed = last.to_state in CLOSED
-        stop = last.at if closed else end
-        x = x_of(seen[0].at)
-        bars.append(
-            Bar(
-                lane=lane,
-                x=x,
-                y=y_of(lane),
-                width=max(x_of(stop) - x, BAR_WIDTH_MIN),
-                css=f"bar kind-{kind} state-{last.to_state}" + ("" if closed else " open"),
-                title=f"{seq} {name} ({kind}): {last.to_state}",
-            )
-        )
-        for entry in seen:
-            if entry.to_state == "UNKNOWN":
-                marks.append(Mark("unknown", x_of(entry.at), y_of(lane), f"{seq} UNKNOWN"))
-            elif entry.to_state == "RETRY_SCHEDULED":
-                marks.append(Mark("retry", x_of(entry.at), y_of(lane), f"{seq} retry scheduled"))
+        bar, found = _position(positions[seq], lane, f"{seq} {name}", kind, x_of, y_of(lane), end)
+        bars.append(bar)
+        marks += found
     axis_y = y_of(len(chart_lanes)) + 4
     ticks = [
         Tick(x=x_of(start + span * i / (TICKS - 1)), label=duration_label(span * i / (TICKS - 1)))
@@ -209,6 +192,33 @@ def layout(
         start=start,
         span=span,
     )
+
+
+def _position(
+    seen: Sequence[Entry], lane: int, name: str, kind: str, x_of: _Scale, y: float, end: float
+) -> tuple[Bar, list[Mark]]:
+    """One journal position's bar (first entry to last, or to ``end`` while not settled) and
+    its marks (UNKNOWN, retry scheduled)."""
+    last = seen[-1]
+    closed = last.to_state in CLOSED
+    stop = last.at if closed else end
+    x = x_of(seen[0].at)
+    bar = Bar(
+        lane=lane,
+        x=x,
+        y=y,
+        width=max(x_of(stop) - x, BAR_WIDTH_MIN),
+        css=f"bar kind-{kind} state-{last.to_state}" + ("" if closed else " open"),
+        title=f"{name} ({kind}): {last.to_state}",
+    )
+    marks = [
+        Mark("unknown", x_of(e.at), y, f"{name} UNKNOWN")
+        if e.to_state == "UNKNOWN"
+        else Mark("retry", x_of(e.at), y, f"{name} retry scheduled")
+        for e in seen
+        if e.to_state in ("UNKNOWN", "RETRY_SCHEDULED")
+    ]
+    return bar, marks
 
 
 def _status_bars(instance: Sequence[Entry], x_of: _Scale, y: float, end: float) -> list[Bar]:

@@ -251,6 +251,7 @@ WHERE (CAST(:tenant AS text) IS NULL OR i.tenant = :tenant)
   AND (CAST(:flagged AS integer) IS NULL OR CAST(:flagged AS integer) = CASE WHEN EXISTS (
       SELECT 1 FROM lf_attention a WHERE a.instance_id = i.instance_id AND a.cleared_at IS NULL)
       THEN 1 ELSE 0 END)
+  AND (CAST(:reason_code AS text) IS NULL OR i.reason_code = :reason_code)
   AND (CAST(:created_from AS double precision) IS NULL OR i.created_at >= :created_from)
   AND (CAST(:created_until AS double precision) IS NULL OR i.created_at < :created_until)
   AND (CAST(:after_at AS double precision) IS NULL OR i.created_at < :after_at
