@@ -88,7 +88,8 @@ def test_the_reason_filter_finds_the_parked(journal_url: str) -> None:
 
     Method: the perimeter journal (one instance parked for effect_outcome_unknown, two
     waiting): reason=effect_outcome_unknown lists the parked one only; the datalist offers
-    that reason; a reason nobody has lists nothing.
+    that reason; a reason nobody has lists nothing. The API's listing takes the same filter
+    (``reason_code``).
     """
     world = build(journal_url)
     with signed_in(journal_url) as client:
@@ -97,3 +98,8 @@ def test_the_reason_filter_finds_the_parked(journal_url: str) -> None:
         assert world.parked in page
         assert '<option value="effect_outcome_unknown">' in page
         assert client.get("/console/instances?reason=nothing_like_it").text.count(ROW) == 0
+        listed = client.get(
+            "/v1/instances?reason_code=effect_outcome_unknown",
+            headers={"Authorization": f"Bearer {world.tokens['root']}"},
+        )
+        assert [i["instance_id"] for i in listed.json()["items"]] == [world.parked]
