@@ -1,11 +1,14 @@
 """The operator console: server-rendered pages over the operators' service (internal).
 
-Pages (under ``/console``): the instance list with its filters, an instance with every ledger
-(timeline, steps, effects with their keys and evidence, UNKNOWN outcomes highlighted,
-compensations, inbox, flags, audit), the attention queue, the audit log, the versions the
-journal holds (and, marked as such, the workers page the journal cannot fill yet). Repairs
-are two steps: a dry run shown as a diff of the ledger, then apply on confirmation, only if the
-instance is still at the generation the diff was made from.
+Pages (under ``/console``): the home page (counts by status, the consistency signals, the last
+day's activity), the instance list with its search, an instance with every ledger (input and
+result, its timeline drawn and listed, steps, effects with their keys and evidence, UNKNOWN
+outcomes highlighted, compensations, inbox, flags, audit) and the forms its state and the
+principal's role allow (signal or approve, cancel, repair: :mod:`ledgerflow.web.console_offers`),
+the attention queue, the audit log, the versions and workers. Repairs are two steps: a dry run
+shown as a diff of the ledger, then apply on confirmation, only if the instance is still at
+the generation the diff was made from. A signal is the API's (the same call, role check, audit
+and deduplication by event id).
 
 No script runs in these pages: plain links and forms, one stylesheet shipped in the package,
 nothing fetched from elsewhere. Sessions, CSRF and escaping are
@@ -30,7 +33,6 @@ from ledgerflow import InstanceStatus, limits
 from ledgerflow.errors import LedgerflowError, PayloadError
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.operators.service import (
-    ApiRole,
     Delivery,
     InstanceQuery,
     RepairKind,
@@ -50,7 +52,6 @@ from ledgerflow.web.console_session import (
     FormSession,
     SignInRequiredError,
     checked_form,
-    may,
     render,
     scoped,
     secure_cookies,
@@ -112,9 +113,7 @@ _FORM_OF_INSTANCE = re.compile(rf"^{CONSOLE_PATH}/instances/([^/]+)/.+")
 
 def _page(request: Request, name: str, **context: Any) -> Response:
     session = signed_in(request)
-    return render(
-        request, name, session=session, may_operate=may(session, ApiRole.OPERATOR), **context
-    )
+    return render(request, name, session=session, **context)
 
 
 # -- sign-in ---------------------------------------------------------------------------------
