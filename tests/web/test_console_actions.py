@@ -159,7 +159,8 @@ def test_repairs_are_offered_as_the_role_and_the_state_allow(world: World) -> No
     are resolve-effect, skip-step, resume and cancel (no force-terminal, no retry-step: no
     step failed; no compensation kind: none planned), the steps [1], no Cancel form (a
     parked instance takes cancel as a repair). As root (admin) force-terminal is offered
-    too. The waiting instance as olga: Cancel is offered and no repair applies.
+    too, with the terminal states the machine reaches from there. The waiting instance as
+    olga: Cancel is offered and no repair applies.
     """
     with as_(world.url, world.tokens["olga"]) as client:
         page = client.get(f"/console/instances/{world.parked}").text
@@ -173,7 +174,10 @@ def test_repairs_are_offered_as_the_role_and_the_state_allow(world: World) -> No
         assert _form(waiting, "repair-form") is None
     with as_(world.url, world.tokens["root"]) as client:
         page = client.get(f"/console/instances/{world.parked}").text
-        assert "force-terminal" in _options(_form(page, "repair-form") or "", "kind")
+        form = _form(page, "repair-form") or ""
+        assert "force-terminal" in _options(form, "kind")
+        # Only the terminal states the instance machine reaches from MANUAL_INTERVENTION.
+        assert _options(form, "status") == ["", "COMPENSATED", "FAILED"]
 
 
 def test_a_repair_that_needs_a_step_without_one_is_a_clear_422(world: World) -> None:

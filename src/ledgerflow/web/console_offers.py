@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from ledgerflow.model.authority import API_ROLE_REPAIRS, Principal
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.effect import EffectState
-from ledgerflow.model.instance import FINAL_STATUSES, InstanceStatus
+from ledgerflow.model.instance import (
+    FINAL_STATUSES,
+    INSTANCE_MACHINE,
+    TERMINAL_STATUSES,
+    InstanceStatus,
+)
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.operators.service import ApiRole, InstanceOverview
@@ -110,7 +115,10 @@ def offers(page: InstanceOverview, principal: Principal) -> Offers:
         wait=wait,
         approver=wait is not None and principal.name in wait.approvers,
         repairs=repairs,
-        terminal=sorted(s.value for s in FINAL_STATUSES | PARKED),
+        # The terminal states the instance machine has an edge to from here (force's rule).
+        terminal=sorted(
+            s.value for s in INSTANCE_MACHINE.targets(record.status) & TERMINAL_STATUSES
+        ),
     )
 
 
@@ -157,5 +165,6 @@ def _repair_choices(page: InstanceOverview) -> dict[RepairKind, list[StepChoice]
         kinds[RepairKind.RESUME] = []
         if record.cancel_requested_at is None:
             kinds[RepairKind.CANCEL] = []
-    kinds[RepairKind.FORCE_TERMINAL] = []
+    if INSTANCE_MACHINE.targets(record.status) & TERMINAL_STATUSES:
+        kinds[RepairKind.FORCE_TERMINAL] = []
     return kinds
