@@ -86,6 +86,14 @@ def browser_context(user_data_dir: Path) -> Iterator[Any]:
             context.close()
 
 
+def sign_in(page: Any, url: str, token: str) -> None:
+    """Sign ``page`` in to the console at ``url`` with an API token, through the form."""
+    page.goto(f"{url}/console/sign-in")
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{url}/console")
+
+
 def keep_for_docs(shots: Path, names: list[str]) -> None:
     """With LEDGERFLOW_UPDATE_DOCS=1, the screenshots become docs/console/'s pictures."""
     if os.environ.get("LEDGERFLOW_UPDATE_DOCS") != "1":

@@ -156,6 +156,11 @@ PAGE_SIZE_MAX = 500
 # another page follows (ledgerflow.operators.paging); never the page size itself, or a full
 # page of the largest size would end with no cursor although more remain.
 PAGE_READ_MAX = PAGE_SIZE_MAX + 1
+# The console's activity chart: the window it draws, its buckets, and the most buckets a store
+# counts in one read (each bucket is at most one row per status).
+ACTIVITY_WINDOW_SECONDS = 24 * 3600
+ACTIVITY_BUCKET_SECONDS = 3600
+ACTIVITY_BUCKETS_MAX = 1000
 # A console sign-in lasts this long (the token stays the authority: revoking it ends sessions).
 CONSOLE_SESSION_SECONDS = 8 * 3600
 # The command line acting with a token (--token, --url): one request to the HTTP API is

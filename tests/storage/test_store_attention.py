@@ -13,6 +13,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ledger_records import (
     LEASE,
     W1,
@@ -361,3 +363,62 @@ def test_consistency_signals_count_parked_flagged_and_unknown(store: Store) -> N
     [effect] = store.effects(i)
     assert signals.unknown_open == 1
     assert signals.unknown_oldest_at == effect.updated_at
+
+
+def test_the_console_home_counts_are_tenant_scoped(store: Store) -> None:
+    """Goal: the counts by status and the consistency signals can be read for one tenant
+    (the console's home page of a scoped principal), the same rules as for all.
+
+    Method: acme parks an instance with an effect UNKNOWN (a crash loop); globex has an
+    instance with an open flag and one more running. Per tenant each sees only its own
+    parked, flagged, UNKNOWN and statuses; without a tenant all of them add up.
+    """
+    i = start(store, "inflight", tenant="acme")
+    [first] = claim(store, W1, 1.0, lease_expiries_max=2)
+    commit(store, first, charge_sent(first, now=1.0), now=1.0)
+    now = 1.0 + LEASE + 1
+    assert claim(store, W2, now, lease_expiries_max=2) != []
+    assert claim(store, W3, now + LEASE + 1, lease_expiries_max=2) == []
+    flagged = start(store, "flagged", tenant="globex")
+    start(store, "other", tenant="globex")
+    store.raise_flag(
+        instance_id=flagged, reason_code="stuck_lease", evidence="{}", detected_by="t", now=5.0
+    )
+    acme = store.consistency_signals(tenant="acme")
+    globex = store.consistency_signals(tenant="globex")
+    every = store.consistency_signals()
+    [effect] = store.effects(i)
+    assert (acme.parked_by_reason, acme.flagged_by_reason) == ({"poison_crash_loop": 1}, {})
+    assert (acme.unknown_open, acme.unknown_oldest_at) == (1, effect.updated_at)
+    assert (globex.parked_by_reason, globex.flagged_by_reason) == ({}, {"stuck_lease": 1})
+    assert (globex.unknown_open, globex.unknown_oldest_at) == (0, None)
+    assert (every.parked_by_reason, every.flagged_by_reason, every.unknown_open) == (
+        {"poison_crash_loop": 1}, {"stuck_lease": 1}, 1,
+    )  # fmt: skip
+    parked, running = InstanceStatus.MANUAL_INTERVENTION, InstanceStatus.RUNNING
+    assert store.count_by_status(tenant="acme") == {parked: 1}
+    assert store.count_by_status(tenant="globex") == {running: 2}
+    assert store.count_by_status() == {parked: 1, running: 2}
+    assert store.count_by_status(tenant="nobody") == {}
+
+
+def test_started_instances_are_counted_by_bucket_and_status(store: Store) -> None:
+    """Goal: the activity chart's counts: instances started in a window, by bucket of the
+    window and status now, of one tenant or all; the window's end is excluded, and a read
+    of too many buckets is refused.
+
+    Method: starts at 0, 10 and 3,599 s (bucket 0), 3,600 (bucket 1, globex) and 7,200 (past
+    a window [0, 7,200)): buckets 0 and 1 count 3 and 1; acme's bucket 1 counts nothing;
+    a window of 2,000 one-second buckets is a ValueError.
+    """
+    for key, at, tenant in (("a", 0.0, "acme"), ("b", 10.0, "acme"), ("c", 3599.0, "acme"),
+                            ("d", 3600.0, "globex"), ("e", 7200.0, "acme")):  # fmt: skip
+        started(store, key, tenant=tenant, now=at)
+    window: dict[str, Any] = {"since": 0.0, "until": 7200.0, "bucket_seconds": 3600.0}
+    running = InstanceStatus.RUNNING
+    counted = [(c.bucket, c.status, c.count) for c in store.started_by_bucket(**window)]
+    assert counted == [(0, running, 3), (1, running, 1)]
+    acme = store.started_by_bucket(**window, tenant="acme")
+    assert [(c.bucket, c.count) for c in acme] == [(0, 3)]
+    with pytest.raises(ValueError, match="at most"):
+        store.started_by_bucket(since=0.0, until=2000.0, bucket_seconds=1.0)

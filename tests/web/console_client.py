@@ -38,3 +38,13 @@ def signed_in(url: str, *, role: str = "admin", tenant: str = "*") -> Iterator[T
         done = client.post("/console/sign-in", data={"token": token, "csrf": csrf_of(form.text)})
         assert done.status_code == 303, done.text
         yield client
+
+
+@contextmanager
+def signed_in_with(url: str, token: str) -> Iterator[TestClient]:
+    """A client of the console over ``url``, signed in with an existing ``token``."""
+    with TestClient(create_app(url), follow_redirects=False) as client:
+        form = client.get("/console/sign-in")
+        done = client.post("/console/sign-in", data={"token": token, "csrf": csrf_of(form.text)})
+        assert done.status_code == 303, done.text
+        yield client

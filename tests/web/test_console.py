@@ -49,7 +49,7 @@ def sign_in(client: TestClient, token: str) -> str:
     assert csrf is not None
     done = client.post("/console/sign-in", data={"token": token, "csrf": csrf.group(1)})
     assert done.status_code == 303, done.text
-    assert done.headers["location"] == "/console/instances"
+    assert done.headers["location"] == "/console"
     cookie = done.headers["set-cookie"]
     assert "HttpOnly" in cookie
     assert "SameSite=strict" in cookie

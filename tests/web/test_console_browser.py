@@ -36,7 +36,7 @@ def _sign_in(page: Any, url: str, token: str) -> None:
     page.goto(f"{url}/console/sign-in")
     page.fill("input[name=token]", token)
     page.click("button[type=submit]")
-    page.wait_for_url(f"{url}/console/instances")
+    page.wait_for_url(f"{url}/console")
 
 
 def test_an_operator_repairs_a_parked_instance(processes: Any, tmp_path: Path) -> None:
@@ -60,6 +60,7 @@ def test_an_operator_repairs_a_parked_instance(processes: Any, tmp_path: Path) -
         page.goto(f"{url}/console/sign-in")
         page.screenshot(path=shots / "sign-in.png")
         _sign_in(page, url, world.tokens["olga"])
+        page.goto(f"{url}/console/instances")
         page.screenshot(path=shots / "instances.png", full_page=True)
         page.select_option("select[name=status]", "MANUAL_INTERVENTION")
         page.click("form.filters button")
@@ -74,7 +75,7 @@ def test_an_operator_repairs_a_parked_instance(processes: Any, tmp_path: Path) -
 
         form = page.locator("#repair-form")
         form.locator("select[name=kind]").select_option("resolve-effect")
-        form.locator("input[name=seq]").fill("1")
+        form.locator("select[name=seq]").select_option("1")
         form.locator("select[name=applied]").select_option("yes")
         form.locator("input[name=evidence]").fill('{"statement": "r-17"}')
         form.locator("select[name=resume]").select_option("yes")

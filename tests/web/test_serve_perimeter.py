@@ -158,7 +158,7 @@ def _signed_in(url: str, token: str, extra: dict[str, str]) -> tuple[str, str]:
             follow_redirects=False,
         )
         assert done.status_code == 303, done.text
-        assert done.headers["location"].endswith("/console/instances")
+        assert done.headers["location"].endswith("/console")
     return sign_in, _cookie(done, "lf_session")
 
 

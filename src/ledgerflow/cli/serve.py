@@ -4,7 +4,8 @@ This module owns running :func:`ledgerflow.web.create_app` under uvicorn (the ``
 without it the command says which extra to install). The socket is bound here, before
 serving, so that ``--port 0`` has a real port to announce, and the single line
 ``LISTENING http://HOST:PORT`` is printed only once connections are accepted: a script or test
-that reads it can send at once. SIGTERM (exit 0) and Ctrl-C stop it gracefully, which closes
+that reads it can send at once; the next line, ``CONSOLE http://HOST:PORT/console``, is where a
+person points a browser. SIGTERM (exit 0) and Ctrl-C stop it gracefully, which closes
 the store.
 
 Every route but ``/healthz`` and ``/readyz`` needs a credential: a token (``ledgerflow tokens
@@ -228,6 +229,7 @@ def serve(
 
     def announce() -> None:
         click.echo(f"LISTENING {url}")
+        click.echo(f"CONSOLE {url}/console")
         if insecure_no_auth:
             click.echo("WARNING: no authentication: every caller is an admin", err=True)
         # Piped stdout is block-buffered; the reader waits for this line.

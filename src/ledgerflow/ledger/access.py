@@ -57,6 +57,8 @@ class InstanceQuery:
     status: str | None = None
     key_prefix: str | None = None
     flagged: bool | None = None
+    # The instance's reason code (a parked instance's: why it waits for a person).
+    reason_code: str | None = None
     created_from: float | None = None
     created_until: float | None = None
     after: tuple[float, str] | None = None

@@ -355,6 +355,16 @@ class ConsistencySignals:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StartedCount:
+    """Instances started in one time bucket that are in ``status`` now (an activity chart's
+    bar segment); ``bucket`` counts from the window's start, 0 the first."""
+
+    bucket: int
+    status: InstanceStatus
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
     """Writes of one owner to one instance, fenced on its generation, applied all or nothing."""
 

@@ -51,6 +51,7 @@ from ledgerflow.model.signal import signal_name
 from ledgerflow.operators import actions, disclosure
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.dashboard import Dashboard, dashboard
 from ledgerflow.operators.paging import (
     InstanceOverview,
     InstancePage,
@@ -175,6 +176,13 @@ class ScopedOperations:
         page = page_instances(self._store, replace(query, tenant=tenant), cursor=cursor)
         return replace(page, items=[self._seen(i) for i in page.items])
 
+    def parked_reasons(self) -> list[str]:
+        """The reason codes of the principal's parked instances (a listing's filter offers
+        them)."""
+        self.require(ApiRole.VIEWER)
+        signals = self._store.consistency_signals(tenant=self.principal.tenant_filter)
+        return sorted(signals.parked_by_reason)
+
     def get(self, instance_id: str) -> InstanceRecord:
         self.require(ApiRole.VIEWER)
         return self._seen(self._visible(instance_id))
@@ -250,6 +258,11 @@ class ScopedOperations:
                 f"no {workflow!r} instance has business key {key!r} in tenant {tenant_id!r}"
             )
         return self._seen(found)
+
+    def dashboard(self) -> Dashboard:
+        """The home page's counts, of the principal's tenant (every tenant for an admin)."""
+        self.require(ApiRole.VIEWER)
+        return dashboard(self._store, tenant=self.principal.tenant_filter, now=self._clock.now())
 
     def attention(
         self,

@@ -45,7 +45,7 @@ from ledgerflow.ledger.access import ApiToken, InstanceQuery, VersionCount
 from ledgerflow.ledger.attention import AttentionFlag, AttentionQuery
 from ledgerflow.ledger.audit import AuditQuery, AuditRecord
 from ledgerflow.ledger.reconciliation import ReconciliationRun
-from ledgerflow.ledger.records import InstanceRecord
+from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Grant, Principal, VersionCommand
 from ledgerflow.model.codec import JSON, Codec
@@ -102,6 +102,7 @@ __all__ = [
     "AuditQuery",
     "AuditRecord",
     "Delivered",
+    "Delivery",
     "DeliveryOutcome",
     "IdempotentAnswers",
     "InstanceDetail",

@@ -15,6 +15,7 @@ from ledgerflow.ledger.records import (
     EffectRecord,
     InstanceRecord,
     Journal,
+    StartedCount,
     StepRecord,
     TimelineEntry,
 )
@@ -164,16 +165,17 @@ class ReadStore(SqlSeam):
         at = rows[0]["at"] if rows else None
         return float(at) if at is not None else None
 
-    def count_by_status(self) -> dict[InstanceStatus, int]:
+    def count_by_status(self, *, tenant: str | None = None) -> dict[InstanceStatus, int]:
         with self._read():
-            rows, _ = self._run("count_by_status", {})
+            rows, _ = self._run("count_by_status", {"tenant": tenant})
         return {InstanceStatus(r["status"]): int(r["n"]) for r in rows}
 
-    def consistency_signals(self) -> ConsistencySignals:
+    def consistency_signals(self, *, tenant: str | None = None) -> ConsistencySignals:
+        params = {"tenant": tenant}
         with self._read():
-            parked, _ = self._run("count_parked_by_reason", {})
-            flagged, _ = self._run("count_open_flags_by_reason", {})
-            unknown, _ = self._run("unknown_effects_open", {})
+            parked, _ = self._run("count_parked_by_reason", params)
+            flagged, _ = self._run("count_open_flags_by_reason", params)
+            unknown, _ = self._run("unknown_effects_open", params)
         oldest = unknown[0]["oldest"] if unknown else None
         return ConsistencySignals(
             parked_by_reason={r["reason"]: int(r["n"]) for r in parked},
@@ -181,6 +183,26 @@ class ReadStore(SqlSeam):
             unknown_open=int(unknown[0]["n"]) if unknown else 0,
             unknown_oldest_at=float(oldest) if oldest is not None else None,
         )
+
+    def started_by_bucket(
+        self, *, since: float, until: float, bucket_seconds: float, tenant: str | None = None
+    ) -> list[StartedCount]:
+        if bucket_seconds <= 0 or until <= since:
+            raise ValueError(
+                "the buckets need a positive width and a window that ends after it starts"
+            )
+        if (until - since) / bucket_seconds > limits.ACTIVITY_BUCKETS_MAX:
+            raise ValueError(f"at most {limits.ACTIVITY_BUCKETS_MAX} buckets are counted at once")
+        params = {"since": since, "until": until, "bucket_seconds": bucket_seconds,
+                  "tenant": tenant}  # fmt: skip
+        with self._read():
+            rows, _ = self._run("count_started_by_bucket", params)
+        return [
+            StartedCount(
+                bucket=int(r["bucket"]), status=InstanceStatus(r["status"]), count=int(r["n"])
+            )
+            for r in rows
+        ]
 
 
 def _timeline_entry(r: Row) -> TimelineEntry:

@@ -51,6 +51,7 @@ from ledgerflow.ledger.records import (
     Journal,
     NewInstance,
     StartClaim,
+    StartedCount,
     TimelineEntry,
 )
 from ledgerflow.ledger.versions import InFlight, RetiredVersion, RetirementEvidence
@@ -147,11 +148,20 @@ class LedgerReads(Protocol):
         their fingerprint (work a worker may adopt); None when nothing is."""
         ...
 
-    def count_by_status(self) -> dict[InstanceStatus, int]: ...
+    def count_by_status(self, *, tenant: str | None = None) -> dict[InstanceStatus, int]:
+        """Instances by status, of ``tenant`` or of every tenant (None)."""
+        ...
 
-    def consistency_signals(self) -> ConsistencySignals:
+    def consistency_signals(self, *, tenant: str | None = None) -> ConsistencySignals:
         """Parked and flagged instances by reason and the UNKNOWN effects open, in one read
-        (the gauges metrics report)."""
+        (the gauges metrics report; with ``tenant``, that tenant's only)."""
+        ...
+
+    def started_by_bucket(
+        self, *, since: float, until: float, bucket_seconds: float, tenant: str | None = None
+    ) -> list[StartedCount]:
+        """Instances started in ``[since, until)`` by bucket of ``bucket_seconds`` and their
+        status now (at most ``limits.ACTIVITY_BUCKETS_MAX`` buckets; ValueError past it)."""
         ...
 
 

@@ -32,7 +32,7 @@ from markupsafe import Markup, escape
 
 from ledgerflow.errors import NotAuthorizedError
 from ledgerflow.model.names import check_storable, refused_character
-from ledgerflow.operators.service import ApiRole, ScopedOperations, SignedIn
+from ledgerflow.operators.service import ScopedOperations, SignedIn
 from ledgerflow.web.declare import INSECURE_PRINCIPAL, SESSION_KEY, server_of
 
 SESSION_COOKIE = "lf_session"
@@ -165,10 +165,6 @@ def form_session(
 
 
 FormSession = Annotated[SignedIn, Depends(form_session)]
-
-
-def may(session: SignedIn, role: ApiRole) -> bool:
-    return session.principal.role.allows(role)
 
 
 def sign_in_redirect() -> Response:

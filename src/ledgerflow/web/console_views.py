@@ -18,6 +18,7 @@ from ledgerflow.errors import PayloadError
 from ledgerflow.operators.service import AuditRecord, InstanceOverview
 from ledgerflow.operators.shapes import decoded
 from ledgerflow.web.request_guard import checked_json
+from ledgerflow.web.timeline_chart import Chart, Entry, layout
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -29,12 +30,34 @@ def when(at: float | None) -> str:
     return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def age(seconds: float | None) -> str:
+    """A duration as a person says it: ``45 s``, ``12 min``, ``3.5 h``, ``2.0 d``."""
+    if seconds is None:
+        return ""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
 def pretty(text: str | None) -> str:
     """A JSON field of the ledger, indented for reading (as stored when it is not JSON)."""
     if text is None:
         return ""
     value = decoded(text)
     return text if isinstance(value, str) and value == text else json.dumps(value, indent=1)
+
+
+def distinct_cause(record: Any) -> str | None:
+    """An instance's cause, when it says more than its reason: the journal often keeps the
+    reason itself as the cause (``code: reason``), which the page would only repeat."""
+    cause: str | None = record.cause
+    if not cause or cause in (record.reason, f"{record.reason_code}: {record.reason}"):
+        return None
+    return cause
 
 
 def form_json(text: str, what: str) -> Any:
@@ -55,6 +78,20 @@ def form_int(text: str, what: str) -> int | None:
         return int(text)
     except ValueError:
         raise PayloadError(f"the {what} field must be a whole number") from None
+
+
+def form_moment(text: str, what: str) -> float | None:
+    """A time a form gives as ``YYYY-MM-DDTHH:MM[:SS]`` (a ``datetime-local`` field), read as
+    UTC, the console's time zone (blank: not given)."""
+    if not text.strip():
+        return None
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise PayloadError(
+            f"the {what} field must be a time such as 2026-12-02T06:30 (UTC)"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def form_choice(kind: type[E], text: str, what: str) -> E:
@@ -91,6 +128,17 @@ def instance_view(
             (c, effects.get(c.compensates)) for c in page.effects if c.compensates is not None
         ],
     )
+
+
+def timeline_chart(page: InstanceOverview, entries: list[Entry], *, now: float) -> Chart:
+    """The instance's visual timeline: each journal position named by its step or effect."""
+    labels = {int(s.seq): s.name for s in page.steps}
+    kinds = {int(s.seq): s.kind.value for s in page.steps}
+    for e in page.effects:
+        labels[int(e.seq)] = f"{e.participant}.{e.operation}"
+        if e.compensates is not None:
+            kinds[int(e.seq)] = "compensation"
+    return layout(entries, labels=labels, kinds=kinds, now=now)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -81,6 +81,7 @@ def list_instances(
     tenant: Text = None,
     key_prefix: Text = None,
     flagged: bool | None = None,
+    reason_code: Text = None,
     created_from: Moment = None,
     created_until: Moment = None,
     cursor: CursorQuery = None,
@@ -93,6 +94,7 @@ def list_instances(
         status=status.value if status else None,
         key_prefix=key_prefix,
         flagged=flagged,
+        reason_code=reason_code,
         created_from=created_from,
         created_until=created_until,
         limit=limit,
@@ -262,10 +264,22 @@ def _delivery_answer(request: Request, delivered: Delivered) -> Outcome:
     """202 accepted, 200 a repeat; a refused event (a repeat of one too) is a problem that
     carries the delivery as the inbox keeps it."""
     body = delivery_json(delivered)
-    refusal = delivered.delivery.refusal if refused(delivered) else None
-    if refusal is None:
+    problem = refused_problem(delivered, instance=request.url.path, delivery=body)
+    if problem is None:
         return (202 if delivered.outcome is DeliveryOutcome.ACCEPTED else 200), body
+    return problem
+
+
+def refused_problem(
+    delivered: Delivered, *, instance: str, **extra: Any
+) -> tuple[int, dict[str, Any]] | None:
+    """The status and problem of an event the inbox refused (None when it took it): a
+    refused approval is 403 (the sender is not an approver), an instance that ended 410,
+    any other refusal 409. The console's signal form answers with the same."""
     delivery = delivered.delivery
+    refusal = delivery.refusal if refused(delivered) else None
+    if refusal is None:
+        return None
     reason = delivery.reason or refusal
     error: EventRefusedError | NotAuthorizedError
     if refusal == "not-approver":
@@ -277,7 +291,7 @@ def _delivery_answer(request: Request, delivered: Delivered) -> Outcome:
             event_id=delivery.event_id,
             refusal=refusal,
         )
-    status, problem = problem_of(error, instance=request.url.path, delivery=body)
+    status, problem = problem_of(error, instance=instance, **extra)
     if refusal == "ended":
         # Gone for good: the instance will never take an event again.
         status = problem["status"] = 410

@@ -202,7 +202,10 @@ WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
             AND f.reason_code = 'replay_divergence')));
 
 -- name: count_by_status
-SELECT status, count(*) AS n FROM lf_instances GROUP BY status;
+-- Of one tenant (:tenant), or of all (NULL).
+SELECT status, count(*) AS n FROM lf_instances
+WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+GROUP BY status;
 
 -- name: request_cancel
 -- The first request wins: repeating it changes nothing. It also makes a suspended instance
@@ -248,6 +251,7 @@ WHERE (CAST(:tenant AS text) IS NULL OR i.tenant = :tenant)
   AND (CAST(:flagged AS integer) IS NULL OR CAST(:flagged AS integer) = CASE WHEN EXISTS (
       SELECT 1 FROM lf_attention a WHERE a.instance_id = i.instance_id AND a.cleared_at IS NULL)
       THEN 1 ELSE 0 END)
+  AND (CAST(:reason_code AS text) IS NULL OR i.reason_code = :reason_code)
   AND (CAST(:created_from AS double precision) IS NULL OR i.created_at >= :created_from)
   AND (CAST(:created_until AS double precision) IS NULL OR i.created_at < :created_until)
   AND (CAST(:after_at AS double precision) IS NULL OR i.created_at < :after_at

@@ -194,7 +194,10 @@ WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
             AND f.reason_code = 'replay_divergence')));
 
 -- name: count_by_status
-SELECT status, count(*) AS n FROM lf_instances GROUP BY status;
+-- Of one tenant (:tenant), or of all (NULL).
+SELECT status, count(*) AS n FROM lf_instances
+WHERE (:tenant IS NULL OR tenant = :tenant)
+GROUP BY status;
 
 -- name: request_cancel
 -- The first request wins: repeating it changes nothing. It also makes a suspended instance
@@ -238,6 +241,7 @@ WHERE (:tenant IS NULL OR i.tenant = :tenant)
   AND (:key_prefix IS NULL OR substr(i.business_key, 1, length(:key_prefix)) = :key_prefix)
   AND (:flagged IS NULL OR :flagged = EXISTS (
       SELECT 1 FROM lf_attention a WHERE a.instance_id = i.instance_id AND a.cleared_at IS NULL))
+  AND (:reason_code IS NULL OR i.reason_code = :reason_code)
   AND (:created_from IS NULL OR i.created_at >= :created_from)
   AND (:created_until IS NULL OR i.created_at < :created_until)
   AND (:after_at IS NULL OR i.created_at < :after_at
