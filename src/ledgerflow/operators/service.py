@@ -56,6 +56,7 @@ from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.operators import actions
 from ledgerflow.operators.access import SignedIn, Tokens
+from ledgerflow.operators.actions import ACTION_KINDS
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority, local_principal
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
@@ -139,8 +140,6 @@ __all__ = [
     "request_hash",
     "worker_json",
 ]
-
-ACTION_KINDS = actions.ACTION_KINDS
 
 
 def local_actor() -> str:
