@@ -27,6 +27,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("processes"))
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``exclusive`` restarts a service the others share: beside them (more
+    than one xdist worker) it would pull the server from under them, so it refuses to run."""
+    # An xdist worker knows how many workers there are; a serial run has no workerinput.
+    worker: dict[str, int] = getattr(item.config, "workerinput", {})
+    if worker.get("workercount", 1) > 1 and item.get_closest_marker("exclusive") is not None:
+        pytest.fail(
+            "this test restarts a service the other tests share (marked exclusive): run it "
+            "on its own, as bash scripts/test does after the parallel run (pytest -m exclusive)"
+        )
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh journal: a SQLite file, and a fresh PostgreSQL schema when one is configured."""

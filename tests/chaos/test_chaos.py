@@ -110,6 +110,7 @@ def _wait_ready(seconds: float) -> bool:
     return False
 
 
+@pytest.mark.exclusive
 def test_postgres_restart_mid_run(
     chaos: Any, service: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
