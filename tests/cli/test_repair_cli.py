@@ -181,3 +181,24 @@ def test_a_parked_instance_is_not_said_to_have_ended(entry: Entry, parked: tuple
     code, out, _ = entry("result", instance_id, "--db", db, "--json")
     assert code == 1
     assert json.loads(out)["code"] == "LF402"
+
+
+@pytest.mark.parametrize("command", ["run-compensation", "skip-compensation"])
+def test_a_compensation_position_is_taken_as_it_is(
+    entry: Entry, parked: tuple[str, str], command: str
+) -> None:
+    """Goal: a compensation's position is negative (-1 undoes step 1) and is taken where it
+    stands, not read as an unknown option (the bug: `No such option: -1`, unless after `--`).
+
+    Method: the repair of position -1 of the parked instance, the position before the options
+    and after `--`: both reach the repair (which the state refuses, naming the position:
+    nothing is planned there), neither is a usage error.
+    """
+    db, instance_id = parked
+    evidence = ("--evidence", "{}") if command == "skip-compensation" else ()
+    options = (*evidence, "--dry-run", "--reason", "r", "--db", db)
+    for args in ((instance_id, "-1", *options), (*options, "--", instance_id, "-1")):
+        code, _, err = entry("repair", command, *args)
+        assert code == 1, err
+        assert "No such option" not in err
+        assert err.startswith("error: [LF7"), err

@@ -115,6 +115,10 @@ def _print_result(body: dict[str, Any], *, as_json: bool) -> None:
     out.print(cell(body["message"]))
 
 
+# A compensation's position is negative (-3 undoes step 3): click would read it as an option.
+NEGATIVE_POSITIONS = {"ignore_unknown_options": True}
+
+
 @click.group()
 def repair() -> None:
     """Audited repairs of stuck instances: each needs a grant of the authority file
@@ -165,7 +169,7 @@ def skip_step(instance_id: str, seq: int, result_text: str, **options: Any) -> N
     _run(_target(RepairKind.SKIP_STEP, instance_id, seq, result=result), options)
 
 
-@repair.command("run-compensation")
+@repair.command("run-compensation", context_settings=NEGATIVE_POSITIONS)
 @click.argument("instance_id", metavar="ID")
 @click.argument("seq", type=int)
 @_repair_options
@@ -174,7 +178,7 @@ def run_compensation(instance_id: str, seq: int, **options: Any) -> None:
     _run(_target(RepairKind.RUN_COMPENSATION, instance_id, seq), options)
 
 
-@repair.command("skip-compensation")
+@repair.command("skip-compensation", context_settings=NEGATIVE_POSITIONS)
 @click.argument("instance_id", metavar="ID")
 @click.argument("seq", type=int)
 @click.option(

@@ -80,7 +80,7 @@ class AuditStore(SqlSeam):
                 None,
                 entry.kind,
                 now,
-                f"{tag} (role {entry.role}): {entry.reason}"[:1000],
+                f"{tag} (as {entry.role}): {entry.reason}"[:1000],
             )
         return audit_id
 
