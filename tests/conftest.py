@@ -21,9 +21,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that spawn, SIGKILL or restart processes (marked ``slow``) share one xdist group:
     they run one after another on one worker, so two of them never compete for the machine's
-    cores and time out, while the in-process tests spread over the other workers."""
+    cores and time out, while the in-process tests spread over the other workers. A slow test
+    that only simulates in its own process (marked ``simulated``: the fault explorer) spreads
+    too."""
     for item in items:
-        if item.get_closest_marker("slow") is not None:
+        spawns = item.get_closest_marker("simulated") is None
+        if item.get_closest_marker("slow") is not None and spawns:
             item.add_marker(pytest.mark.xdist_group("processes"))
 
 

@@ -19,7 +19,7 @@ from ledgerflow.demo.order import registry, sample_order
 from ledgerflow.testing import Explorer, SeedBank, Summary, scenario_for
 from ledgerflow.testing.simulation import RunResult
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.simulated]
 
 BANK = SeedBank(Path(__file__).with_name("seed_bank.json"))
 RANDOM_SEEDS = 200

@@ -19,7 +19,7 @@ import breakages
 from ledgerflow.demo.order import registry, sample_order
 from ledgerflow.testing import Explorer, scenario_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.simulated]
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from ledgerflow.storage.sql_store import SqlStore
 from ledgerflow.testing import Behavior, Explorer, Summary, scenario_for
 from lost_wakeups import revert_arrival_flag
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.simulated]
 
 SEEDS = range(6)
 

@@ -22,7 +22,7 @@ from trip import trip_scenario
 import breakages
 from ledgerflow.testing import Behavior, Explorer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.simulated]
 
 
 def test_a_cancel_and_a_signal_at_every_point_of_a_compensating_saga(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from ledgerflow.testing import Explorer, RunResult, scenario_for
 from ledgerflow.testing.drift import NEVER_UNPROVEN_CODE
 from replay_shop import ORDER, shop
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.simulated]
 
 
 def _sweep(edition: str, tmp_path: Path, *, upgrade: bool = True) -> list[RunResult]:
