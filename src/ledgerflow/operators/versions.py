@@ -140,23 +140,30 @@ def retire_version(
     to it."""
     target = f"{workflow}@{version}"
     reason = reason.strip() or "(none given)"
-    refusal: list[str] = []
-
-    def entry(evidence: RetirementEvidence) -> AuditEntry | None:
-        if evidence.in_flight:
-            refusal.append(_refusal(evidence))
-            return None
-        outcome = "no-op" if evidence.retired is not None else "applied"
-        return _entry(evidence, actor=actor, role=role, reason=reason, outcome=outcome)
-
-    evidence, audit_id = store.retire_version(
-        workflow, version, retired_by=actor, reason=reason, audit=entry, now=clock.now()
-    )
+    # The evidence, the retirement and its audit record: one transaction, so the record says
+    # what the journal held when the version was retired, and nothing started in between.
+    with store.transaction():
+        evidence = store.retirement_evidence(workflow, version)
+        audit_id: int | None = None
+        if not evidence.in_flight:
+            outcome = "no-op" if evidence.retired is not None else "applied"
+            entry = _entry(evidence, actor=actor, role=role, reason=reason, outcome=outcome)
+            audit_id = store.append_audit(entry, now=clock.now())
+            if evidence.retired is None:
+                store.retire_version(
+                    workflow,
+                    version,
+                    retired_by=actor,
+                    reason=reason,
+                    audit_id=audit_id,
+                    now=clock.now(),
+                )
     if audit_id is None:
+        refusal = _refusal(evidence)
         refused = _entry(evidence, actor=actor, role=role, reason=reason, outcome="refused")
-        refused = AuditEntry(**{**asdict(refused), "refusal": refusal[0]})
+        refused = AuditEntry(**{**asdict(refused), "refusal": refusal})
         store.append_audit(refused, now=clock.now())
-        raise RepairRefusedError(f"{target} cannot be retired: {refusal[0]}")
+        raise RepairRefusedError(f"{target} cannot be retired: {refusal}")
     if evidence.retired is not None:
         message = f"{target} was already retired by {evidence.retired.retired_by}; nothing changed"
         return Retirement(outcome="no-op", audit_id=audit_id, evidence=evidence, message=message)

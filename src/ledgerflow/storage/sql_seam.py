@@ -131,5 +131,5 @@ class SqlSeam(abc.ABC):
 
     @abc.abstractmethod
     def _insert_audit(self, entry: AuditEntry, now: float) -> int:
-        """Append an audit record in the current write transaction; return its id (audit; a
-        retirement writes its record with it)."""
+        """Append an audit record in the current write transaction; return its id (audit; an
+        adoption writes its record with its claim)."""

@@ -10,9 +10,7 @@ moment it is retired.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
-from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.versions import InFlight, RetiredVersion, RetirementEvidence
 from ledgerflow.model.instance import FINAL_STATUSES
 from ledgerflow.storage.rows import record_from_row
@@ -33,6 +31,13 @@ class VersionStore(SqlSeam):
             rows, _ = self._run("select_retired_versions", {})
         return [record_from_row(RetiredVersion, r) for r in rows]
 
+    def retirement_evidence(self, workflow_name: str, workflow_version: int) -> RetirementEvidence:
+        """The version's evidence, read under the lock that keeps every instance's start and
+        status as it is until the transaction around this call ends."""
+        with self._write_transaction():
+            self._run("lock_instances_for_retirement", {})
+            return self._evidence(workflow_name, workflow_version)
+
     def retire_version(
         self,
         workflow_name: str,
@@ -40,32 +45,22 @@ class VersionStore(SqlSeam):
         *,
         retired_by: str,
         reason: str,
-        audit: Callable[[RetirementEvidence], AuditEntry | None],
+        audit_id: int,
         now: float,
-    ) -> tuple[RetirementEvidence, int | None]:
-        """Read the version's evidence and, when ``audit`` makes a record of it (None: refused,
-        nothing written), retire the version with that record, in one transaction; return the
-        evidence and the audit id."""
+    ) -> None:
+        """Retire a version, on the record of audit entry ``audit_id``."""
         with self._write_transaction():
-            self._run("lock_instances_for_retirement", {})
-            evidence = self._evidence(workflow_name, workflow_version)
-            entry = audit(evidence)
-            if entry is None:
-                return evidence, None
-            audit_id = self._insert_audit(entry, now)
-            if evidence.retired is None:
-                self._run(
-                    "insert_retired_version",
-                    {
-                        "workflow_name": workflow_name,
-                        "workflow_version": workflow_version,
-                        "retired_by": retired_by,
-                        "reason": reason,
-                        "audit_id": audit_id,
-                        "now": now,
-                    },
-                )
-            return evidence, audit_id
+            self._run(
+                "insert_retired_version",
+                {
+                    "workflow_name": workflow_name,
+                    "workflow_version": workflow_version,
+                    "retired_by": retired_by,
+                    "reason": reason,
+                    "audit_id": audit_id,
+                    "now": now,
+                },
+            )
 
     def _evidence(self, workflow_name: str, workflow_version: int) -> RetirementEvidence:
         params = {"workflow_name": workflow_name, "workflow_version": workflow_version}

@@ -21,7 +21,7 @@ what it has no business calling:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -411,7 +411,8 @@ class OperatorStore(DetectionStore, Protocol):
         ...
 
     def append_audit(self, entry: AuditEntry, *, now: float) -> int:
-        """Append an audit record on its own (a refused or repeated repair)."""
+        """Append an audit record: on its own (a refused or repeated repair), or, inside
+        ``transaction()``, with the change it records."""
         ...
 
     def audit_records(self, query: AuditQuery | None = None) -> list[AuditRecord]:
@@ -462,6 +463,12 @@ class OperatorStore(DetectionStore, Protocol):
 
     def retired_versions(self) -> list[RetiredVersion]: ...
 
+    def retirement_evidence(self, workflow_name: str, workflow_version: int) -> RetirementEvidence:
+        """What the journal holds of a version, read with no start or status change of any
+        instance able to slip in until the transaction ends (call it in ``transaction()``,
+        beside :meth:`retire_version`)."""
+        ...
+
     def retire_version(
         self,
         workflow_name: str,
@@ -469,11 +476,10 @@ class OperatorStore(DetectionStore, Protocol):
         *,
         retired_by: str,
         reason: str,
-        audit: Callable[[RetirementEvidence], AuditEntry | None],
+        audit_id: int,
         now: float,
-    ) -> tuple[RetirementEvidence, int | None]:
-        """Read the version's evidence and retire it with the audit record ``audit`` makes of
-        it, in one transaction (None from ``audit``: nothing is written)."""
+    ) -> None:
+        """Retire a version, on the record of its audit entry ``audit_id``."""
         ...
 
     # -- the perimeter (storage/sql_access.py) ------------------------------------------------
