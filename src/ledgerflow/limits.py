@@ -138,10 +138,10 @@ HTTP_ACCEPTS_PER_WAKE_MAX = 64
 HTTP_LISTEN_QUEUE = 4_096
 # How long the first answer to a POST with an Idempotency-Key is kept to be replayed.
 IDEMPOTENCY_RETENTION_SECONDS = 24 * 3600
-# A key whose first request was never answered (its server died while carrying it out) is
-# taken over by a retry of the same request after this long, and the request carried out
-# again (each route is idempotent by its own identity, see operators/idempotency.py). Far
-# longer than any request takes: a request's statements each wait at most seconds for a lock.
+# A key whose first request was never answered (only in a journal of Ledgerflow 0.1.0, which
+# claimed a key in a transaction of its own, its server dead while carrying it out) is taken
+# over by a retry of the same request after this long, and the request carried out again
+# (each route is idempotent by its own identity, see operators/idempotency.py).
 IDEMPOTENCY_PENDING_SECONDS = 60.0
 # /readyz proves the journal readable and writable (a row written and removed) at most once per
 # this many seconds per server; calls in between answer that proof's verdict, so nobody can

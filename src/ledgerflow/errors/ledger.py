@@ -62,8 +62,8 @@ class CancelArrivedError(ConcurrencyError):
 
 
 class IdempotencyKeyReusedError(ConcurrencyError):
-    """An Idempotency-Key was sent again with another request (or while its first request is
-    still being answered); the new request was not carried out."""
+    """An Idempotency-Key was sent again with another request (or, in a journal of Ledgerflow
+    0.1.0, while a claim its dead server left is recent); the new request was not carried out."""
 
     code = "LF304"
     ID_NAMES = ("key",)
