@@ -52,3 +52,33 @@ def test_a_forwarded_call_runs_on_the_store_thread(tmp_path: Path) -> None:
     assert len(seen) == 1
     assert seen[0].startswith("ledgerflow-store")
     assert inspect.iscoroutinefunction(thread.cancel_requests)
+
+
+def _parameters(function: object) -> list[tuple[str, object, object]]:
+    signature = inspect.signature(function)  # type: ignore[arg-type]
+    return [
+        (p.name, p.kind, p.annotation) for p in signature.parameters.values() if p.name != "self"
+    ]
+
+
+def test_the_sessions_view_of_the_store_is_the_stores_own() -> None:
+    """Goal: what a session asks of its store (SessionStore) is declared by the store: each
+    call has the journal seam's parameters (forwarded by AsyncStore, or AsyncStore's own
+    grouped call), and the replay check's sealed store answers every one of them."""
+    from ledgerflow.runtime.replay import SealedStore
+    from ledgerflow.runtime.session import SessionStore
+
+    calls = [
+        name
+        for name, value in vars(SessionStore).items()
+        if callable(value) and not name.startswith("_")
+    ]
+    assert set(calls) >= {"commit", "pending_deliveries", "deliver"}
+    forwarded = _forwarded()
+    for name in calls:
+        declared = _parameters(getattr(SessionStore, name))
+        if name in forwarded:
+            assert declared == _parameters(getattr(JournalStore, name)), name
+        else:
+            assert declared == _parameters(getattr(AsyncStore, name)), name
+        assert inspect.iscoroutinefunction(getattr(SealedStore, name)), name

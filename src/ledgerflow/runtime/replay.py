@@ -41,6 +41,7 @@ from ledgerflow.ledger.records import (
     Journal,
     StepRecord,
 )
+from ledgerflow.ledger.transaction import Transaction
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.contracts import ContractMismatch, contract_mismatches
 from ledgerflow.model.definition import Registry, WorkflowDefinition
@@ -108,8 +109,8 @@ class SealedStore:
 
     inline = True
 
-    async def commit(self, commit: Commit, *, now: float) -> Exception | None:
-        raise _ReplayWriteError(f"a replay check tried to commit {commit.writes!r}")
+    async def commit(self, commit: Commit | Transaction, *, now: float) -> Exception | None:
+        raise _ReplayWriteError(f"a replay check tried to commit {commit!r}")
 
     async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]:
         raise _ReplayWriteError("a replay check tried to read the inbox")

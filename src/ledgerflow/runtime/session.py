@@ -33,6 +33,7 @@ from ledgerflow.ledger.records import (
     StepWrite,
     Write,
 )
+from ledgerflow.ledger.transaction import FromOutside, OutsideWrite, Transaction
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
@@ -54,7 +55,7 @@ class SessionStore(Protocol):
 
     inline: bool
 
-    async def commit(self, commit: Commit, *, now: float) -> Exception | None: ...
+    async def commit(self, commit: Commit | Transaction, *, now: float) -> Exception | None: ...
 
     async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...
 
@@ -121,8 +122,17 @@ class Session:
     def generation(self) -> Generation:
         return self.instance.generation
 
-    async def commit(self, *writes: Write) -> None:
-        """Make the writes durable in one transaction, or stop: nothing is half-written."""
+    async def commit(
+        self,
+        *writes: Write,
+        beside: tuple[OutsideWrite, ...] = (),
+        fences: tuple[FromOutside, ...] = (),
+    ) -> None:
+        """Make the writes durable in one transaction, or stop: nothing is half-written.
+
+        ``beside``: writes to other instances (a child's start, an event for a parent) made in
+        the same transaction, each on an instance ``fences`` checks from outside or one the
+        write itself creates."""
         if not self.alive():
             raise Abandon("this worker is dead")
         riding = len(self.riders)
@@ -135,8 +145,11 @@ class Session:
             generation=self.generation,
             writes=writes,
         )
+        unit: Commit | Transaction = commit
+        if beside or fences:
+            unit = Transaction(commits=(commit,), fences=fences, writes=beside)
         try:
-            error = await self.store.commit(commit, now=self.clock.now())
+            error = await self.store.commit(unit, now=self.clock.now())
         except StorageError as exc:
             raise Abandon(f"commit failed: {exc}") from exc
         if isinstance(error, FencedOutError):

@@ -36,6 +36,7 @@ from ledgerflow.ledger.records import (
     NewInstance,
     StartClaim,
 )
+from ledgerflow.ledger.transaction import Transaction
 from ledgerflow.model.ids import InstanceId, RunNumber
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.metrics import Metrics
@@ -260,7 +261,7 @@ class AsyncStore:
         # Group commits' sizes and latencies are reported here (None: not measured).
         self.metrics = metrics
         self._thread = _StoreThread(embedded=store.embedded)
-        self._commits: _Group[tuple[Commit, float], Exception | None] = _Group(
+        self._commits: _Group[tuple[Commit | Transaction, float], Exception | None] = _Group(
             self._thread,
             self._commit_group,
             batch_max=limits.GROUP_COMMIT_BATCH_MAX,
@@ -321,8 +322,9 @@ class AsyncStore:
         finally:
             self._thread.calls -= 1
 
-    async def commit(self, commit: Commit, *, now: float) -> Exception | None:
-        """Make one instance's commit durable, sharing the transaction with others queued.
+    async def commit(self, commit: Commit | Transaction, *, now: float) -> Exception | None:
+        """Make one commit (or transaction) durable, sharing the transaction with others
+        queued.
 
         Returns the commit's own refusal (fenced, unexpected state) or None; raises when the
         whole transaction failed, in which case nothing of it is durable.
@@ -333,7 +335,9 @@ class AsyncStore:
             return error
         return await self._commits.submit((commit, now))
 
-    def _commit_group(self, batch: list[tuple[Commit, float]]) -> list[Exception | None]:
+    def _commit_group(
+        self, batch: list[tuple[Commit | Transaction, float]]
+    ) -> list[Exception | None]:
         # One time for the whole transaction: the latest any of its commits asked for.
         if self.metrics is None:
             return self._store.commit([c for c, _ in batch], now=max(n for _, n in batch))
@@ -375,9 +379,10 @@ class AsyncStore:
     next_available_at = _OnStoreThread(JournalStore.next_available_at)
     pending_deliveries = _OnStoreThread(JournalStore.pending_deliveries)
     deliver = _OnStoreThread(JournalStore.deliver)
+    apply = _OnStoreThread(JournalStore.apply)
 
     async def commit_together(
-        self, commits: Sequence[Commit], *, now: float
+        self, commits: Sequence[Commit | Transaction], *, now: float
     ) -> list[Exception | None]:
         """Many commits in one transaction now, each refused alone, outside the group that
         :meth:`commit` gathers (a worker giving back every lease it holds, say)."""

@@ -65,10 +65,10 @@ class StartStore(SqlSeam):
             instance_id=new.instance_id,
         )
 
-    def _start_within(self, new: NewInstance, now: float) -> None:
-        """A start among another write's statements (a commit's :class:`StartInstance`): the
-        instance is inserted, or the one its business key started is kept if it is the same
-        start; otherwise the whole transaction is refused."""
+    def _start_within(self, new: NewInstance, now: float) -> tuple[InstanceRecord, bool]:
+        """A start among another write's statements (a :class:`StartInstance`): the instance
+        is inserted, or the one its business key started is kept if it is the same start;
+        otherwise the whole transaction is refused. Returns it, and whether it was inserted."""
         record, created = self._start_one(new, None, now)
         same = (record.workflow_name, record.workflow_version, record.input)
         if not created and same != (new.workflow_name, new.workflow_version, new.input):
@@ -77,6 +77,7 @@ class StartStore(SqlSeam):
                 f"v{record.workflow_version} with another input or version",
                 instance_id=record.instance_id,
             )
+        return record, created
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():

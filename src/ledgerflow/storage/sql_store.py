@@ -35,6 +35,7 @@ from ledgerflow.ledger.records import (
     StartInstance,
     StepWrite,
 )
+from ledgerflow.ledger.transaction import Answer, Transaction
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
     Generation,
@@ -61,6 +62,7 @@ from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
+from ledgerflow.storage.sql_transaction import apply_transaction
 from ledgerflow.storage.sql_versions import VersionStore
 from ledgerflow.storage.sql_workers import WorkerStore
 
@@ -257,7 +259,17 @@ class SqlStore(
                     lost.append(instance_id)
         return lost
 
-    def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
+    def apply(self, transaction: Transaction, *, now: float) -> tuple[Answer, ...]:
+        """Apply a transaction of typed writes over any number of instances, all or nothing;
+        return the store's answer to each of its writes, in order. A refusal of any part
+        raises (fenced out, an instance not there or ended, an illegal transition) and nothing
+        of it is durable. Inside :meth:`transaction` it joins the caller's transaction."""
+        with self._write_transaction():
+            return apply_transaction(self, transaction, now)
+
+    def commit(
+        self, commits: Sequence[Commit | Transaction], *, now: float
+    ) -> list[Exception | None]:
         # Refusals are rare: first apply the whole group without a savepoint each (two
         # statements, and on PostgreSQL two round trips, fewer per commit; its statements are
         # sent without waiting for each answer). A refusal rolls the whole transaction back;
@@ -272,7 +284,7 @@ class SqlStore(
                         if together:
                             self._fence_all(commits, now)
                         for commit in commits:
-                            self._apply(commit, now, fenced=together)
+                            self._apply_one(commit, now, fenced=together)
                 except LedgerflowError as exc:
                     raise RefusedError(exc) from exc
             return [None] * len(commits)
@@ -284,15 +296,27 @@ class SqlStore(
             for index, commit in enumerate(commits):
                 try:
                     with self._savepoint(f"c{index}"):
-                        self._apply(commit, now)
+                        self._apply_one(commit, now)
                     results.append(None)
                 except LedgerflowError as exc:
                     results.append(exc)
         return results
 
-    def _fence_all(self, commits: Sequence[Commit], now: float) -> None:
-        """The fence of every commit of a group in one statement, first, as each commit's
-        own fence would be; any commit whose owner lost its instance refuses the group."""
+    def _apply_one(self, item: Commit | Transaction, now: float, *, fenced: bool = False) -> None:
+        if isinstance(item, Commit):
+            self._apply(item, now, fenced=fenced)
+        else:
+            apply_transaction(self, item, now, fenced=fenced)
+
+    def _fence_all(self, items: Sequence[Commit | Transaction], now: float) -> None:
+        """The owner fence of every commit of a group in one statement, first, as each
+        commit's own fence would be; any commit whose owner lost its instance refuses the
+        group (a transaction's fences from outside are its own, checked as it is applied)."""
+        commits = [
+            commit
+            for item in items
+            for commit in ((item,) if isinstance(item, Commit) else item.commits)
+        ]
 
         def all_owned(rows: list[Row], _: int) -> None:
             owned = {row["instance_id"] for row in rows}

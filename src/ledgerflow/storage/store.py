@@ -54,6 +54,7 @@ from ledgerflow.ledger.records import (
     StartedCount,
     TimelineEntry,
 )
+from ledgerflow.ledger.transaction import Answer, Transaction
 from ledgerflow.ledger.versions import InFlight, RetiredVersion, RetirementEvidence
 from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.detection import (
@@ -254,12 +255,20 @@ class JournalStore(LedgerReads, Protocol):
         """Extend leases; return the instances this owner no longer holds."""
         ...
 
-    def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
-        """Apply many instances' commits in one durable transaction.
+    def commit(
+        self, commits: Sequence[Commit | Transaction], *, now: float
+    ) -> list[Exception | None]:
+        """Apply many owners' commits (and transactions) in one durable transaction.
 
-        Each commit is applied all or nothing; a commit refused (stale generation, unexpected
-        state) is rolled back alone and its error returned at its position.
+        Each is applied all or nothing; one refused (stale generation, unexpected state) is
+        rolled back alone and its error returned at its position.
         """
+        ...
+
+    def apply(self, transaction: Transaction, *, now: float) -> tuple[Answer, ...]:
+        """Apply a transaction of typed writes over any number of instances, all or nothing
+        (:mod:`ledgerflow.ledger.transaction`); return the store's answer to each write, in
+        order. A refusal of any part raises, and nothing of it is durable."""
         ...
 
     def request_cancel(

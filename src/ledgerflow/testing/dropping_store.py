@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from ledgerflow.errors import StorageUnavailableError
 from ledgerflow.ledger.records import Commit, InstanceRecord
+from ledgerflow.ledger.transaction import Transaction
 from ledgerflow.model.ids import WorkerId
 from ledgerflow.storage.store import Store
 
@@ -47,7 +48,9 @@ class DroppingStore:
         self.dropped.append(f"{call} {when}")
         raise StorageUnavailableError(f"scripted: the connection dropped {when} the {call}")
 
-    def commit(self, commits: Sequence[Commit], *, now: float) -> list[Exception | None]:
+    def commit(
+        self, commits: Sequence[Commit | Transaction], *, now: float
+    ) -> list[Exception | None]:
         when = self._draw()
         if when == "before":
             self._drop("commit", when)

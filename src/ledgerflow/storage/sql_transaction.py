@@ -1,0 +1,136 @@
+"""The kernel that applies a :class:`~ledgerflow.ledger.transaction.Transaction` (internal).
+
+One loop over the transaction's parts, inside the caller's write transaction: the fences from
+outside first (each instance's row locked, so nothing changes it before the writes), then each
+owner's commit as :meth:`SqlStore.commit` applies it, then the other writes in order, each by
+the store's own statement for it. The answers come back in the order of the writes. A refusal
+of any part raises and leaves the whole transaction to roll back: nothing of it is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from ledgerflow.errors import IllegalTransitionError, InstanceNotFoundError
+from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.records import Commit, Delivery, InstanceRecord, NewInstance, StartInstance
+from ledgerflow.ledger.transaction import (
+    Answer,
+    AppendAudit,
+    Audited,
+    CancelAsked,
+    Deliver,
+    Delivered,
+    FromOutside,
+    OutsideWrite,
+    RaiseFlag,
+    RequestCancel,
+    Started,
+    Transaction,
+    audited_entry,
+)
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.instance import FINAL_STATUSES
+from ledgerflow.storage.rows import Row, instance_from_row
+
+
+class SqlStore(Protocol):
+    """What the kernel takes of :class:`~ledgerflow.storage.sql_store.SqlStore`: the statement
+    of each write, each run inside the transaction already open."""
+
+    def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]: ...
+
+    def _apply(self, commit: Commit, now: float, *, fenced: bool = False) -> None: ...
+
+    def _start_within(self, new: NewInstance, now: float) -> tuple[InstanceRecord, bool]: ...
+
+    def _insert_audit(self, entry: AuditEntry, now: float) -> int: ...
+
+    def _raise(
+        self, instance_id: str, reason_code: str, evidence: str, detected_by: str, now: float | None
+    ) -> bool: ...
+
+    def deliver(
+        self,
+        *,
+        instance_id: InstanceId,
+        event_id: str,
+        name: str,
+        payload: str,
+        sender: str | None,
+        for_seq: int | None,
+        run: int | None,
+        refuse: tuple[str, str] | None,
+        now: float,
+    ) -> tuple[Delivery, bool] | None: ...
+
+    def request_cancel(
+        self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float
+    ) -> tuple[InstanceRecord | None, bool]: ...
+
+
+def apply_transaction(
+    store: SqlStore, transaction: Transaction, now: float, *, fenced: bool = False
+) -> tuple[Answer, ...]:
+    """Apply every part of ``transaction`` in the write transaction open on ``store``
+    (``fenced``: its commits' owner fences were checked already, with a group's)."""
+    for fence in transaction.fences:
+        _fence_from_outside(store, fence)
+    for commit in transaction.commits:
+        store._apply(commit, now, fenced=fenced)
+    return tuple(_write(store, write, now) for write in transaction.writes)
+
+
+def _fence_from_outside(store: SqlStore, fence: FromOutside) -> None:
+    rows, _ = store._run("lock_instance", {"instance_id": fence.instance_id})
+    if not rows:
+        raise InstanceNotFoundError(instance_id=fence.instance_id)
+    status = instance_from_row(rows[0]).status
+    if fence.live and status in FINAL_STATUSES:
+        raise IllegalTransitionError(
+            f"instance {fence.instance_id} has ended ({status.value})",
+            machine="instance",
+            state=status.value,
+            event="write",
+            instance_id=fence.instance_id,
+        )
+
+
+def _write(store: SqlStore, write: OutsideWrite, now: float) -> Answer:
+    if isinstance(write, Audited):
+        answer = _write(store, write.change, now)
+        store._insert_audit(audited_entry(write.change, answer, write.entry), now)
+        return answer
+    if isinstance(write, Deliver):
+        stored = store.deliver(
+            instance_id=write.instance_id,
+            event_id=write.event_id,
+            name=write.name,
+            payload=write.payload,
+            sender=write.sender,
+            for_seq=write.for_seq,
+            run=write.run,
+            refuse=write.refuse,
+            now=now,
+        )
+        if stored is None:
+            raise InstanceNotFoundError(instance_id=write.instance_id)
+        return Delivered(delivery=stored[0], new=stored[1])
+    if isinstance(write, RequestCancel):
+        record, new = store.request_cancel(
+            write.instance_id, reason=write.reason, compensate=write.compensate, now=now
+        )
+        if record is None:
+            raise InstanceNotFoundError(instance_id=write.instance_id)
+        return CancelAsked(instance=record, new=new)
+    if isinstance(write, StartInstance):
+        record, new = store._start_within(write.new, now)
+        return Started(instance=record, new=new)
+    if isinstance(write, AppendAudit):
+        return store._insert_audit(write.entry, now)
+    if isinstance(write, RaiseFlag):
+        return store._raise(
+            write.instance_id, write.reason_code, write.evidence, write.detected_by, now
+        )
+    raise TypeError(f"not a write of a transaction: {write!r}")
