@@ -15,6 +15,7 @@ import pytest
 
 import ledgerflow as lf
 from ledgerflow.errors import WaitTimeoutError
+from ledgerflow.ledger.transaction import Deliver
 from ledgerflow.testing import FakeClock
 
 
@@ -200,14 +201,13 @@ def test_timeout_wins_only_when_no_event_arrived(world: World) -> None:
                 if instance_id == racing.instance_id and not seen:
                     # Another process delivers the event right after the wait looked.
                     deliverer.store.deliver(
-                        instance_id=instance_id,
-                        event_id="just-in-time",
-                        name="go",
-                        payload="1",
-                        sender=None,
-                        for_seq=None,
-                        run=None,
-                        refuse=None,
+                        Deliver(
+                            instance_id=instance_id,
+                            event_id="just-in-time",
+                            name="go",
+                            payload="1",
+                            sender=None,
+                        ),
                         now=world.clock.now(),
                     )
                 return seen

@@ -35,6 +35,7 @@ from ledgerflow.ledger.records import (
     StepRecord,
     TimelineEntry,
 )
+from ledgerflow.ledger.transaction import Deliver, RequestCancel
 from ledgerflow.model import names
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
@@ -179,11 +180,15 @@ class EngineCore:
         """Record a cancel request (the first one wins; repeating it is a no-op)."""
         if not reason.strip():
             raise PayloadError("a cancel request needs a reason")
-        record, recorded = self.store.request_cancel(
-            InstanceId(instance_id), reason=reason, compensate=compensate, now=now
+        asked = self.store.request_cancel(
+            RequestCancel(
+                instance_id=InstanceId(instance_id), reason=reason, compensate=compensate
+            ),
+            now=now,
         )
-        if record is None:
+        if asked is None:
             raise InstanceNotFoundError(instance_id=instance_id)
+        record = asked.instance
         if record.cancel_requested_at is None:
             raise IllegalTransitionError(
                 f"the instance already ended {record.status.value}: there is nothing to cancel",
@@ -192,7 +197,7 @@ class EngineCore:
                 event="cancel",
                 instance_id=instance_id,
             )
-        return CancelRequested(instance=record, recorded=recorded)
+        return CancelRequested(instance=record, recorded=asked.new)
 
     def signal(
         self,
@@ -241,19 +246,21 @@ class EngineCore:
         record = self.get(instance_id)
         refuse = self._approval_refusal(record, name=name, sender=sender)
         stored = self.store.deliver(
-            instance_id=record.instance_id,
-            event_id=event_id,
-            name=name,
-            payload=self.codec.encode(payload),
-            sender=sender,
-            for_seq=for_step,
-            run=run,
-            refuse=refuse,
+            Deliver(
+                instance_id=record.instance_id,
+                event_id=event_id,
+                name=name,
+                payload=self.codec.encode(payload),
+                sender=sender,
+                for_seq=for_step,
+                run=run,
+                refuse=refuse,
+            ),
             now=now,
         )
         if stored is None:
             raise InstanceNotFoundError(instance_id=instance_id)
-        delivery, new = stored
+        delivery, new = stored.delivery, stored.new
         differs = [
             what
             for what, same in (

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ledgerflow.ledger.transaction import Deliver
 from ledgerflow.model.ids import EffectId, IdempotencyKey, StepSeq
 from ledgerflow.runtime.session import Session
 
@@ -42,17 +43,19 @@ def late_answer_keeper(
             text = codec.encode({"attempt": attempt, "answer": repr(answer)[:2000]})
         task = asyncio.ensure_future(
             store.deliver(
-                instance_id=session.instance_id,
-                event_id=f"late-answer:{key}:{attempt}",
-                name=f"late-answer:{effect_id}",
-                payload=text,
-                sender=participant,
-                for_seq=seq,
-                run=session.instance.run,
-                refuse=(
-                    "late",
-                    f"attempt {attempt} answered after its deadline: kept as evidence, "
-                    "not taken as the outcome",
+                Deliver(
+                    instance_id=session.instance_id,
+                    event_id=f"late-answer:{key}:{attempt}",
+                    name=f"late-answer:{effect_id}",
+                    payload=text,
+                    sender=participant,
+                    for_seq=seq,
+                    run=session.instance.run,
+                    refuse=(
+                        "late",
+                        f"attempt {attempt} answered after its deadline: kept as evidence, "
+                        "not taken as the outcome",
+                    ),
                 ),
                 now=session.clock.now(),
             )

@@ -41,7 +41,7 @@ from ledgerflow.ledger.records import (
     Journal,
     StepRecord,
 )
-from ledgerflow.ledger.transaction import Transaction
+from ledgerflow.ledger.transaction import Deliver, Delivered, Transaction
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.contracts import ContractMismatch, contract_mismatches
 from ledgerflow.model.definition import Registry, WorkflowDefinition
@@ -115,8 +115,7 @@ class SealedStore:
     async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]:
         raise _ReplayWriteError("a replay check tried to read the inbox")
 
-    async def deliver(self, **_: Any) -> tuple[Delivery, bool] | None:
-        # The signature is the session's (SessionStore.deliver): nothing of it is read here.
+    async def deliver(self, write: Deliver, *, now: float) -> Delivered | None:
         raise _ReplayWriteError("a replay check tried to deliver an event")
 
 

@@ -33,7 +33,7 @@ from ledgerflow.ledger.records import (
     StepWrite,
     Write,
 )
-from ledgerflow.ledger.transaction import FromOutside, OutsideWrite, Transaction
+from ledgerflow.ledger.transaction import Deliver, Delivered, FromOutside, OutsideWrite, Transaction
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
@@ -59,19 +59,7 @@ class SessionStore(Protocol):
 
     async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...
 
-    async def deliver(
-        self,
-        *,
-        instance_id: InstanceId,
-        event_id: str,
-        name: str,
-        payload: str,
-        sender: str | None,
-        for_seq: int | None,
-        run: int | None,
-        refuse: tuple[str, str] | None,
-        now: float,
-    ) -> tuple[Delivery, bool] | None: ...
+    async def deliver(self, write: Deliver, *, now: float) -> Delivered | None: ...
 
 
 @dataclass(slots=True, kw_only=True)

@@ -35,6 +35,7 @@ from ledgerflow.ledger.records import (
     NoPendingDelivery,
     RejectDelivery,
 )
+from ledgerflow.ledger.transaction import Deliver, Delivered
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.storage.rows import delivery_from_row, instance_from_row, record_from_row
@@ -88,22 +89,12 @@ class InboxStore(SqlSeam):
             write.event_id,
         )
 
-    def deliver(
-        self,
-        *,
-        instance_id: InstanceId,
-        event_id: str,
-        name: str,
-        payload: str,
-        sender: str | None,
-        for_seq: int | None,
-        run: int | None,
-        refuse: tuple[str, str] | None,
-        now: float,
-    ) -> tuple[Delivery, bool] | None:
-        """Keep an event for an instance (None if there is no such instance). Returns the
-        delivery as stored and whether this call stored it (False: a duplicate event id).
-        ``refuse`` (refusal, reason) keeps it as refused whatever the instance's state."""
+    def deliver(self, write: Deliver, *, now: float) -> Delivered | None:
+        """Keep an event for an instance (None if there is no such instance): the delivery as
+        stored and whether this call stored it (False: a duplicate event id). ``refuse``
+        (refusal, reason) keeps it as refused whatever the instance's state."""
+        instance_id, event_id, name = write.instance_id, write.event_id, write.name
+        payload, sender, for_seq, run = write.payload, write.sender, write.for_seq, write.run
         ids = {"instance_id": instance_id, "event_id": event_id}
         refused = {**ids, "name": name, "sender": sender, "now": now}
         with self._write_transaction(), self._counted_when_full(refused):
@@ -114,10 +105,10 @@ class InboxStore(SqlSeam):
                 return None
             rows, _ = self._run("get_delivery", ids)
             if rows:
-                return delivery_from_row(rows[0]), False
+                return Delivered(delivery=delivery_from_row(rows[0]), new=False)
             instance = instance_from_row(found[0])
             self._within_inbox_bounds(instance_id, event_id, payload)
-            refusal, reason = refuse or self._late(instance, for_seq=for_seq, run=run)
+            refusal, reason = write.refuse or self._late(instance, for_seq=for_seq, run=run)
             state = arrival(refused=refusal is not None)
             _, inserted = self._run(
                 "insert_event_delivery",
@@ -136,7 +127,7 @@ class InboxStore(SqlSeam):
             if inserted != 1:
                 # Kept by another delivery after all (the insert's own conflict): a duplicate.
                 rows, _ = self._run("get_delivery", ids)
-                return delivery_from_row(rows[0]), False
+                return Delivered(delivery=delivery_from_row(rows[0]), new=False)
             if state is DeliveryState.PENDING:
                 self._run("wake_instance", {"instance_id": instance_id, "now": now})
             self._timeline(
@@ -149,7 +140,7 @@ class InboxStore(SqlSeam):
                 f"{name} {event_id}" + (f": {reason}" if reason else ""),
             )
             rows, _ = self._run("get_delivery", ids)
-        return delivery_from_row(rows[0]), True
+        return Delivered(delivery=delivery_from_row(rows[0]), new=True)
 
     def _within_inbox_bounds(self, instance_id: InstanceId, event_id: str, payload: str) -> None:
         """:class:`PayloadError` for a payload past its own bound, :class:`InboxFullError` when

@@ -27,7 +27,6 @@ from ledgerflow.errors import (
 from ledgerflow.ledger.records import (
     Commit,
     EffectWrite,
-    InstanceRecord,
     InstanceWrite,
     KeepTraceContext,
     NoCancelRequest,
@@ -35,7 +34,7 @@ from ledgerflow.ledger.records import (
     StartInstance,
     StepWrite,
 )
-from ledgerflow.ledger.transaction import Answer, Transaction
+from ledgerflow.ledger.transaction import Answer, CancelAsked, RequestCancel, Transaction
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
     Generation,
@@ -196,14 +195,13 @@ class SqlStore(
 
     # -- instances ---------------------------------------------------------------------------
 
-    def request_cancel(
-        self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float
-    ) -> tuple[InstanceRecord | None, bool]:
+    def request_cancel(self, write: RequestCancel, *, now: float) -> CancelAsked | None:
+        instance_id, reason = write.instance_id, write.reason
         with self._write_transaction():
             params = {
                 "instance_id": instance_id,
                 "reason": reason,
-                "compensate": int(compensate),
+                "compensate": int(write.compensate),
                 "now": now,
             }
             self._run("lock_instance", {"instance_id": instance_id})
@@ -214,7 +212,7 @@ class SqlStore(
                 self._timeline(
                     instance_id, record.generation, "cancel", None, "requested", now, reason[:500]
                 )
-        return record, changed == 1
+        return None if record is None else CancelAsked(instance=record, new=changed == 1)
 
     def set_limit(self, scope: str, in_flight_max: int | None) -> None:
         with self._write_transaction():

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ledgerflow.errors import IllegalTransitionError, InstanceNotFoundError
 from ledgerflow.ledger.audit import AuditEntry
-from ledgerflow.ledger.records import Commit, Delivery, InstanceRecord, NewInstance, StartInstance
+from ledgerflow.ledger.records import Commit, InstanceRecord, NewInstance, StartInstance
 from ledgerflow.ledger.transaction import (
     Answer,
     AppendAudit,
@@ -30,7 +30,6 @@ from ledgerflow.ledger.transaction import (
     Transaction,
     audited_entry,
 )
-from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import FINAL_STATUSES
 from ledgerflow.storage.rows import Row, instance_from_row
 
@@ -51,23 +50,9 @@ class SqlStore(Protocol):
         self, instance_id: str, reason_code: str, evidence: str, detected_by: str, now: float | None
     ) -> bool: ...
 
-    def deliver(
-        self,
-        *,
-        instance_id: InstanceId,
-        event_id: str,
-        name: str,
-        payload: str,
-        sender: str | None,
-        for_seq: int | None,
-        run: int | None,
-        refuse: tuple[str, str] | None,
-        now: float,
-    ) -> tuple[Delivery, bool] | None: ...
+    def deliver(self, write: Deliver, *, now: float) -> Delivered | None: ...
 
-    def request_cancel(
-        self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float
-    ) -> tuple[InstanceRecord | None, bool]: ...
+    def request_cancel(self, write: RequestCancel, *, now: float) -> CancelAsked | None: ...
 
 
 def apply_transaction(
@@ -102,28 +87,15 @@ def _write(store: SqlStore, write: OutsideWrite, now: float) -> Answer:
         answer = _write(store, write.change, now)
         store._insert_audit(audited_entry(write.change, answer, write.entry), now)
         return answer
-    if isinstance(write, Deliver):
-        stored = store.deliver(
-            instance_id=write.instance_id,
-            event_id=write.event_id,
-            name=write.name,
-            payload=write.payload,
-            sender=write.sender,
-            for_seq=write.for_seq,
-            run=write.run,
-            refuse=write.refuse,
-            now=now,
+    if isinstance(write, Deliver | RequestCancel):
+        made = (
+            store.deliver(write, now=now)
+            if isinstance(write, Deliver)
+            else store.request_cancel(write, now=now)
         )
-        if stored is None:
+        if made is None:
             raise InstanceNotFoundError(instance_id=write.instance_id)
-        return Delivered(delivery=stored[0], new=stored[1])
-    if isinstance(write, RequestCancel):
-        record, new = store.request_cancel(
-            write.instance_id, reason=write.reason, compensate=write.compensate, now=now
-        )
-        if record is None:
-            raise InstanceNotFoundError(instance_id=write.instance_id)
-        return CancelAsked(instance=record, new=new)
+        return made
     if isinstance(write, StartInstance):
         record, new = store._start_within(write.new, now)
         return Started(instance=record, new=new)

@@ -54,7 +54,14 @@ from ledgerflow.ledger.records import (
     StartedCount,
     TimelineEntry,
 )
-from ledgerflow.ledger.transaction import Answer, Transaction
+from ledgerflow.ledger.transaction import (
+    Answer,
+    CancelAsked,
+    Deliver,
+    Delivered,
+    RequestCancel,
+    Transaction,
+)
 from ledgerflow.ledger.versions import InFlight, RetiredVersion, RetirementEvidence
 from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.detection import (
@@ -271,34 +278,20 @@ class JournalStore(LedgerReads, Protocol):
         order. A refusal of any part raises, and nothing of it is durable."""
         ...
 
-    def request_cancel(
-        self, instance_id: InstanceId, *, reason: str, compensate: bool, now: float
-    ) -> tuple[InstanceRecord | None, bool]:
-        """Record a cancel request unless one exists or the instance has ended; return the
-        instance (None if unknown) and whether this call recorded the request."""
+    def request_cancel(self, write: RequestCancel, *, now: float) -> CancelAsked | None:
+        """Record a cancel request unless one exists or the instance has ended; the instance
+        after it (None if unknown) and whether this call recorded the request."""
         ...
 
     def cancel_requests(self, *, owner: WorkerId) -> list[InstanceId]:
         """Instances this owner drives that someone asked to cancel."""
         ...
 
-    def deliver(
-        self,
-        *,
-        instance_id: InstanceId,
-        event_id: str,
-        name: str,
-        payload: str,
-        sender: str | None,
-        for_seq: int | None,
-        run: int | None,
-        refuse: tuple[str, str] | None,
-        now: float,
-    ) -> tuple[Delivery, bool] | None:
+    def deliver(self, write: Deliver, *, now: float) -> Delivered | None:
         """Keep an event (deduplicated by id), rejected with the reason when it comes too late
-        (ended instance, closed step, older run) or ``refuse`` (refusal, reason) says why; wake
-        a waiting instance. None when the instance does not exist. An event past the inbox's
-        bounds is not kept but counted: :class:`~ledgerflow.errors.InboxFullError`."""
+        (ended instance, closed step, older run) or ``write.refuse`` (refusal, reason) says
+        why; wake a waiting instance. None when the instance does not exist. An event past the
+        inbox's bounds is not kept but counted: :class:`~ledgerflow.errors.InboxFullError`."""
         ...
 
     def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...

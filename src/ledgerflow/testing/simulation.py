@@ -30,6 +30,7 @@ from typing import Any
 
 from ledgerflow.errors import FencedOutError
 from ledgerflow.ledger.records import Commit, Release
+from ledgerflow.ledger.transaction import Deliver, RequestCancel
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.examples import Events, Example
@@ -444,7 +445,7 @@ class _Run:
         now = self.clock.now()
         if kind == CANCEL:
             engine.store.request_cancel(
-                instance_id, reason=f"explorer: at {hit}", compensate=True, now=now
+                RequestCancel(instance_id=instance_id, reason=f"explorer: at {hit}"), now=now
             )
             return
         record = engine.store.get_instance(instance_id)
@@ -458,14 +459,13 @@ class _Run:
             planned=self.plan.event,
         )
         engine.store.deliver(
-            instance_id=instance_id,
-            event_id=f"probe-{hit.index}",
-            name=event.name,
-            payload=engine.codec.encode(event.payload),
-            sender=event.sender,
-            for_seq=None,
-            run=None,
-            refuse=None,
+            Deliver(
+                instance_id=instance_id,
+                event_id=f"probe-{hit.index}",
+                name=event.name,
+                payload=engine.codec.encode(event.payload),
+                sender=event.sender,
+            ),
             now=now,
         )
 
