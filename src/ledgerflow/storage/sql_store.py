@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import enum
 import json
 import logging
 import threading
@@ -74,6 +75,25 @@ def _fenced_out(commit: Commit) -> None:
         instance_id=commit.instance_id,
         generation=commit.generation,
     )
+
+
+def _one_row_changed(
+    what: str, machine: str, expected: enum.Enum, event: enum.Enum, **ids: str
+) -> Callable[[list[Row], int], None]:
+    """The check of an update expected to change one row: none changed means the row is no
+    longer in the state the write expected (someone else moved it)."""
+
+    def updated(_: list[Row], changed: int) -> None:
+        if changed != 1:
+            raise IllegalTransitionError(
+                f"{what} is no longer {expected.value}",
+                machine=machine,
+                state=expected.value,
+                event=event.value,
+                **ids,
+            )
+
+    return updated
 
 
 class SqlStore(
@@ -365,17 +385,9 @@ class SqlStore(
         STEP_MACHINE.check_write(write.expected, write.event, r.status, by_operator=by_operator)
         refuse_broken(step_invariant(r), "step", r.command_id)
         params = {**fields(r), "generation": generation, "now": now}
-
-        def updated(_: list[Row], changed: int) -> None:
-            if changed != 1:
-                raise IllegalTransitionError(
-                    f"step {r.seq} is no longer {write.expected.value}",
-                    machine="step",
-                    state=write.expected.value,
-                    event=write.event.value,
-                    instance_id=r.instance_id,
-                )
-
+        updated = _one_row_changed(
+            f"step {r.seq}", "step", write.expected, write.event, instance_id=r.instance_id
+        )
         held: list[dict[str, Any]] | None = getattr(self._batched, "steps", None)
         if write.expected is StepStatus.NEW and held is not None:
             held.append(params)
@@ -386,14 +398,9 @@ class SqlStore(
                 self._insert_held_steps(held)  # the step to update may be among them
             self._send("update_step", {**params, "expected": write.expected.value}, updated)
         self._timeline(
-            r.instance_id,
-            generation,
-            f"step:{r.seq}",
-            write.expected.value,
-            r.status.value,
-            now,
-            write.detail,
-        )
+            r.instance_id, generation, f"step:{r.seq}", write.expected.value, r.status.value,
+            now, write.detail,
+        )  # fmt: skip
 
     def _write_effect(
         self, write: EffectWrite, generation: Generation, now: float, *, by_operator: bool = False
@@ -402,30 +409,17 @@ class SqlStore(
         EFFECT_MACHINE.check_write(write.expected, write.event, r.state, by_operator=by_operator)
         refuse_broken(effect_invariant(r), "effect", r.effect_id)
         params = {**fields(r), "generation": generation, "now": now}
-
-        def updated(_: list[Row], changed: int) -> None:
-            if changed != 1:
-                raise IllegalTransitionError(
-                    f"effect {r.effect_id} is no longer {write.expected.value}",
-                    machine="effect",
-                    state=write.expected.value,
-                    event=write.event.value,
-                    effect_id=r.effect_id,
-                )
-
+        updated = _one_row_changed(
+            f"effect {r.effect_id}", "effect", write.expected, write.event, effect_id=r.effect_id
+        )
         if write.expected is EffectState.NEW:
             self._send("insert_effect", params)
         else:
             self._send("update_effect", {**params, "expected": write.expected.value}, updated)
         self._timeline(
-            r.instance_id,
-            generation,
-            f"effect:{r.seq}",
-            write.expected.value,
-            r.state.value,
-            now,
-            write.detail,
-        )
+            r.instance_id, generation, f"effect:{r.seq}", write.expected.value, r.state.value,
+            now, write.detail,
+        )  # fmt: skip
 
     def _write_instance(
         self, write: InstanceWrite, commit: Commit, now: float, *, by_operator: bool = False
