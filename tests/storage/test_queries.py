@@ -22,48 +22,47 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def test_a_dialect_gets_its_own_and_the_portable_queries_without_their_comments(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("dialect", "expected"),
+    [
+        (
+            "sqlite",
+            {
+                "get_thing": "SELECT * FROM things WHERE id = :id",
+                "thing_named": "SELECT * FROM things WHERE name = :name",
+            },
+        ),
+        (
+            "postgres",
+            {
+                "get_thing": "SELECT * FROM things WHERE id = %(id)s",
+                "thing_named": "SELECT * FROM things WHERE name = %(name)s",
+            },
+        ),
+    ],
+)
+def test_a_dialect_gets_its_own_and_the_portable_queries(
+    tmp_path: Path, dialect: str, expected: dict[str, str]
 ) -> None:
-    """Goal: a query written once in portable/ runs in every dialect, next to the dialect's own.
+    """Goal: a query written once in portable/ runs in every dialect, next to the dialect's own,
+    and reaches PostgreSQL's driver as ``%(name)s`` like PostgreSQL's own blocks (every file
+    writes ``:name``).
 
-    Method: a portable block and a dialect block (each with a comment line); load the dialect:
-    both names, statements without the comments and the final semicolon, and the non-.sql file
-    beside them ignored.
+    Method: a portable block and a dialect block, each with a comment line, and a non-.sql file
+    beside them; load the dialect: both names, the statements without their comments and final
+    semicolon, placeholders converted for postgres only, the other file ignored.
     """
     root = _tree(
         tmp_path,
         {
             "portable/things.sql": "-- Things.\n\n-- name: get_thing\n-- One thing.\n"
             "SELECT * FROM things WHERE id = :id;\n",
-            "sqlite/things.sql": "-- name: lock_things\n-- Nothing to lock.\nSELECT 1;\n",
-            "sqlite/notes.txt": "-- name: not_a_query\nSELECT 2;\n",
+            f"{dialect}/things.sql": "-- name: thing_named\n-- By name.\n"
+            "SELECT * FROM things WHERE name = :name;\n",
+            f"{dialect}/notes.txt": "-- name: not_a_query\nSELECT 2;\n",
         },
     )
-    assert queries.load_tree(root, "sqlite") == {
-        "get_thing": "SELECT * FROM things WHERE id = :id",
-        "lock_things": "SELECT 1",
-    }
-
-
-def test_postgres_placeholders_are_converted_in_portable_queries_too(tmp_path: Path) -> None:
-    """Goal: a portable block is written with ``:name`` placeholders, as every file is, and
-    reaches psycopg as ``%(name)s`` like PostgreSQL's own blocks.
-
-    Method: one portable and one postgres block with a placeholder each, and a ``::`` cast
-    (which is no placeholder); load postgres.
-    """
-    root = _tree(
-        tmp_path,
-        {
-            "portable/things.sql": "-- name: get_thing\nSELECT * FROM things WHERE id = :id;\n",
-            "postgres/things.sql": "-- name: thing_at\nSELECT :at::timestamptz;\n",
-        },
-    )
-    assert queries.load_tree(root, "postgres") == {
-        "get_thing": "SELECT * FROM things WHERE id = %(id)s",
-        "thing_at": "SELECT %(at)s::timestamptz",
-    }
+    assert queries.load_tree(root, dialect) == expected
 
 
 def test_a_name_in_portable_and_in_a_dialect_is_refused(tmp_path: Path) -> None:
