@@ -219,16 +219,58 @@ def test_no_vague_module_names() -> None:
 def test_dialects_define_the_same_queries_and_migrations() -> None:
     """Goal: the same query names and migration numbers in every dialect (docs/style.md point 8).
 
-    Method: for every dialect folder under storage/sql (today sqlite; postgres when it exists),
-    compare its named queries and migration numbers with sqlite's.
+    Method: for every dialect folder under storage/sql (sqlite and postgres; portable/ holds
+    the queries they share and is no dialect), compare its named queries, the portable ones
+    included, and migration numbers with sqlite's.
     """
-    dialects = sorted(p.name for p in SQL.iterdir() if p.is_dir())
+    dialects = _dialects()
     assert "sqlite" in dialects
     reference = set(queries.load("sqlite"))
     numbers = [n for n, _, _ in queries.migrations("sqlite")]
     for dialect in dialects:
         assert set(queries.load(dialect)) == reference, dialect
         assert [n for n, _, _ in queries.migrations(dialect)] == numbers, dialect
+
+
+def _dialects() -> list[str]:
+    return sorted(p.name for p in SQL.iterdir() if p.is_dir() and p.name != queries.PORTABLE)
+
+
+def _folder_blocks(folder: str) -> dict[str, str]:
+    """Name -> statement of every block in the .sql files of one folder under storage/sql."""
+    blocks: dict[str, str] = {}
+    for path in sorted((SQL / folder).glob("*.sql")):
+        blocks |= queries.parse_blocks(path.read_text())
+    return blocks
+
+
+def test_a_portable_query_is_written_in_no_dialect_folder() -> None:
+    """Goal: a query written once in storage/sql/portable/ is not also written in a dialect's
+    folder, where one copy could drift from the other (the loader refuses such a pair too).
+
+    Method: read the blocks of portable/ and of each dialect folder: no name in both.
+    """
+    portable = _folder_blocks(queries.PORTABLE)
+    assert portable
+    for dialect in _dialects():
+        assert not sorted(portable.keys() & _folder_blocks(dialect).keys()), dialect
+
+
+def test_a_query_written_alike_in_every_dialect_is_written_once() -> None:
+    """Goal: no query is copied into each dialect's folder to the letter: one written the same
+    in all of them lives once, in portable/, so that a change to it is made once.
+
+    Method: the names whose statements (comments aside, as the loader reads them) are the same
+    in every dialect folder; there must be none. Move any found to the portable/ file of the
+    same name, comments and all.
+    """
+    folders = [_folder_blocks(dialect) for dialect in _dialects()]
+    alike = sorted(
+        name
+        for name, statement in folders[0].items()
+        if all(other.get(name) == statement for other in folders[1:])
+    )
+    assert not alike, alike
 
 
 def test_sql_lives_in_sql_files() -> None:

@@ -19,17 +19,10 @@ WHERE NOT EXISTS (
 )
 ON CONFLICT DO NOTHING;
 
--- name: get_instance
-SELECT * FROM lf_instances WHERE instance_id = :instance_id;
-
 -- name: get_instances
 -- Many instances in one statement (ids as a JSON array): result waiters read together.
 SELECT * FROM lf_instances
 WHERE instance_id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)));
-
--- name: find_instance
-SELECT * FROM lf_instances
-WHERE tenant = :tenant AND workflow_name = :workflow_name AND business_key = :business_key;
 
 -- name: list_instances
 -- Newest first; every filter is optional.
@@ -109,13 +102,6 @@ RETURNING *;
 -- name: renew_lease
 UPDATE lf_instances
 SET lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)) + :lease_seconds
-WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
-
--- name: fence_instance
--- The first statement of every commit: proves the writer still owns this generation. A commit
--- is progress, so the run of lease expiries without progress starts over.
-UPDATE lf_instances
-SET updated_at = :now, lease_expiries = 0
 WHERE instance_id = :instance_id AND owner = :owner AND generation = :generation;
 
 -- name: fence_instances
@@ -222,16 +208,6 @@ WHERE instance_id = :instance_id
                      'FORWARD_RECOVERY_REQUIRED', 'MANUAL_INTERVENTION')
   AND cancel_requested_at IS NULL;
 
--- name: select_cancel_request
--- Whether someone asked to cancel the instance: a new step is recorded only if not.
-SELECT cancel_requested_at FROM lf_instances WHERE instance_id = :instance_id;
-
--- name: select_cancel_requests
--- Instances this owner drives that someone asked to cancel.
-SELECT instance_id FROM lf_instances
-WHERE owner = :owner AND cancel_requested_at IS NOT NULL
-  AND status IN ('RUNNING', 'COMPENSATING', 'CANCELLING');
-
 -- name: lock_instance
 -- Read an instance and hold its row until the transaction ends: a delivery or a cancel request
 -- then serialises with the owner's commits, which lock the same row.
@@ -268,9 +244,3 @@ FROM lf_instances
 WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
 GROUP BY workflow_name, workflow_version, fingerprint, status
 ORDER BY workflow_name, workflow_version DESC, fingerprint, status;
-
--- name: keep_trace_context
--- The trace context of the instance's first run span, inside a commit of its owner (fenced):
--- every later run continues that trace, so the first one kept is never replaced.
-UPDATE lf_instances SET trace_context = :trace_context
-WHERE instance_id = :instance_id AND trace_context IS NULL;

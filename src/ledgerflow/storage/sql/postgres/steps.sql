@@ -1,15 +1,6 @@
 -- Steps: the journal. One row per (instance, run, seq); every change names the status it
 -- replaces.
 
--- name: insert_step
-INSERT INTO lf_steps (
-    instance_id, run, seq, kind, name, command_id, status, attempt, input, output, error,
-    error_traceback, attempt_errors, retry_policy, next_attempt_at, generation, updated_at
-) VALUES (
-    :instance_id, :run, :seq, :kind, :name, :command_id, :status, :attempt, :input, :output,
-    :error, :error_traceback, :attempt_errors, :retry_policy, :next_attempt_at, :generation, :now
-);
-
 -- name: insert_steps
 -- Many new steps in one statement (a JSON array of objects shaped like insert_step's
 -- parameters): the new steps of a whole group commit.
@@ -28,12 +19,6 @@ FROM jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
     next_attempt_at double precision, generation bigint, now double precision
 );
 
--- name: update_step
-UPDATE lf_steps
-SET status = :status, attempt = :attempt, output = :output, error = :error,
-    error_traceback = :error_traceback, attempt_errors = :attempt_errors, next_attempt_at = :next_attempt_at, generation = :generation, updated_at = :now
-WHERE instance_id = :instance_id AND run = :run AND seq = :seq AND status = :expected;
-
 -- name: select_steps
 -- The steps of many instances' runs (keys as a JSON array of [id, run]): recovered
 -- instances replay together.
@@ -41,6 +26,3 @@ SELECT * FROM lf_steps WHERE (instance_id, run) IN (
     SELECT k->>0, CAST(k->>1 AS bigint) FROM jsonb_array_elements(CAST(:keys AS jsonb)) AS k
 )
 ORDER BY instance_id, run, seq;
-
--- name: select_step
-SELECT * FROM lf_steps WHERE instance_id = :instance_id AND run = :run AND seq = :seq;

@@ -1,10 +1,6 @@
 -- The timeline: the append-only record of every state change of an instance, written in the
 -- same transaction as the change itself. (Events delivered to an instance are the inbox's.)
 
--- name: insert_timeline_entry
-INSERT INTO lf_timeline (instance_id, at, generation, subject, from_state, to_state, detail)
-VALUES (:instance_id, :now, :generation, :subject, :from_state, :to_state, :detail);
-
 -- name: insert_timeline_entries
 -- Many entries in one statement (a JSON array of objects shaped like insert_timeline_entry's
 -- parameters), inserted in the array's order: the timeline entries of a whole group commit.
@@ -17,9 +13,6 @@ FROM ROWS FROM (
     )
 ) WITH ORDINALITY AS e(instance_id, now, generation, subject, from_state, to_state, detail, n)
 ORDER BY e.n;
-
--- name: select_timeline
-SELECT * FROM lf_timeline WHERE instance_id = :instance_id ORDER BY entry_id;
 
 -- name: select_timeline_page
 -- One page of an instance's timeline, oldest first, after the entry the previous page ended

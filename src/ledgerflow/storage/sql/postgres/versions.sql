@@ -11,9 +11,6 @@ WHERE status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED')
   AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
 ORDER BY workflow_name, workflow_version, fingerprint, created_at, instance_id;
 
--- name: select_retired_versions
-SELECT * FROM lf_retired_versions ORDER BY workflow_name, workflow_version;
-
 -- name: lock_instances_for_retirement
 -- Waits for every transaction that is writing instances (a start among them) and holds new
 -- ones back until the retirement commits: its count and a racing start cannot both win.
@@ -41,8 +38,3 @@ ORDER BY updated_at DESC, instance_id LIMIT 1;
 -- name: select_retired_version
 SELECT * FROM lf_retired_versions
 WHERE workflow_name = :workflow_name AND workflow_version = CAST(:workflow_version AS bigint);
-
--- name: insert_retired_version
-INSERT INTO lf_retired_versions (
-    workflow_name, workflow_version, retired_at, retired_by, reason, audit_id
-) VALUES (:workflow_name, :workflow_version, :now, :retired_by, :reason, :audit_id);

@@ -2,26 +2,6 @@
 -- capability and for seeing due work that no live worker can run. Heartbeats are the workers'
 -- own writes, never fenced: a worker row is not an instance and no lease guards it.
 
--- name: prune_worker_definitions
--- Definitions of workers stopped or silent since :before (the retention bound): a registry
--- that grows with every deploy forever would be unbounded.
-DELETE FROM lf_worker_definitions
-WHERE worker_id IN (SELECT worker_id FROM lf_workers WHERE heartbeat_at < :before);
-
--- name: prune_workers
-DELETE FROM lf_workers WHERE heartbeat_at < :before;
-
--- name: upsert_worker
--- A worker announces itself when it starts (and again if its row went missing).
-INSERT INTO lf_workers (worker_id, host, pid, started_at, slots, heartbeat_at, stopped_at)
-VALUES (:worker_id, :host, :pid, :started_at, :slots, :heartbeat_at, NULL)
-ON CONFLICT (worker_id) DO UPDATE
-SET host = excluded.host, pid = excluded.pid, slots = excluded.slots,
-    heartbeat_at = excluded.heartbeat_at, stopped_at = NULL;
-
--- name: forget_worker_definitions
-DELETE FROM lf_worker_definitions WHERE worker_id = :worker_id;
-
 -- name: insert_worker_definitions
 -- What the worker serves (:serves, a JSON array of {workflow_name, workflow_version,
 -- fingerprint}), in one statement.
@@ -30,14 +10,6 @@ SELECT :worker_id, s.workflow_name, s.workflow_version, s.fingerprint
 FROM jsonb_to_recordset(CAST(:serves AS jsonb))
     AS s(workflow_name text, workflow_version bigint, fingerprint text)
 ON CONFLICT DO NOTHING;
-
--- name: heartbeat_worker
--- Zero rows: the row is gone (pruned) or the worker was marked stopped; it registers again.
-UPDATE lf_workers SET heartbeat_at = :now WHERE worker_id = :worker_id AND stopped_at IS NULL;
-
--- name: stop_worker
--- A clean shutdown: the worker is no longer live as soon as it says so.
-UPDATE lf_workers SET stopped_at = :now, heartbeat_at = :now WHERE worker_id = :worker_id;
 
 -- name: select_workers
 -- Workers (the live ones: not stopped, heartbeat since :live_since; every one when NULL),
@@ -70,22 +42,4 @@ WHERE i.status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
         AND d.fingerprint = i.fingerprint
         AND w.stopped_at IS NULL AND w.heartbeat_at >= :live_since)
 ORDER BY i.available_at, i.instance_id
-LIMIT :limit;
-
--- name: count_unserved
--- Instances not ended, per definition that no live worker serves (none with a heartbeat since
--- :live_since announced it), and how many of each are due at :now: what a worker reports at
--- start and whenever it changes, and the unserved gauge.
-SELECT i.workflow_name, i.workflow_version, i.fingerprint, count(*) AS instances,
-       sum(CASE WHEN i.available_at <= :now THEN 1 ELSE 0 END) AS due
-FROM lf_instances i
-WHERE i.status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
-  AND NOT EXISTS (
-      SELECT 1 FROM lf_worker_definitions d
-      JOIN lf_workers w ON w.worker_id = d.worker_id
-      WHERE d.workflow_name = i.workflow_name AND d.workflow_version = i.workflow_version
-        AND d.fingerprint = i.fingerprint
-        AND w.stopped_at IS NULL AND w.heartbeat_at >= :live_since)
-GROUP BY i.workflow_name, i.workflow_version, i.fingerprint
-ORDER BY i.workflow_name, i.workflow_version, i.fingerprint
 LIMIT :limit;

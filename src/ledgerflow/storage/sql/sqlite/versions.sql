@@ -12,9 +12,6 @@ WHERE status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED')
 GROUP BY workflow_name, workflow_version, fingerprint
 ORDER BY workflow_name, workflow_version, fingerprint;
 
--- name: select_retired_versions
-SELECT * FROM lf_retired_versions ORDER BY workflow_name, workflow_version;
-
 -- name: lock_instances_for_retirement
 -- SQLite's write transaction already serialises a retirement with every start.
 SELECT count(*) AS n FROM lf_retired_versions;
@@ -41,8 +38,3 @@ ORDER BY updated_at DESC, instance_id LIMIT 1;
 -- name: select_retired_version
 SELECT * FROM lf_retired_versions
 WHERE workflow_name = :workflow_name AND workflow_version = :workflow_version;
-
--- name: insert_retired_version
-INSERT INTO lf_retired_versions (
-    workflow_name, workflow_version, retired_at, retired_by, reason, audit_id
-) VALUES (:workflow_name, :workflow_version, :now, :retired_by, :reason, :audit_id);
