@@ -5,8 +5,8 @@ write names the state it expects to replace, so the store refuses a change made 
 that is no longer there (zero rows updated is an error, never a silent no-op).
 
 Payload fields (``input``, ``result``, ``output``, ``evidence``...) hold the ledger's text, as
-the codec wrote it; each has a ``*_value`` property beside it with the decoded value, for the
-default JSON codec (an engine with another codec decodes the text with it).
+the codec wrote it; each has a ``*_value`` beside it (a :class:`Decoded`) with the decoded
+value, for the default JSON codec (an engine with another codec decodes the text with it).
 """
 
 from __future__ import annotations
