@@ -23,7 +23,9 @@ def identities(cls: type[ErrorT]) -> type[ErrorT]:
     return dataclass(eq=False, repr=False, kw_only=True)(cls)
 
 
-@dataclass(eq=False, repr=False)
+# The root keeps its own constructor (``init=False``), so ``message`` takes None as it always
+# has; the errors made with :func:`identities` get theirs from the fields, the message first.
+@dataclass(eq=False, repr=False, init=False)
 class LedgerflowError(Exception):
     """Something went wrong in Ledgerflow."""
 
@@ -31,12 +33,17 @@ class LedgerflowError(Exception):
     # The identity attributes this error carries, in the order its text names them.
     ID_NAMES: ClassVar[tuple[str, ...]] = ()
 
-    # The text; none given (or None) means the first line of the class's docstring.
+    # The text; none given means the first line of the class's docstring.
     message: str = ""
     # Writes the refusal this error reports must leave although it rolls back the
     # transaction it is raised in (an event refused by a full inbox is counted): every
     # transaction it leaves makes them again after rolling back (internal, the store's).
     kept: list[Callable[[], None]] = field(default_factory=list, init=False)
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or ""
+        self.kept = []
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         text = self.message or (self.__doc__ or "").strip().splitlines()[0]
