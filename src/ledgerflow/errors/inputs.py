@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ledgerflow.errors.base import LedgerflowError
+from ledgerflow.errors.base import LedgerflowError, identities
 
 
 class ConfigurationError(LedgerflowError):
@@ -18,29 +18,25 @@ class RegistrationError(ConfigurationError):
     code = "LF101"
 
 
+@identities
 class UnknownWorkflowError(ConfigurationError):
     """No workflow of that name is registered."""
 
     code = "LF102"
     ID_NAMES = ("workflow",)
 
-    def __init__(self, message: str | None = None, *, workflow: str | None = None) -> None:
-        super().__init__(message)
-        self.workflow = workflow
+    workflow: str | None = None
 
 
+@identities
 class UnknownVersionError(ConfigurationError):
     """The workflow is registered, but not at that version."""
 
     code = "LF103"
     ID_NAMES = ("workflow", "version")
 
-    def __init__(
-        self, message: str | None = None, *, workflow: str | None = None, version: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.workflow = workflow
-        self.version = version
+    workflow: str | None = None
+    version: int | None = None
 
 
 class CommandLineError(ConfigurationError):
@@ -55,18 +51,15 @@ class MissingExtraError(ConfigurationError):
     code = "LF105"
 
 
+@identities
 class VersionRetiredError(ConfigurationError):
     """That workflow version is retired: no new instance may start pinned to it."""
 
     code = "LF106"
     ID_NAMES = ("workflow", "version")
 
-    def __init__(
-        self, message: str | None = None, *, workflow: str | None = None, version: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.workflow = workflow
-        self.version = version
+    workflow: str | None = None
+    version: int | None = None
 
 
 class ArrivalsError(ConfigurationError):
@@ -90,6 +83,7 @@ class PayloadTooLargeError(PayloadError):
     code = "LF111"
 
 
+@identities
 class InboxFullError(PayloadError):
     """The instance's inbox holds as many events no wait has taken as it may (in number or in
     payload bytes): the event was refused, not kept, only counted."""
@@ -97,18 +91,11 @@ class InboxFullError(PayloadError):
     code = "LF112"
     ID_NAMES = ("instance_id", "event_id")
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        instance_id: str | None = None,
-        event_id: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.instance_id = instance_id
-        self.event_id = event_id
+    instance_id: str | None = None
+    event_id: str | None = None
 
 
+@identities
 class ReservedNameError(PayloadError):
     """A name in a namespace only Ledgerflow itself writes: a signal named ``complete:...``
     (only an effect's completion is delivered under it) or a token named like a principal
@@ -117,9 +104,7 @@ class ReservedNameError(PayloadError):
     code = "LF113"
     ID_NAMES = ("name",)
 
-    def __init__(self, message: str | None = None, *, name: str | None = None) -> None:
-        super().__init__(message)
-        self.name = name
+    name: str | None = None
 
 
 class RequestError(LedgerflowError):

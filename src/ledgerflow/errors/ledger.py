@@ -6,46 +6,31 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ledgerflow.errors.base import LedgerflowError
+from ledgerflow.errors.base import LedgerflowError, identities
 
 
+@identities
 class ConcurrencyError(LedgerflowError):
     """Another party changed what this one meant to change."""
 
     code = "LF300"
     ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "event_id", "run_id")
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        instance_id: str | None = None,
-        event_id: str | None = None,
-        run_id: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.instance_id = instance_id
-        # An event id already used for another event (a delivery).
-        self.event_id = event_id
-        # A reconciliation run finished twice.
-        self.run_id = run_id
+    instance_id: str | None = None
+    # An event id already used for another event (a delivery).
+    event_id: str | None = None
+    # A reconciliation run finished twice.
+    run_id: int | None = None
 
 
+@identities
 class FencedOutError(ConcurrencyError):
     """A write carried a stale fencing generation and was rejected by the store."""
 
     code = "LF301"
     ID_NAMES = ("instance_id", "generation")
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        instance_id: str | None = None,
-        generation: int | None = None,
-    ) -> None:
-        super().__init__(message, instance_id=instance_id)
-        self.generation = generation
+    generation: int | None = None
 
 
 class EventArrivedError(ConcurrencyError):
@@ -61,6 +46,7 @@ class CancelArrivedError(ConcurrencyError):
     code = "LF303"
 
 
+@identities
 class IdempotencyKeyReusedError(ConcurrencyError):
     """An Idempotency-Key was sent again with another request (or, in a journal of Ledgerflow
     0.1.0, while a claim its dead server left is recent); the new request was not carried out."""
@@ -68,12 +54,11 @@ class IdempotencyKeyReusedError(ConcurrencyError):
     code = "LF304"
     ID_NAMES = ("key",)
 
-    def __init__(self, message: str | None = None, *, key: str | None = None) -> None:
-        super().__init__(message)
-        # The Idempotency-Key header's value.
-        self.key = key
+    # The Idempotency-Key header's value.
+    key: str | None = None
 
 
+@identities
 class EventRefusedError(ConcurrencyError):
     """An event was kept in the inbox but refused: it came too late for its step or run, or
     the instance had ended. It changed nothing and never will."""
@@ -81,75 +66,47 @@ class EventRefusedError(ConcurrencyError):
     code = "LF305"
     ID_NAMES = ("instance_id", "event_id", "refusal")
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        instance_id: str | None = None,
-        event_id: str | None = None,
-        refusal: str | None = None,
-    ) -> None:
-        super().__init__(message, instance_id=instance_id, event_id=event_id)
-        # Why: "late" or "ended".
-        self.refusal = refusal
+    # Why: "late" or "ended".
+    refusal: str | None = None
 
 
+@identities
 class IllegalTransitionError(LedgerflowError):
     """The state machine does not allow this transition."""
 
     code = "LF310"
     ID_NAMES = ("machine", "state", "event", "instance_id", "effect_id")
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        machine: str | None = None,
-        state: str | None = None,
-        event: str | None = None,
-        instance_id: str | None = None,
-        effect_id: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.machine = machine
-        self.state = state
-        # The refused event (every write names its event; see model.machine).
-        self.event = event
-        self.instance_id = instance_id
-        self.effect_id = effect_id
+    machine: str | None = None
+    state: str | None = None
+    # The refused event (every write names its event; see model.machine).
+    event: str | None = None
+    instance_id: str | None = None
+    effect_id: str | None = None
 
 
+@identities
 class InstanceNotFoundError(LedgerflowError):
     """No workflow instance has this id."""
 
     code = "LF400"
     ID_NAMES = ("instance_id", "event_id", "key")
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        instance_id: str | None = None,
-        event_id: str | None = None,
-        key: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.instance_id = instance_id
-        # An event the instance does not hold (a delivery asked for by its id).
-        self.event_id = event_id
-        # An idempotency key no effect has (a callback for an unknown effect).
-        self.key = key
+    instance_id: str | None = None
+    # An event the instance does not hold (a delivery asked for by its id).
+    event_id: str | None = None
+    # An idempotency key no effect has (a callback for an unknown effect).
+    key: str | None = None
 
 
+@identities
 class ResultTimeoutError(LedgerflowError):
     """The instance did not reach a terminal state in the time given."""
 
     code = "LF401"
     ID_NAMES = ("instance_id",)
 
-    def __init__(self, message: str | None = None, *, instance_id: str | None = None) -> None:
-        super().__init__(message)
-        self.instance_id = instance_id
+    instance_id: str | None = None
 
 
 class NoCapableWorkerError(ResultTimeoutError):
@@ -160,6 +117,7 @@ class NoCapableWorkerError(ResultTimeoutError):
     code = "LF403"
 
 
+@identities
 class WorkflowError(LedgerflowError):
     """The instance ended without a result; ``status`` and ``reason`` say how, and ``cause``
     what led to it (the workflow's own error behind a COMPENSATED instance, say)."""
@@ -167,38 +125,26 @@ class WorkflowError(LedgerflowError):
     code = "LF402"
     ID_NAMES = ("instance_id", "status", "reason_code")
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        instance_id: str | None = None,
-        status: str | None = None,
-        reason_code: str | None = None,
-        cause: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.instance_id = instance_id
-        self.status = status
-        self.reason_code = reason_code
-        # Not an identity (so not in the text's suffix): what took the instance off its path.
-        self.cause = cause
+    instance_id: str | None = None
+    status: str | None = None
+    reason_code: str | None = None
+    # Not an identity (so not in the text's suffix): what took the instance off its path.
+    cause: str | None = None
 
 
+@identities
 class StepError(LedgerflowError):
     """A step could not produce a result."""
 
     code = "LF500"
     ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "seq")
 
-    def __init__(
-        self, message: str | None = None, *, instance_id: str | None = None, seq: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.instance_id = instance_id
-        # The step's position in the journal.
-        self.seq = seq
+    instance_id: str | None = None
+    # The step's position in the journal.
+    seq: int | None = None
 
 
+@identities
 class StepFailedError(StepError):
     """A local step failed on its last allowed attempt.
 
@@ -210,33 +156,17 @@ class StepFailedError(StepError):
 
     code = "LF501"
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        instance_id: str | None = None,
-        seq: int | None = None,
-        business: bool = True,
-    ) -> None:
-        super().__init__(message, instance_id=instance_id, seq=seq)
-        self.business = business
+    business: bool = True
 
 
+@identities
 class EffectFailedError(StepError):
     """The participant proved the effect was not applied, and no attempt is left."""
 
     code = "LF502"
     ID_NAMES = ("instance_id", "effect_id")
 
-    def __init__(
-        self,
-        message: str | None = None,
-        *,
-        instance_id: str | None = None,
-        effect_id: str | None = None,
-    ) -> None:
-        super().__init__(message, instance_id=instance_id)
-        self.effect_id = effect_id
+    effect_id: str | None = None
 
 
 class WaitTimeoutError(StepError):
@@ -264,6 +194,7 @@ class BusinessFailure(LedgerflowError):  # noqa: N818 - an outcome the workflow 
     code = "LF510"
 
 
+@identities
 class EffectRejectedError(LedgerflowError):
     """Raised by participant code: the effect was provably not applied.
 
@@ -274,9 +205,5 @@ class EffectRejectedError(LedgerflowError):
     code = "LF600"
     ID_NAMES = ("error_code",)
 
-    def __init__(
-        self, message: str | None = None, *, error_code: str = "rejected", retryable: bool = True
-    ) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.retryable = retryable
+    error_code: str = "rejected"
+    retryable: bool = True

@@ -4,7 +4,7 @@ token name taken, the API unreachable, a repair refused or planned against a gon
 
 from __future__ import annotations
 
-from ledgerflow.errors.base import LedgerflowError
+from ledgerflow.errors.base import LedgerflowError, identities
 
 
 class OperatorError(LedgerflowError):
@@ -13,6 +13,7 @@ class OperatorError(LedgerflowError):
     code = "LF700"
 
 
+@identities
 class NotAuthorizedError(OperatorError):
     """The actor may not run this command: no grant of the authority file, or no token role,
     allows it."""
@@ -20,13 +21,9 @@ class NotAuthorizedError(OperatorError):
     code = "LF701"
     ID_NAMES = ("actor", "kind")
 
-    def __init__(
-        self, message: str | None = None, *, actor: str | None = None, kind: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.actor = actor
-        # The repair kind asked for (``resume``, ``force-terminal``...).
-        self.kind = kind
+    actor: str | None = None
+    # The repair kind asked for (``resume``, ``force-terminal``...).
+    kind: str | None = None
 
 
 class NotAuthenticatedError(OperatorError):
@@ -35,6 +32,7 @@ class NotAuthenticatedError(OperatorError):
     code = "LF704"
 
 
+@identities
 class TokenNameTakenError(OperatorError):
     """A live token acts under this name already: a name is one principal (the audit log's
     actor, an approver), so two live tokens may not share it."""
@@ -42,15 +40,12 @@ class TokenNameTakenError(OperatorError):
     code = "LF705"
     ID_NAMES = ("name", "token_id")
 
-    def __init__(
-        self, message: str | None = None, *, name: str | None = None, token_id: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.name = name
-        # The live token that holds the name.
-        self.token_id = token_id
+    name: str | None = None
+    # The live token that holds the name.
+    token_id: str | None = None
 
 
+@identities
 class ApiUnreachableError(OperatorError):
     """The HTTP API the command line was pointed at (``--url``, acting with ``--token``) could
     not be reached, or did not answer as Ledgerflow's API answers. When the request may have
@@ -59,20 +54,17 @@ class ApiUnreachableError(OperatorError):
     code = "LF706"
     ID_NAMES = ("url",)
 
-    def __init__(self, message: str | None = None, *, url: str | None = None) -> None:
-        super().__init__(message)
-        self.url = url
+    url: str | None = None
 
 
+@identities
 class RepairRefusedError(OperatorError):
     """The state machine or the ledger forbids this repair from the instance's current state."""
 
     code = "LF702"
     ID_NAMES = ("instance_id",)
 
-    def __init__(self, message: str | None = None, *, instance_id: str | None = None) -> None:
-        super().__init__(message)
-        self.instance_id = instance_id
+    instance_id: str | None = None
 
 
 class StalePreconditionError(RepairRefusedError):

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ledgerflow.errors.base import LedgerflowError
+from ledgerflow.errors.base import LedgerflowError, identities
 
 
+@identities
 class StorageError(LedgerflowError):
     """The store could not do what was asked."""
 
     code = "LF200"
     ID_NAMES: ClassVar[tuple[str, ...]] = ("path",)
 
-    def __init__(self, message: str | None = None, *, path: str | None = None) -> None:
-        super().__init__(message)
-        # The SQLite file concerned (PostgreSQL errors name their URL in the message).
-        self.path = path
+    # The SQLite file concerned (PostgreSQL errors name their URL in the message).
+    path: str | None = None
 
 
 class StorageUnavailableError(StorageError):
@@ -26,18 +25,15 @@ class StorageUnavailableError(StorageError):
     code = "LF201"
 
 
+@identities
 class StorageCorruptError(StorageError):
     """The database file cannot be read as a database."""
 
     code = "LF202"
     ID_NAMES = ("path", "row")
 
-    def __init__(
-        self, message: str | None = None, *, path: str | None = None, row: str | None = None
-    ) -> None:
-        super().__init__(message, path=path)
-        # The key of a row that breaks a ledger invariant (instance, step or effect id).
-        self.row = row
+    # The key of a row that breaks a ledger invariant (instance, step or effect id).
+    row: str | None = None
 
 
 class ForeignDatabaseError(StorageError):

@@ -14,6 +14,7 @@ from ledgerflow import limits
 from ledgerflow.ledger.records import EffectWrite, InstanceWrite, StepWrite
 from ledgerflow.model.ids import Generation, InstanceId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.repair import CancelChange
 
 AUDIT_OUTCOMES = ("applied", "no-op", "refused")
 
@@ -97,12 +98,6 @@ class Repin:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CancelRequest:
-    reason: str
-    compensate: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RepairWrite:
     """One repair, applied all or nothing with its audit entry.
 
@@ -116,7 +111,8 @@ class RepairWrite:
     expected_status: InstanceStatus
     fence: bool
     writes: tuple[StepWrite | EffectWrite | InstanceWrite, ...]
-    cancel: CancelRequest | None
+    # The cancel request a repair plan makes, written as the plan states it.
+    cancel: CancelChange | None
     audit: AuditEntry
     # An upgrade or a migration: the definition the instance is pinned to from now on, and
     # the journal positions that move (see :class:`Repin`).

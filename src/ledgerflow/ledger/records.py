@@ -5,14 +5,14 @@ write names the state it expects to replace, so the store refuses a change made 
 that is no longer there (zero rows updated is an error, never a silent no-op).
 
 Payload fields (``input``, ``result``, ``output``, ``evidence``...) hold the ledger's text, as
-the codec wrote it; each has a ``*_value`` property beside it with the decoded value, for the
-default JSON codec (an engine with another codec decodes the text with it).
+the codec wrote it; each has a ``*_value`` beside it (a :class:`Decoded`) with the decoded
+value, for the default JSON codec (an engine with another codec decodes the text with it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Self, TypeVar, overload
 
 from ledgerflow.deprecation import renamed
 from ledgerflow.ledger.delivery import DeliveryEvent, DeliveryState
@@ -32,6 +32,28 @@ from ledgerflow.model.ids import (
 )
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
+
+RecordT = TypeVar("RecordT")
+StateT = TypeVar("StateT")
+EventT = TypeVar("EventT")
+
+
+class Decoded:
+    """A ``*_value`` beside a payload column: the column's text decoded on each read (with
+    the default JSON codec), ``None`` where the column holds none. One descriptor serves every
+    record, so a record declares which columns it decodes and nothing else."""
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    @overload
+    def __get__(self, record: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, record: object, owner: type) -> Any: ...
+    def __get__(self, record: object, owner: type) -> Any:
+        if record is None:
+            return self
+        return _decoded(getattr(record, self.column))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,15 +91,10 @@ class InstanceRecord:
     # The W3C trace context (JSON: traceparent, tracestate) of its run's span, when traced.
     trace_context: str | None = None
 
-    @property
-    def input_value(self) -> Any:
-        """The workflow's input, decoded."""
-        return _decoded(self.input)
-
-    @property
-    def result_value(self) -> Any:
-        """The workflow's result, decoded (None until it succeeded)."""
-        return _decoded(self.result)
+    input_value = Decoded("input")
+    """The workflow's input, decoded."""
+    result_value = Decoded("result")
+    """The workflow's result, decoded (None until it succeeded)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,20 +120,12 @@ class StepRecord:
     # The traceback of the latest failed attempt of a local step, bounded; None otherwise.
     error_traceback: str | None = None
 
-    @property
-    def input_value(self) -> Any:
-        """The step's input snapshot, decoded."""
-        return _decoded(self.input)
-
-    @property
-    def output_value(self) -> Any:
-        """What the step returned (or the result an operator substituted), decoded."""
-        return _decoded(self.output)
-
-    @property
-    def error_value(self) -> Any:
-        """The step's last error, decoded (``None`` when it has none)."""
-        return _decoded(self.error)
+    input_value = Decoded("input")
+    """The step's input snapshot, decoded."""
+    output_value = Decoded("output")
+    """What the step returned (or the result an operator substituted), decoded."""
+    error_value = Decoded("error")
+    """The step's last error, decoded (``None`` when it has none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,15 +156,10 @@ class EffectRecord:
     # The participant contract version its declaration carried when the intent was written.
     contract_version: str | None = None
 
-    @property
-    def payload_value(self) -> Any:
-        """The effect's payload, decoded."""
-        return _decoded(self.payload)
-
-    @property
-    def evidence_value(self) -> Any:
-        """The participant's receipt (or an operator's evidence), decoded."""
-        return _decoded(self.evidence)
+    payload_value = Decoded("payload")
+    """The effect's payload, decoded."""
+    evidence_value = Decoded("evidence")
+    """The participant's receipt (or an operator's evidence), decoded."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,24 +209,25 @@ class StartClaim:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StepWrite:
-    """A step moved from ``expected`` by ``event`` to ``record`` (whose status the machine
-    gives: see :mod:`ledgerflow.ledger.transitions`, which builds every write)."""
+class JournalWrite(Generic[RecordT, StateT, EventT]):
+    """A journal row moved from ``expected`` by ``event`` to ``record`` (whose state the
+    machine gives: see :mod:`ledgerflow.ledger.transitions`, which builds every write);
+    ``detail`` is the timeline's line for it."""
 
-    record: StepRecord
-    expected: StepStatus
-    event: StepEvent
+    record: RecordT
+    expected: StateT
+    event: EventT
     detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EffectWrite:
-    """An effect moved from ``expected`` by ``event`` to ``record``."""
+class StepWrite(JournalWrite[StepRecord, StepStatus, StepEvent]):
+    """A step moved by its event."""
 
-    record: EffectRecord
-    expected: EffectState
-    event: EffectEvent
-    detail: str | None = None
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectWrite(JournalWrite[EffectRecord, EffectState, EffectEvent]):
+    """An effect moved by its event."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

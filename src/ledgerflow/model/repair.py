@@ -159,6 +159,8 @@ class InstanceChange:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CancelChange:
+    """The cancel request a repair makes; its write records it as it is."""
+
     compensate: bool
     reason: str
 

@@ -34,7 +34,6 @@ from ledgerflow.ledger.audit import (
     AuditEntry,
     AuditQuery,
     AuditRecord,
-    CancelRequest,
     RepairWrite,
 )
 from ledgerflow.model.authority import RECONCILER, checked_actor
@@ -378,11 +377,7 @@ class Repairs:
             expected_status=snapshot.instance.status,
             fence=plan.fence,
             writes=repair_writes(snapshot, plan, now=now),
-            cancel=(
-                CancelRequest(reason=plan.cancel.reason, compensate=plan.cancel.compensate)
-                if plan.cancel
-                else None
-            ),
+            cancel=plan.cancel,
             audit=self._entry(args, request, role=role, outcome="applied", plan=plan),
         )
         # Where the database measures leases, it decides whether one has lapsed.

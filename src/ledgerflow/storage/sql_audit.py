@@ -19,7 +19,6 @@ from ledgerflow.ledger.audit import (
     AuditEntry,
     AuditQuery,
     AuditRecord,
-    CancelRequest,
     RepairWrite,
     Repin,
 )
@@ -30,6 +29,7 @@ from ledgerflow.ledger.records import (
     StepWrite,
 )
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.model.repair import CancelChange
 from ledgerflow.storage.rows import fields, instance_from_row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
@@ -214,7 +214,7 @@ class AuditStore(SqlSeam):
     def _repair_cancel(
         self,
         instance_id: InstanceId,
-        cancel: CancelRequest,
+        cancel: CancelChange,
         generation: Generation,
         tag: str,
         now: float,
