@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from ledgerflow import limits
 from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError
@@ -23,16 +23,19 @@ from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.adoption import Adopter
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.core import (
     CancelRequested,
+    CompletionOptions,
     Delivered,
     DeliveryOutcome,
     EngineCore,
     InstanceDetail,
+    ListOptions,
+    SignalOptions,
     Started,
+    StartOptions,
     detail_of,
     instance_id_for,
 )
@@ -103,7 +106,7 @@ class Engine:
         # The whole store is opened here and each part is handed the view it needs: the core
         # and the workers the journal, the stuck-work scan its flags.
         self._store = open_store(store) if isinstance(store, str) else store
-        self._core = EngineCore(self._store, registry, codec)
+        self._core = EngineCore(self._store, registry, codec, metrics)
         self.registry = registry
         self.codec = codec
         self.clock = clock
@@ -146,16 +149,12 @@ class Engine:
         return await self._store_thread.call(method, *args, **kwargs)
 
     async def start(
-        self,
-        workflow: str | WorkflowFunction,
-        *,
-        key: str,
-        input: Any = None,
-        version: int | None = None,
-        tenant: str | None = None,
+        self, workflow: str | WorkflowFunction, **options: Unpack[StartOptions]
     ) -> Started:
-        """Start ``workflow`` for a business key, or return the instance it already started."""
-        _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
+        """Start ``workflow`` for a business key (``key=``, with ``input=``, and ``version=``
+        and ``tenant=`` when not the newest and the default), or return the instance that key
+        already started."""
+        _, new = self._core.prepare(workflow, **options)
         # A worker of this engine with a free slot takes the new instance in the start's own
         # transaction; concurrent starts share one transaction (group commit).
         worker, claim = next(
@@ -170,8 +169,6 @@ class Engine:
         if worker is None:
             for other in self._workers:
                 other.wake()
-        if self.metrics is not None and created:
-            self.metrics.started(new.workflow_name, new.workflow_version)
         return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
@@ -182,15 +179,7 @@ class Engine:
         return record
 
     async def signal(
-        self,
-        instance_id: str,
-        name: str,
-        *,
-        event_id: str,
-        payload: Any = None,
-        sender: str | None = None,
-        for_step: int | None = None,
-        run: int | None = None,
+        self, instance_id: str, name: str, **event: Unpack[SignalOptions]
     ) -> Delivered:
         """Deliver a signal, callback or approval to an instance; safe to repeat.
 
@@ -203,15 +192,7 @@ class Engine:
         delivered under it, by :meth:`complete_effect` only.
         """
         delivered: Delivered = await self._call(
-            self._core.signal,
-            instance_id,
-            name=name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-            now=self.clock.now(),
+            self._core.signal, instance_id, name, now=self.clock.now(), **event
         )
         self.notice_delivery(delivered)
         return delivered
@@ -224,13 +205,7 @@ class Engine:
         return found
 
     async def complete_effect(
-        self,
-        idempotency_key: str,
-        *,
-        applied: bool,
-        evidence: Any = None,
-        reason: str | None = None,
-        event_id: str | None = None,
+        self, idempotency_key: str, **callback: Unpack[CompletionOptions]
     ) -> Delivered:
         """Complete an asynchronous effect: the participant's callback, by the effect's key.
 
@@ -239,13 +214,7 @@ class Engine:
         no-op; a callback after the effect's step closed is kept as late and changes nothing.
         """
         delivered: Delivered = await self._call(
-            self._core.complete_effect,
-            idempotency_key,
-            applied=applied,
-            evidence=evidence,
-            reason=reason,
-            event_id=event_id,
-            now=self.clock.now(),
+            self._core.complete_effect, idempotency_key, now=self.clock.now(), **callback
         )
         self.notice_delivery(delivered)
         return delivered
@@ -351,19 +320,10 @@ class Engine:
         """The workflow's return value; :class:`WorkflowError` if it ended otherwise."""
         return self._core.outcome(await self.wait(instance_id, timeout=timeout))
 
-    async def list(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]:
-        """Instances, newest first, at most ``limit``, filtered by status, workflow name and
-        tenant."""
-        records: list[InstanceRecord] = await self._call(
-            self._core.list, status=status, workflow=workflow, tenant=tenant, limit=limit
-        )
+    async def list(self, **which: Unpack[ListOptions]) -> list[InstanceRecord]:
+        """Instances, newest first, at most ``limit`` (100), filtered by ``status``,
+        ``workflow`` name and ``tenant``."""
+        records: list[InstanceRecord] = await self._call(self._core.list, **which)
         return records
 
     async def detail(self, instance_id: str) -> InstanceDetail:
