@@ -42,6 +42,7 @@ from ledgerflow.runtime.core import (
 from ledgerflow.runtime.detection import bounds_from_environment, detection_task
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, PeriodicTask
+from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.unserved import (
     NO_WORKER_HINT,
@@ -108,15 +109,21 @@ class Engine:
         self._store = open_store(store) if isinstance(store, str) else store
         self._core = EngineCore(self._store, registry, codec, metrics)
         self.registry = registry
+        # What every part of the engine is handed, built once: the clock, the store thread
+        # (inline: the store and blocking user code run on the loop's own thread; slow for a
+        # service, it makes a simulation depend on nothing but its seed), the codec, metrics
+        # (None: nothing is counted) and spans (the otel extra: True for the global tracer
+        # provider, or the provider given).
+        self.runtime = Runtime(
+            clock=clock,
+            store=AsyncStore(self._store, inline=inline, metrics=metrics),
+            codec=codec,
+            metrics=metrics,
+            tracing=_tracing(tracing),
+        )
         self.codec = codec
         self.clock = clock
-        # inline: the store and blocking user code run on the loop's own thread. Slow for a
-        # service; it makes a simulation depend on nothing but its seed.
-        self._store_thread = AsyncStore(self._store, inline=inline, metrics=metrics)
-        # None: nothing is counted (see ledgerflow.runtime.metrics).
         self.metrics = metrics
-        # Spans (the otel extra): True for the global tracer provider, or the provider given.
-        self._tracing = _tracing(tracing)
         self._workers: list[Worker] = []
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
@@ -131,7 +138,7 @@ class Engine:
     def store_thread(self) -> AsyncStore:
         """The one thread this engine's store is used from (its workers' too): what shares the
         store in this process (the operators' service, a periodic task) runs its calls here."""
-        return self._store_thread
+        return self.runtime.store
 
     async def __aenter__(self) -> Self:
         return self
@@ -143,10 +150,10 @@ class Engine:
 
     async def close(self) -> None:
         """Close the journal; ``async with Engine(...)`` does it on leaving."""
-        await asyncio.to_thread(self._store_thread.close)
+        await asyncio.to_thread(self.runtime.store.close)
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self._store_thread.call(method, *args, **kwargs)
+        return await self.runtime.store.call(method, *args, **kwargs)
 
     async def start(
         self, workflow: str | WorkflowFunction, **options: Unpack[StartOptions]
@@ -162,7 +169,7 @@ class Engine:
         )
         record: InstanceRecord | None = None
         try:
-            record, created = await self._store_thread.start(new, claim, now=self.clock.now())
+            record, created = await self.runtime.store.start(new, claim, now=self.clock.now())
         finally:
             if worker is not None and claim is not None:
                 worker.adopt(record, claim)
@@ -173,7 +180,7 @@ class Engine:
 
     async def get(self, instance_id: str) -> InstanceRecord:
         """The instance's record now; InstanceNotFoundError when there is none."""
-        record = await self._store_thread.get(InstanceId(instance_id))
+        record = await self.runtime.store.get(InstanceId(instance_id))
         if record is None:
             raise InstanceNotFoundError(instance_id=instance_id)
         return record
@@ -351,38 +358,21 @@ class Engine:
         """
         worker_id = new_worker_id()
         bounds = detection or bounds_from_environment()
-        scan = detection_task(
-            self._store_thread,
-            self.store,
-            bounds,
-            clock=self.clock,
-            detected_by=f"scan:{worker_id}",
-        )
+        runtime = self.runtime
+        scan = detection_task(runtime, self.store, bounds, detected_by=f"scan:{worker_id}")
         if self.metrics is not None:
-            periodic = (*periodic, signals_task(self._store_thread, self.store, self.metrics))
-        periodic = (
-            *periodic,
-            unserved_task(
-                self._store_thread, self.store, bounds, clock=self.clock, metrics=self.metrics
-            ),
-        )
+            periodic = (*periodic, signals_task(runtime.store, self.store, self.metrics))
+        periodic = (*periodic, unserved_task(runtime, self.store, bounds))
         adopter = Adopter(
+            runtime=runtime,
             registry=self.registry,
-            store=self._store_thread,
             flags=self.store,
-            codec=self.codec,
-            clock=self.clock,
             owner=worker_id,
             bounds=bounds,
-            metrics=self.metrics,
         )
         worker = Worker(
-            metrics=self.metrics,
-            tracing=self._tracing,
+            runtime=runtime,
             registry=self.registry,
-            store=self._store_thread,
-            codec=self.codec,
-            clock=self.clock,
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
