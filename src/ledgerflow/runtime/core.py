@@ -152,13 +152,9 @@ class CompletionOptions(TypedDict, total=False):
     event_id: str | None
 
 
-# How many instances a listing shows when it is not told.
-LIST_LIMIT_DEFAULT = 100
-
-
 class ListOptions(TypedDict, total=False):
-    """Which instances a listing shows, newest first: at most ``limit``
-    (:data:`LIST_LIMIT_DEFAULT`), filtered by status, workflow name and tenant."""
+    """Which instances a listing shows, newest first: at most ``limit`` (100 by default),
+    filtered by status, workflow name and tenant."""
 
     status: InstanceStatus | None
     workflow: str | None
@@ -258,13 +254,22 @@ class EngineCore:
         return self._deliver(instance_id, name, now=now, **event)
 
     def _deliver(
-        self, instance_id: str, name: str, *, now: float, **event: Unpack[SignalOptions]
+        self,
+        instance_id: str,
+        name: str,
+        *,
+        now: float,
+        event_id: str,
+        payload: Any = None,
+        sender: str | None = None,
+        for_step: int | None = None,
+        run: int | None = None,
     ) -> Delivered:
-        """Keep an event in the inbox, under any name (a signal's or a completion's); an
-        option not given is None."""
-        name = names.event_text(name, what="signal name")
-        event_id = names.event_text(event["event_id"], what="event id")
-        payload, sender = event.get("payload"), event.get("sender")
+        """Keep an event in the inbox, under any name (a signal's or a completion's)."""
+        name, event_id = (
+            names.event_text(name, what="signal name"),
+            names.event_text(event_id, what="event id"),
+        )
         record = self.get(instance_id)
         refuse = self._approval_refusal(record, name=name, sender=sender)
         stored = self.store.deliver(
@@ -273,8 +278,8 @@ class EngineCore:
             name=name,
             payload=self.codec.encode(payload),
             sender=sender,
-            for_seq=event.get("for_step"),
-            run=event.get("run"),
+            for_seq=for_step,
+            run=run,
             refuse=refuse,
             now=now,
         )
@@ -391,13 +396,19 @@ class EngineCore:
             )
         return False
 
-    def list(self, **which: Unpack[ListOptions]) -> list[InstanceRecord]:
-        tenant = which.get("tenant")
+    def list(
+        self,
+        *,
+        status: InstanceStatus | None = None,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]:
         return self.store.list_instances(
-            status=which.get("status"),
-            workflow_name=which.get("workflow"),
+            status=status,
+            workflow_name=workflow,
             tenant=TenantId(tenant) if tenant else None,
-            limit=which.get("limit", LIST_LIMIT_DEFAULT),
+            limit=limit,
         )
 
     def outcome(self, record: InstanceRecord) -> Any:
