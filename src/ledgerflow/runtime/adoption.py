@@ -31,7 +31,6 @@ from collections.abc import Collection
 from ledgerflow import limits
 from ledgerflow.ledger.audit import Adoption, AuditEntry
 from ledgerflow.ledger.records import InstanceRecord, Journal
-from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.detection import REPLAY_DIVERGENCE, DetectionBounds
 from ledgerflow.model.effect import EffectState
@@ -39,10 +38,8 @@ from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.routing import Served
 from ledgerflow.runtime import faults, journal_log
-from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.replay import ReplayVerdict, replay
-from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.runtime.seams import Runtime
 from ledgerflow.storage.store import DetectionStore
 
 log = logging.getLogger("ledgerflow.worker")
@@ -96,31 +93,28 @@ class Adopter:
 
     Example (what :meth:`~ledgerflow.runtime.engine.Engine.worker` builds)::
 
-        adopter = Adopter(registry=registry, store=thread, flags=store, codec=JSON,
-                          clock=clock, owner=worker_id, bounds=DEFAULT_BOUNDS)
+        adopter = Adopter(runtime=runtime, registry=registry, flags=store, owner=worker_id,
+                          bounds=DEFAULT_BOUNDS)
         records = await adopter.adopt(limit=8, running=[], lease_seconds=30, lease_now=None)
     """
 
     def __init__(
         self,
         *,
+        runtime: Runtime,
         registry: Registry,
-        store: AsyncStore,
         flags: DetectionStore,
-        codec: Codec,
-        clock: Clock,
         owner: WorkerId,
         bounds: DetectionBounds,
-        metrics: Metrics | None = None,
     ) -> None:
         self.registry = registry
-        self.store = store
+        self.store = runtime.store
         self.flags = flags
-        self.codec = codec
-        self.clock = clock
+        self.codec = runtime.codec
+        self.clock = runtime.clock
         self.owner = owner
         self.bounds = bounds
-        self.metrics = metrics
+        self.metrics = runtime.metrics
         self.adopts = registry.adopts()
         # Verdicts by (instance, run, journal length, fingerprint), oldest first, bounded.
         self._verdicts: OrderedDict[_Key, ReplayVerdict] = OrderedDict()

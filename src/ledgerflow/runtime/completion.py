@@ -5,32 +5,25 @@ A participant that completes by callback only accepts the dispatch; the effect i
 the instance WAITING until the callback is delivered to the effect's step (through the inbox,
 so it is deduplicated and a late one is refused), or until the deadline, after which the
 outcome is UNKNOWN and settled like any other. The effect driver hands this part to a
-:class:`CallbackCompletion`, which writes through the driver (see :class:`Settling`) and
-answers with the driver's next move (:mod:`~ledgerflow.runtime.effect_moves`): settled, or
-resolve the UNKNOWN outcome. It never calls back into the driver.
+:class:`CallbackCompletion`, which writes through the driver's
+:class:`~ledgerflow.runtime.effect_writes.EffectWrites` and answers with the driver's next move
+(:mod:`~ledgerflow.runtime.effect_moves`): settled, or resolve the UNKNOWN outcome. It never
+calls back into the driver.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from ledgerflow.errors import EffectFailedError, EventArrivedError
-from ledgerflow.ledger.records import (
-    ConsumeDelivery,
-    Delivery,
-    EffectWrite,
-    NoPendingDelivery,
-    StepWrite,
-)
+from ledgerflow.errors import EventArrivedError
+from ledgerflow.ledger.records import ConsumeDelivery, Delivery, NoPendingDelivery
 from ledgerflow.ledger.transitions import instance_change
 from ledgerflow.model.effect import EffectEvent
-from ledgerflow.model.ids import EffectId, StepSeq
+from ledgerflow.model.ids import EffectId
 from ledgerflow.model.instance import InstanceEvent
 from ledgerflow.model.step import StepEvent
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Waiting
 from ledgerflow.runtime.effect_moves import Move, Resolve, Settled
-from ledgerflow.runtime.session import Session
+from ledgerflow.runtime.effect_writes import EffectWrites
 
 
 def completion_event(effect: EffectId) -> str:
@@ -38,43 +31,10 @@ def completion_event(effect: EffectId) -> str:
     return f"complete:{effect}"
 
 
-class Settling(Protocol):
-    """What a callback's waiter needs of the effect's driver: its identity, the writes it
-    makes, and the error of a proven failure."""
-
-    session: Session
-    seq: StepSeq
-    name: str
-    effect_id: EffectId
-
-    def step_write(
-        self,
-        event: StepEvent,
-        *,
-        attempt: int,
-        output: str | None = None,
-        error: str | None = None,
-        next_attempt_at: float | None = None,
-    ) -> StepWrite: ...
-
-    def effect_write(
-        self,
-        event: EffectEvent,
-        *,
-        attempt: int,
-        evidence: str | None = None,
-        reason: str | None = None,
-        detail: str | None = None,
-        doubt: int | None = None,
-    ) -> EffectWrite: ...
-
-    def failed(self, reason: str) -> EffectFailedError: ...
-
-
 class CallbackCompletion:
     """Waits, durably, for one asynchronous effect's callback on behalf of its driver."""
 
-    def __init__(self, driver: Settling) -> None:
+    def __init__(self, driver: EffectWrites) -> None:
         self.driver = driver
 
     async def await_completion(self, *, attempt: int) -> Move:

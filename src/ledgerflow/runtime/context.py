@@ -236,20 +236,8 @@ class WorkflowContext:
         await self._timer("sleep_until", {"until": at}, at)
 
     async def _timer(self, name: str, spec: dict[str, Any], due: float) -> None:
-        self._in_program_order(name)
-        seq = self._next_seq()
-        input_text = self._session.codec.encode(spec)
-        recorded = self._replayed(seq, kind=StepKind.TIMER, name=name, input_text=input_text)
-        self._stop_if_cancelled(seq, name, recorded)
-        driver = WaitDriver(
-            session=self._session,
-            seq=seq,
-            kind=StepKind.TIMER,
-            name=name,
-            input_text=input_text,
-            recorded=recorded,
-        )
-        with self._wait_span(name, seq, recorded):
+        driver = self._wait_driver(StepKind.TIMER, name, spec)
+        with self._wait_span(driver):
             await driver.sleep(due)
 
     async def wait_for(self, event: str, *, timeout: float | None = None) -> Signal:
@@ -271,33 +259,38 @@ class WorkflowContext:
     async def _wait(
         self, event: str, *, timeout: float | None, approvers: tuple[str, ...]
     ) -> Signal:
-        name = f"wait:{event}"
+        spec = {"event": event, "timeout": timeout, "approvers": list(approvers)}
+        driver = self._wait_driver(StepKind.WAIT, f"wait:{event}", spec)
+        due = self._session.clock.now() + timeout if timeout is not None else limits.WAIT_FOREVER_AT
+        with self._wait_span(driver):
+            return await driver.wait_for(event, due, approvers)
+
+    def _wait_driver(self, kind: StepKind, name: str, spec: dict[str, Any]) -> WaitDriver:
+        """The driver of the wait or timer at the next position, checked against the journal
+        (a different step there is a divergence, a cancel request stops the run here)."""
         self._in_program_order(name)
         seq = self._next_seq()
-        spec = {"event": event, "timeout": timeout, "approvers": list(approvers)}
         input_text = self._session.codec.encode(spec)
-        recorded = self._replayed(seq, kind=StepKind.WAIT, name=name, input_text=input_text)
+        recorded = self._replayed(seq, kind=kind, name=name, input_text=input_text)
         self._stop_if_cancelled(seq, name, recorded)
-        due = self._session.clock.now() + timeout if timeout is not None else limits.WAIT_FOREVER_AT
-        driver = WaitDriver(
+        return WaitDriver(
             session=self._session,
             seq=seq,
-            kind=StepKind.WAIT,
+            kind=kind,
             name=name,
             input_text=input_text,
             recorded=recorded,
         )
-        with self._wait_span(name, seq, recorded):
-            return await driver.wait_for(event, due, approvers)
 
-    def _wait_span(
-        self, name: str, seq: StepSeq, recorded: StepRecord | None
-    ) -> contextlib.AbstractContextManager[None]:
+    def _wait_span(self, driver: WaitDriver) -> contextlib.AbstractContextManager[None]:
         """A span for a wait or timer this session is waiting on (none for one the journal
         already has the answer of)."""
+        recorded = driver.recorded
         if recorded is not None and recorded.status is StepStatus.COMPLETED:
             return contextlib.nullcontext()
-        return self._session.traced(f"ledgerflow.wait {name}", step=seq, step_name=name)
+        return self._session.traced(
+            f"ledgerflow.wait {driver.name}", step=driver.seq, step_name=driver.name
+        )
 
     def patched(self, change_id: str) -> bool:
         """Whether this run takes the patched branch of a change to the workflow's code.

@@ -13,7 +13,7 @@ import enum
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from ledgerflow import limits
 from ledgerflow.deprecation import renamed
@@ -44,6 +44,7 @@ from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.signal import not_approver, signal_name
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.storage.store import JournalStore, LedgerReads
 
 
@@ -119,6 +120,49 @@ class InstanceDetail:
         return self.timeline
 
 
+class StartOptions(TypedDict, total=False):
+    """How a start is asked for, as every face takes it (declared here once): the business
+    key, the input, a version of the workflow other than the newest, the tenant."""
+
+    key: Required[str]
+    input: Any
+    version: int | None
+    tenant: str | None
+
+
+class SignalOptions(TypedDict, total=False):
+    """How an event is sent, as every face takes it (declared here once): its id (the inbox
+    keeps it once per id), its payload, who sent it, and the step and run it is meant for
+    (an event for a closed step or an older run is kept as refused)."""
+
+    event_id: Required[str]
+    payload: Any
+    sender: str | None
+    for_step: int | None
+    run: int | None
+
+
+class CompletionOptions(TypedDict, total=False):
+    """How a participant's callback completes an asynchronous effect, as every face takes it:
+    whether it was applied, its evidence or the reason it was not, and the event's id (by
+    default derived from the effect's idempotency key, so a repeated callback is a no-op)."""
+
+    applied: Required[bool]
+    evidence: Any
+    reason: str | None
+    event_id: str | None
+
+
+class ListOptions(TypedDict, total=False):
+    """Which instances a listing shows, newest first: at most ``limit`` (100 by default),
+    filtered by status, workflow name and tenant."""
+
+    status: InstanceStatus | None
+    workflow: str | None
+    tenant: str | None
+    limit: int
+
+
 def _workflow_name(workflow: str | WorkflowFunction) -> str:
     return workflow if isinstance(workflow, str) else getattr(workflow, "__name__", "")
 
@@ -126,19 +170,23 @@ def _workflow_name(workflow: str | WorkflowFunction) -> str:
 class EngineCore:
     """What both engines share: the start rules and the result rules."""
 
-    def __init__(self, store: JournalStore, registry: Registry, codec: Codec) -> None:
+    def __init__(
+        self, store: JournalStore, registry: Registry, codec: Codec, metrics: Metrics | None = None
+    ) -> None:
         self.store = store
         self.registry = registry
         self.codec = codec
+        # Starts are counted here, for every face (None: nothing is counted).
+        self.metrics = metrics
 
     def prepare(
         self,
         workflow: str | WorkflowFunction,
         *,
         key: str,
-        input: Any,
-        version: int | None,
-        tenant: str | None,
+        input: Any = None,
+        version: int | None = None,
+        tenant: str | None = None,
     ) -> tuple[WorkflowDefinition, NewInstance]:
         name = _workflow_name(workflow)
         definition = self.registry.get(name, version)
@@ -172,6 +220,8 @@ class EngineCore:
                 f"v{found.workflow_version} with another input or version",
                 instance_id=found.instance_id,
             )
+        if self.metrics is not None and created:
+            self.metrics.started(new.workflow_name, new.workflow_version)
         return Started(instance=found, created=created)
 
     def cancel(
@@ -200,43 +250,25 @@ class EngineCore:
         return CancelRequested(instance=record, recorded=asked.new)
 
     def signal(
-        self,
-        instance_id: str,
-        *,
-        name: str,
-        event_id: str,
-        payload: Any,
-        sender: str | None,
-        for_step: int | None,
-        run: int | None,
-        now: float,
+        self, instance_id: str, name: str, *, now: float, **event: Unpack[SignalOptions]
     ) -> Delivered:
         """Deliver an event: kept once per event id, refused (and kept) when too late. No
         signal may take a name reserved for an effect's completion
         (:func:`~ledgerflow.model.signal.signal_name`)."""
         name = signal_name(names.event_text(name, what="signal name"))
-        return self._deliver(
-            instance_id,
-            name=name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-            now=now,
-        )
+        return self._deliver(instance_id, name, now=now, **event)
 
     def _deliver(
         self,
         instance_id: str,
-        *,
         name: str,
-        event_id: str,
-        payload: Any,
-        sender: str | None,
-        for_step: int | None,
-        run: int | None,
+        *,
         now: float,
+        event_id: str,
+        payload: Any = None,
+        sender: str | None = None,
+        for_step: int | None = None,
+        run: int | None = None,
     ) -> Delivered:
         """Keep an event in the inbox, under any name (a signal's or a completion's)."""
         name, event_id = (
@@ -303,11 +335,11 @@ class EngineCore:
         self,
         idempotency_key: str,
         *,
-        applied: bool,
-        evidence: Any,
-        reason: str | None,
-        event_id: str | None,
         now: float,
+        applied: bool,
+        evidence: Any = None,
+        reason: str | None = None,
+        event_id: str | None = None,
     ) -> Delivered:
         """A participant's callback for an asynchronous effect, delivered to its step."""
         effect = self.store.find_effect(idempotency_key)
@@ -317,7 +349,7 @@ class EngineCore:
             )
         return self._deliver(
             effect.instance_id,
-            name=completion_event(effect.effect_id),
+            completion_event(effect.effect_id),
             event_id=event_id or f"completion:{idempotency_key}",
             payload={"applied": applied, "evidence": evidence, "reason": reason},
             sender=effect.participant,
@@ -374,10 +406,10 @@ class EngineCore:
     def list(
         self,
         *,
-        status: InstanceStatus | None,
-        workflow: str | None,
-        tenant: str | None,
-        limit: int,
+        status: InstanceStatus | None = None,
+        workflow: str | None = None,
+        tenant: str | None = None,
+        limit: int = 100,
     ) -> list[InstanceRecord]:
         return self.store.list_instances(
             status=status,

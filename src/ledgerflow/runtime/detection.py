@@ -39,9 +39,8 @@ from ledgerflow.model.detection import (
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.routing import Served
-from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.periodic import PeriodicTask
-from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.runtime.seams import Runtime
 from ledgerflow.storage.store import DetectionStore
 
 log = logging.getLogger("ledgerflow.worker")
@@ -202,15 +201,11 @@ def _divergence_settled(store: DetectionStore, instance_id: str, live: list[Serv
 
 
 def detection_task(
-    thread: AsyncStore,
-    store: DetectionStore,
-    bounds: DetectionBounds,
-    *,
-    clock: Clock,
-    detected_by: str,
+    runtime: Runtime, store: DetectionStore, bounds: DetectionBounds, *, detected_by: str
 ) -> PeriodicTask:
     """The scan as a worker's periodic task, every ``bounds.scan_interval_seconds``, run on the
     worker's store thread; each flag it raises is logged."""
+    thread, clock = runtime.store, runtime.clock
 
     async def run() -> None:
         report = await thread.call(scan, store, bounds, now=clock.now(), detected_by=detected_by)

@@ -31,6 +31,8 @@ class EffectWrites:
     session: Session
     declaration: EffectDeclaration
     seq: StepSeq
+    # The step's name, as the workflow gave it.
+    name: str
     effect_id: EffectId
     key: IdempotencyKey
     payload_text: str

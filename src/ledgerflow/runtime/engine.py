@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from ledgerflow import limits
 from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError
@@ -23,22 +23,26 @@ from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.adoption import Adopter
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.core import (
     CancelRequested,
+    CompletionOptions,
     Delivered,
     DeliveryOutcome,
     EngineCore,
     InstanceDetail,
+    ListOptions,
+    SignalOptions,
     Started,
+    StartOptions,
     detail_of,
     instance_id_for,
 )
 from ledgerflow.runtime.detection import bounds_from_environment, detection_task
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, PeriodicTask
+from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.unserved import (
     NO_WORKER_HINT,
@@ -103,17 +107,23 @@ class Engine:
         # The whole store is opened here and each part is handed the view it needs: the core
         # and the workers the journal, the stuck-work scan its flags.
         self._store = open_store(store) if isinstance(store, str) else store
-        self._core = EngineCore(self._store, registry, codec)
+        self._core = EngineCore(self._store, registry, codec, metrics)
         self.registry = registry
+        # What every part of the engine is handed, built once: the clock, the store thread
+        # (inline: the store and blocking user code run on the loop's own thread; slow for a
+        # service, it makes a simulation depend on nothing but its seed), the codec, metrics
+        # (None: nothing is counted) and spans (the otel extra: True for the global tracer
+        # provider, or the provider given).
+        self.runtime = Runtime(
+            clock=clock,
+            store=AsyncStore(self._store, inline=inline, metrics=metrics),
+            codec=codec,
+            metrics=metrics,
+            tracing=_tracing(tracing),
+        )
         self.codec = codec
         self.clock = clock
-        # inline: the store and blocking user code run on the loop's own thread. Slow for a
-        # service; it makes a simulation depend on nothing but its seed.
-        self._store_thread = AsyncStore(self._store, inline=inline, metrics=metrics)
-        # None: nothing is counted (see ledgerflow.runtime.metrics).
         self.metrics = metrics
-        # Spans (the otel extra): True for the global tracer provider, or the provider given.
-        self._tracing = _tracing(tracing)
         self._workers: list[Worker] = []
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
@@ -128,7 +138,7 @@ class Engine:
     def store_thread(self) -> AsyncStore:
         """The one thread this engine's store is used from (its workers' too): what shares the
         store in this process (the operators' service, a periodic task) runs its calls here."""
-        return self._store_thread
+        return self.runtime.store
 
     async def __aenter__(self) -> Self:
         return self
@@ -140,22 +150,18 @@ class Engine:
 
     async def close(self) -> None:
         """Close the journal; ``async with Engine(...)`` does it on leaving."""
-        await asyncio.to_thread(self._store_thread.close)
+        await asyncio.to_thread(self.runtime.store.close)
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self._store_thread.call(method, *args, **kwargs)
+        return await self.runtime.store.call(method, *args, **kwargs)
 
     async def start(
-        self,
-        workflow: str | WorkflowFunction,
-        *,
-        key: str,
-        input: Any = None,
-        version: int | None = None,
-        tenant: str | None = None,
+        self, workflow: str | WorkflowFunction, **options: Unpack[StartOptions]
     ) -> Started:
-        """Start ``workflow`` for a business key, or return the instance it already started."""
-        _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
+        """Start ``workflow`` for a business key (``key=``, with ``input=``, and ``version=``
+        and ``tenant=`` when not the newest and the default), or return the instance that key
+        already started."""
+        _, new = self._core.prepare(workflow, **options)
         # A worker of this engine with a free slot takes the new instance in the start's own
         # transaction; concurrent starts share one transaction (group commit).
         worker, claim = next(
@@ -163,34 +169,24 @@ class Engine:
         )
         record: InstanceRecord | None = None
         try:
-            record, created = await self._store_thread.start(new, claim, now=self.clock.now())
+            record, created = await self.runtime.store.start(new, claim, now=self.clock.now())
         finally:
             if worker is not None and claim is not None:
                 worker.adopt(record, claim)
         if worker is None:
             for other in self._workers:
                 other.wake()
-        if self.metrics is not None and created:
-            self.metrics.started(new.workflow_name, new.workflow_version)
         return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
         """The instance's record now; InstanceNotFoundError when there is none."""
-        record = await self._store_thread.get(InstanceId(instance_id))
+        record = await self.runtime.store.get(InstanceId(instance_id))
         if record is None:
             raise InstanceNotFoundError(instance_id=instance_id)
         return record
 
     async def signal(
-        self,
-        instance_id: str,
-        name: str,
-        *,
-        event_id: str,
-        payload: Any = None,
-        sender: str | None = None,
-        for_step: int | None = None,
-        run: int | None = None,
+        self, instance_id: str, name: str, **event: Unpack[SignalOptions]
     ) -> Delivered:
         """Deliver a signal, callback or approval to an instance; safe to repeat.
 
@@ -203,15 +199,7 @@ class Engine:
         delivered under it, by :meth:`complete_effect` only.
         """
         delivered: Delivered = await self._call(
-            self._core.signal,
-            instance_id,
-            name=name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-            now=self.clock.now(),
+            self._core.signal, instance_id, name, now=self.clock.now(), **event
         )
         self.notice_delivery(delivered)
         return delivered
@@ -224,13 +212,7 @@ class Engine:
         return found
 
     async def complete_effect(
-        self,
-        idempotency_key: str,
-        *,
-        applied: bool,
-        evidence: Any = None,
-        reason: str | None = None,
-        event_id: str | None = None,
+        self, idempotency_key: str, **callback: Unpack[CompletionOptions]
     ) -> Delivered:
         """Complete an asynchronous effect: the participant's callback, by the effect's key.
 
@@ -239,13 +221,7 @@ class Engine:
         no-op; a callback after the effect's step closed is kept as late and changes nothing.
         """
         delivered: Delivered = await self._call(
-            self._core.complete_effect,
-            idempotency_key,
-            applied=applied,
-            evidence=evidence,
-            reason=reason,
-            event_id=event_id,
-            now=self.clock.now(),
+            self._core.complete_effect, idempotency_key, now=self.clock.now(), **callback
         )
         self.notice_delivery(delivered)
         return delivered
@@ -351,19 +327,10 @@ class Engine:
         """The workflow's return value; :class:`WorkflowError` if it ended otherwise."""
         return self._core.outcome(await self.wait(instance_id, timeout=timeout))
 
-    async def list(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]:
-        """Instances, newest first, at most ``limit``, filtered by status, workflow name and
-        tenant."""
-        records: list[InstanceRecord] = await self._call(
-            self._core.list, status=status, workflow=workflow, tenant=tenant, limit=limit
-        )
+    async def list(self, **which: Unpack[ListOptions]) -> list[InstanceRecord]:
+        """Instances, newest first, at most ``limit`` (100), filtered by ``status``,
+        ``workflow`` name and ``tenant``."""
+        records: list[InstanceRecord] = await self._call(self._core.list, **which)
         return records
 
     async def detail(self, instance_id: str) -> InstanceDetail:
@@ -391,38 +358,21 @@ class Engine:
         """
         worker_id = new_worker_id()
         bounds = detection or bounds_from_environment()
-        scan = detection_task(
-            self._store_thread,
-            self.store,
-            bounds,
-            clock=self.clock,
-            detected_by=f"scan:{worker_id}",
-        )
+        runtime = self.runtime
+        scan = detection_task(runtime, self.store, bounds, detected_by=f"scan:{worker_id}")
         if self.metrics is not None:
-            periodic = (*periodic, signals_task(self._store_thread, self.store, self.metrics))
-        periodic = (
-            *periodic,
-            unserved_task(
-                self._store_thread, self.store, bounds, clock=self.clock, metrics=self.metrics
-            ),
-        )
+            periodic = (*periodic, signals_task(runtime.store, self.store, self.metrics))
+        periodic = (*periodic, unserved_task(runtime, self.store, bounds))
         adopter = Adopter(
+            runtime=runtime,
             registry=self.registry,
-            store=self._store_thread,
             flags=self.store,
-            codec=self.codec,
-            clock=self.clock,
             owner=worker_id,
             bounds=bounds,
-            metrics=self.metrics,
         )
         worker = Worker(
-            metrics=self.metrics,
-            tracing=self._tracing,
+            runtime=runtime,
             registry=self.registry,
-            store=self._store_thread,
-            codec=self.codec,
-            clock=self.clock,
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,

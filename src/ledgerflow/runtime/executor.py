@@ -26,7 +26,6 @@ from ledgerflow.errors import (
 from ledgerflow.ledger.records import InstanceRecord, Journal, Release
 from ledgerflow.ledger.transitions import instance_change
 from ledgerflow.model.classification import Classification
-from ledgerflow.model.codec import Codec
 from ledgerflow.model.defects import DEFECT_RETRY, WOKEN, WORKFLOW_DEFECT, defect_streak
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
@@ -34,17 +33,15 @@ from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
 from ledgerflow.runtime import faults, journal_log
 from ledgerflow.runtime.calls import describe_error, error_names
-from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend, Waiting
-from ledgerflow.runtime.metrics import Metrics
+from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
-from ledgerflow.runtime.store_thread import AsyncStore
 
 if TYPE_CHECKING:
     # Imported only by an engine made with tracing (the otel extra).
-    from ledgerflow.runtime.tracing import Tracing
+    pass
 
 log = logging.getLogger("ledgerflow.executor")
 
@@ -53,22 +50,19 @@ class Executor:
     def __init__(
         self,
         *,
+        runtime: Runtime,
         registry: Registry,
-        store: AsyncStore,
-        codec: Codec,
-        clock: Clock,
         owner: WorkerId,
         detection: DetectionBounds = DEFAULT_BOUNDS,
-        metrics: Metrics | None = None,
-        tracing: Tracing | None = None,
     ) -> None:
+        self.runtime = runtime
         self.detection = detection
-        self.metrics = metrics
-        self.tracing = tracing
+        self.metrics = runtime.metrics
+        self.tracing = runtime.tracing
         self.registry = registry
-        self.store = store
-        self.codec = codec
-        self.clock = clock
+        self.store = runtime.store
+        self.codec = runtime.codec
+        self.clock = runtime.clock
         self.owner = owner
         self.alive = True
         # Sessions in flight, so the worker can tell one that a cancel request arrived.

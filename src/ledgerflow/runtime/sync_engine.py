@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from ledgerflow.errors import ResultTimeoutError
 from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
-from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime.core import (
     CancelRequested,
+    CompletionOptions,
     Delivered,
     EngineCore,
     InstanceDetail,
+    ListOptions,
+    SignalOptions,
     Started,
+    StartOptions,
     detail_of,
 )
 from ledgerflow.runtime.engine import RESULT_POLL_SECONDS_MAX, RESULT_POLL_SECONDS_MIN
@@ -53,7 +56,7 @@ class SyncEngine:
         self.store = open_store(store) if isinstance(store, str) else store
         # How a wait that timed out says to run a worker (a face may say it in its own terms).
         self.no_worker_hint = no_worker_hint
-        self._core = EngineCore(self.store, registry, codec)
+        self._core = EngineCore(self.store, registry, codec, metrics)
         self.registry = registry
         # Starts and deliveries are counted here (the operators' service, ``serve``).
         self.metrics = metrics
@@ -70,52 +73,20 @@ class SyncEngine:
         """Close the journal; ``with SyncEngine(...)`` does it on leaving."""
         self.store.close()
 
-    def start(
-        self,
-        workflow: str | WorkflowFunction,
-        *,
-        key: str,
-        input: Any = None,
-        version: int | None = None,
-        tenant: str | None = None,
-    ) -> Started:
+    def start(self, workflow: str | WorkflowFunction, **options: Unpack[StartOptions]) -> Started:
         """Start ``workflow`` for business key ``key``, or return the instance that key already
         started (see :meth:`Engine.start`)."""
-        _, new = self._core.prepare(workflow, key=key, input=input, version=version, tenant=tenant)
-        started = self._core.start(new, now=time.time())
-        if self.metrics is not None and started.created:
-            self.metrics.started(new.workflow_name, new.workflow_version)
-        return started
+        _, new = self._core.prepare(workflow, **options)
+        return self._core.start(new, now=time.time())
 
     def get(self, instance_id: str) -> InstanceRecord:
         """The instance's record now; InstanceNotFoundError when there is none."""
         return self._core.get(instance_id)
 
-    def signal(
-        self,
-        instance_id: str,
-        name: str,
-        *,
-        event_id: str,
-        payload: Any = None,
-        sender: str | None = None,
-        for_step: int | None = None,
-        run: int | None = None,
-    ) -> Delivered:
+    def signal(self, instance_id: str, name: str, **event: Unpack[SignalOptions]) -> Delivered:
         """Deliver a signal, callback or approval to an instance; safe to repeat with the same
         ``event_id`` (see :meth:`Engine.signal`)."""
-        return self._counted(
-            self._core.signal(
-                instance_id,
-                name=name,
-                event_id=event_id,
-                payload=payload,
-                sender=sender,
-                for_step=for_step,
-                run=run,
-                now=time.time(),
-            )
-        )
+        return self._counted(self._core.signal(instance_id, name, now=time.time(), **event))
 
     def _counted(self, delivered: Delivered) -> Delivered:
         if self.metrics is not None:
@@ -128,25 +99,12 @@ class SyncEngine:
         return self._core.delivery(instance_id, event_id)
 
     def complete_effect(
-        self,
-        idempotency_key: str,
-        *,
-        applied: bool,
-        evidence: Any = None,
-        reason: str | None = None,
-        event_id: str | None = None,
+        self, idempotency_key: str, **callback: Unpack[CompletionOptions]
     ) -> Delivered:
         """Complete an asynchronous effect (``completes_by_callback=``) by its idempotency key,
         applied or not (see :meth:`Engine.complete_effect`)."""
         return self._counted(
-            self._core.complete_effect(
-                idempotency_key,
-                applied=applied,
-                evidence=evidence,
-                reason=reason,
-                event_id=event_id,
-                now=time.time(),
-            )
+            self._core.complete_effect(idempotency_key, now=time.time(), **callback)
         )
 
     def set_concurrency_limit(
@@ -196,17 +154,10 @@ class SyncEngine:
         otherwise, ResultTimeoutError after ``timeout``."""
         return self._core.outcome(self.wait(instance_id, timeout=timeout))
 
-    def list(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]:
-        """Instances, newest first, at most ``limit``, filtered by status, workflow name and
-        tenant."""
-        return self._core.list(status=status, workflow=workflow, tenant=tenant, limit=limit)
+    def list(self, **which: Unpack[ListOptions]) -> list[InstanceRecord]:
+        """Instances, newest first, at most ``limit`` (100), filtered by ``status``,
+        ``workflow`` name and ``tenant``."""
+        return self._core.list(**which)
 
     def detail(self, instance_id: str) -> InstanceDetail:
         """Everything the ledgers hold about an instance: its record, steps, effects, inbox and

@@ -25,11 +25,9 @@ from ledgerflow.ledger.workers import served_by
 from ledgerflow.model.detection import REPLAY_DIVERGENCE, DetectionBounds, UnservedCount
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.routing import Served
-from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.detection import bounds_from_environment
-from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import PeriodicTask
-from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.runtime.seams import Runtime
 from ledgerflow.storage.store import DetectionStore
 
 log = logging.getLogger("ledgerflow.worker")
@@ -52,16 +50,10 @@ def _counted(count: UnservedCount, live: list[Served]) -> str:
     )
 
 
-def unserved_task(
-    thread: AsyncStore,
-    store: DetectionStore,
-    bounds: DetectionBounds,
-    *,
-    clock: Clock,
-    metrics: Metrics | None,
-) -> PeriodicTask:
+def unserved_task(runtime: Runtime, store: DetectionStore, bounds: DetectionBounds) -> PeriodicTask:
     """The count, as a worker's periodic task: at start, then every scan interval; logged when
     it changes (a warning while anything is unserved), exported as a gauge."""
+    thread, clock, metrics = runtime.store, runtime.clock, runtime.metrics
     said: dict[Served, int] | None = None
 
     async def run() -> None:

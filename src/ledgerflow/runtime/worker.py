@@ -36,23 +36,19 @@ from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, StorageError, StorageUnavailableError
 from ledgerflow.ledger.records import Commit, InstanceRecord, Release, StartClaim
 from ledgerflow.ledger.workers import WorkerRecord
-from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds, is_last_chance
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.runtime import journal_log
-from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
-from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, Periodic, PeriodicTask
-from ledgerflow.runtime.store_thread import AsyncStore
+from ledgerflow.runtime.seams import Runtime
 
 if TYPE_CHECKING:
     from ledgerflow.runtime.adoption import Adopter
 
     # Imported only by an engine made with tracing (the otel extra).
-    from ledgerflow.runtime.tracing import Tracing
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -95,10 +91,8 @@ class Worker:
     def __init__(
         self,
         *,
+        runtime: Runtime,
         registry: Registry,
-        store: AsyncStore,
-        codec: Codec,
-        clock: Clock,
         concurrency: int = limits.WORKER_CONCURRENCY_DEFAULT,
         lease_seconds: float = limits.LEASE_SECONDS_DEFAULT,
         poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
@@ -106,14 +100,13 @@ class Worker:
         detection: DetectionBounds | None = None,
         on_released: Callable[[InstanceId], None] | None = None,
         periodic: Sequence[PeriodicTask] = (),
-        metrics: Metrics | None = None,
-        tracing: Tracing | None = None,
         adopter: Adopter | None = None,
     ) -> None:
         _check_limits(concurrency=concurrency, lease_seconds=lease_seconds)
         self.id = worker_id or new_worker_id()
-        self.store = store
-        self.clock = clock
+        self.store = runtime.store
+        self.clock = runtime.clock
+        metrics = self.metrics = runtime.metrics
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
@@ -125,16 +118,8 @@ class Worker:
         # this worker never does; see runtime/adoption.py).
         self.adopter = adopter
         self.executor = Executor(
-            registry=registry,
-            store=store,
-            codec=codec,
-            clock=clock,
-            owner=self.id,
-            detection=self.detection,
-            metrics=metrics,
-            tracing=tracing,
+            runtime=runtime, registry=registry, owner=self.id, detection=self.detection
         )
-        self.metrics = metrics
         if metrics is not None:
             metrics.watch_slots(lambda: len(self._running), concurrency)
         # Housekeeping beside the instances (the stuck-work scan, reconciliation...): whoever
