@@ -34,13 +34,11 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import functools
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow import limits
-from ledgerflow.errors import ReservedNameError
 from ledgerflow.ledger.access import ApiToken, InstanceQuery, VersionCount
 from ledgerflow.ledger.attention import AttentionFlag, AttentionQuery
 from ledgerflow.ledger.audit import AuditQuery, AuditRecord
@@ -59,6 +57,15 @@ from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.actions import ACTION_KINDS
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority, local_principal
+from ledgerflow.operators.commands import (
+    CancelRequest,
+    CompleteEffectRequest,
+    LocalCaller,
+    RetireRequest,
+    SignalRequest,
+    StartRequest,
+    Writer,
+)
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
 from ledgerflow.operators.readiness import Readiness, migrate_journal
@@ -71,7 +78,6 @@ from ledgerflow.operators.versions import (
     Retirement,
     VersionSummary,
     parse_target,
-    retire_version,
     version_summaries,
 )
 from ledgerflow.operators.workers import live_workers, worker_json
@@ -235,24 +241,10 @@ class Operations:
     ) -> Started:
         """Start (or find) the instance of a business key, pinned to a definition of this
         service's registry; recorded against ``actor`` (default: :func:`local_actor`)."""
-        with self._store.transaction():
-            started = self._engine.start(
-                workflow, key=key, input=input, version=version, tenant=tenant
-            )
-            instance = started.instance
-            actions.record_action(
-                self._store,
-                self._clock,
-                actor=actor or local_actor(),
-                role=None,
-                kind=actions.START,
-                instance_id=instance.instance_id,
-                target=f"{instance.workflow_name}:{instance.business_key}",
-                outcome="applied" if started.created else "no-op",
-                reason=f"start {instance.workflow_name} for key {instance.business_key}",
-                arguments={"workflow": workflow, "version": version, "tenant": instance.tenant},
-            )
-        return started
+        request = StartRequest(
+            workflow=workflow, key=key, input=input, version=version, tenant=tenant
+        )
+        return self._writer(actor).start(request)
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
         """The instance once it has ended, or :class:`ResultTimeoutError` after ``timeout``."""
@@ -263,29 +255,18 @@ class Operations:
         return self._engine.result(instance_id, timeout=timeout)
 
     def cancel(
-        self, instance_id: str, *, reason: str, actor: str, compensate: bool = True
+        self,
+        instance_id: str,
+        *,
+        reason: str,
+        actor: str | None = None,
+        compensate: bool = True,
     ) -> InstanceRecord:
-        """Ask for the instance to be cancelled (durable; the first request wins), as ``actor``,
-        who must hold a role that allows ``cancel`` (the repairs' authority); audited."""
-        record = self._engine.get(instance_id)
-        role = self._authorized(
-            actor,
-            RepairKind.CANCEL,
-            instance_id=record.instance_id,
-            target=None,
-            reason=reason,
-            arguments={"compensate": compensate},
-        )
-        return actions.audited_cancel(
-            self._store,
-            self._engine,
-            self._clock,
-            actor=actor,
-            role=role,
-            instance_id=instance_id,
-            reason=reason,
-            compensate=compensate,
-        )
+        """Ask for the instance to be cancelled (durable; the first request wins), as ``actor``
+        (default: :func:`local_actor`), who must hold a role that allows ``cancel`` (the
+        repairs' authority); audited."""
+        request = CancelRequest(instance_id=instance_id, reason=reason, compensate=compensate)
+        return self._writer(actor).cancel(request)
 
     def signal(
         self,
@@ -302,35 +283,16 @@ class Operations:
         """Deliver a signal, callback or approval; safe to repeat with the same ``event_id``.
         Recorded in the audit log against ``actor`` (default: :func:`local_actor`), a name
         reserved for completions refused on the record too."""
-        who = actor or local_actor()
-        deliver = functools.partial(
-            self._engine.signal,
-            instance_id,
-            name,
+        request = SignalRequest(
+            instance_id=instance_id,
+            name=name,
             event_id=event_id,
             payload=payload,
             sender=sender,
             for_step=for_step,
             run=run,
         )
-        try:
-            delivered = actions.audited_delivery(
-                self._store, self._clock, deliver, actor=who, role=None
-            )
-        except ReservedNameError as exc:
-            actions.record_refusal(
-                self._store,
-                self._clock,
-                actor=who,
-                kind=actions.SIGNAL,
-                instance_id=self._engine.get(instance_id).instance_id,
-                target=f"{name} {event_id}",
-                reason=f"{actions.SIGNAL} {name}",
-                arguments={"name": name, "event_id": event_id, "sender": sender},
-                error=exc,
-            )
-            raise
-        return delivered
+        return self._writer(actor).signal(request)
 
     def complete_effect(
         self,
@@ -345,22 +307,19 @@ class Operations:
         """A participant's callback for an asynchronous effect, by its idempotency key;
         recorded in the audit log against ``actor`` (default: :func:`local_actor`), in the
         callback's transaction."""
-        deliver = functools.partial(
-            self._engine.complete_effect,
-            idempotency_key,
+        request = CompleteEffectRequest(
+            idempotency_key=idempotency_key,
             applied=applied,
             evidence=evidence,
             reason=reason,
             event_id=event_id,
         )
-        return actions.audited_delivery(
-            self._store,
-            self._clock,
-            deliver,
-            actor=actor or local_actor(),
-            role=None,
-            kind=actions.COMPLETE_EFFECT,
-        )
+        return self._writer(actor).complete_effect(request)
+
+    def _writer(self, actor: str | None) -> Writer:
+        """The changes from outside as ``actor`` (default: :func:`local_actor`) asks them."""
+        caller = LocalCaller(actor or local_actor(), self._engine, lambda: self.authority)
+        return Writer(self._store, self._engine, self._clock, caller)
 
     def _authorized(self, actor: str, command: Grant, **what: Any) -> str:
         """The grant this service's authority gives ``actor`` for ``command`` (a refusal is
@@ -462,24 +421,8 @@ class Operations:
         (default: :func:`local_actor`), who must hold a role that allows ``retire-version``
         (the repairs' authority); refused (on the record) while instances in flight are
         pinned to it."""
-        who = actor or local_actor()
-        role = self._authorized(
-            who,
-            VersionCommand.RETIRE,
-            instance_id=None,
-            target=f"{workflow}@{version}",
-            reason=reason,
-            arguments={"workflow": workflow, "version": version},
-        )
-        return retire_version(
-            self._store,
-            self._clock,
-            workflow=workflow,
-            version=version,
-            actor=who,
-            role=role,
-            reason=reason,
-        )
+        request = RetireRequest(workflow=workflow, version=version, reason=reason)
+        return self._writer(actor).retire(request)
 
     # -- reconciliation ------------------------------------------------------------------------
 
