@@ -470,6 +470,6 @@ class ScopedOperations:
         try:
             self.require(ApiRole.OPERATOR)
         except NotAuthorizedError as exc:
-            repairs.refused(request, exc)
+            repairs.refused(request, exc, role=self.principal.role.value)
             raise
         return repairs.apply(request, planned_generation=planned_generation)
