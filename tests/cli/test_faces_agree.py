@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,7 +224,7 @@ class Operation:
     below: str  # ... and the one below, which is refused
     grant: bool  # a local actor needs a grant of the authority
     registry: Callable[[], Registry]
-    prepare: Callable[[str], Awaitable[dict[str, str]]]
+    prepare: Callable[[str], Coroutine[Any, Any, dict[str, str]]]
     ask: Callable[[dict[str, str], Path], Asked]
 
 
