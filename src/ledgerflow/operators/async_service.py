@@ -28,7 +28,6 @@ from ledgerflow import limits
 from ledgerflow.ledger.reconciliation import ReconciliationRun
 from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model.definition import Registry
-from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.service import (
@@ -36,7 +35,7 @@ from ledgerflow.operators.service import (
     Principal,
     ScopedOperations,
 )
-from ledgerflow.runtime.engine import Delivered, Engine, InstanceDetail
+from ledgerflow.runtime.engine import Delivered, Engine
 from ledgerflow.runtime.periodic import PeriodicTask
 
 __all__ = ["AsyncOperations"]
@@ -62,6 +61,19 @@ def _on_store_thread(
         return answer
 
     return adapted
+
+
+def _the_engines(
+    method: Callable[Concatenate[Engine, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[AsyncOperations, P], Coroutine[Any, Any, T]]:
+    """The engine's own ``method``: what it answers (an instance, a wait for its end) it is
+    asked, with the same arguments."""
+
+    @functools.wraps(method)
+    async def forwarded(self: AsyncOperations, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await method(self._engine, *args, **kwargs)
+
+    return forwarded
 
 
 def _woken(engine: Engine, delivered: Delivered) -> None:
@@ -105,16 +117,13 @@ class AsyncOperations:
 
     # -- instances: the engine answers ---------------------------------------------------------
 
-    async def detail(self, instance_id: str) -> InstanceDetail:
-        return await self._engine.detail(instance_id)
-
+    detail = _the_engines(Engine.detail)
+    wait = _the_engines(Engine.wait)
     show = _on_store_thread(Operations.show)
     find = _on_store_thread(Operations.find)
 
-    async def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
-        return await self._engine.wait(instance_id, timeout=timeout)
-
     async def result(self, instance_id: str, *, timeout: float = 0.0) -> Any:
+        """The workflow's result now (``timeout`` 0: no wait, unlike the engine's default)."""
         return await self._engine.result(instance_id, timeout=timeout)
 
     # -- changes: the synchronous service's, with its role check and audit, on the store thread
@@ -191,12 +200,4 @@ class AsyncOperations:
         return PeriodicTask(name="reconcile", interval_seconds=interval_seconds, run=run)
 
     # Last in the class: below it, ``list`` in an annotation would name this method.
-    async def list(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]:
-        return await self._engine.list(status=status, workflow=workflow, tenant=tenant, limit=limit)
+    list = _the_engines(Engine.list)

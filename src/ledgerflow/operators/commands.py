@@ -30,6 +30,7 @@ from ledgerflow.model.ids import DEFAULT_TENANT
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.model.signal import signal_name
 from ledgerflow.operators import actions
+from ledgerflow.operators.upgrades import MigrationPlan, MoveReport, UpgradeRequest, Upgrades
 from ledgerflow.operators.versions import Retirement, retire_version
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.engine import Delivered, Started
@@ -41,15 +42,19 @@ __all__ = [
     "COMPLETE_EFFECT",
     "RETIRE",
     "SIGNAL",
+    "MIGRATE",
     "START",
+    "UPGRADE",
     "CancelRequest",
     "Caller",
     "CompleteEffectRequest",
     "LocalCaller",
+    "MigrateRequest",
     "Operation",
     "RetireRequest",
     "SignalRequest",
     "StartRequest",
+    "UpgradeRequest",
     "Writer",
 ]
 
@@ -69,9 +74,12 @@ SIGNAL = Operation(actions.SIGNAL, ApiRole.SIGNALLER, None)
 COMPLETE_EFFECT = Operation(actions.COMPLETE_EFFECT, ApiRole.SIGNALLER, None)
 CANCEL = Operation(actions.CANCEL, ApiRole.OPERATOR, RepairKind.CANCEL)
 RETIRE = Operation(actions.RETIRE_VERSION, ApiRole.ADMIN, VersionCommand.RETIRE)
+# Moves to other code: no API route offers them; a principal would need the strongest role.
+UPGRADE = Operation(actions.UPGRADE, ApiRole.ADMIN, VersionCommand.UPGRADE)
+MIGRATE = Operation(actions.MIGRATE, ApiRole.ADMIN, VersionCommand.MIGRATE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class StartRequest:
     """Start (or find) the instance of a business key (``tenant`` None: the caller's)."""
 
@@ -82,7 +90,7 @@ class StartRequest:
     tenant: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class SignalRequest:
     """Deliver a signal, callback or approval; safe to repeat with the same ``event_id``."""
 
@@ -95,7 +103,7 @@ class SignalRequest:
     run: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class CancelRequest:
     """Ask for an instance to be cancelled (durable; the first request wins)."""
 
@@ -104,7 +112,7 @@ class CancelRequest:
     compensate: bool = True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class CompleteEffectRequest:
     """A participant's callback for an asynchronous effect, by its idempotency key."""
 
@@ -115,13 +123,22 @@ class CompleteEffectRequest:
     event_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class RetireRequest:
     """Retire a workflow version, with its evidence on the audit record."""
 
     workflow: str
     version: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateRequest:
+    """Move in-flight instances to another version under a declared plan of positions (a dry
+    run is held to the role too, its refusal not recorded)."""
+
+    plan: MigrationPlan
+    dry_run: bool = False
 
 
 class Caller(Protocol):
@@ -227,23 +244,19 @@ class Writer:
         *,
         reason: str,
         arguments: dict[str, Any],
+        recorded: bool = True,
     ) -> Iterator[None]:
-        """The checks of a change run inside: the one that refuses it is recorded first."""
+        """The checks of a change run inside: the one that refuses it is recorded first
+        (unless not ``recorded``: a dry run writes nothing)."""
         try:
             yield
         except (NotAuthorizedError, ReservedNameError) as exc:
-            actions.record_refusal(
-                self._store,
-                self._clock,
-                actor=self._caller.actor,
-                role=self._caller.role,
-                kind=kind,
-                instance_id=instance_id,
-                target=target,
-                reason=reason,
-                arguments=arguments,
-                error=exc,
-            )
+            if recorded:
+                actions.record_refusal(
+                    self._store, self._clock, actor=self._caller.actor, role=self._caller.role,
+                    kind=kind, instance_id=instance_id, target=target, reason=reason,
+                    arguments=arguments, error=exc,
+                )  # fmt: skip
             raise
 
     def start(self, request: StartRequest) -> Started:
@@ -379,3 +392,35 @@ class Writer:
             role=role,
             reason=request.reason,
         )
+
+    def upgrade(self, upgrades: Upgrades, request: UpgradeRequest) -> MoveReport:
+        """Move the version's instances (:meth:`~ledgerflow.operators.upgrades.Upgrades.
+        upgrade`: each move in one transaction with its audit record)."""
+        target = f"{request.workflow}@{request.version}"
+        role = None
+        if not request.dry_run:
+            with self._checked(
+                actions.UPGRADE,
+                None,
+                target,
+                reason=f"upgrade {target} to {request.to_fingerprint}",
+                arguments={"to_fingerprint": request.to_fingerprint},
+            ):
+                role = self._caller.authorize(UPGRADE)
+        return upgrades.upgrade(request, actor=self._caller.actor, role=role)
+
+    def migrate(self, upgrades: Upgrades, request: MigrateRequest) -> MoveReport:
+        """Move instances under the plan (:meth:`~ledgerflow.operators.upgrades.Upgrades.
+        migrate`)."""
+        plan = request.plan
+        target = f"{plan.workflow}@{plan.from_version}"
+        with self._checked(
+            actions.MIGRATE,
+            None,
+            target,
+            reason=f"migrate {target} to v{plan.to_version}",
+            arguments={"to_version": plan.to_version},
+            recorded=not request.dry_run,
+        ):
+            role = self._caller.authorize(MIGRATE)
+        return upgrades.migrate(plan, actor=self._caller.actor, role=role, dry_run=request.dry_run)

@@ -304,9 +304,7 @@ class ScopedOperations:
     def retire(self, workflow: str, version: int, *, reason: str) -> Retirement:
         """Retire a workflow version (every tenant's instances count as its evidence): an
         admin's call, and only one that sees every tenant."""
-        return self._writer().retire(
-            RetireRequest(workflow=workflow, version=version, reason=reason)
-        )
+        return self._writer().retire(RetireRequest(workflow, version, reason))
 
     def unserved(self, instance_id: str) -> str | None:
         """Why the instance does not move although workers run (no live worker serves the
@@ -339,14 +337,10 @@ class ScopedOperations:
         self, workflow: str, *, key: str, input: Any, version: int | None, tenant: str | None
     ) -> Started:
         """Start (or find) the instance of a business key, in the principal's tenant."""
-        request = StartRequest(
-            workflow=workflow, key=key, input=input, version=version, tenant=tenant
-        )
-        return self._writer().start(request)
+        return self._writer().start(StartRequest(workflow, key, input, version, tenant))
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool) -> InstanceRecord:
-        request = CancelRequest(instance_id=instance_id, reason=reason, compensate=compensate)
-        return self._writer().cancel(request)
+        return self._writer().cancel(CancelRequest(instance_id, reason, compensate))
 
     def signal(
         self,
@@ -360,17 +354,8 @@ class ScopedOperations:
         run: int | None,
     ) -> Delivered:
         """Deliver an event sent by the principal: ``sender``, when given, must name it."""
-        return self._writer().signal(
-            SignalRequest(
-                instance_id=instance_id,
-                name=name,
-                event_id=event_id,
-                payload=payload,
-                sender=sender,
-                for_step=for_step,
-                run=run,
-            )
-        )
+        request = SignalRequest(instance_id, name, event_id, payload, sender, for_step, run)
+        return self._writer().signal(request)
 
     def complete_effect(
         self,
@@ -382,15 +367,8 @@ class ScopedOperations:
         event_id: str | None,
     ) -> Delivered:
         """A participant's callback for an asynchronous effect of the principal's tenant."""
-        return self._writer().complete_effect(
-            CompleteEffectRequest(
-                idempotency_key=idempotency_key,
-                applied=applied,
-                evidence=evidence,
-                reason=reason,
-                event_id=event_id,
-            )
-        )
+        request = CompleteEffectRequest(idempotency_key, applied, evidence, reason, event_id)
+        return self._writer().complete_effect(request)
 
     # -- the caller the changes are made for (operators.commands.Caller) ----------------------
 

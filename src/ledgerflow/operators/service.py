@@ -45,14 +45,13 @@ from ledgerflow.ledger.audit import AuditQuery, AuditRecord
 from ledgerflow.ledger.reconciliation import ReconciliationRun
 from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.ledger.workers import WorkerRecord
-from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Grant, Principal, VersionCommand
+from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import BusinessKey, TenantId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import RepairKind
-from ledgerflow.operators import actions
 from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.actions import ACTION_KINDS
 from ledgerflow.operators.attention import AttentionItem, attention
@@ -61,6 +60,7 @@ from ledgerflow.operators.commands import (
     CancelRequest,
     CompleteEffectRequest,
     LocalCaller,
+    MigrateRequest,
     RetireRequest,
     SignalRequest,
     StartRequest,
@@ -73,7 +73,13 @@ from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.reports import InstanceReport, instance_report
 from ledgerflow.operators.scoped import ScopedOperations
-from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
+from ledgerflow.operators.upgrades import (
+    MigrationPlan,
+    MoveOutcome,
+    MoveReport,
+    UpgradeRequest,
+    Upgrades,
+)
 from ledgerflow.operators.versions import (
     Retirement,
     VersionSummary,
@@ -241,9 +247,7 @@ class Operations:
     ) -> Started:
         """Start (or find) the instance of a business key, pinned to a definition of this
         service's registry; recorded against ``actor`` (default: :func:`local_actor`)."""
-        request = StartRequest(
-            workflow=workflow, key=key, input=input, version=version, tenant=tenant
-        )
+        request = StartRequest(workflow, key, input, version, tenant)
         return self._writer(actor).start(request)
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
@@ -265,7 +269,7 @@ class Operations:
         """Ask for the instance to be cancelled (durable; the first request wins), as ``actor``
         (default: :func:`local_actor`), who must hold a role that allows ``cancel`` (the
         repairs' authority); audited."""
-        request = CancelRequest(instance_id=instance_id, reason=reason, compensate=compensate)
+        request = CancelRequest(instance_id, reason, compensate)
         return self._writer(actor).cancel(request)
 
     def signal(
@@ -283,15 +287,7 @@ class Operations:
         """Deliver a signal, callback or approval; safe to repeat with the same ``event_id``.
         Recorded in the audit log against ``actor`` (default: :func:`local_actor`), a name
         reserved for completions refused on the record too."""
-        request = SignalRequest(
-            instance_id=instance_id,
-            name=name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-        )
+        request = SignalRequest(instance_id, name, event_id, payload, sender, for_step, run)
         return self._writer(actor).signal(request)
 
     def complete_effect(
@@ -307,24 +303,13 @@ class Operations:
         """A participant's callback for an asynchronous effect, by its idempotency key;
         recorded in the audit log against ``actor`` (default: :func:`local_actor`), in the
         callback's transaction."""
-        request = CompleteEffectRequest(
-            idempotency_key=idempotency_key,
-            applied=applied,
-            evidence=evidence,
-            reason=reason,
-            event_id=event_id,
-        )
+        request = CompleteEffectRequest(idempotency_key, applied, evidence, reason, event_id)
         return self._writer(actor).complete_effect(request)
 
     def _writer(self, actor: str | None) -> Writer:
         """The changes from outside as ``actor`` (default: :func:`local_actor`) asks them."""
         caller = LocalCaller(actor or local_actor(), self._engine, lambda: self.authority)
         return Writer(self._store, self._engine, self._clock, caller)
-
-    def _authorized(self, actor: str, command: Grant, **what: Any) -> str:
-        """The grant this service's authority gives ``actor`` for ``command`` (a refusal is
-        recorded, unless ``recorded=False``, and raised)."""
-        return actions.authorized(self._store, self._clock, self.authority, actor, command, **what)
 
     # -- the perimeter: principals, tokens, sessions, idempotent answers -----------------------
 
@@ -421,7 +406,7 @@ class Operations:
         (default: :func:`local_actor`), who must hold a role that allows ``retire-version``
         (the repairs' authority); refused (on the record) while instances in flight are
         pinned to it."""
-        request = RetireRequest(workflow=workflow, version=version, reason=reason)
+        request = RetireRequest(workflow, version, reason)
         return self._writer(actor).retire(request)
 
     # -- reconciliation ------------------------------------------------------------------------
@@ -494,41 +479,16 @@ class Operations:
         each only if its replay against that code is clean; as ``actor``, who must hold a role
         that allows ``upgrade`` (the repairs' authority); audited. A dry run only replays, as
         ``ledgerflow replay`` does: it writes nothing and needs no role."""
-        role = None
-        if not dry_run:
-            role = self._authorized(
-                actor,
-                VersionCommand.UPGRADE,
-                instance_id=None,
-                target=f"{workflow}@{version}",
-                reason=f"upgrade {workflow}@{version} to {to_fingerprint}",
-                arguments={"to_fingerprint": to_fingerprint},
-            )
-        return self.upgrades(registry).upgrade(
-            workflow=workflow,
-            version=version,
-            to_fingerprint=to_fingerprint,
-            actor=actor,
-            role=role,
-            dry_run=dry_run,
-        )
+        request = UpgradeRequest(workflow, version, to_fingerprint, dry_run)
+        return self._writer(actor).upgrade(self.upgrades(registry), request)
 
     def migrate_instances(
         self, registry: Registry, plan: MigrationPlan, *, actor: str, dry_run: bool = False
     ) -> MoveReport:
         """Move in-flight instances to another version under a declared plan of positions, as
         ``actor``, who must hold a role that allows ``migrate`` (a dry run too); audited."""
-        target = f"{plan.workflow}@{plan.from_version}"
-        role = self._authorized(
-            actor,
-            VersionCommand.MIGRATE,
-            instance_id=None,
-            target=target,
-            reason=f"migrate {target} to v{plan.to_version}",
-            arguments={"to_version": plan.to_version},
-            recorded=not dry_run,
-        )
-        return self.upgrades(registry).migrate(plan, actor=actor, role=role, dry_run=dry_run)
+        request = MigrateRequest(plan, dry_run)
+        return self._writer(actor).migrate(self.upgrades(registry), request)
 
     # Last in the class: below it, ``list`` in an annotation would name this method.
     def list(
