@@ -26,7 +26,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from ledgerflow import Registry, RetryPolicy, WorkflowContext
+from ledgerflow import Participant, Registry, RetryPolicy, WorkflowContext
 from ledgerflow.participant import remote_participant
 
 SERVICE_URL_ENVIRONMENT_VARIABLE = "LEDGERFLOW_DEMO_SERVICE_URL"
@@ -50,51 +50,43 @@ SERVICE_PARTICIPANTS = (
 
 registry = Registry()
 
-inventory = registry.add_participant(
-    remote_participant(
-        "inventory",
+
+def _served(
+    name: str,
+    operation: str,
+    classification: str,
+    *,
+    deduplicates: bool,
+    has_lookup: bool,
+    compensation: str | None = None,
+) -> Participant:
+    """One of the participant service's participants, at ``SERVICE_URL`` with the demo's
+    timeout and retries: one operation, and the compensation that undoes it (if any)."""
+    participant = remote_participant(
+        name,
         SERVICE_URL,
-        operations={"reserve": "reversible"},
-        compensations={"reserve": "release"},
-        deduplicates=False,
-        has_lookup=True,
+        operations={operation: classification},
+        compensations={operation: compensation} if compensation else None,
+        deduplicates=deduplicates,
+        has_lookup=has_lookup,
         timeout_seconds=DEMO_TIMEOUT_SECONDS,
         retry=DEMO_RETRY,
     )
-)
-payment = registry.add_participant(
-    remote_participant(
-        "payment",
-        SERVICE_URL,
-        operations={"charge": "compensatable"},
-        compensations={"charge": "refund"},
-        deduplicates=True,
-        has_lookup=False,
-        timeout_seconds=DEMO_TIMEOUT_SECONDS,
-        retry=DEMO_RETRY,
-    )
-)
-shipping = registry.add_participant(
-    remote_participant(
-        "shipping",
-        SERVICE_URL,
-        operations={"ship": "forward-recovery-only"},
-        deduplicates=True,
-        has_lookup=True,
-        timeout_seconds=DEMO_TIMEOUT_SECONDS,
-        retry=DEMO_RETRY,
-    )
-)
-email = registry.add_participant(
-    remote_participant(
-        "email",
-        SERVICE_URL,
-        operations={"send_confirmation": "forward-recovery-only"},
-        deduplicates=True,
-        has_lookup=False,
-        timeout_seconds=DEMO_TIMEOUT_SECONDS,
-        retry=DEMO_RETRY,
-    )
+    return registry.add_participant(participant)
+
+
+# As SERVICE_PARTICIPANTS starts them (dedupe, lookup).
+inventory = _served(
+    "inventory", "reserve", "reversible", compensation="release",
+    deduplicates=False, has_lookup=True,
+)  # fmt: skip
+payment = _served(
+    "payment", "charge", "compensatable", compensation="refund",
+    deduplicates=True, has_lookup=False,
+)  # fmt: skip
+shipping = _served("shipping", "ship", "forward-recovery-only", deduplicates=True, has_lookup=True)
+email = _served(
+    "email", "send_confirmation", "forward-recovery-only", deduplicates=True, has_lookup=False
 )
 
 

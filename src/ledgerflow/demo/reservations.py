@@ -411,13 +411,7 @@ class ReservationBook:
         ALREADY if it is CONFIRMED one version later (this confirmation, or an identical one,
         already committed); LOST in every other case, including a HELD reservation past expiry.
         """
-        with self._transaction() as db:
-            won, after, at = self._attempt(db, _CONFIRM, reservation_id, version, now)
-        if won:
-            return Outcome(Result.WON, after, "confirmed")
-        if after.state is ReservationState.CONFIRMED and after.version == version + 1:
-            return Outcome(Result.ALREADY, after, "already confirmed from this version")
-        return Outcome(Result.LOST, after, _why_lost(after, version, at, _CONFIRM))
+        return self._once(_CONFIRM, ReservationState.CONFIRMED, reservation_id, version, now)
 
     def release(self, reservation_id: str, version: int, now: float | None = None) -> Outcome:
         """HELD -> RELEASED at ``version``: the compensation of :meth:`reserve`.
@@ -440,13 +434,26 @@ class ReservationBook:
 
         ALREADY if it is EXPIRED one version later; LOST otherwise, including "not due yet".
         """
+        return self._once(_EXPIRE, ReservationState.EXPIRED, reservation_id, version, now)
+
+    def _once(
+        self,
+        statement: str,
+        to: ReservationState,
+        reservation_id: str,
+        version: int,
+        now: float | None,
+    ) -> Outcome:
+        """A transition to ``to`` at ``version``: WON if this call made it, ALREADY if it is
+        ``to`` one version later (it, or an identical one, committed already), else LOST."""
         with self._transaction() as db:
-            won, after, at = self._attempt(db, _EXPIRE, reservation_id, version, now)
+            won, after, at = self._attempt(db, statement, reservation_id, version, now)
+        done = to.value.lower()
         if won:
-            return Outcome(Result.WON, after, "expired")
-        if after.state is ReservationState.EXPIRED and after.version == version + 1:
-            return Outcome(Result.ALREADY, after, "already expired from this version")
-        return Outcome(Result.LOST, after, _why_lost(after, version, at, _EXPIRE))
+            return Outcome(Result.WON, after, done)
+        if after.state is to and after.version == version + 1:
+            return Outcome(Result.ALREADY, after, f"already {done} from this version")
+        return Outcome(Result.LOST, after, _why_lost(after, version, at, statement))
 
     def expire_due(self, now: float | None = None, *, limit: int = EXPIRE_BATCH_MAX) -> list[str]:
         """Expire every HELD reservation whose expiry has passed (at most ``limit``, oldest first).

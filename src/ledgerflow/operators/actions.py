@@ -12,8 +12,8 @@ every change, whichever face it came through.
 An action's record has the shape of a repair's: ``kind`` is one of :data:`ACTION_KINDS`,
 ``outcome`` is ``applied``, ``no-op`` (a repeat that changed nothing) or ``refused``, and
 ``plan`` holds the request's arguments as JSON. A change refused before it is made is
-recorded too (:func:`record_refusal`); :func:`authorized` checks an actor against the
-authority policy and records its refusal (cancels, version moves and retirement).
+recorded too (:func:`record_refusal`), by the one implementation of each change
+(:mod:`ledgerflow.operators.commands`), which holds its caller to a role first.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ledgerflow.errors import InstanceNotFoundError, LedgerflowError, NotAuthorizedError
+from ledgerflow.errors import InstanceNotFoundError, LedgerflowError
 from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.delivery import DeliveryState
 from ledgerflow.ledger.records import InstanceRecord
-from ledgerflow.model.authority import Grant, Policy, VersionCommand
+from ledgerflow.model.authority import VersionCommand
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime import adoption, faults
 from ledgerflow.runtime.clock import Clock
@@ -129,41 +129,6 @@ def record_refusal(
         arguments=arguments,
         refusal=str(error),
     )
-
-
-def authorized(
-    store: OperatorStore,
-    clock: Clock,
-    authority: Policy,
-    actor: str,
-    command: Grant,
-    *,
-    instance_id: str | None,
-    target: str | None,
-    reason: str,
-    arguments: dict[str, Any],
-    recorded: bool = True,
-) -> str:
-    """The grant of ``authority`` (for an API principal: its token's role) that lets
-    ``actor`` do ``command``; else the refusal is recorded (kind: the command's name, as its
-    audit records are; not when ``recorded`` is False: a dry run writes nothing) and
-    :class:`~ledgerflow.errors.NotAuthorizedError` raised."""
-    try:
-        return authority.grant_for(actor, command)
-    except NotAuthorizedError as exc:
-        if recorded:
-            record_refusal(
-                store,
-                clock,
-                actor=actor,
-                kind=command.value,
-                instance_id=instance_id,
-                target=target,
-                reason=reason,
-                arguments=arguments,
-                error=exc,
-            )
-        raise
 
 
 def audited_cancel(

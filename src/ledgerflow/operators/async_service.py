@@ -20,37 +20,68 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ledgerflow import limits
-from ledgerflow.ledger.attention import AttentionQuery
-from ledgerflow.ledger.audit import AuditQuery, AuditRecord
 from ledgerflow.ledger.reconciliation import ReconciliationRun
 from ledgerflow.ledger.records import InstanceRecord
-from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.definition import Registry
-from ledgerflow.model.detection import DetectionBounds
-from ledgerflow.model.ids import BusinessKey, TenantId
-from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.operators.attention import AttentionItem
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.reconcile import reconcile
-from ledgerflow.operators.repairs import RepairRequest, RepairResult
 from ledgerflow.operators.service import (
-    InstanceReport,
     Operations,
     Principal,
     ScopedOperations,
-    local_actor,
 )
-from ledgerflow.runtime.detection import ScanReport
-from ledgerflow.runtime.engine import Delivered, Engine, InstanceDetail, Started
+from ledgerflow.runtime.engine import Delivered, Engine
 from ledgerflow.runtime.periodic import PeriodicTask
 
 __all__ = ["AsyncOperations"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _on_store_thread(
+    method: Callable[Concatenate[Operations, P], T],
+    *,
+    then: Callable[[Engine, T], None] | None = None,
+) -> Callable[Concatenate[AsyncOperations, P], Coroutine[Any, Any, T]]:
+    """The synchronous service's ``method``, awaitable: the same call with the same arguments
+    (its role check and audit record with it), on the engine's store thread; ``then`` tells
+    the engine what the answer means for its workers (a delivery to wake, a cancel to stop)."""
+
+    @functools.wraps(method)
+    async def adapted(self: AsyncOperations, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        answer = await self._thread.call(method, self._operations, *args, **kwargs)
+        if then is not None:
+            then(self._engine, answer)
+        return answer
+
+    return adapted
+
+
+def _the_engines(
+    method: Callable[Concatenate[Engine, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[AsyncOperations, P], Coroutine[Any, Any, T]]:
+    """The engine's own ``method``: what it answers (an instance, a wait for its end) it is
+    asked, with the same arguments."""
+
+    @functools.wraps(method)
+    async def forwarded(self: AsyncOperations, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await method(self._engine, *args, **kwargs)
+
+    return forwarded
+
+
+def _woken(engine: Engine, delivered: Delivered) -> None:
+    engine.notice_delivery(delivered)
+
+
+def _stopping(engine: Engine, record: InstanceRecord) -> None:
+    engine.notice_cancel(record.instance_id)
 
 
 class AsyncOperations:
@@ -86,147 +117,36 @@ class AsyncOperations:
 
     # -- instances: the engine answers ---------------------------------------------------------
 
-    async def detail(self, instance_id: str) -> InstanceDetail:
-        return await self._engine.detail(instance_id)
-
-    async def show(self, instance_id: str) -> InstanceReport:
-        return await self._thread.call(self._operations.show, instance_id)
-
-    async def find(
-        self, *, tenant: TenantId, workflow: str, key: BusinessKey
-    ) -> InstanceRecord | None:
-        return await self._thread.call(
-            self._operations.find, tenant=tenant, workflow=workflow, key=key
-        )
-
-    async def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
-        return await self._engine.wait(instance_id, timeout=timeout)
+    detail = _the_engines(Engine.detail)
+    wait = _the_engines(Engine.wait)
+    show = _on_store_thread(Operations.show)
+    find = _on_store_thread(Operations.find)
 
     async def result(self, instance_id: str, *, timeout: float = 0.0) -> Any:
+        """The workflow's result now (``timeout`` 0: no wait, unlike the engine's default)."""
         return await self._engine.result(instance_id, timeout=timeout)
 
     # -- changes: the synchronous service's, with its role check and audit, on the store thread
+    # (Operations.start, .cancel, .signal...); a delivery wakes the engine's waiting instance,
+    # a cancel stops the engine's worker that drives it before its next step.
 
-    async def start(
-        self,
-        workflow: str,
-        *,
-        key: str,
-        input: Any = None,
-        version: int | None = None,
-        tenant: str | None = None,
-        actor: str | None = None,
-    ) -> Started:
-        """Start (or find) the instance of a business key (:meth:`Operations.start`: recorded
-        against ``actor``, default :func:`~ledgerflow.operators.service.local_actor`). The
-        engine's workers find it at their next claim."""
-        started: Started = await self._thread.call(
-            self._operations.start,
-            workflow,
-            key=key,
-            input=input,
-            version=version,
-            tenant=tenant,
-            actor=actor,
-        )
-        return started
-
-    async def cancel(
-        self,
-        instance_id: str,
-        *,
-        reason: str,
-        compensate: bool = True,
-        actor: str | None = None,
-    ) -> InstanceRecord:
-        """Ask for the instance to be cancelled (:meth:`Operations.cancel`: ``actor``, default
-        :func:`~ledgerflow.operators.service.local_actor`, must hold a role that allows
-        ``cancel``; audited in the request's transaction); the engine's worker that drives it
-        stops before its next step."""
-        record: InstanceRecord = await self._thread.call(
-            self._operations.cancel,
-            instance_id,
-            reason=reason,
-            actor=actor or local_actor(),
-            compensate=compensate,
-        )
-        self._engine.notice_cancel(record.instance_id)
-        return record
-
-    async def signal(
-        self,
-        instance_id: str,
-        name: str,
-        *,
-        event_id: str,
-        payload: Any = None,
-        sender: str | None = None,
-        for_step: int | None = None,
-        run: int | None = None,
-        actor: str | None = None,
-    ) -> Delivered:
-        """Deliver a signal, callback or approval (:meth:`Operations.signal`: audited against
-        ``actor`` in the delivery's transaction); a waiting instance of the engine is woken."""
-        delivered: Delivered = await self._thread.call(
-            self._operations.signal,
-            instance_id,
-            name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-            actor=actor,
-        )
-        self._engine.notice_delivery(delivered)
-        return delivered
-
-    async def complete_effect(
-        self,
-        idempotency_key: str,
-        *,
-        applied: bool,
-        evidence: Any = None,
-        reason: str | None = None,
-        event_id: str | None = None,
-        actor: str | None = None,
-    ) -> Delivered:
-        """A participant's callback for an asynchronous effect (:meth:`Operations.
-        complete_effect`, audited); the waiting step is woken."""
-        delivered: Delivered = await self._thread.call(
-            self._operations.complete_effect,
-            idempotency_key,
-            applied=applied,
-            evidence=evidence,
-            reason=reason,
-            event_id=event_id,
-            actor=actor,
-        )
-        self._engine.notice_delivery(delivered)
-        return delivered
+    start = _on_store_thread(Operations.start)
+    cancel = _on_store_thread(Operations.cancel, then=_stopping)
+    signal = _on_store_thread(Operations.signal, then=_woken)
+    complete_effect = _on_store_thread(Operations.complete_effect, then=_woken)
+    retire = _on_store_thread(Operations.retire)
+    upgrade = _on_store_thread(Operations.upgrade)
+    migrate_instances = _on_store_thread(Operations.migrate_instances)
 
     # -- the operator's own calls, on the store thread -----------------------------------------
 
-    async def attention(self, query: AttentionQuery | None = None) -> list[AttentionItem]:
-        return await self._thread.call(self._operations.attention, query)
-
-    async def scan(self, *, detected_by: str, bounds: DetectionBounds | None = None) -> ScanReport:
-        return await self._thread.call(
-            self._operations.scan, detected_by=detected_by, bounds=bounds
-        )
-
-    async def workers(self, *, bounds: DetectionBounds | None = None) -> list[WorkerRecord]:
-        """The live workers, with what each serves (see :meth:`Operations.workers`)."""
-        return await self._thread.call(self._operations.workers, bounds=bounds)
-
-    async def plan(self, request: RepairRequest) -> RepairResult:
-        return await self._thread.call(self._operations.plan, request)
-
-    async def apply(self, request: RepairRequest) -> RepairResult:
-        return await self._thread.call(self._operations.apply, request)
-
-    async def audit(self, query: AuditQuery | None = None) -> list[AuditRecord]:
-        return await self._thread.call(self._operations.audit, query)
+    attention = _on_store_thread(Operations.attention)
+    scan = _on_store_thread(Operations.scan)
+    workers = _on_store_thread(Operations.workers)
+    plan = _on_store_thread(Operations.plan)
+    apply = _on_store_thread(Operations.apply)
+    audit = _on_store_thread(Operations.audit)
+    reconciliations = _on_store_thread(Operations.reconciliations)
 
     async def reconcile(
         self,
@@ -279,16 +199,5 @@ class AsyncOperations:
 
         return PeriodicTask(name="reconcile", interval_seconds=interval_seconds, run=run)
 
-    async def reconciliations(self, *, limit: int = 20) -> list[ReconciliationRun]:
-        return await self._thread.call(self._operations.reconciliations, limit=limit)
-
     # Last in the class: below it, ``list`` in an annotation would name this method.
-    async def list(
-        self,
-        *,
-        status: InstanceStatus | None = None,
-        workflow: str | None = None,
-        tenant: str | None = None,
-        limit: int = 100,
-    ) -> list[InstanceRecord]:
-        return await self._engine.list(status=status, workflow=workflow, tenant=tenant, limit=limit)
+    list = _the_engines(Engine.list)

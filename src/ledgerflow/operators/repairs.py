@@ -206,10 +206,12 @@ class Repairs:
             f"({self.authority.allowed_by(role)})",
         )
 
-    def refused(self, request: RepairRequest, error: OperatorError) -> None:
+    def refused(
+        self, request: RepairRequest, error: OperatorError, *, role: str | None = None
+    ) -> None:
         """Put on the record a repair its caller refused before asking for it here (the
-        principal's role is below any repair's): recorded as this tool records its own."""
-        self._refused(self._args(request), request, None, None, None, error)
+        principal's ``role`` is below any repair's): recorded as this tool records its own."""
+        self._refused(self._args(request), request, role, None, None, error)
 
     def _count_settled(self, args: RepairArgs, request: RepairRequest, snapshot: Snapshot) -> None:
         if self.metrics is None or args.kind is not RepairKind.RESOLVE_EFFECT or args.seq is None:

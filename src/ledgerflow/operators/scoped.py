@@ -25,9 +25,6 @@ The HTTP API and the console never call the service unscoped: each request is an
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -35,7 +32,6 @@ from ledgerflow import limits
 from ledgerflow.errors import (
     InstanceNotFoundError,
     NotAuthorizedError,
-    ReservedNameError,
     ResultTimeoutError,
 )
 from ledgerflow.ledger.access import InstanceQuery, VersionCount
@@ -47,10 +43,18 @@ from ledgerflow.ledger.records import Delivery, InstanceRecord, TimelineEntry
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
-from ledgerflow.model.signal import signal_name
-from ledgerflow.operators import actions, disclosure
+from ledgerflow.operators import disclosure
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.commands import (
+    CancelRequest,
+    CompleteEffectRequest,
+    Operation,
+    RetireRequest,
+    SignalRequest,
+    StartRequest,
+    Writer,
+)
 from ledgerflow.operators.dashboard import Dashboard, dashboard
 from ledgerflow.operators.paging import (
     InstanceOverview,
@@ -65,7 +69,6 @@ from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.versions import (
     Retirement,
     VersionSummary,
-    retire_version,
     version_summaries,
 )
 from ledgerflow.operators.workers import live_workers, worker_json
@@ -121,26 +124,6 @@ class ScopedOperations:
                 actor=self.principal.name,
             )
 
-    @contextlib.contextmanager
-    def _refusal_recorded(
-        self,
-        kind: str,
-        instance_id: str | None,
-        target: str | None,
-        *,
-        reason: str,
-        arguments: dict[str, Any],
-    ) -> Iterator[None]:
-        """The checks of a change run inside: the one that refuses it is recorded first."""
-        try:
-            yield
-        except (NotAuthorizedError, ReservedNameError) as exc:
-            self._audit(
-                kind, instance_id, target, outcome="refused", reason=reason,
-                arguments=arguments, refusal=str(exc),
-            )  # fmt: skip
-            raise
-
     def _visible(self, instance_id: str) -> InstanceRecord:
         record = self._store.get_instance(InstanceId(instance_id))
         if record is None or not self.principal.sees(record.tenant):
@@ -150,18 +133,6 @@ class ScopedOperations:
     def _seen(self, record: InstanceRecord) -> InstanceRecord:
         """An instance as this principal is shown it (:mod:`~ledgerflow.operators.disclosure`)."""
         return disclosure.instance_seen(record, self.principal.role)
-
-    def _audit(self, kind: str, instance_id: str | None, target: str | None, **what: Any) -> int:
-        return actions.record_action(
-            self._store,
-            self._clock,
-            actor=self.principal.name,
-            role=self.principal.role.value,
-            kind=kind,
-            instance_id=instance_id,
-            target=target,
-            **what,
-        )
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -333,29 +304,7 @@ class ScopedOperations:
     def retire(self, workflow: str, version: int, *, reason: str) -> Retirement:
         """Retire a workflow version (every tenant's instances count as its evidence): an
         admin's call, and only one that sees every tenant."""
-        arguments = {"workflow": workflow, "version": version}
-        with self._refusal_recorded(
-            actions.RETIRE_VERSION,
-            None,
-            f"{workflow}@{version}",
-            reason=reason,
-            arguments=arguments,
-        ):
-            self.require(ApiRole.ADMIN)
-            if self.principal.tenant != ALL_TENANTS:
-                raise NotAuthorizedError(
-                    f"{self.principal.name} sees one tenant; retiring a version concerns them all",
-                    actor=self.principal.name,
-                )
-        return retire_version(
-            self._store,
-            self._clock,
-            workflow=workflow,
-            version=version,
-            actor=self.principal.name,
-            role=self.principal.role.value,
-            reason=reason,
-        )
+        return self._writer().retire(RetireRequest(workflow, version, reason))
 
     def unserved(self, instance_id: str) -> str | None:
         """Why the instance does not move although workers run (no live worker serves the
@@ -379,60 +328,19 @@ class ScopedOperations:
             return scope if scope is not None else DEFAULT_TENANT
         return tenant
 
-    # -- changing ------------------------------------------------------------------------------
+    # -- changing: the one implementation of each (operators/commands.py), as this principal -
+
+    def _writer(self) -> Writer:
+        return Writer(self._store, self._engine, self._clock, self)
 
     def start(
         self, workflow: str, *, key: str, input: Any, version: int | None, tenant: str | None
     ) -> Started:
         """Start (or find) the instance of a business key, in the principal's tenant."""
-        tenant_id = self._tenant(tenant)
-        target, reason = f"{workflow}:{key}", f"start {workflow} for key {key}"
-        arguments = {"workflow": workflow, "key": key, "version": version, "tenant": tenant_id}
-        # A start refused names no instance: none may exist, and none of the principal's.
-        with self._refusal_recorded(
-            actions.START, None, target, reason=reason, arguments=arguments
-        ):
-            self.require(ApiRole.SIGNALLER)
-            if not self.principal.sees(tenant_id):
-                raise NotAuthorizedError(
-                    f"{self.principal.name} acts only in tenant {self.principal.tenant!r}",
-                    actor=self.principal.name,
-                )
-        with self._store.transaction():
-            started = self._engine.start(
-                workflow, key=key, input=input, version=version, tenant=tenant_id
-            )
-            self._audit(
-                actions.START,
-                started.instance_id,
-                target,
-                outcome="applied" if started.created else "no-op",
-                reason=reason,
-                arguments=arguments,
-            )
-        # A repeated start answers with the instance as it is now, as this principal sees it.
-        return replace(started, instance=self._seen(started.instance))
+        return self._writer().start(StartRequest(workflow, key, input, version, tenant))
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool) -> InstanceRecord:
-        record = self._visible(instance_id)
-        with self._refusal_recorded(
-            actions.CANCEL,
-            record.instance_id,
-            None,
-            reason=reason,
-            arguments={"compensate": compensate},
-        ):
-            self.require(ApiRole.OPERATOR)
-        return actions.audited_cancel(
-            self._store,
-            self._engine,
-            self._clock,
-            actor=self.principal.name,
-            role=self.principal.role.value,
-            instance_id=instance_id,
-            reason=reason,
-            compensate=compensate,
-        )
+        return self._writer().cancel(CancelRequest(instance_id, reason, compensate))
 
     def signal(
         self,
@@ -446,33 +354,8 @@ class ScopedOperations:
         run: int | None,
     ) -> Delivered:
         """Deliver an event sent by the principal: ``sender``, when given, must name it."""
-        record = self._visible(instance_id)
-        with self._refusal_recorded(
-            actions.SIGNAL,
-            record.instance_id,
-            f"{name} {event_id}",
-            reason=f"{actions.SIGNAL} {name}",
-            arguments={"name": name, "event_id": event_id, "sender": sender},
-        ):
-            self.require(ApiRole.SIGNALLER)
-            if sender is not None and sender != self.principal.name:
-                raise NotAuthorizedError(
-                    f"the sender of an event is the authenticated principal "
-                    f"({self.principal.name}); a request may not speak for {sender!r}",
-                    actor=self.principal.name,
-                )
-            signal_name(name)
-        deliver = functools.partial(
-            self._engine.signal,
-            instance_id,
-            name,
-            event_id=event_id,
-            payload=payload,
-            sender=self.principal.name,
-            for_step=for_step,
-            run=run,
-        )
-        return self._delivered(actions.SIGNAL, deliver)
+        request = SignalRequest(instance_id, name, event_id, payload, sender, for_step, run)
+        return self._writer().signal(request)
 
     def complete_effect(
         self,
@@ -484,41 +367,54 @@ class ScopedOperations:
         event_id: str | None,
     ) -> Delivered:
         """A participant's callback for an asynchronous effect of the principal's tenant."""
-        effect = self._store.find_effect(idempotency_key)
-        record = self._store.get_instance(effect.instance_id) if effect else None
-        if effect is None or record is None or not self.principal.sees(record.tenant):
-            raise InstanceNotFoundError(
-                f"no effect has the idempotency key {idempotency_key!r}", key=idempotency_key
-            )
-        with self._refusal_recorded(
-            actions.COMPLETE_EFFECT,
-            record.instance_id,
-            idempotency_key,
-            reason=f"{actions.COMPLETE_EFFECT} {idempotency_key}",
-            arguments={"idempotency_key": idempotency_key, "applied": applied},
-        ):
-            self.require(ApiRole.SIGNALLER)
-        deliver = functools.partial(
-            self._engine.complete_effect,
-            idempotency_key,
-            applied=applied,
-            evidence=evidence,
-            reason=reason,
-            event_id=event_id,
-        )
-        return self._delivered(actions.COMPLETE_EFFECT, deliver)
+        request = CompleteEffectRequest(idempotency_key, applied, evidence, reason, event_id)
+        return self._writer().complete_effect(request)
 
-    def _delivered(self, kind: str, deliver: Callable[[], Delivered]) -> Delivered:
-        """A delivery with its audit record under the principal, in one transaction."""
-        principal = self.principal
-        return actions.audited_delivery(
-            self._store,
-            self._clock,
-            deliver,
-            actor=principal.name,
-            role=principal.role.value,
-            kind=kind,
-        )
+    # -- the caller the changes are made for (operators.commands.Caller) ----------------------
+
+    @property
+    def actor(self) -> str:
+        return self.principal.name
+
+    @property
+    def role(self) -> str | None:
+        return self.principal.role.value
+
+    def authorize(self, operation: Operation) -> str | None:
+        self.require(operation.role)
+        return self.principal.role.value
+
+    def visible(self, instance_id: str) -> InstanceRecord:
+        return self._visible(instance_id)
+
+    def tenant(self, tenant: str | None) -> str:
+        return self._tenant(tenant)
+
+    def acts_in(self, tenant: str) -> None:
+        if not self.principal.sees(tenant):
+            raise NotAuthorizedError(
+                f"{self.principal.name} acts only in tenant {self.principal.tenant!r}",
+                actor=self.principal.name,
+            )
+
+    def spans_tenants(self) -> None:
+        if self.principal.tenant != ALL_TENANTS:
+            raise NotAuthorizedError(
+                f"{self.principal.name} sees one tenant; retiring a version concerns them all",
+                actor=self.principal.name,
+            )
+
+    def sender(self, sender: str | None) -> str | None:
+        if sender is not None and sender != self.principal.name:
+            raise NotAuthorizedError(
+                f"the sender of an event is the authenticated principal "
+                f"({self.principal.name}); a request may not speak for {sender!r}",
+                actor=self.principal.name,
+            )
+        return self.principal.name
+
+    def seen(self, record: InstanceRecord) -> InstanceRecord:
+        return self._seen(record)
 
     # -- repairs -------------------------------------------------------------------------------
 
@@ -552,6 +448,6 @@ class ScopedOperations:
         try:
             self.require(ApiRole.OPERATOR)
         except NotAuthorizedError as exc:
-            repairs.refused(request, exc)
+            repairs.refused(request, exc, role=self.principal.role.value)
             raise
         return repairs.apply(request, planned_generation=planned_generation)

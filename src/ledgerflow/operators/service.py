@@ -34,31 +34,38 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import functools
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Self
 
 from ledgerflow import limits
-from ledgerflow.errors import ReservedNameError
 from ledgerflow.ledger.access import ApiToken, InstanceQuery, VersionCount
 from ledgerflow.ledger.attention import AttentionFlag, AttentionQuery
 from ledgerflow.ledger.audit import AuditQuery, AuditRecord
 from ledgerflow.ledger.reconciliation import ReconciliationRun
 from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.ledger.workers import WorkerRecord
-from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Grant, Principal, VersionCommand
+from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import BusinessKey, TenantId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.repair import RepairKind
-from ledgerflow.operators import actions
 from ledgerflow.operators.access import SignedIn, Tokens
 from ledgerflow.operators.actions import ACTION_KINDS
 from ledgerflow.operators.attention import AttentionItem, attention
 from ledgerflow.operators.authority import Authority, local_principal
+from ledgerflow.operators.commands import (
+    CancelRequest,
+    CompleteEffectRequest,
+    LocalCaller,
+    MigrateRequest,
+    RetireRequest,
+    SignalRequest,
+    StartRequest,
+    Writer,
+)
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
 from ledgerflow.operators.readiness import Readiness, migrate_journal
@@ -66,12 +73,17 @@ from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.reports import InstanceReport, instance_report
 from ledgerflow.operators.scoped import ScopedOperations
-from ledgerflow.operators.upgrades import MigrationPlan, MoveOutcome, MoveReport, Upgrades
+from ledgerflow.operators.upgrades import (
+    MigrationPlan,
+    MoveOutcome,
+    MoveReport,
+    UpgradeRequest,
+    Upgrades,
+)
 from ledgerflow.operators.versions import (
     Retirement,
     VersionSummary,
     parse_target,
-    retire_version,
     version_summaries,
 )
 from ledgerflow.operators.workers import live_workers, worker_json
@@ -235,24 +247,8 @@ class Operations:
     ) -> Started:
         """Start (or find) the instance of a business key, pinned to a definition of this
         service's registry; recorded against ``actor`` (default: :func:`local_actor`)."""
-        with self._store.transaction():
-            started = self._engine.start(
-                workflow, key=key, input=input, version=version, tenant=tenant
-            )
-            instance = started.instance
-            actions.record_action(
-                self._store,
-                self._clock,
-                actor=actor or local_actor(),
-                role=None,
-                kind=actions.START,
-                instance_id=instance.instance_id,
-                target=f"{instance.workflow_name}:{instance.business_key}",
-                outcome="applied" if started.created else "no-op",
-                reason=f"start {instance.workflow_name} for key {instance.business_key}",
-                arguments={"workflow": workflow, "version": version, "tenant": instance.tenant},
-            )
-        return started
+        request = StartRequest(workflow, key, input, version, tenant)
+        return self._writer(actor).start(request)
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:
         """The instance once it has ended, or :class:`ResultTimeoutError` after ``timeout``."""
@@ -263,29 +259,18 @@ class Operations:
         return self._engine.result(instance_id, timeout=timeout)
 
     def cancel(
-        self, instance_id: str, *, reason: str, actor: str, compensate: bool = True
+        self,
+        instance_id: str,
+        *,
+        reason: str,
+        actor: str | None = None,
+        compensate: bool = True,
     ) -> InstanceRecord:
-        """Ask for the instance to be cancelled (durable; the first request wins), as ``actor``,
-        who must hold a role that allows ``cancel`` (the repairs' authority); audited."""
-        record = self._engine.get(instance_id)
-        role = self._authorized(
-            actor,
-            RepairKind.CANCEL,
-            instance_id=record.instance_id,
-            target=None,
-            reason=reason,
-            arguments={"compensate": compensate},
-        )
-        return actions.audited_cancel(
-            self._store,
-            self._engine,
-            self._clock,
-            actor=actor,
-            role=role,
-            instance_id=instance_id,
-            reason=reason,
-            compensate=compensate,
-        )
+        """Ask for the instance to be cancelled (durable; the first request wins), as ``actor``
+        (default: :func:`local_actor`), who must hold a role that allows ``cancel`` (the
+        repairs' authority); audited."""
+        request = CancelRequest(instance_id, reason, compensate)
+        return self._writer(actor).cancel(request)
 
     def signal(
         self,
@@ -302,35 +287,8 @@ class Operations:
         """Deliver a signal, callback or approval; safe to repeat with the same ``event_id``.
         Recorded in the audit log against ``actor`` (default: :func:`local_actor`), a name
         reserved for completions refused on the record too."""
-        who = actor or local_actor()
-        deliver = functools.partial(
-            self._engine.signal,
-            instance_id,
-            name,
-            event_id=event_id,
-            payload=payload,
-            sender=sender,
-            for_step=for_step,
-            run=run,
-        )
-        try:
-            delivered = actions.audited_delivery(
-                self._store, self._clock, deliver, actor=who, role=None
-            )
-        except ReservedNameError as exc:
-            actions.record_refusal(
-                self._store,
-                self._clock,
-                actor=who,
-                kind=actions.SIGNAL,
-                instance_id=self._engine.get(instance_id).instance_id,
-                target=f"{name} {event_id}",
-                reason=f"{actions.SIGNAL} {name}",
-                arguments={"name": name, "event_id": event_id, "sender": sender},
-                error=exc,
-            )
-            raise
-        return delivered
+        request = SignalRequest(instance_id, name, event_id, payload, sender, for_step, run)
+        return self._writer(actor).signal(request)
 
     def complete_effect(
         self,
@@ -345,27 +303,13 @@ class Operations:
         """A participant's callback for an asynchronous effect, by its idempotency key;
         recorded in the audit log against ``actor`` (default: :func:`local_actor`), in the
         callback's transaction."""
-        deliver = functools.partial(
-            self._engine.complete_effect,
-            idempotency_key,
-            applied=applied,
-            evidence=evidence,
-            reason=reason,
-            event_id=event_id,
-        )
-        return actions.audited_delivery(
-            self._store,
-            self._clock,
-            deliver,
-            actor=actor or local_actor(),
-            role=None,
-            kind=actions.COMPLETE_EFFECT,
-        )
+        request = CompleteEffectRequest(idempotency_key, applied, evidence, reason, event_id)
+        return self._writer(actor).complete_effect(request)
 
-    def _authorized(self, actor: str, command: Grant, **what: Any) -> str:
-        """The grant this service's authority gives ``actor`` for ``command`` (a refusal is
-        recorded, unless ``recorded=False``, and raised)."""
-        return actions.authorized(self._store, self._clock, self.authority, actor, command, **what)
+    def _writer(self, actor: str | None) -> Writer:
+        """The changes from outside as ``actor`` (default: :func:`local_actor`) asks them."""
+        caller = LocalCaller(actor or local_actor(), self._engine, lambda: self.authority)
+        return Writer(self._store, self._engine, self._clock, caller)
 
     # -- the perimeter: principals, tokens, sessions, idempotent answers -----------------------
 
@@ -462,24 +406,8 @@ class Operations:
         (default: :func:`local_actor`), who must hold a role that allows ``retire-version``
         (the repairs' authority); refused (on the record) while instances in flight are
         pinned to it."""
-        who = actor or local_actor()
-        role = self._authorized(
-            who,
-            VersionCommand.RETIRE,
-            instance_id=None,
-            target=f"{workflow}@{version}",
-            reason=reason,
-            arguments={"workflow": workflow, "version": version},
-        )
-        return retire_version(
-            self._store,
-            self._clock,
-            workflow=workflow,
-            version=version,
-            actor=who,
-            role=role,
-            reason=reason,
-        )
+        request = RetireRequest(workflow, version, reason)
+        return self._writer(actor).retire(request)
 
     # -- reconciliation ------------------------------------------------------------------------
 
@@ -551,41 +479,16 @@ class Operations:
         each only if its replay against that code is clean; as ``actor``, who must hold a role
         that allows ``upgrade`` (the repairs' authority); audited. A dry run only replays, as
         ``ledgerflow replay`` does: it writes nothing and needs no role."""
-        role = None
-        if not dry_run:
-            role = self._authorized(
-                actor,
-                VersionCommand.UPGRADE,
-                instance_id=None,
-                target=f"{workflow}@{version}",
-                reason=f"upgrade {workflow}@{version} to {to_fingerprint}",
-                arguments={"to_fingerprint": to_fingerprint},
-            )
-        return self.upgrades(registry).upgrade(
-            workflow=workflow,
-            version=version,
-            to_fingerprint=to_fingerprint,
-            actor=actor,
-            role=role,
-            dry_run=dry_run,
-        )
+        request = UpgradeRequest(workflow, version, to_fingerprint, dry_run)
+        return self._writer(actor).upgrade(self.upgrades(registry), request)
 
     def migrate_instances(
         self, registry: Registry, plan: MigrationPlan, *, actor: str, dry_run: bool = False
     ) -> MoveReport:
         """Move in-flight instances to another version under a declared plan of positions, as
         ``actor``, who must hold a role that allows ``migrate`` (a dry run too); audited."""
-        target = f"{plan.workflow}@{plan.from_version}"
-        role = self._authorized(
-            actor,
-            VersionCommand.MIGRATE,
-            instance_id=None,
-            target=target,
-            reason=f"migrate {target} to v{plan.to_version}",
-            arguments={"to_version": plan.to_version},
-            recorded=not dry_run,
-        )
-        return self.upgrades(registry).migrate(plan, actor=actor, role=role, dry_run=dry_run)
+        request = MigrateRequest(plan, dry_run)
+        return self._writer(actor).migrate(self.upgrades(registry), request)
 
     # Last in the class: below it, ``list`` in an annotation would name this method.
     def list(

@@ -51,6 +51,17 @@ _IN_FLIGHT = (
 )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class UpgradeRequest:
+    """Move W@N's in-flight instances to the code of ``to_fingerprint``, each only if its
+    replay is clean (a dry run only replays: it writes nothing and needs no role)."""
+
+    workflow: str
+    version: int
+    to_fingerprint: str
+    dry_run: bool = False
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MigrationPlan:
     """A declared mapping of journal positions from one version to another.
@@ -232,43 +243,20 @@ class Upgrades:
     # -- moves ---------------------------------------------------------------------------------
 
     def upgrade(
-        self,
-        *,
-        workflow: str,
-        version: int,
-        to_fingerprint: str,
-        actor: str,
-        dry_run: bool,
-        role: str | None = None,
+        self, request: UpgradeRequest, *, actor: str, role: str | None = None
     ) -> MoveReport:
         """Move W@N's in-flight instances pinned to another fingerprint to the registry's code
         for W@N, which must have ``to_fingerprint``; each only if its replay is clean."""
-        return asyncio.run(
-            self.upgrade_on_loop(
-                workflow=workflow,
-                version=version,
-                to_fingerprint=to_fingerprint,
-                actor=actor,
-                dry_run=dry_run,
-                role=role,
-            )
-        )
+        return asyncio.run(self.upgrade_on_loop(request, actor=actor, role=role))
 
     async def upgrade_on_loop(
-        self,
-        *,
-        workflow: str,
-        version: int,
-        to_fingerprint: str,
-        actor: str,
-        dry_run: bool,
-        role: str | None = None,
+        self, request: UpgradeRequest, *, actor: str, role: str | None = None
     ) -> MoveReport:
         """:meth:`upgrade`, for a caller already on an event loop."""
-        target = self.target(workflow, version, to_fingerprint)
-        instances = [
-            i for i in self.in_flight(workflow, version) if i.fingerprint != to_fingerprint
-        ]
+        version, to_fingerprint = request.version, request.to_fingerprint
+        target = self.target(request.workflow, version, to_fingerprint)
+        pinned = self.in_flight(request.workflow, version)
+        instances = [i for i in pinned if i.fingerprint != to_fingerprint]
         return await self.moving(
             UPGRADE,
             target,
@@ -276,7 +264,7 @@ class Upgrades:
             {},
             actor=actor,
             role=role,
-            dry_run=dry_run,
+            dry_run=request.dry_run,
             from_version=version,
         )
 

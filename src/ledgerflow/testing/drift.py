@@ -20,7 +20,7 @@ from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.operators.upgrades import Upgrades
+from ledgerflow.operators.upgrades import UpgradeRequest, Upgrades
 from ledgerflow.runtime.adoption import ADOPT
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.replay import replay
@@ -55,13 +55,10 @@ class VersionDrift:
         if self.upgrade:
             upgrades = Upgrades(store, self.changed, clock=clock, codec=JSON)
             for definition in self.changed.definitions():
-                report = await upgrades.upgrade_on_loop(
-                    workflow=definition.name,
-                    version=definition.version,
-                    to_fingerprint=definition.fingerprint,
-                    actor=EXPLORER_ACTOR,
-                    dry_run=False,
+                request = UpgradeRequest(
+                    definition.name, definition.version, definition.fingerprint
                 )
+                report = await upgrades.upgrade_on_loop(request, actor=EXPLORER_ACTOR)
                 for outcome in report.outcomes:
                     if outcome.outcome == "moved":
                         self.proven.setdefault(outcome.instance_id, set()).add(

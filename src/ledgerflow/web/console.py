@@ -152,8 +152,13 @@ def sign_in(
         tokens.sign_out(previous)
     response = RedirectResponse(CONSOLE_PATH, status_code=303)
     set_session(response, request, cookie)
+    return _forgetting(SIGN_IN_COOKIE, response, request)
+
+
+def _forgetting(cookie: str, response: Response, request: Request) -> Response:
+    """``response``, telling the browser to drop ``cookie`` (set as the console sets it)."""
     response.delete_cookie(
-        SIGN_IN_COOKIE, path=CONSOLE_PATH, secure=secure_cookies(request), httponly=True,
+        cookie, path=CONSOLE_PATH, secure=secure_cookies(request), httponly=True,
         samesite="strict",
     )  # fmt: skip
     return response
@@ -165,11 +170,7 @@ def sign_out(request: Request, session: FormSession) -> Response:
     if cookie:
         server_of(request).operations.tokens().sign_out(cookie)
     response = sign_in_redirect()
-    response.delete_cookie(
-        SESSION_COOKIE, path=CONSOLE_PATH, secure=secure_cookies(request), httponly=True,
-        samesite="strict",
-    )  # fmt: skip
-    return response
+    return _forgetting(SESSION_COOKIE, response, request)
 
 
 # -- pages -----------------------------------------------------------------------------------

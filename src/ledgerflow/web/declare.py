@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -162,6 +162,8 @@ def _scoped(request: Request) -> ScopedOperations:
 
 
 Scoped = Annotated[ScopedOperations, Depends(_scoped)]
+# An instance id in a route's path (the instance and the operator routes name it alike).
+InstanceIdPath = Annotated[str, Path(min_length=1, max_length=300)]
 
 
 def _idempotency_key(

@@ -33,6 +33,7 @@ from ledgerflow.operators.shapes import (
 )
 from ledgerflow.web.declare import (
     DeprecatedWorkflow,
+    InstanceIdPath,
     Outcome,
     Scoped,
     answer,
@@ -59,7 +60,6 @@ from ledgerflow.web.problems import problem_of
 
 router = api_router(tags=["instances"])
 
-InstanceIdPath = Annotated[str, Path(min_length=1, max_length=300)]
 NamePath = Annotated[str, Path(min_length=1, max_length=limits.EVENT_ID_LENGTH_MAX)]
 Text = Annotated[str | None, Query(min_length=1, max_length=limits.BUSINESS_KEY_LENGTH_MAX)]
 Moment = Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False)]

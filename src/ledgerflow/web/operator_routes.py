@@ -28,6 +28,7 @@ from ledgerflow.operators.service import (
 from ledgerflow.operators.shapes import listing, record_json
 from ledgerflow.web.declare import (
     DeprecatedWorkflow,
+    InstanceIdPath,
     Outcome,
     Scoped,
     answer,
@@ -46,7 +47,6 @@ from ledgerflow.web.models import (
 
 router = api_router(tags=["operators"])
 
-InstanceIdPath = Annotated[str, Path(min_length=1, max_length=300)]
 Text = Annotated[str | None, Query(min_length=1, max_length=limits.NAME_LENGTH_MAX)]
 AUDIT_KINDS = "|".join([k.value for k in RepairKind] + list(ACTION_KINDS))
 
