@@ -29,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Protocol
@@ -391,21 +390,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def walinspect(base_url: str) -> Iterator[tuple[str, str | None]]:
-    """``(schema of pg_walinspect, None)``, or ``("", why it is unavailable)``."""
-    found = ensure_walinspect(base_url, f"{SCHEMA_PREFIX}_{os.getpid()}_walinspect")
-    if isinstance(found, str):
-        yield "", found
-        return
-    schema, created = found
-    try:
-        yield schema, None
-    finally:
-        if created:
-            drop_schema(base_url, schema)
-
-
 def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     sizes = dict(QUICK if args.quick else FULL)
     if args.runs:
@@ -434,26 +418,24 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
                 limits["postgres"] = {"skipped": server}
             else:
                 settings["postgres_server"] = server
-                with walinspect(pg_url) as (schema, problem):
-                    if problem is not None:
-                        result["postgres"] = {"skipped": problem}
-                        limits["postgres"] = {"skipped": problem}
-                    else:
-                        ctx.walinspect_schema = schema
-                        say("postgres: storage limit")
-                        limit_schema = f"{SCHEMA_PREFIX}_{os.getpid()}_limit"
+                found = ensure_walinspect(pg_url)
+                if isinstance(found, tuple):
+                    result["postgres"] = {"skipped": found[0]}
+                    limits["postgres"] = {"skipped": found[0]}
+                else:
+                    ctx.walinspect_schema = found
+                    say("postgres: storage limit")
+                    limit_schema = f"{SCHEMA_PREFIX}_{os.getpid()}_limit"
+                    drop_schema(pg_url, limit_schema)
+                    with psycopg.connect(pg_url, autocommit=True) as conn:
+                        conn.execute(
+                            sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(limit_schema))
+                        )
+                    try:
+                        limits["postgres"] = pg_limits(pg_url, limit_schema, sizes["limit_seconds"])
+                    finally:
                         drop_schema(pg_url, limit_schema)
-                        with psycopg.connect(pg_url, autocommit=True) as conn:
-                            conn.execute(
-                                sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(limit_schema))
-                            )
-                        try:
-                            limits["postgres"] = pg_limits(
-                                pg_url, limit_schema, sizes["limit_seconds"]
-                            )
-                        finally:
-                            drop_schema(pg_url, limit_schema)
-                        result["postgres"] = compare_backend(ctx, "postgres", sizes)
+                    result["postgres"] = compare_backend(ctx, "postgres", sizes)
         seen = ctx.durability_seen
     settings.update(
         {

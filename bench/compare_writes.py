@@ -149,21 +149,34 @@ class PgWriteCounter:
         return {str(r[0]) for r in rows if r[0] is not None}
 
 
-def ensure_walinspect(base_url: str, schema: str) -> tuple[str, bool] | str:
-    """Where pg_walinspect's functions are: ``(schema, created)``, installing it into a schema
-    of its own (dropped at the end) if the database does not have it yet; or why it cannot be
-    (not a superuser, contrib not installed), for the JSON."""
+WALINSPECT_SCHEMA = "ledgerflow_bench_walinspect"
+WALINSPECT_LOCK = 0x4C46_5741  # an advisory lock key of our own: "LFWA"
+
+
+def ensure_walinspect(base_url: str) -> str | tuple[str]:
+    """The schema holding pg_walinspect's functions, installing the extension into a schema of
+    its own if the database does not have it yet; or ``(why it cannot be,)`` (not a superuser,
+    contrib not installed), for the JSON.
+
+    The extension is one per database and shared by every run on it, so it is never dropped:
+    a run that dropped it would pull it from under another run reading the WAL at the same
+    time (two benchmark runs on one server, or a test beside a manual run). Creation is
+    serialised by an advisory lock so that two runs starting together do not race."""
     try:
         with psycopg.connect(base_url, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT n.nspname FROM pg_extension e "
-                "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_walinspect'"
-            ).fetchone()
-            if row is not None:
-                return str(row[0]), False  # one per database: use it where it is
-            name = sql.Identifier(schema)
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
-            conn.execute(sql.SQL("CREATE EXTENSION pg_walinspect SCHEMA {}").format(name))
+            conn.execute("SELECT pg_advisory_lock(%s)", (WALINSPECT_LOCK,))
+            try:
+                row = conn.execute(
+                    "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n "
+                    "ON n.oid = e.extnamespace WHERE e.extname = 'pg_walinspect'"
+                ).fetchone()
+                if row is not None:
+                    return str(row[0])
+                name = sql.Identifier(WALINSPECT_SCHEMA)
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
+                conn.execute(sql.SQL("CREATE EXTENSION pg_walinspect SCHEMA {}").format(name))
+                return WALINSPECT_SCHEMA
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (WALINSPECT_LOCK,))
     except psycopg.Error as exc:
-        return f"pg_walinspect unavailable: {exc}".strip()
-    return schema, True
+        return (f"pg_walinspect unavailable: {exc}".strip(),)
