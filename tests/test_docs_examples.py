@@ -19,7 +19,9 @@ import pytest
 from doc_blocks import fenced, run
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = sorted([*DOCS.glob("concepts/*.md"), *DOCS.glob("how-to/*.md")])
+PAGES = sorted(
+    [*DOCS.glob("concepts/*.md"), *DOCS.glob("how-to/*.md"), DOCS / "programming-model.md"]
+)
 EXAMPLES = [
     (page, n, body)
     for page in PAGES
