@@ -190,3 +190,6 @@ EXPLORER_PATHS_MAX = 64
 # Choices of what arrives one instance gets in one simulated run: a workflow that waits in a
 # loop is given this many events, then left WAITING (and reported so).
 EXPLORER_DECISIONS_PER_INSTANCE_MAX = 100
+
+# How far ahead a delayed start (start_at= / start_in=) may be scheduled: ten years.
+START_DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600.0

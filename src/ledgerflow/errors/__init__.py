@@ -35,7 +35,8 @@
     │   ├── EventArrivedError         a wait's timeout lost the race to an event
     │   ├── CancelArrivedError        a new step lost the race to a cancel request
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
-    │   └── EventRefusedError         an event kept but refused: too late, or the instance ended
+    │   ├── EventRefusedError         an event kept but refused: too late, or the instance ended
+    │   └── KeyInUseError             a business key's instance this start may not return
     ├── IllegalTransitionError        a state change the state machine does not allow
     ├── InstanceNotFoundError
     ├── ResultTimeoutError            waited for a result that did not come in time
@@ -44,7 +45,8 @@
     ├── StepError                     raised into workflow code
     │   ├── StepFailedError           a local step used up its attempts
     │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
-    │   └── WaitTimeoutError          a wait's timeout came before its event
+    │   ├── WaitTimeoutError          a wait's timeout came before its event
+    │   └── TargetNotFoundError       a workflow signalled an instance that does not exist
     └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
@@ -107,10 +109,12 @@ from ledgerflow.errors.ledger import (
     IdempotencyKeyReusedError,
     IllegalTransitionError,
     InstanceNotFoundError,
+    KeyInUseError,
     NoCapableWorkerError,
     ResultTimeoutError,
     StepError,
     StepFailedError,
+    TargetNotFoundError,
     WaitTimeoutError,
     WorkflowError,
 )
@@ -153,6 +157,7 @@ __all__ = [
     "InboxFullError",
     "InstanceNotFoundError",
     "InvalidCursorError",
+    "KeyInUseError",
     "LedgerflowError",
     "MethodNotAllowedError",
     "MissingExtraError",
@@ -179,6 +184,7 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "StoreNotFoundError",
+    "TargetNotFoundError",
     "TokenNameTakenError",
     "UnknownVersionError",
     "UnknownWorkflowError",

@@ -31,6 +31,7 @@ from ledgerflow.model.ids import (
     WorkerId,
 )
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus
+from ledgerflow.model.start_policy import IfEnded, IfRunning
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 
 RecordT = TypeVar("RecordT")
@@ -388,6 +389,12 @@ class NewInstance:
     fingerprint: str
     business_key: BusinessKey
     input: str
+    # Start options (the defaults are a plain start). When it is due: None, now; a later
+    # time keeps it SCHEDULED until then. What a start does under a used key: see
+    # model/start_policy.py.
+    available_at: float | None = None
+    if_running: IfRunning = IfRunning.RETURN
+    if_ended: IfEnded = IfEnded.RETURN
 
 
 def _decoded(text: str | None) -> Any:

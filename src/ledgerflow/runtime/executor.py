@@ -23,7 +23,7 @@ from ledgerflow.errors import (
     UnknownVersionError,
     UnknownWorkflowError,
 )
-from ledgerflow.ledger.records import InstanceRecord, Journal, Release
+from ledgerflow.ledger.records import InstanceRecord, Journal, NoCancelRequest, Release
 from ledgerflow.ledger.transitions import instance_change
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.defects import DEFECT_RETRY, WOKEN, WORKFLOW_DEFECT, defect_streak
@@ -159,6 +159,8 @@ class Executor:
         return definition if definition.fingerprint == instance.fingerprint else None
 
     async def _run(self, session: Session, definition: WorkflowDefinition) -> None:
+        if session.status is InstanceStatus.SCHEDULED and not await self._begin(session):
+            return
         if session.status is InstanceStatus.WAITING:
             # Woken by its timer, an event or a cancel request: replay decides which.
             await session.commit(
@@ -203,6 +205,26 @@ class Executor:
                 release=True,
             )
         )
+
+    async def _begin(self, session: Session) -> bool:
+        """A scheduled instance's time has come (or a cancel request made it due): it begins
+        its run, unless a request to cancel stands, which ends it CANCELLED before any of its
+        code runs (the start's commit holds to there being no request, so one that races it
+        wins). False when it was cancelled."""
+        why = "cancelled before its scheduled start: no step ran"
+        if not session.cancel_requested:
+            try:
+                await session.commit(
+                    instance_change(
+                        InstanceStatus.SCHEDULED, InstanceEvent.START, reason_code="started"
+                    ),
+                    NoCancelRequest(),
+                )
+                return True
+            except Cancelled:
+                pass
+        await self._cancel(session, why)
+        return False
 
     async def _fail(self, session: Session, exc: Exception) -> None:
         confirmed = session.confirmed_effects()

@@ -1,0 +1,25 @@
+-- Starts under a used business key (start options, see model/start_policy.py).
+
+-- name: start_new_run
+-- The next run of an instance that has ended for good (if_ended='new_run' or
+-- 'new_run_if_failed'): the same instance and business key, run + 1, the new start's input and
+-- definition, unowned and due at its start time, everything of the ended run's ending cleared.
+-- The ended run's journal (steps, effects of run N) stays as it was: every key derived from a
+-- run names it, so run N + 1's keys are disjoint. The generation only grows (no write of run N
+-- can pass a fence of run N + 1). Conditional on the run and ending read by the start: a
+-- start that raced it here changes nothing (zero rows) and reads the instance again. Nothing
+-- changes for a retired version, as for a new instance.
+UPDATE lf_instances
+SET run = run + 1, status = :status, owner = NULL, lease_expires_at = NULL,
+    available_at = :available_at, input = :input,
+    workflow_version = CAST(:workflow_version AS bigint), fingerprint = :fingerprint,
+    result = NULL, reason_code = :reason_code, reason = :reason, cause = NULL,
+    cancel_requested_at = NULL, cancel_reason = NULL, cancel_compensate = NULL,
+    cancel_outcome = NULL, lease_expiries = 0, arrived_since_claim = 0, trace_context = NULL,
+    updated_at = :now
+WHERE instance_id = :instance_id AND run = CAST(:run AS bigint) AND status = :ended
+  AND NOT EXISTS (
+    SELECT 1 FROM lf_retired_versions
+    WHERE workflow_name = :workflow_name AND workflow_version = CAST(:workflow_version AS bigint)
+)
+RETURNING *;
