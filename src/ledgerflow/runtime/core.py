@@ -380,11 +380,10 @@ class EngineCore:
             sender=sender,
             refuse=refuse,
         )
-        answers = self.store.apply(
-            Transaction(writes=(StartInstance(new=new), deliver)), now=now
-        )
+        answers = self.store.apply(Transaction(writes=(StartInstance(new=new), deliver)), now=now)
         start, kept = answers
-        assert isinstance(start, StartAnswer) and isinstance(kept, Kept)
+        assert isinstance(start, StartAnswer)
+        assert isinstance(kept, Kept)
         started = self.started(new, start.instance, created=start.new)
         return SignalStarted(
             started=started,

@@ -169,7 +169,7 @@ class Executor:
         if session.status in (InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING):
             await CompensationRunner(session, self.registry).run()
             return
-        ctx = WorkflowContext(session, definition)
+        ctx = WorkflowContext(session, definition, registry=self.registry)
         try:
             value = await definition.function(ctx, self.codec.decode(session.instance.input))
             result = self.codec.encode(value)

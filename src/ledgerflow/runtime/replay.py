@@ -128,7 +128,7 @@ def _settled(session: Session, recorded: StepRecord) -> bool:
             EffectState.SATISFIED,
             EffectState.FAILED,
         )
-    if recorded.kind in (StepKind.LOCAL, StepKind.WAIT):
+    if recorded.kind in (StepKind.LOCAL, StepKind.WAIT, StepKind.SEND):
         return recorded.status in (StepStatus.COMPLETED, StepStatus.FAILED)
     return recorded.status is StepStatus.COMPLETED
 
