@@ -80,7 +80,8 @@ def test_a_delayed_start_waits_visibly_keeps_its_events_and_runs_no_step_before_
             await _work(engine)
             detail = await engine.detail(started.instance_id)
             assert detail.instance.status is lf.InstanceStatus.SCHEDULED
-            assert detail.steps == [] and shop.ran == Counter()
+            assert detail.steps == []
+            assert shop.ran == Counter()
             listed = await engine.list(status=lf.InstanceStatus.SCHEDULED)
             assert [i.instance_id for i in listed] == [started.instance_id]
             clock.advance(HOUR)
@@ -142,10 +143,12 @@ def test_a_scheduled_instance_cancelled_ends_cancelled_without_running_a_step(
             detail = await engine.detail(started.instance_id)
             assert detail.instance.status is lf.InstanceStatus.CANCELLED
             assert "before its scheduled start" in (detail.instance.reason or "")
-            assert detail.steps == [] and shop.ran == Counter()
+            assert detail.steps == []
+            assert shop.ran == Counter()
             assert detail.instance.cancel_outcome == "honoured"
             [event] = detail.inbox
-            assert event.state.value == "REJECTED" and event.refusal == "ended"
+            assert event.state.value == "REJECTED"
+            assert event.refusal == "ended"
 
     asyncio.run(main())
 
@@ -193,22 +196,26 @@ def test_if_ended_returns_refuses_or_starts_the_next_run_of_the_same_instance(
             await _work(engine)
             assert (await engine.get(bad.instance_id)).status is lf.InstanceStatus.FAILED
             same = await engine.start("quick", key="q-ok", input="ann")
-            assert not same.created and same.instance.status is lf.InstanceStatus.SUCCEEDED
+            assert not same.created
+            assert same.instance.status is lf.InstanceStatus.SUCCEEDED
             with pytest.raises(KeyInUseError, match="if_ended='fail'"):
                 await engine.start("quick", key="q-ok", input="ann", if_ended="fail")
             kept = await engine.start(
                 "quick", key="q-ok", input="ann", if_ended="new_run_if_failed"
             )
-            assert not kept.created and kept.instance.run == 1
+            assert not kept.created
+            assert kept.instance.run == 1
             with pytest.raises(KeyInUseError):  # returned only to the same request
                 await engine.start("quick", key="q-ok", input="x", if_ended="new_run_if_failed")
             retried = await engine.start(
                 "quick", key="q-bad", input="bee", if_ended="new_run_if_failed"
             )
-            assert retried.created and retried.instance_id == bad.instance_id
+            assert retried.created
+            assert retried.instance_id == bad.instance_id
             assert (retried.instance.run, retried.instance.status) == (2, lf.InstanceStatus.RUNNING)
             rerun = await engine.start("quick", key="q-ok", input="cy", if_ended="new_run")
-            assert rerun.created and rerun.instance.run == 2
+            assert rerun.created
+            assert rerun.instance.run == 2
             await _work(engine)
             assert await engine.result(ok.instance_id, timeout=5) == "done cy"
             assert await engine.result(bad.instance_id, timeout=5) == "done bee"
