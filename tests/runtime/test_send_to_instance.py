@@ -1,0 +1,159 @@
+"""A workflow sends to another instance: ``ctx.signal_instance`` and ``ctx.start_workflow``.
+
+Each send is one journal position (a SEND step) committed in the same transaction as the
+event it delivers or the instance it starts; its event id is derived from the sender's
+instance, run and position. A replay returns the recorded answer and sends nothing; a refusal
+(no target, a key in use) is the step's recorded failure, raised again on replay. A crash
+just before the send's commit leaves nothing; just after, the send is there once and the
+next worker does not send it again. On a real SQLite file and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import ledgerflow as lf
+from ledgerflow.errors import KeyInUseError, TargetNotFoundError
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime import faults
+from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
+
+
+def _registry() -> lf.Registry:
+    registry = lf.Registry()
+
+    @registry.workflow(name="inbox", version=1)
+    async def inbox(ctx: lf.WorkflowContext, _: Any) -> dict[str, Any]:
+        note = await ctx.wait_for("note")
+        return {"note": note.payload, "from": note.sender}
+
+    @registry.workflow(name="sender", version=1)
+    async def sender(ctx: lf.WorkflowContext, order: dict[str, Any]) -> dict[str, Any]:
+        target = await ctx.start_workflow("inbox", None, key=order["to"])
+        event_id = await ctx.signal_instance(("inbox", order["to"]), "note", order["note"])
+        # Parked here, and replayed from the start when "later" wakes it.
+        await ctx.wait_for("later")
+        return {"target": target, "event_id": event_id}
+
+    @registry.workflow(name="careful", version=1)
+    async def careful(ctx: lf.WorkflowContext, _: Any) -> list[str]:
+        seen = []
+        try:
+            await ctx.signal_instance("wf_nobody", "note", 1)
+        except TargetNotFoundError as missing:
+            seen.append(f"missing {missing.target}")
+        try:
+            await ctx.start_workflow("inbox", "another input", key="taken")
+        except KeyInUseError as taken:
+            seen.append(f"taken by {taken.instance_id}")
+        await ctx.wait_for("later")
+        return seen
+
+    return registry
+
+
+REGISTRY = _registry()
+
+
+async def _work(engine: lf.Engine) -> None:
+    await engine.worker(lease_seconds=0.3, poll_seconds=0.01).run(until_idle=True)
+
+
+async def _finish(engine: lf.Engine, sender_id: str) -> Any:
+    await engine.signal(sender_id, "later", event_id="later-1")
+    await _work(engine)
+    return await engine.result(sender_id, timeout=10)
+
+
+def test_a_signal_and_a_start_are_sent_once_and_replayed_without_sending(
+    journal_url: str,
+) -> None:
+    """Goal: start_workflow makes the target (detached: it ends on its own) and
+    signal_instance delivers one event to it, under an id derived from the sender; when the
+    sender is replayed after a wait, neither is sent again.
+
+    Method: run the sender to its wait, wake it (a replay of both sends), finish; read the
+    target's inbox and both journals."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            started = await engine.start("sender", key="s-1", input={"to": "t-1", "note": 5})
+            await _work(engine)
+            answer = await _finish(engine, started.instance_id)
+            target = answer["target"]
+            assert answer["event_id"] == f"send:{started.instance_id}/r1/s2"
+            assert await engine.result(target, timeout=5) == {
+                "note": 5,
+                "from": f"instance:{started.instance_id}",
+            }
+            [event] = (await engine.detail(target)).inbox
+            assert event.event_id == answer["event_id"]
+            steps = (await engine.detail(started.instance_id)).steps
+            sends = [(s.kind, s.name, s.status) for s in steps if s.kind is StepKind.SEND]
+            assert sends == [
+                (StepKind.SEND, "start:inbox", StepStatus.COMPLETED),
+                (StepKind.SEND, "signal:note", StepStatus.COMPLETED),
+            ]
+            assert len(await engine.list(workflow="inbox")) == 1
+
+    asyncio.run(main())
+
+
+def test_refusals_are_the_steps_recorded_failures_and_replay_the_same(journal_url: str) -> None:
+    """Goal: a signal to no instance raises TargetNotFoundError and a start whose key holds
+    another input raises KeyInUseError naming the holder; each is recorded as its step's
+    failure (nothing delivered, nothing started) and raised again by the replay.
+
+    Method: a workflow that catches both, then waits; wake it (replay) and read its result."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            holder = await engine.start("inbox", key="taken", input="the first input")
+            started = await engine.start("careful", key="c-1", input=None)
+            await _work(engine)
+            seen = await _finish(engine, started.instance_id)
+            assert seen == ["missing wf_nobody", f"taken by {holder.instance_id}"]
+            steps = (await engine.detail(started.instance_id)).steps
+            assert [s.status for s in steps if s.kind is StepKind.SEND] == [StepStatus.FAILED] * 2
+            assert (await engine.detail(holder.instance_id)).inbox == []
+            assert (await engine.get(holder.instance_id)).input_value == "the first input"
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("point", ["send.before_commit", "send.after_commit"])
+def test_a_crash_around_the_send_delivers_it_exactly_once(journal_url: str, point: str) -> None:
+    """Goal: the sender's step and its delivery are one transaction: a worker that dies just
+    before it leaves neither (the next worker sends it), one that dies just after leaves both
+    (the next worker replays it and sends nothing).
+
+    Method: a fault plan crashes the worker at the point of the signal (position 2); a new
+    engine's worker takes the instance over once its lease lapses; count the target's events
+    and what it received."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            started = await engine.start("sender", key="s-2", input={"to": "t-2", "note": 9})
+            faults.install(FaultPlan([FaultRule(point=point, action="crash", match={"seq": 2})]))
+            try:
+                with pytest.raises(SimulatedCrash):
+                    await _work(engine)
+            finally:
+                faults.install(None)
+            sent = [
+                s.seq
+                for s in (await engine.detail(started.instance_id)).steps
+                if s.kind is StepKind.SEND
+            ]
+            assert sent == ([1] if point == "send.before_commit" else [1, 2])
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            await _work(engine)
+            answer = await _finish(engine, started.instance_id)
+            inbox = (await engine.detail(answer["target"])).inbox
+            assert [e.event_id for e in inbox] == [f"send:{started.instance_id}/r1/s2"]
+            assert (await engine.result(answer["target"], timeout=5))["note"] == 9
+
+    asyncio.run(main())
