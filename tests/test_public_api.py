@@ -47,6 +47,7 @@ LEDGERFLOW_ALL = [
     "Registry",
     "RetryPolicy",
     "Signal",
+    "SignalStarted",
     "Started",
     "StepRecord",
     "StepStatus",

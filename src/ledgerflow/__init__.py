@@ -84,6 +84,7 @@ from ledgerflow.runtime.engine import Delivered as Delivered
 from ledgerflow.runtime.engine import DeliveryOutcome as DeliveryOutcome
 from ledgerflow.runtime.engine import Engine as Engine
 from ledgerflow.runtime.engine import InstanceDetail as InstanceDetail
+from ledgerflow.runtime.engine import SignalStarted as SignalStarted
 from ledgerflow.runtime.engine import Started as Started
 from ledgerflow.runtime.metrics import Metrics as Metrics
 from ledgerflow.runtime.sync_engine import SyncEngine as SyncEngine
@@ -120,6 +121,7 @@ __all__ = [
     "SyncEngine",
     "Worker",
     "Started",
+    "SignalStarted",
     "Signal",
     "Delivered",
     "DeliveryOutcome",

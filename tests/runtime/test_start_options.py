@@ -356,3 +356,43 @@ def test_concurrent_new_runs_of_one_ended_key_start_one_run(shop: Shop, journal_
     answers = asyncio.run(main())
     assert sum(a.created for a in answers) == 1
     assert {a.instance.run for a in answers} == {2}
+
+
+def test_signal_with_start_racing_starts_keeps_the_event_once(shop: Shop, journal_url: str) -> None:
+    """Goal: signal-with-starts and plain starts of one key racing over four connections make
+    one instance whose inbox holds the event once, and it runs once with it.
+
+    Method: 20 signal-with-starts (one event id) and 20 starts, interleaved, then a worker."""
+
+    async def main() -> str:
+        engines = [lf.Engine(journal_url, shop.registry) for _ in range(ENGINES)]
+        calls = []
+        for i in range(40):
+            engine = engines[i % ENGINES]
+            if i % 2:
+                calls.append(engine.start("greet", key="race", input="ann"))
+            else:
+                calls.append(
+                    engine.signal_with_start(
+                        "greet", key="race", input="ann", signal="go", event_id="e-1", payload=3
+                    )
+                )
+        answers = await asyncio.gather(*calls)
+        outcomes = [a.delivered.outcome for a in answers if isinstance(a, lf.SignalStarted)]
+        assert outcomes.count(lf.DeliveryOutcome.ACCEPTED) == 1
+        assert outcomes.count(lf.DeliveryOutcome.DUPLICATE) == 19
+        created = [a.created for a in answers if isinstance(a, lf.Started)] + [
+            a.started.created for a in answers if isinstance(a, lf.SignalStarted)
+        ]
+        assert created.count(True) == 1
+        await _work(engines[0])
+        [instance] = await engines[0].list()
+        inbox = (await engines[0].detail(instance.instance_id)).inbox
+        assert [e.event_id for e in inbox] == ["e-1"]
+        result: str = await engines[0].result(instance.instance_id, timeout=5)
+        for engine in engines:
+            await engine.close()
+        return result
+
+    assert asyncio.run(main()) == "hello ann 3"
+    assert shop.ran == Counter({"ann": 1})

@@ -128,18 +128,12 @@ def start(
     input_text: str | None,
     version: int | None,
     tenant: str | None,
-    start_at: float | None,
-    start_in: float | None,
-    if_running: str,
-    if_ended: str,
-    signal: str | None,
-    signal_event_id: str | None,
-    signal_payload_text: str | None,
     wait_seconds: float | None,
     db: str | None,
     token: str | None,
     url: str | None,
     as_json: bool,
+    **asked: Any,
 ) -> None:
     """Start WORKFLOW of MODULE:OBJECT for a business key, or find the one it already started.
 
@@ -152,15 +146,7 @@ def start(
     the token's principal starts it, in its tenant.
     """
     value = json_option_value(input_text, "--input")
-    options: StartExtras = {
-        "start_at": start_at,
-        "start_in": start_in,
-        "if_running": if_running,
-        "if_ended": if_ended,
-        "signal": signal,
-        "signal_event_id": signal_event_id,
-        "signal_payload": json_option_value(signal_payload_text, "--signal-payload"),
-    }
+    options = _start_options(asked)
     api = api_of(db=db, token=token, url=url)
     if api is not None:
         with api:
@@ -196,6 +182,19 @@ def start(
             # A run that ended otherwise is an error of the command: the engine says how.
             fail=lambda: engine.result(instance.instance_id, timeout=0),
         )
+
+
+def _start_options(asked: dict[str, Any]) -> StartExtras:
+    """The start options as the command line gives them (docs/programming-model.md)."""
+    return {
+        "start_at": asked["start_at"],
+        "start_in": asked["start_in"],
+        "if_running": asked["if_running"],
+        "if_ended": asked["if_ended"],
+        "signal": asked["signal"],
+        "signal_event_id": asked["signal_event_id"],
+        "signal_payload": json_option_value(asked["signal_payload_text"], "--signal-payload"),
+    }
 
 
 def _start_over_api(

@@ -117,6 +117,7 @@ class SignalStarted:
 
     @property
     def instance_id(self) -> InstanceId:
+        """The id of the instance started (or found again under its business key)."""
         return self.started.instance_id
 
 

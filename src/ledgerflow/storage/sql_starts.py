@@ -8,6 +8,7 @@ start again with a savepoint per start, so each start still gets its own answer.
 
 from __future__ import annotations
 
+import datetime
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -51,7 +52,8 @@ def _due(new: NewInstance, now: float) -> tuple[InstanceStatus, float]:
 def _scheduled(status: InstanceStatus, at: float) -> tuple[str | None, str | None]:
     """The reason code and reason a SCHEDULED instance shows (``show``, ``list``, the API)."""
     if status is InstanceStatus.SCHEDULED:
-        return "scheduled", f"scheduled to start at {at:.3f}"
+        when = datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
+        return "scheduled", f"to start at {when} ({at:.3f})"
     return None, None
 
 
