@@ -30,6 +30,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
   to code nobody serves clean against its own, and is about to adopt it / adopted it (repinned,
   claimed, audited) and has not started driving it
 - ``compensation.*``: as ``effect.*``, for a compensation (``seq`` is the original step's)
+- ``send.before_commit`` / ``send.after_commit``: a workflow's send to another instance
+  (``ctx.signal_instance``, ``ctx.start_workflow``) is decided, its step and delivery not yet
+  committed / committed together (``seq`` is the send's position)
 """
 
 from __future__ import annotations
