@@ -52,6 +52,14 @@ def _registry() -> lf.Registry:
         await ctx.wait_for("later")
         return seen
 
+    @registry.workflow(name="nosy", version=1)
+    async def nosy(ctx: lf.WorkflowContext, target: str) -> str:
+        try:
+            await ctx.signal_instance(target, "note", "peek")
+        except TargetNotFoundError as missing:
+            return f"missing {missing.target}"
+        return "delivered"
+
     return registry
 
 
@@ -155,5 +163,22 @@ def test_a_crash_around_the_send_delivers_it_exactly_once(journal_url: str, poin
             inbox = (await engine.detail(answer["target"])).inbox
             assert [e.event_id for e in inbox] == [f"send:{started.instance_id}/r1/s2"]
             assert (await engine.result(answer["target"], timeout=5))["note"] == 9
+
+    asyncio.run(main())
+
+
+def test_a_send_reaches_only_an_instance_of_the_senders_tenant(journal_url: str) -> None:
+    """Goal: a workflow cannot signal another tenant's instance by its id: for it, there is
+    no such instance (TargetNotFoundError), and nothing reaches the other tenant's inbox.
+
+    Method: an inbox instance of tenant "b"; a workflow of tenant "a" signals its id."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            other = await engine.start("inbox", key="b-1", input=None, tenant="b")
+            nosy = await engine.start("nosy", key="a-1", input=other.instance_id, tenant="a")
+            await _work(engine)
+            assert await engine.result(nosy.instance_id) == f"missing {other.instance_id}"
+            assert (await engine.detail(other.instance_id)).inbox == []
 
     asyncio.run(main())

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.delivery import DeliveryState
 from ledgerflow.ledger.records import Commit, Delivery, InstanceRecord, StartInstance
-from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.ids import InstanceId, TenantId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +41,9 @@ class FromOutside:
 
     instance_id: InstanceId
     live: bool = False
+    # When given, the instance must be of this tenant, else it is not there for this
+    # transaction (InstanceNotFoundError: another tenant's instance is not even said to exist).
+    tenant: TenantId | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -373,8 +373,8 @@ class WorkflowContext:
     async def signal_instance(
         self, target: str | tuple[str, str], name: str, payload: Any = None
     ) -> str:
-        """Send the event ``name`` to another instance -- by its id, or by ``(workflow,
-        business key)`` in this instance's tenant -- exactly once, in the transaction that
+        """Send the event ``name`` to another instance of this instance's tenant -- by its id,
+        or by ``(workflow, business key)`` -- exactly once, in the transaction that
         journals this position; return the event's id (derived from this instance, run and
         position). A replay returns it without sending again. No such instance:
         :class:`~ledgerflow.errors.TargetNotFoundError`, recorded as this step's failure.
@@ -393,7 +393,9 @@ class WorkflowContext:
         payload_text = session.codec.encode(payload)
         event = sends.deliver_to(session, send.seq, to, name, payload_text)
         answer: str = await send.commit(
-            event, answer=event.event_id, fences=(FromOutside(instance_id=to),)
+            event,
+            answer=event.event_id,
+            fences=(FromOutside(instance_id=to, tenant=session.instance.tenant),),
         )
         return answer
 

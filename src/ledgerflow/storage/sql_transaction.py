@@ -69,7 +69,7 @@ def apply_transaction(
 
 def _fence_from_outside(store: SqlStore, fence: FromOutside) -> None:
     rows, _ = store._run("lock_instance", {"instance_id": fence.instance_id})
-    if not rows:
+    if not rows or (fence.tenant is not None and rows[0]["tenant"] != fence.tenant):
         raise InstanceNotFoundError(instance_id=fence.instance_id)
     status = instance_from_row(rows[0]).status
     if fence.live and status in FINAL_STATUSES:
