@@ -11,59 +11,22 @@ next worker does not send it again. On a real SQLite file and on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+from send_shop import registry
 
 import ledgerflow as lf
-from ledgerflow.errors import KeyInUseError, TargetNotFoundError
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
+from processes import LEDGERFLOW, WAIT_SECONDS_MAX, child_environment
 
-
-def _registry() -> lf.Registry:
-    registry = lf.Registry()
-
-    @registry.workflow(name="inbox", version=1)
-    async def inbox(ctx: lf.WorkflowContext, _: Any) -> dict[str, Any]:
-        note = await ctx.wait_for("note")
-        return {"note": note.payload, "from": note.sender}
-
-    @registry.workflow(name="sender", version=1)
-    async def sender(ctx: lf.WorkflowContext, order: dict[str, Any]) -> dict[str, Any]:
-        target = await ctx.start_workflow("inbox", None, key=order["to"])
-        event_id = await ctx.signal_instance(("inbox", order["to"]), "note", order["note"])
-        # Parked here, and replayed from the start when "later" wakes it.
-        await ctx.wait_for("later")
-        return {"target": target, "event_id": event_id}
-
-    @registry.workflow(name="careful", version=1)
-    async def careful(ctx: lf.WorkflowContext, _: Any) -> list[str]:
-        seen = []
-        try:
-            await ctx.signal_instance("wf_nobody", "note", 1)
-        except TargetNotFoundError as missing:
-            seen.append(f"missing {missing.target}")
-        try:
-            await ctx.start_workflow("inbox", "another input", key="taken")
-        except KeyInUseError as taken:
-            seen.append(f"taken by {taken.instance_id}")
-        await ctx.wait_for("later")
-        return seen
-
-    @registry.workflow(name="nosy", version=1)
-    async def nosy(ctx: lf.WorkflowContext, target: str) -> str:
-        try:
-            await ctx.signal_instance(target, "note", "peek")
-        except TargetNotFoundError as missing:
-            return f"missing {missing.target}"
-        return "delivered"
-
-    return registry
-
-
-REGISTRY = _registry()
+REGISTRY = registry
 
 
 async def _work(engine: lf.Engine) -> None:
@@ -182,3 +145,41 @@ def test_a_send_reaches_only_an_instance_of_the_senders_tenant(journal_url: str)
             assert (await engine.detail(other.instance_id)).inbox == []
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["send.before_commit", "send.after_commit"])
+def test_a_worker_process_killed_around_the_send_delivers_it_exactly_once(
+    journal_url: str, point: str
+) -> None:
+    """Goal: the same as above with a real death: a ``ledgerflow worker`` process SIGKILLs
+    itself at the send's fault point (no cleanup, no finally); a fresh worker recovers, and
+    the target's inbox holds the event once.
+
+    Method: start the sender, run a worker process with the fault plan in its environment
+    until it dies, recover in this process, count the target's events."""
+
+    async def start() -> str:
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            started = await engine.start("sender", key="s-3", input={"to": "t-3", "note": 4})
+        return started.instance_id
+
+    sender = asyncio.run(start())
+    plan = [{"point": point, "action": "kill", "match": {"seq": 2}}]
+    env = child_environment(Path(__file__).parent, LEDGERFLOW_FAULTS=json.dumps(plan))
+    worker = [*LEDGERFLOW, "worker", "send_shop:registry", "--db", journal_url, "--until-idle"]
+    arguments = ["--lease-seconds", "0.5", "--poll-seconds", "0.02"]
+    died = subprocess.run(
+        [*worker, *arguments], env=env, timeout=WAIT_SECONDS_MAX, capture_output=True, check=False
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr
+
+    async def recover() -> None:
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            await _work(engine)
+            answer = await _finish(engine, sender)
+            inbox = (await engine.detail(answer["target"])).inbox
+            assert [e.event_id for e in inbox] == [f"send:{sender}/r1/s2"]
+            assert (await engine.result(answer["target"], timeout=5))["note"] == 4
+
+    asyncio.run(recover())
