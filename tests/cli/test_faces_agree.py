@@ -293,13 +293,14 @@ OPERATIONS = (
         lambda ids, folder: Asked(
             "start", ("order",),
             {"key": "k-3", "input": sample_order(3), "signal": "note",
-             "signal_event_id": "e-1", "signal_payload": 1},
+             "signal_event_id": "e-1", "signal_payload": 1, "signal_wakes": True},
             ("/v1/instances",
              {"workflow_name": "order", "business_key": "k-3", "input": sample_order(3),
-              "signal": "note", "signal_event_id": "e-1", "signal_payload": 1}),
+              "signal": "note", "signal_event_id": "e-1", "signal_payload": 1,
+              "signal_wakes": True}),
             ("start", "ledgerflow.demo.order:registry", "order", "--key", "k-3",
              "--input", json.dumps(sample_order(3)), "--signal", "note",
-             "--signal-event-id", "e-1", "--signal-payload", "1"),
+             "--signal-event-id", "e-1", "--signal-payload", "1", "--signal-wakes"),
         ),
     ),
     Operation(

@@ -396,3 +396,27 @@ def test_signal_with_start_racing_starts_keeps_the_event_once(shop: Shop, journa
 
     assert asyncio.run(main()) == "hello ann 3"
     assert shop.ran == Counter({"ann": 1})
+
+
+def test_a_signal_with_start_ends_the_delay_only_when_asked(shop: Shop, journal_url: str) -> None:
+    """Goal: a signal-with-start keeps a delayed instance's delay (as a plain signal does)
+    unless ``wake=True``, which makes it due now in the same transaction.
+
+    Method: a start in an hour; a signal-with-start without wake (nothing runs), then one with
+    wake and another event id (it runs now, the clock unmoved)."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry, clock=FakeClock()) as engine:
+            started = await engine.start("greet", key="w-1", input="ann", start_in=HOUR)
+            await engine.signal_with_start(
+                "greet", key="w-1", input="ann", signal="go", event_id="e-1", payload=1
+            )
+            await _work(engine)
+            assert (await engine.get(started.instance_id)).status is lf.InstanceStatus.SCHEDULED
+            await engine.signal_with_start(
+                "greet", key="w-1", input="ann", signal="go", event_id="e-2", payload=2, wake=True
+            )
+            await _work(engine)
+            assert await engine.result(started.instance_id, timeout=5) == "hello ann 1"
+
+    asyncio.run(main())

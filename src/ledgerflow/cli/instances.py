@@ -109,6 +109,9 @@ NO_WORKER_HINT = (
 @click.option("--signal", help="Deliver this event in the start's own transaction.")
 @click.option("--signal-event-id", help="The --signal event's id (required with --signal).")
 @click.option(
+    "--signal-wakes", is_flag=True, help="The --signal ends a delayed start's delay (due now)."
+)
+@click.option(
     "--signal-payload",
     "signal_payload_text",
     help="The --signal event's payload as JSON, or @FILE (default: null).",
@@ -194,6 +197,7 @@ def _start_options(asked: dict[str, Any]) -> StartExtras:
         "signal": asked["signal"],
         "signal_event_id": asked["signal_event_id"],
         "signal_payload": json_option_value(asked["signal_payload_text"], "--signal-payload"),
+        "signal_wakes": asked["signal_wakes"],
     }
 
 
@@ -210,7 +214,10 @@ def _start_over_api(
 ) -> None:
     request = {"workflow_name": workflow, "business_key": key, "input": value, "version": version}
     # Only the options asked for: a server of an older release takes the request it knows.
-    request.update({k: v for k, v in options.items() if v is not None and v != "return"})
+    defaults: dict[str, Any] = {"if_running": "return", "if_ended": "return", "signal_wakes": False}
+    request.update(
+        {k: v for k, v in options.items() if v is not None and (k, v) not in defaults.items()}
+    )
     if tenant is not None:
         request["tenant"] = tenant_of(tenant)
     answer = api.send("POST", "/v1/instances", request)

@@ -124,7 +124,17 @@ class Started:
     new: bool
 
 
-OutsideWrite = Deliver | RequestCancel | AppendAudit | Audited | RaiseFlag | StartInstance
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartNow:
+    """End a SCHEDULED instance's delay: it is due now (a signal-with-start that wakes it).
+    Answer: True when it was SCHEDULED and is due now, False when there was no delay to end."""
+
+    instance_id: InstanceId
+
+
+OutsideWrite = (
+    Deliver | RequestCancel | AppendAudit | Audited | RaiseFlag | StartInstance | StartNow
+)
 Answer = Delivered | CancelAsked | Started | int | bool
 
 

@@ -106,6 +106,8 @@ class StartRequest:
     signal: str | None = None
     signal_event_id: str | None = None
     signal_payload: Any = None
+    # The signal ends a delayed start's delay (it is due now).
+    signal_wakes: bool = False
 
     def options(self) -> dict[str, Any]:
         """The start options asked for (those not left at their defaults), as the audit
@@ -117,6 +119,7 @@ class StartRequest:
             "if_ended": None if self.if_ended == "return" else self.if_ended,
             "signal": self.signal,
             "signal_event_id": self.signal_event_id,
+            "signal_wakes": self.signal_wakes or None,
         }
         return {name: value for name, value in asked.items() if value is not None}
 
@@ -131,6 +134,7 @@ class StartExtras(TypedDict, total=False):
     signal: str | None
     signal_event_id: str | None
     signal_payload: Any
+    signal_wakes: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +343,7 @@ class Writer:
                     event_id=request.signal_event_id,
                     payload=request.signal_payload,
                     sender=caller.sender(None),
+                    wake=request.signal_wakes,
                     **options,
                 )
                 started = both.started

@@ -37,7 +37,7 @@ from ledgerflow.ledger.records import (
     StepRecord,
     TimelineEntry,
 )
-from ledgerflow.ledger.transaction import Deliver, RequestCancel, Transaction
+from ledgerflow.ledger.transaction import Deliver, RequestCancel, StartNow, Transaction
 from ledgerflow.ledger.transaction import Delivered as Kept
 from ledgerflow.ledger.transaction import Started as StartAnswer
 from ledgerflow.model import names
@@ -364,11 +364,12 @@ class EngineCore:
         event_id: str,
         payload: Any = None,
         sender: str | None = None,
+        wake: bool = False,
     ) -> SignalStarted:
         """Start (or find, as a start would) the instance and deliver an event to it, in one
         transaction: both, or neither (a start refused with KeyInUseError delivers nothing).
-        The event is kept for a wait of the instance's run, even while it is SCHEDULED (it
-        does not end the delay)."""
+        The event is kept for a wait of the instance's run, even while it is SCHEDULED; it
+        ends the delay only with ``wake`` (Temporal's signal-with-start always does)."""
         name = signal_name(names.event_text(name, what="signal name"))
         event_id = names.event_text(event_id, what="event id")
         found = self.store.get_instance(new.instance_id)
@@ -381,8 +382,9 @@ class EngineCore:
             sender=sender,
             refuse=refuse,
         )
-        answers = self.store.apply(Transaction(writes=(StartInstance(new=new), deliver)), now=now)
-        start, kept = answers
+        woken = (StartNow(instance_id=new.instance_id),) if wake else ()
+        writes = (StartInstance(new=new), deliver, *woken)
+        start, kept, *_ = self.store.apply(Transaction(writes=writes), now=now)
         assert isinstance(start, StartAnswer)
         assert isinstance(kept, Kept)
         started = self.started(new, start.instance, created=start.new)

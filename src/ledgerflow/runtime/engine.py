@@ -197,12 +197,14 @@ class Engine:
         event_id: str,
         payload: Any = None,
         sender: str | None = None,
+        wake: bool = False,
         **options: Unpack[StartOptions],
     ) -> SignalStarted:
         """Start (or find, as :meth:`start` would, with the same options) the instance of a
         business key and deliver the event ``signal`` to it, in one transaction: both are
         durable, or neither (a start refused delivers nothing). Safe to repeat: the start
-        returns the instance and the inbox keeps the event once per ``event_id``."""
+        returns the instance and the inbox keeps the event once per ``event_id``. A delayed
+        instance keeps its delay unless ``wake`` ends it (then it is due now)."""
         now = self.clock.now()
         _, new = self._core.prepare(workflow, now=now, **options)
         answer: SignalStarted = await self._call(
@@ -213,6 +215,7 @@ class Engine:
             event_id=event_id,
             payload=payload,
             sender=sender,
+            wake=wake,
         )
         self.notice_delivery(answer.delivered)
         return answer

@@ -89,6 +89,7 @@ class SyncEngine:
         event_id: str,
         payload: Any = None,
         sender: str | None = None,
+        wake: bool = False,
         **options: Unpack[StartOptions],
     ) -> SignalStarted:
         """Start (or find) the instance and deliver the event in one transaction (see
@@ -96,7 +97,7 @@ class SyncEngine:
         now = time.time()
         _, new = self._core.prepare(workflow, now=now, **options)
         return self._core.signal_with_start(
-            new, signal, now=now, event_id=event_id, payload=payload, sender=sender
+            new, signal, now=now, event_id=event_id, payload=payload, sender=sender, wake=wake
         )
 
     def get(self, instance_id: str) -> InstanceRecord:

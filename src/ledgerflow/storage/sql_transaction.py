@@ -27,6 +27,7 @@ from ledgerflow.ledger.transaction import (
     RaiseFlag,
     RequestCancel,
     Started,
+    StartNow,
     Transaction,
     audited_entry,
 )
@@ -101,6 +102,9 @@ def _write(store: SqlStore, write: OutsideWrite, now: float) -> Answer:
         return Started(instance=record, new=new)
     if isinstance(write, AppendAudit):
         return store._insert_audit(write.entry, now)
+    if isinstance(write, StartNow):
+        _, changed = store._run("start_now", {"instance_id": write.instance_id, "now": now})
+        return changed == 1
     if isinstance(write, RaiseFlag):
         return store._raise(
             write.instance_id, write.reason_code, write.evidence, write.detected_by, now

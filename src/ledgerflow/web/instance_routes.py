@@ -122,6 +122,7 @@ def start_instance(request: Request, scoped: Scoped, body: StartBody) -> Respons
             signal=body.signal,
             signal_event_id=body.signal_event_id,
             signal_payload=body.signal_payload,
+            signal_wakes=body.signal_wakes,
         )
         answer_body = {"created": started.created, "instance": record_json(started.instance)}
         return (201 if started.created else 200), answer_body

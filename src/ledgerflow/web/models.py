@@ -118,6 +118,9 @@ class StartBody(Body):
         None, description="the signal's event id (the inbox keeps it once per id)"
     )
     signal_payload: Any = Field(None, description="the signal's payload")
+    signal_wakes: bool = Field(
+        False, description="the signal ends a delayed start's delay (it is due now)"
+    )
     workflow: Name | None = Field(
         None, deprecated=True, description=f"deprecated alias of workflow_name (until {REMOVED_IN})"
     )

@@ -23,3 +23,12 @@ WHERE instance_id = :instance_id AND run = CAST(:run AS bigint) AND status = :en
     WHERE workflow_name = :workflow_name AND workflow_version = CAST(:workflow_version AS bigint)
 )
 RETURNING *;
+
+-- name: start_now
+-- A SCHEDULED instance's delay ends (a signal-with-start asked to wake it): due now, with the
+-- timeline's word for it. Any other instance is left as it is (zero rows).
+UPDATE lf_instances
+SET available_at = CAST(:now AS double precision), reason = 'woken by a signal-with-start',
+    arrived_since_claim = 1
+WHERE instance_id = :instance_id AND status = 'SCHEDULED'
+  AND available_at > CAST(:now AS double precision);
