@@ -183,3 +183,20 @@ def test_a_worker_process_killed_around_the_send_delivers_it_exactly_once(
             assert (await engine.result(answer["target"], timeout=5))["note"] == 4
 
     asyncio.run(recover())
+
+
+def test_a_cancelled_sender_sends_nothing_new(journal_url: str) -> None:
+    """Goal: a send is new work: once a cancel request stands, the sender starts no instance
+    and delivers no event (its commit is held to there being no request, as an effect's is).
+
+    Method: cancel the sender before any worker took it; run a worker."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            started = await engine.start("sender", key="s-4", input={"to": "t-4", "note": 1})
+            await engine.cancel(started.instance_id, reason="changed my mind")
+            await _work(engine)
+            assert (await engine.get(started.instance_id)).status is lf.InstanceStatus.CANCELLED
+            assert await engine.list(workflow="inbox") == []
+
+    asyncio.run(main())

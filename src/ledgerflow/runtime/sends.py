@@ -28,7 +28,7 @@ from ledgerflow.errors import (
     TargetNotFoundError,
     VersionRetiredError,
 )
-from ledgerflow.ledger.records import NewInstance, StepRecord, StepWrite
+from ledgerflow.ledger.records import NewInstance, NoCancelRequest, StepRecord, StepWrite
 from ledgerflow.ledger.transaction import Deliver, FromOutside, OutsideWrite
 from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model import names
@@ -137,7 +137,9 @@ class Send:
         if faults.plan is not None:
             faults.point("send.before_commit", instance=session.instance.business_key, seq=self.seq)
         try:
-            await session.commit(step, beside=(write,), fences=fences)
+            # Held to there being no cancel request, as a new effect, wait or timer is: once a
+            # cancel returns, the instance sends nothing new.
+            await session.commit(step, NoCancelRequest(), beside=(write,), fences=fences)
         except SEND_REFUSALS as refused:
             recorded = _recorded(refused, write)
             await session.commit(self._step(StepEvent.FAIL, error=session.codec.encode(recorded)))
