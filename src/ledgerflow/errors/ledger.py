@@ -70,6 +70,16 @@ class EventRefusedError(ConcurrencyError):
     refusal: str | None = None
 
 
+class RetryTransactionError(ConcurrencyError):
+    """The caller's own transaction (``engine.within(connection)``) met a conflict it cannot
+    read past: a serialization failure under REPEATABLE READ or SERIALIZABLE, a deadlock, a
+    SQLite snapshot older than a commit made since. The engine's writes were rolled back to
+    their savepoint and never retried inside it: roll the whole transaction back and run it
+    again."""
+
+    code = "LF318"
+
+
 @identities
 class IllegalTransitionError(LedgerflowError):
     """The state machine does not allow this transition."""
@@ -97,6 +107,19 @@ class InstanceNotFoundError(LedgerflowError):
     event_id: str | None = None
     # An idempotency key no effect has (a callback for an unknown effect).
     key: str | None = None
+
+
+@identities
+class NotCommittedError(InstanceNotFoundError):
+    """The instance was started (or the signal, the cancel request written) inside a caller's
+    transaction that has not committed: no other connection sees it yet, and it may never be
+    if the caller rolls back. ``state`` says which: ``open`` (the caller's transaction is still
+    open) or ``rolled-back`` (it ended without the writes)."""
+
+    code = "LF317"
+    ID_NAMES = ("instance_id", "state")
+
+    state: str | None = None
 
 
 @identities
