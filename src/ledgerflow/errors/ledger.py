@@ -100,7 +100,7 @@ class InstanceNotFoundError(LedgerflowError):
     """No workflow instance has this id."""
 
     code = "LF400"
-    ID_NAMES = ("instance_id", "event_id", "key")
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "event_id", "key")
 
     instance_id: str | None = None
     # An event the instance does not hold (a delivery asked for by its id).
