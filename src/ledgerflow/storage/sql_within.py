@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ledgerflow.errors import ForeignConnectionError, LedgerflowError
+from ledgerflow.errors import ForeignConnectionError, LedgerflowError, StorageError
 from ledgerflow.storage import queries
 from ledgerflow.storage.lent import Lent
 from ledgerflow.storage.rows import Row
@@ -113,9 +113,7 @@ def borrow(store: SqlStore, lent: Lent, *, ours: Identity) -> WithinStore:
     within = WithinStore(lent, url=store.url, schema=getattr(store, "schema", None))
     try:
         theirs = _identity(within)
-    except ForeignConnectionError:
-        raise
-    except LedgerflowError as exc:
+    except StorageError as exc:  # no such table, no such schema: not a journal at all
         raise ForeignConnectionError(
             f"the connection lent is not to the journal at {store.url}: its marker cannot be "
             f"read through it ({exc.message})"
