@@ -190,3 +190,7 @@ EXPLORER_PATHS_MAX = 64
 # Choices of what arrives one instance gets in one simulated run: a workflow that waits in a
 # loop is given this many events, then left WAITING (and reported so).
 EXPLORER_DECISIONS_PER_INSTANCE_MAX = 100
+# Instances started inside callers' transactions (engine.within) that an engine remembers until
+# their commit is proven, to answer NotCommittedError for them; past it the oldest is forgotten
+# (a read of it then says InstanceNotFoundError, as any other process's would).
+WITHIN_UNCOMMITTED_MAX = 1_000

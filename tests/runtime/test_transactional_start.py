@@ -734,3 +734,67 @@ def test_the_sync_face_has_the_same_rules(tmp_path: Path) -> None:
         tx.committed()
         assert engine.get(started.instance_id).business_key == "y-1"
         conn.close()
+
+
+@pytest.mark.postgres
+def test_sqlalchemy_over_psycopg_joins_the_session(request: pytest.FixtureRequest) -> None:
+    """Goal: a SQLAlchemy Session over psycopg (``postgresql+psycopg://``) joins its
+    transaction as the plain psycopg connection does.
+
+    Method: a session inserts its row and starts; before its commit the store sees nothing,
+    after it both are there.
+    """
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    from sqlalchemy.orm import Session
+
+    url = postgres_url(request.node.nodeid)
+    base = url.partition("?")[0]
+    table = _app_table(request.node.nodeid)
+    with lf.SyncEngine(url, shop()) as engine:
+        engine.store.get_instance(InstanceId("warm"))
+        db = sqlalchemy.create_engine(base.replace("postgresql://", "postgresql+psycopg://", 1))
+        with db.begin() as connection:
+            connection.execute(sqlalchemy.text(f"DROP TABLE IF EXISTS {table}"))
+            connection.execute(sqlalchemy.text(f"CREATE TABLE {table} (id TEXT PRIMARY KEY)"))
+        with Session(db) as session:
+            session.execute(sqlalchemy.text(f"INSERT INTO {table} VALUES ('q-1')"))
+            tx = engine.within(session, actor="service:orders")
+            started = tx.start("order", key="q-1", input={"sku": "A"})
+            assert engine.store.get_instance(started.instance_id) is None
+            session.commit()
+            tx.committed()
+        assert engine.get(started.instance_id).business_key == "q-1"
+        with db.connect() as connection:
+            rows = connection.execute(sqlalchemy.text(f"SELECT id FROM {table}")).all()
+        assert [r[0] for r in rows] == ["q-1"]
+        db.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_an_open_transaction_holds_only_its_own_key(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Goal: a caller's transaction left open holds only the business keys it started: other
+    callers' starts of other keys, and the engine's own starts, go on beside it.
+
+    Method: caller A starts k-1 and stays open; caller B (lock_timeout 2 s, so a wait would
+    fail rather than hang) starts k-2 and commits, and the engine starts k-3; then A commits.
+    """
+    import psycopg
+
+    url = postgres_url(request.node.nodeid)
+    base = url.partition("?")[0]
+    with (
+        lf.SyncEngine(url, shop()) as engine,
+        psycopg.connect(base) as first,
+        psycopg.connect(base) as second,
+    ):
+        engine.store.get_instance(InstanceId("warm"))
+        engine.within(first).start("order", key="k-1", input={"sku": "A"})
+        second.execute("SET lock_timeout = '2s'")
+        engine.within(second).start("order", key="k-2", input={"sku": "A"})
+        second.commit()
+        engine.start("order", key="k-3", input={"sku": "A"})
+        assert sorted(r.business_key for r in engine.list()) == ["k-2", "k-3"]
+        first.commit()
+        assert sorted(r.business_key for r in engine.list()) == ["k-1", "k-2", "k-3"]

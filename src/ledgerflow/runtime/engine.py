@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack
@@ -133,9 +133,9 @@ class Engine:
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
         self._watchers: dict[str, set[asyncio.Event]] = {}
-        # Callers' transactions this engine wrote in (engine.within) that may not have
-        # committed: a read of an instance one of them started says so. Forgotten with them.
-        self._uncommitted: weakref.WeakSet[AsyncWithin] = weakref.WeakSet()
+        # Instances started inside callers' transactions (engine.within) whose commit is not
+        # proven yet, with the transaction: a read of one says whether it committed (bounded).
+        self._uncommitted: OrderedDict[str, AsyncWithin] = OrderedDict()
         self._journal: Identity | None = None
 
     @property
@@ -192,11 +192,11 @@ class Engine:
         (NotCommittedError when a caller's transaction this engine wrote in started it and
         has not committed)."""
         record = await self.runtime.store.get(InstanceId(instance_id))
-        if record is None:
-            for tx in list(self._uncommitted):
-                if instance_id in tx.sync.started():
-                    await tx.refuse_unless_committed(instance_id)
-                    record = await self.runtime.store.get(InstanceId(instance_id))
+        tx = self._uncommitted.get(instance_id) if record is None else None
+        if tx is not None:
+            await tx.refuse_unless_committed(instance_id)
+            self._uncommitted.pop(instance_id, None)  # committed since the read
+            record = await self.runtime.store.get(InstanceId(instance_id))
         if record is None:
             raise InstanceNotFoundError(instance_id=instance_id)
         return record
@@ -238,15 +238,20 @@ class Engine:
             actor=actor,
             role=role,
         )
-        tx = AsyncWithin(
+        return AsyncWithin(
             sync,
             on_loop=lent.on_loop,
             on_store=self._call,
             identity=self._journal_identity,
+            on_started=self._started_within,
             notice=self._committed,
         )
-        self._uncommitted.add(tx)
-        return tx
+
+    def _started_within(self, instance_id: str, tx: AsyncWithin) -> None:
+        self._uncommitted[instance_id] = tx
+        self._uncommitted.move_to_end(instance_id)
+        while len(self._uncommitted) > limits.WITHIN_UNCOMMITTED_MAX:
+            self._uncommitted.popitem(last=False)
 
     async def _journal_identity(self) -> Identity:
         if self._journal is None:
@@ -255,9 +260,8 @@ class Engine:
 
     def _committed(self, within: Within) -> None:
         """A caller's transaction committed what it wrote: the workers here hear of it now."""
-        for tx in list(self._uncommitted):
-            if tx.sync is within:
-                self._uncommitted.discard(tx)
+        for instance_id in within.started():
+            self._uncommitted.pop(instance_id, None)
         for written in within.written:
             if written.kind == CANCEL:
                 self.notice_cancel(written.instance_id)

@@ -125,6 +125,11 @@ class Within:
             self._core = EngineCore(kernel, self._registry, self._codec, None)
             self._kernel = kernel
 
+    @property
+    def proven(self) -> bool:
+        """Whether the connection was proven to be to the store's own journal."""
+        return self._kernel is not None
+
     def _parts(self) -> tuple[WithinStore, EngineCore]:
         if self._kernel is None or self._core is None:
             raise ConfigurationError("within: prove the connection first (ready)")
@@ -237,17 +242,22 @@ class Within:
         audit_id = kernel.append_audit(entry, now=now)
         self.written.append(_Written(kind, instance_id, audit_id, fingerprint))
 
-    def visible(self) -> bool | None:
-        """Whether the last write is visible through the store's own connection (which sees
-        only what is committed); None when nothing was written."""
-        if not self.written:
+    def visible(self, instance_id: str | None = None) -> bool | None:
+        """Whether the last write (of ``instance_id``, when given) is visible through the
+        store's own connection, which sees only what is committed; None when nothing was
+        written (for it)."""
+        last = next(
+            (w for w in reversed(self.written) if instance_id in (None, w.instance_id)), None
+        )
+        if last is None:
             return None
-        last = self.written[-1]
         return audit_visible(self._store, last.audit_id, last.fingerprint)
 
     def state(self, visible: bool | None = None) -> WithinState:
         """Where the caller's transaction stands (``visible``: :meth:`visible`, read first on
-        the store's thread; the lent connection is asked on the caller's)."""
+        the store's thread; the lent connection is asked on the caller's). A lent connection
+        rolled back and in a new transaction since reads as still ``open``: either way,
+        nothing of it is committed."""
         if not self.written:
             return WithinState.EMPTY
         if visible is None:
@@ -261,7 +271,7 @@ class Within:
         self.refuse_unless_committed(None, visible)
 
     def refuse_unless_committed(self, instance_id: str | None, visible: bool | None) -> None:
-        """NotCommittedError unless what was written here is committed."""
+        """NotCommittedError unless what was written here (for ``instance_id``) is committed."""
         state = self.state(visible)
         if state in (WithinState.OPEN, WithinState.ROLLED_BACK):
             shown = instance_id or self.written[-1].instance_id
@@ -300,12 +310,14 @@ class AsyncWithin:
         on_loop: bool,
         on_store: StoreCall,
         identity: Callable[[], Awaitable[Identity]],
+        on_started: Callable[[str, AsyncWithin], None],
         notice: Callable[[Within], None],
     ) -> None:
         self._sync = sync
         self._on_loop = on_loop
         self._on_store = on_store
         self._identity = identity
+        self._on_started = on_started
         self._notice = notice
         self._closed = False
 
@@ -321,8 +333,9 @@ class AsyncWithin:
     async def _ready(self) -> None:
         if self._closed:
             raise ConfigurationError("this within block has ended: open another one")
-        ours = await self._identity()
-        await self._run(self._sync.ready, ours)
+        if not self._sync.proven:
+            ours = await self._identity()
+            await self._run(self._sync.ready, ours)
 
     async def _run(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         # An async driver's statements are awaited on this loop: the kernel waits for them on
@@ -336,7 +349,10 @@ class AsyncWithin:
     ) -> Started:
         """:meth:`Within.start`, awaited."""
         await self._ready()
-        return await self._run(self._sync.start, workflow, **options)
+        started = await self._run(self._sync.start, workflow, **options)
+        if started.created:
+            self._on_started(started.instance_id, self)
+        return started
 
     async def signal(
         self, instance_id: str, name: str, **event: Unpack[SignalOptions]
@@ -359,7 +375,7 @@ class AsyncWithin:
 
     async def refuse_unless_committed(self, instance_id: str) -> None:
         """NotCommittedError for ``instance_id`` unless this transaction committed."""
-        visible: bool | None = await self._on_store(self._sync.visible)
+        visible: bool | None = await self._on_store(self._sync.visible, instance_id)
         self._sync.refuse_unless_committed(instance_id, visible)
 
     async def committed(self) -> None:
