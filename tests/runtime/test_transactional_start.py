@@ -38,6 +38,7 @@ from ledgerflow.errors import (
 )
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.within import WithinState
+from ledgerflow.testing.oracle import changes_audited
 from postgres_schema import postgres_url
 from processes import child_environment
 
@@ -271,6 +272,7 @@ def test_rollback_leaves_no_instance_no_audit_and_no_work(
             await again.committed()
             await _drain(engine)
             assert (await engine.result(started.instance_id, timeout=10))["sku"] == "B"
+            assert changes_audited(engine.store) == []
 
     asyncio.run(main())
 
@@ -325,6 +327,8 @@ def test_signal_and_cancel_commit_or_vanish_with_the_callers_transaction(
                 ("start", "ledgerflow:within"),
                 ("cancel", "service:orders"),
             ]
+            # Every change from outside has its audit record, committed with it.
+            assert changes_audited(engine.store) == []
 
     asyncio.run(main())
 

@@ -1,4 +1,5 @@
-"""Start, signal and cancel inside the caller's own transaction.
+"""Start, signal and cancel inside the caller's own transaction (internal: reached through
+``Engine.within`` and ``SyncEngine.within``).
 
 A service that keeps its rows in the journal's database writes "order row inserted" and "order
 workflow started" in one transaction: they commit together or not at all, the dual write the
