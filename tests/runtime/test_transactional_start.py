@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
-from conditions import eventually
+from conditions import eventually, until
 from ledgerflow.errors import (
     ConcurrencyError,
     ForeignConnectionError,
@@ -42,6 +42,8 @@ from ledgerflow.testing.oracle import changes_audited
 from postgres_schema import postgres_url
 from processes import child_environment
 
+# A PostgreSQL backend waiting for a lock (a caller's start waiting on another's key).
+WAITING_ON_A_LOCK = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
 BACKENDS = [
     "sqlite",
     pytest.param("postgres-sync", marks=pytest.mark.postgres),
@@ -547,10 +549,7 @@ def test_postgres_two_callers_one_key_under_each_isolation_level(
         thread = threading.Thread(target=other)
         thread.start()
         eventually(
-            lambda: watcher.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
-                (second_pid,),
-            ).fetchone(),
+            lambda: watcher.execute(WAITING_ON_A_LOCK, (second_pid,)).fetchone(),
             what="the second caller waiting on the first's key",
         )
         first.commit()
@@ -802,3 +801,48 @@ def test_postgres_an_open_transaction_holds_only_its_own_key(
         assert sorted(r.business_key for r in engine.list()) == ["k-2", "k-3"]
         first.commit()
         assert sorted(r.business_key for r in engine.list()) == ["k-1", "k-2", "k-3"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kind", ["postgres-sync", "postgres-async"])
+def test_postgres_two_callers_on_one_event_loop_do_not_deadlock(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Goal: two callers on one event loop start one key: the second's start waits for the
+    first's commit off the loop, so the first can still commit; one instance.
+
+    Method: A starts k and stays open; B's start is a task, seen waiting on A's key in
+    pg_stat_activity; A commits on the same loop; B finds A's instance.
+    """
+
+    async def main() -> None:
+        async with (
+            setting(kind, request, tmp_path) as (engine, a),
+            connected(kind, a.url, a.table) as conn,
+        ):
+            b = Caller(kind=kind, url=a.url, conn=conn, table=a.table)
+            pid = b.conn.info.backend_pid
+            await a.begin()
+            await b.begin()
+            first = await engine.within(a.conn).start("order", key="k", input={"sku": "A"})
+            second = asyncio.create_task(
+                engine.within(b.conn).start("order", key="k", input={"sku": "A"})
+            )
+            import psycopg
+
+            with psycopg.connect(a.url.partition("?")[0], autocommit=True) as watcher:
+
+                async def waiting() -> bool:
+                    row = watcher.execute(WAITING_ON_A_LOCK, (pid,)).fetchone()
+                    return row is not None
+
+                await until(waiting, what="the second caller waiting on the first's key")
+            await a.commit()
+            found = await asyncio.wait_for(second, timeout=30)
+            await b.commit()
+            assert first.created
+            assert not found.created
+            assert found.instance_id == first.instance_id
+            assert len(await engine.list()) == 1
+
+    asyncio.run(main())

@@ -240,7 +240,7 @@ class Engine:
         )
         return AsyncWithin(
             sync,
-            on_loop=lent.on_loop,
+            threaded=lent.asynchronous or lent.movable,
             on_store=self._call,
             identity=self._journal_identity,
             on_started=self._started_within,

@@ -100,7 +100,7 @@ class SyncEngine:
         if not isinstance(store, SqlStore):
             raise ConfigurationError("within needs the engine's store to be a SQL journal")
         lent = lend(connection, path=str(getattr(store, "path", store.url)))
-        if lent.on_loop:
+        if lent.asynchronous:
             raise ConfigurationError(
                 "an async connection is lent to Engine.within, not SyncEngine.within"
             )

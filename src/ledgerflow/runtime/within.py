@@ -308,14 +308,14 @@ class AsyncWithin:
         self,
         sync: Within,
         *,
-        on_loop: bool,
+        threaded: bool,
         on_store: StoreCall,
         identity: Callable[[], Awaitable[Identity]],
         on_started: Callable[[str, AsyncWithin], None],
         notice: Callable[[Within], None],
     ) -> None:
         self._sync = sync
-        self._on_loop = on_loop
+        self._threaded = threaded
         self._on_store = on_store
         self._identity = identity
         self._on_started = on_started
@@ -339,9 +339,10 @@ class AsyncWithin:
             await self._run(self._sync.ready, ours)
 
     async def _run(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        # An async driver's statements are awaited on this loop: the kernel waits for them on
-        # a thread of its own. A sync connection is used where the caller uses it.
-        if self._on_loop:
+        # On a thread of its own when the connection allows it: an async driver's statements
+        # are awaited on this loop meanwhile, and a start waiting on another caller's key holds
+        # up nobody's commit. A sqlite3 connection is used on the caller's own thread.
+        if self._threaded:
             return await asyncio.to_thread(call, *args, **kwargs)
         return call(*args, **kwargs)
 

@@ -41,9 +41,13 @@ class Lent(Protocol):
 
     # "sqlite" or "postgres": whose named queries run on it.
     dialect: str
-    # True when its statements are awaited on the caller's event loop (an async driver): the
-    # kernel then runs on another thread and hands each statement to the loop.
-    on_loop: bool
+    # True for an async driver: its statements are awaited on the caller's event loop, so the
+    # kernel runs on a thread of its own and hands each statement to the loop.
+    asynchronous: bool
+    # True when the connection may be used from another thread than the caller's: an asyncio
+    # caller's kernel then runs on a thread too, so that a wait on another caller's key never
+    # holds up the event loop that caller needs to commit.
+    movable: bool
 
     def execute(self, sql: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
         """Run one statement; its rows (mappings by column name) and changed-row count."""
@@ -104,7 +108,9 @@ class _Sqlite3:
     conn: sqlite3.Connection
     path: str
     dialect: str = "sqlite"
-    on_loop: bool = False
+    # sqlite3 refuses use from another thread unless opened with check_same_thread=False.
+    asynchronous: bool = False
+    movable: bool = False
 
     def execute(self, sql: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
         cursor = self.conn.cursor()
@@ -192,7 +198,8 @@ def _joinable(status: object, autocommit: bool) -> None:
 class _Psycopg:
     conn: Any  # psycopg.Connection[Any]; typed loosely so that psycopg stays optional
     dialect: str = "postgres"
-    on_loop: bool = False
+    asynchronous: bool = False
+    movable: bool = True  # psycopg's connections are thread-safe
 
     def execute(self, sql: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
         from psycopg.rows import dict_row
@@ -223,7 +230,8 @@ class _AsyncPsycopg:
     conn: Any  # psycopg.AsyncConnection[Any]
     loop: asyncio.AbstractEventLoop
     dialect: str = "postgres"
-    on_loop: bool = True
+    asynchronous: bool = True
+    movable: bool = True
 
     def execute(self, sql: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
         from psycopg.rows import dict_row
