@@ -846,3 +846,56 @@ def test_postgres_two_callers_on_one_event_loop_do_not_deadlock(
             assert len(await engine.list()) == 1
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "level",
+    [
+        "sqlite",
+        pytest.param("REPEATABLE READ", marks=pytest.mark.postgres),
+        pytest.param("SERIALIZABLE", marks=pytest.mark.postgres),
+    ],
+)
+def test_a_snapshot_that_cannot_see_the_instance_asks_for_a_retry(
+    level: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Goal: a signal or cancel inside a transaction whose snapshot was taken before the
+    instance committed is RetryTransactionError, not "no such instance": the store's own
+    connection sees it, so "not found" would be a wrong answer.
+
+    Method: the caller's transaction takes its snapshot (SQLite BEGIN DEFERRED and a read;
+    PostgreSQL REPEATABLE READ or SERIALIZABLE and a read); the engine then starts the
+    instance; the caller's signal and cancel are refused with a retry, and the retry works.
+    """
+    kind = "sqlite" if level == "sqlite" else "postgres-sync"
+    url = _journal(kind, request, tmp_path)
+    with lf.SyncEngine(url, shop()) as engine:
+        engine.store.get_instance(InstanceId("warm"))
+        if kind == "sqlite":
+            conn: Any = sqlite3.connect(url.removeprefix("sqlite:///"))
+            begin = "BEGIN DEFERRED"
+        else:
+            import psycopg
+
+            conn = psycopg.connect(url.partition("?")[0])
+            begin = f"BEGIN ISOLATION LEVEL {level}"
+        conn.execute(begin)
+        conn.execute("SELECT 1").fetchall()  # the snapshot (SQLite: at the first read)
+        if kind == "sqlite":
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        started = engine.start("order", key="late", input={"sku": "A", "wait": True})
+        with pytest.raises(RetryTransactionError):
+            engine.within(conn).signal(started.instance_id, "go", event_id="e-1")
+        with pytest.raises(RetryTransactionError):
+            engine.within(conn).cancel(started.instance_id, reason="changed my mind")
+        conn.rollback()
+        conn.execute(begin)
+        engine.within(conn).signal(started.instance_id, "go", event_id="e-1")
+        conn.commit()
+        assert [e.event_id for e in engine.store.inbox(started.instance_id)] == ["e-1"]
+        conn.execute(begin)
+        with pytest.raises(InstanceNotFoundError) as missing:
+            engine.within(conn).signal("wf_nothing_here", "go", event_id="e-2")
+        assert not isinstance(missing.value, RetryTransactionError)
+        conn.rollback()
+        conn.close()

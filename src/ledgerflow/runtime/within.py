@@ -31,16 +31,22 @@ Example (SQLite; the service's own table lives in the journal file)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hashlib
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
-from ledgerflow.errors import ConfigurationError, NotCommittedError
+from ledgerflow.errors import (
+    ConfigurationError,
+    InstanceNotFoundError,
+    NotCommittedError,
+    RetryTransactionError,
+)
 from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.delivery import DeliveryState
 from ledgerflow.ledger.records import InstanceRecord
@@ -169,7 +175,7 @@ class Within:
         instance may be one this transaction started."""
         kernel, core = self._parts()
         now = self._clock.now()
-        with kernel.transaction():
+        with self._snapshot_sees(instance_id), kernel.transaction():
             delivered = core.signal(instance_id, name, now=now, **event)
             delivery = delivered.delivery
             refused = (
@@ -198,7 +204,7 @@ class Within:
         :meth:`Engine.cancel`); in force for its owner once the caller commits."""
         kernel, core = self._parts()
         now = self._clock.now()
-        with kernel.transaction():
+        with self._snapshot_sees(instance_id), kernel.transaction():
             asked = core.cancel(instance_id, reason=reason, compensate=compensate, now=now)
             self._audit(
                 CANCEL,
@@ -210,6 +216,24 @@ class Within:
                 now=now,
             )
         return asked.instance
+
+    @contextlib.contextmanager
+    def _snapshot_sees(self, instance_id: str) -> Iterator[None]:
+        """An instance the caller's snapshot cannot see, but the store's own connection can
+        (started and committed after that snapshot was taken, under REPEATABLE READ,
+        SERIALIZABLE or a SQLite read transaction): not "not found", a retry."""
+        try:
+            yield
+        except InstanceNotFoundError as exc:
+            if exc.event_id is not None or exc.key is not None:
+                raise
+            if self._store.get_instance(InstanceId(instance_id)) is None:
+                raise
+            raise RetryTransactionError(
+                f"instance {instance_id} exists, but your transaction's snapshot was taken "
+                "before it committed; roll your transaction back and run it again",
+                instance_id=instance_id,
+            ) from None
 
     def _audit(
         self,
