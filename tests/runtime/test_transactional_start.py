@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import sqlite3
@@ -22,7 +23,7 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -39,6 +40,7 @@ from ledgerflow.errors import (
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.within import WithinState
 from ledgerflow.testing.oracle import changes_audited
+from ledgerflow.testing.rolled_back import RolledBackCallers
 from postgres_schema import postgres_url
 from processes import child_environment
 
@@ -899,3 +901,56 @@ def test_a_snapshot_that_cannot_see_the_instance_asks_for_a_retry(
         assert not isinstance(missing.value, RetryTransactionError)
         conn.rollback()
         conn.close()
+
+
+# -- the fault explorer: a caller that dies before its COMMIT at every point -----------------
+
+
+class _Counted(RolledBackCallers):
+    """The explorer's rolled-back callers, counted (and, for the oracle's own test, made to
+    commit instead)."""
+
+    made: ClassVar[list[RolledBackCallers]] = []
+    commit_all = False
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, commit=self.commit_all)
+        self.made.append(self)
+
+
+@pytest.mark.slow
+@pytest.mark.simulated
+@pytest.mark.parametrize("commit", [False, True], ids=["rolled-back", "oracle-sees-a-commit"])
+def test_the_explorer_kills_a_caller_before_its_commit_at_every_point(
+    commit: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: at every fault point of an order's run (arrivals mode: a cancel, then a signal,
+    at each hit), a service's transaction that started an instance, signalled and asked to
+    cancel the order through ``within`` and died before its COMMIT leaves nothing visible
+    (oracle ``rolled_back_invisible``); and the oracle is not blind: callers made to commit
+    instead are all caught.
+
+    Method: the explorer's arrivals mode on the demo order; count the callers that arrived
+    and wrote (not told to retry because the worker held the write lock at that point).
+    """
+    from ledgerflow.demo.order import registry, sample_order
+    from ledgerflow.testing import Explorer, scenario_for, simulation
+
+    _Counted.made, _Counted.commit_all = [], commit
+    monkeypatch.setattr(simulation, "RolledBackCallers", _Counted)
+    explorer = Explorer(scenario_for(registry, "order", [sample_order(1)]), folder=tmp_path)
+    summary = asyncio.run(explorer.arrivals())
+    arrived = sum(c.arrived for c in _Counted.made)
+    wrote = arrived - sum(c.retried for c in _Counted.made)
+    assert arrived == summary.outside.cancels + summary.outside.signals > 10
+    assert wrote > arrived // 2  # most points are outside the worker's own write transaction
+    caught = [
+        v for f in summary.failures for v in f.violations if v.invariant == "rolled_back_invisible"
+    ]
+    print(json.dumps({"callers": arrived, "wrote": wrote, "runs": summary.runs}))
+    if commit:
+        # Every run whose caller wrote and committed is caught.
+        assert len({f.label for f in summary.failures}) == wrote
+        assert caught
+    else:
+        assert summary.failures == [], [str(v) for f in summary.failures for v in f.violations]
