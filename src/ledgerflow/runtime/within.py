@@ -11,9 +11,9 @@ caller's work and never retries inside it: a conflict the caller's snapshot cann
 :class:`~ledgerflow.errors.RetryTransactionError`, for the caller to run the transaction again.
 
 Until the caller commits nobody else sees any of it, and this engine's workers are not told:
-:meth:`Within.committed` (after the COMMIT) proves the commit -- the audit record of the last
-write is visible through the store's own connection -- and wakes them; workers elsewhere find
-the work at their next poll. Asked before, the engine answers
+``committed()`` (after the COMMIT) proves the commit -- the audit record of the last write is
+visible through the store's own connection -- and, on :class:`AsyncWithin`, wakes them;
+workers elsewhere find the work at their next poll. Asked before, the engine answers
 :class:`~ledgerflow.errors.NotCommittedError` (``open``, or ``rolled-back``) for an instance
 its ``within`` started, never a plain "not found".
 
@@ -128,7 +128,8 @@ class Within:
         read through its own connection) before anything is written through it."""
         if self._kernel is None:
             kernel = borrow(self._store, self._lent, ours=ours)
-            # Starts are counted when they are durable, not here (metrics=None).
+            # Not counted in the engine's metrics (metrics=None): a start that may still roll
+            # back is no start.
             self._core = EngineCore(kernel, self._registry, self._codec, None)
             self._kernel = kernel
 
