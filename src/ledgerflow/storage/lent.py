@@ -21,9 +21,10 @@ caller imported them, and is recognised by its module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -81,6 +82,20 @@ def lend(connection: object, *, path: str) -> Lent:
         "connection, a psycopg connection (sync or async), or a SQLAlchemy Connection or "
         "Session over one"
     )
+
+
+@contextlib.contextmanager
+def own_sqlite_caller(
+    path: str, *, wait_seconds: float
+) -> Iterator[tuple[Lent, Callable[[], None]]]:
+    """A caller's own new ``sqlite3`` connection to the journal at ``path``, lent, with its
+    COMMIT; closed on leaving, so that what was not committed is gone as if the caller died
+    (the fault explorer's callers, ``ledgerflow.testing.rolled_back``)."""
+    conn = sqlite3.connect(path, timeout=wait_seconds)
+    try:
+        yield _Sqlite3(conn, path), conn.commit
+    finally:
+        conn.close()
 
 
 def _driver_connection(connection: Any) -> object:

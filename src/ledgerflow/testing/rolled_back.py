@@ -18,7 +18,7 @@ second connection on the worker's own thread.)
 
 from __future__ import annotations
 
-import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from ledgerflow.errors import LedgerflowError, RetryTransactionError
@@ -28,7 +28,7 @@ from ledgerflow.model.definition import Registry
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.within import Within
-from ledgerflow.storage.lent import lend
+from ledgerflow.storage.lent import Lent, own_sqlite_caller
 from ledgerflow.storage.sql_store import SqlStore
 from ledgerflow.storage.sql_within import journal_identity
 from ledgerflow.storage.store import Store
@@ -52,9 +52,22 @@ class RolledBackCallers:
         self.arrived = 0
         self.retried = 0
 
-    def arrive(
+    def arrive(self, store: Store, **where: Any) -> None:
+        """One caller at this point (``where``: the registry, codec and clock of the run, the
+        scenario's workflow, input and instance, and the hit's index)."""
+        if not isinstance(store, SqlStore):
+            return  # a store wrapped to drop connections: the caller needs the journal's own
+        # No wait: where the worker holds the write lock at this point, the caller is told to
+        # retry at once rather than wait for a worker that waits for it.
+        with own_sqlite_caller(self.path, wait_seconds=0) as (lent, commit):
+            self._write(store, lent, commit, **where)
+        self.arrived += 1
+
+    def _write(
         self,
-        store: Store,
+        store: SqlStore,
+        lent: Lent,
+        commit: Callable[[], None],
         *,
         registry: Registry,
         codec: Codec,
@@ -64,15 +77,10 @@ class RolledBackCallers:
         instance_id: InstanceId,
         at: int,
     ) -> None:
-        if not isinstance(store, SqlStore):
-            return  # a store wrapped to drop connections: the caller needs the journal's own
-        # timeout=0: where the worker holds the write lock at this point, the caller is told
-        # to retry at once rather than wait for a worker that waits for it.
-        conn = sqlite3.connect(self.path, timeout=0)
         try:
             within = Within(
                 store=store,
-                lent=lend(conn, path=self.path),
+                lent=lent,
                 registry=registry,
                 codec=codec,
                 clock=clock,
@@ -92,12 +100,10 @@ class RolledBackCallers:
                 except LedgerflowError:
                     pass  # an ended instance refuses a cancel: the caller goes on
             if self.commit:
-                conn.commit()
+                commit()
         except RetryTransactionError:
             self.retried += 1
-        finally:
-            conn.close()  # never committed: the caller dies before its COMMIT
-        self.arrived += 1
+        # Leaving closes the connection uncommitted: the caller dies before its COMMIT.
 
 
 def rolled_back_invisible(store: Store, *, limit: int = 100_000) -> list[Violation]:

@@ -250,8 +250,7 @@ async def simulate(
         label=label,
         violations=[
             *oracle.check(snapshot, world),
-            *run.lost_wakeups,
-            *_rolled_back_left(run.url),
+            *run.left_behind(),
             *await run.drift.judge(run.url, world),
         ],
         statuses=Counter(i.status.value for i in snapshot.instances),
@@ -395,6 +394,11 @@ class _Run:
                     return oracle.Snapshot.of(final.store), stale, reached
             self.clock.advance_to(due)
         raise RuntimeError(f"{label}: no quiescence after {ROUNDS_MAX} worker rounds")
+
+    def left_behind(self) -> list[oracle.Violation]:
+        """What came from outside and went wrong: a lost wake-up (found at a quiet moment), or
+        anything left visible by a caller whose transaction never committed."""
+        return [*self.lost_wakeups, *_rolled_back_left(self.url)]
 
     def _faults(self) -> list[Hit]:
         """The crashes and engine errors the plan fired, where they hit."""
