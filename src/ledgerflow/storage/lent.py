@@ -42,6 +42,8 @@ class Lent(Protocol):
 
     # "sqlite" or "postgres": whose named queries run on it.
     dialect: str
+    # The driver's own connection.
+    conn: Any
     # True for an async driver: its statements are awaited on the caller's event loop, so the
     # kernel runs on a thread of its own and hands each statement to the loop.
     asynchronous: bool

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -92,6 +93,9 @@ class WithinStore(SqlStore):
 
 # The journal's marker, and where the connection's database lives (see _identity).
 Identity = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]
+# The PostgreSQL connections proven to be to a journal, with that journal's identity: forgotten
+# with the connection.
+_PROVEN: weakref.WeakKeyDictionary[Any, Identity] = weakref.WeakKeyDictionary()
 
 
 def journal_identity(store: SqlStore) -> Identity:
@@ -111,6 +115,8 @@ def borrow(store: SqlStore, lent: Lent, *, ours: Identity) -> WithinStore:
             f"({expected}): lend a connection to that database"
         )
     within = WithinStore(lent, url=store.url, schema=getattr(store, "schema", None))
+    if not store.embedded and _PROVEN.get(lent.conn) == ours:
+        return within  # a PostgreSQL connection's database never changes: proven once
     try:
         theirs = _identity(within)
     except StorageError as exc:  # no such table, no such schema: not a journal at all
@@ -130,6 +136,9 @@ def borrow(store: SqlStore, lent: Lent, *, ours: Identity) -> WithinStore:
             f"the connection lent is to another Ledgerflow journal than {store.url} (its "
             "marker differs); nothing was written through it"
         )
+    if not store.embedded:
+        # (A SQLite connection is checked each time: a file may be ATTACHed to it since.)
+        _PROVEN[lent.conn] = ours
     return within
 
 
