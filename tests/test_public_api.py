@@ -142,6 +142,7 @@ ERRORS = [
     "TokenNameTakenError",
     "UnknownVersionError",
     "UnknownWorkflowError",
+    "UnsettledEffectsError",
     "UnsupportedMediaTypeError",
     "VersionRetiredError",
     "WaitTimeoutError",

@@ -37,6 +37,7 @@
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
     │   └── EventRefusedError         an event kept but refused: too late, or the instance ended
     ├── IllegalTransitionError        a state change the state machine does not allow
+    │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
     ├── InstanceNotFoundError
     ├── ResultTimeoutError            waited for a result that did not come in time
     │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
@@ -111,6 +112,7 @@ from ledgerflow.errors.ledger import (
     ResultTimeoutError,
     StepError,
     StepFailedError,
+    UnsettledEffectsError,
     WaitTimeoutError,
     WorkflowError,
 )
@@ -182,6 +184,7 @@ __all__ = [
     "TokenNameTakenError",
     "UnknownVersionError",
     "UnknownWorkflowError",
+    "UnsettledEffectsError",
     "UnsupportedMediaTypeError",
     "VersionRetiredError",
     "WaitTimeoutError",

@@ -1,0 +1,308 @@
+"""Continue-as-new: run N closes and run N+1 of the same instance opens in one transaction.
+
+Each test runs on both backends (``journal_url``): the switch carries every event no wait has
+taken, an event id is a duplicate in every later run, effect keys of consecutive runs never
+meet, the switch is refused while an effect of the run is unsettled, a later run's failure or
+cancel still compensates what an earlier run committed, and the journal a worker loads is the
+open run's only, however long the chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import ledgerflow as lf
+from ledgerflow.errors import ConcurrencyError, UnsettledEffectsError
+from ledgerflow.ledger.records import Commit, ContinueRun
+from ledgerflow.ledger.transitions import new_effect, new_step
+from ledgerflow.model.effect import EffectEvent
+from ledgerflow.model.ids import RunNumber, StepSeq, WorkerId, effect_id, idempotency_key
+from ledgerflow.model.step import StepEvent, StepKind
+
+QUICK = lf.RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=1))
+
+
+class Shop:
+    """A counter that continues every ``every`` events, a chain that charges once per run, and
+    the participants' own count of applications by key."""
+
+    def __init__(self) -> None:
+        self.applied: Counter[str] = Counter()
+        self.refunded: Counter[str] = Counter()
+        self.registry = lf.Registry()
+        bank = self.registry.add_participant(lf.Participant("bank", deduplicates=True))
+
+        @bank.compensation("refund", retry=QUICK)
+        async def refund(call: lf.EffectCall) -> dict[str, Any]:
+            self.refunded[call.original_key or ""] += 1
+            return {"refunded": call.original_key}
+
+        @bank.effect(classification="compensatable", retry=QUICK, compensation="refund")
+        async def charge(call: lf.EffectCall) -> dict[str, Any]:
+            self.applied[call.idempotency_key] += 1
+            return {"charged": call.payload}
+
+        @self.registry.workflow(name="counter", version=1)
+        async def counter(ctx: lf.WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
+            seen = list(state["seen"])
+            while len(seen) < state["until"]:
+                event = await ctx.wait_for("add")
+                seen.append(event.payload)
+                if len(seen) % state["every"] == 0 and len(seen) < state["until"]:
+                    ctx.continue_as_new({**state, "seen": seen})
+            return {"seen": seen, "run": ctx.run}
+
+        @self.registry.workflow(name="chain", version=1)
+        async def chain(ctx: lf.WorkflowContext, state: dict[str, Any]) -> str:
+            await ctx.effect(charge, {"run": ctx.run})
+            if ctx.run < state["runs"]:
+                ctx.continue_as_new(state)
+            if state.get("fail"):
+                raise lf.BusinessFailure(f"run {ctx.run} fails")
+            if state.get("wait"):
+                await ctx.wait_for("never")
+            return f"done in run {ctx.run}"
+
+        @self.registry.workflow(name="loop", version=1)
+        async def loop(ctx: lf.WorkflowContext, state: dict[str, Any]) -> int:
+            i = state["i"]
+            while i < state["until"]:
+                i = await ctx.step("tick", _add_one, i)
+                if i % state["every"] == 0 and i < state["until"]:
+                    ctx.continue_as_new({**state, "i": i})
+            return i
+
+
+def _add_one(i: int) -> int:
+    return i + 1
+
+
+@pytest.fixture
+def shop() -> Shop:
+    return Shop()
+
+
+async def _work(engine: lf.Engine) -> None:
+    await engine.worker(lease_seconds=5, poll_seconds=0.01).run(until_idle=True)
+
+
+def _run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_events_cross_every_switch_none_lost_none_twice(journal_url: str, shop: Shop) -> None:
+    """Ten events sent at once to a counter that continues every three: run 4 ends with all
+    ten in order; each was consumed once, filed under the run whose wait took it; the switches
+    are on the timeline and each closed run has its row of history."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start(
+                "counter", key="c-1", input={"seen": [], "every": 3, "until": 10}
+            )
+            iid = started.instance_id
+            for n in range(10):
+                await engine.signal(iid, "add", event_id=f"e{n}", payload=n)
+            await _work(engine)
+            record = await engine.get(iid)
+            assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
+            assert record.result_value == {"seen": list(range(10)), "run": 4}
+            assert record.run == 4
+            assert record.input_value == {"seen": [], "every": 3, "until": 10}
+            assert record.run_input_value["seen"] == list(range(9))
+            inbox = engine.store.inbox(iid)
+            assert [d.state.value for d in inbox] == ["CONSUMED"] * 10
+            assert [d.run for d in inbox] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4]
+            runs = engine.store.runs(iid)
+            assert [(r.run, r.steps) for r in runs] == [(1, 3), (2, 3), (3, 3)]
+            assert runs[1].input_value["seen"] == [0, 1, 2]
+            switches = [e for e in engine.store.timeline(iid) if e.subject == "run"]
+            assert [(e.from_state, e.to_state) for e in switches] == [
+                ("1", "2"),
+                ("2", "3"),
+                ("3", "4"),
+            ]
+
+    _run(main())
+
+
+def test_an_event_id_is_a_duplicate_in_every_later_run(journal_url: str, shop: Shop) -> None:
+    """Deduplication belongs to the instance: an event id taken in run 1 and sent again in
+    run 2 is a duplicate (Temporal's deduplication does not cross a continue-as-new)."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start(
+                "counter", key="c-2", input={"seen": [], "every": 1, "until": 3}
+            )
+            iid = started.instance_id
+            await engine.signal(iid, "add", event_id="same", payload="first")
+            await _work(engine)
+            assert (await engine.get(iid)).run == 2
+            again = await engine.signal(iid, "add", event_id="same", payload="first")
+            assert again.outcome is lf.DeliveryOutcome.DUPLICATE
+            assert again.delivery.run == 1
+            # Another event under a used id is refused, not kept for the new run.
+            with pytest.raises(ConcurrencyError):
+                await engine.signal(iid, "add", event_id="same", payload="other")
+            await engine.signal(iid, "add", event_id="next", payload="second")
+            await engine.signal(iid, "add", event_id="last", payload="third")
+            await _work(engine)
+            record = await engine.get(iid)
+            assert record.result_value == {"seen": ["first", "second", "third"], "run": 3}
+
+    _run(main())
+
+
+def test_effect_keys_of_consecutive_runs_are_disjoint(journal_url: str, shop: Shop) -> None:
+    """One charge per run, three runs: three keys, each naming its run, each applied once."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("chain", key="k-1", input={"runs": 3})
+            await _work(engine)
+            record = await engine.get(started.instance_id)
+            assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
+            assert record.result_value == "done in run 3"
+            effects = engine.store.effects(started.instance_id)
+            keys = [e.idempotency_key for e in effects]
+            assert len(set(keys)) == 3
+            assert [e.run for e in effects] == [1, 2, 3]
+            assert all(f"/r{e.run}/s1/" in e.idempotency_key for e in effects)
+            assert set(shop.applied) == set(keys)
+            assert set(shop.applied.values()) == {1}
+
+    _run(main())
+
+
+def test_a_later_failure_compensates_every_run_newest_first(journal_url: str, shop: Shop) -> None:
+    """Run 3 fails: the charges of runs 3, 2 and 1 are refunded, in that order, and the
+    instance ends COMPENSATED (the chain is one saga, not three)."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("chain", key="k-2", input={"runs": 3, "fail": True})
+            await _work(engine)
+            record = await engine.get(started.instance_id)
+            assert record.status is lf.InstanceStatus.COMPENSATED, record.reason
+            effects = engine.store.effects(started.instance_id)
+            charges = [e for e in effects if e.compensates is None]
+            refunds = [e for e in effects if e.compensates is not None]
+            assert {r.compensates for r in refunds} == {c.effect_id for c in charges}
+            assert all(r.run == 3 for r in refunds)
+            # Newest first: run 3's charge, then run 2's, then run 1's.
+            by_seq = sorted(refunds, key=lambda r: r.seq)
+            undone = {c.effect_id: c.run for c in charges}
+            assert [undone[r.compensates or ""] for r in by_seq] == [3, 2, 1]
+            assert set(shop.refunded.values()) == {1}
+            assert len(shop.refunded) == 3
+
+    _run(main())
+
+
+def test_a_cancel_in_a_later_run_undoes_the_earlier_runs(journal_url: str, shop: Shop) -> None:
+    """Run 2 waits; a cancel request undoes run 1's charge and run 2's: the obligations of a
+    closed run stay the instance's."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("chain", key="k-3", input={"runs": 2, "wait": True})
+            await _work(engine)
+            assert (await engine.get(started.instance_id)).status is lf.InstanceStatus.WAITING
+            await engine.cancel(started.instance_id, reason="changed my mind")
+            await _work(engine)
+            record = await engine.get(started.instance_id)
+            assert record.status is lf.InstanceStatus.CANCELLED, record.reason
+            assert len(shop.refunded) == 2
+
+    _run(main())
+
+
+def test_the_store_refuses_a_switch_while_an_effect_is_unsettled(journal_url: str) -> None:
+    """An effect INTENDED in run 1: a commit that closes run 1 is refused with
+    UnsettledEffectsError and changes nothing."""
+    registry = lf.Registry()
+
+    @registry.workflow(name="idle", version=1)
+    async def idle(ctx: lf.WorkflowContext, _: None) -> None:
+        await ctx.wait_for("never")
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            started = await engine.start("idle", key="u-1", input=None)
+            store = engine.store
+            owner = WorkerId("test-owner")
+            [claimed] = store.claim(owner=owner, now=time.time(), lease_seconds=30, limit=1)
+            seq = StepSeq(1)
+            step = new_step(
+                claimed,
+                seq,
+                StepEvent.START,
+                kind=StepKind.EFFECT,
+                name="bank.charge",
+                input="1",
+                retry_policy="{}",
+                now=time.time(),
+            )
+            eid = effect_id(claimed.instance_id, claimed.run, seq)
+            intent = new_effect(
+                claimed,
+                seq,
+                EffectEvent.INTEND,
+                effect_id=eid,
+                participant="bank",
+                operation="charge",
+                classification="compensatable",
+                idempotency_key=idempotency_key(
+                    tenant=claimed.tenant, effect=eid, participant="bank", operation="charge"
+                ),
+                payload="1",
+                now=time.time(),
+            )
+            fence = {"instance_id": claimed.instance_id, "owner": owner}
+            [error] = store.commit(
+                [Commit(**fence, generation=claimed.generation, writes=(step, intent))],
+                now=time.time(),
+            )
+            assert error is None
+            switch = ContinueRun(run=RunNumber(1), input="2")
+            [error] = store.commit(
+                [Commit(**fence, generation=claimed.generation, writes=(switch,))],
+                now=time.time(),
+            )
+            assert isinstance(error, UnsettledEffectsError)
+            assert error.run == 1
+            assert error.unsettled == 1
+            assert store.get_instance(started.instance_id).run == 1  # type: ignore[union-attr]
+            assert store.runs(started.instance_id) == []
+
+    _run(main())
+
+
+def _loop_seconds(journal_url: str, registry: lf.Registry, *, until: int, every: int) -> Any:
+    async def main() -> Any:
+        async with lf.Engine(journal_url, registry) as engine:
+            started = await engine.start(
+                "loop", key=f"loop-{until}", input={"i": 0, "until": until, "every": every}
+            )
+            await _work(engine)
+            record = await engine.get(started.instance_id)
+            return record, engine.store.runs(started.instance_id)
+
+    return _run(main())
+
+
+def test_a_long_loop_keeps_each_run_journal_bounded(journal_url: str, shop: Shop) -> None:
+    """2,000 iterations continuing every 100: 20 runs of 100 steps each, the worker loading
+    only the open run's journal (bench/continue_as_new.py measures 10,000)."""
+    record, runs = _loop_seconds(journal_url, shop.registry, until=2000, every=100)
+    assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
+    assert record.result_value == 2000
+    assert record.run == 20
+    assert [r.steps for r in runs] == [100] * 19
