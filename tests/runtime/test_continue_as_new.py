@@ -10,20 +10,31 @@ open run's only, however long the chain.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import json
+import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import continue_racing
 import ledgerflow as lf
+from conditions import eventually
 from ledgerflow.errors import ConcurrencyError, UnsettledEffectsError
 from ledgerflow.ledger.records import Commit, ContinueRun
 from ledgerflow.ledger.transitions import new_effect, new_step
 from ledgerflow.model.effect import EffectEvent
 from ledgerflow.model.ids import RunNumber, StepSeq, WorkerId, effect_id, idempotency_key
+from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.step import StepEvent, StepKind
+from ledgerflow.testing import oracle
+from ledgerflow.testing.oracle import Snapshot
+from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
 
 QUICK = lf.RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=1))
 
@@ -306,3 +317,99 @@ def test_a_long_loop_keeps_each_run_journal_bounded(journal_url: str, shop: Shop
     assert record.result_value == 2000
     assert record.run == 20
     assert [r.steps for r in runs] == [100] * 19
+
+
+# -- signals racing switches, from another process ----------------------------------------------
+
+SIGNALS = 1_000
+EVERY = 10
+SENDERS = 2
+RACE_SECONDS_MAX = 60.0
+
+
+@pytest.fixture
+def racing_workers(journal_url: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    log = (tmp_path / "workers.log").open("ab")
+    command = [
+        *LEDGERFLOW,
+        *("worker", "continue_racing:registry", "--db", journal_url),
+        *("--lease-seconds", "5", "--poll-seconds", "0.01"),
+    ]
+    env = child_environment(TESTS)
+    env.pop("LEDGERFLOW_FAULTS", None)
+    processes = [subprocess.Popen(command, env=env, stdout=log, stderr=log) for _ in range(2)]
+    yield processes
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait(timeout=WAIT_SECONDS_MAX)
+    log.close()
+
+
+def _send(url: str, instance_id: str, ids: list[str]) -> Counter[str]:
+    """Send each event id (those given twice are sent twice); count the outcomes."""
+    outcomes: Counter[str] = Counter()
+    engine = lf.SyncEngine(url, continue_racing.registry)
+    try:
+        for event_id in ids:
+            delivered = engine.signal(instance_id, "tick", event_id=event_id, payload=event_id)
+            outcomes[delivered.outcome.value] += 1
+    finally:
+        engine.close()
+    return outcomes
+
+
+@pytest.mark.slow
+def test_a_thousand_signals_race_a_hundred_switches(
+    journal_url: str, racing_workers: list[subprocess.Popen[bytes]]
+) -> None:
+    """Two worker processes drive a loop that continues as new every 10 ticks; two threads of
+    this process send 1,000 ticks (and 100 of them again) as fast as they can, landing while
+    runs close and open. Every tick is taken exactly once, by the run its turn fell in: 0 lost,
+    0 duplicated, 100 switches, one open run."""
+    outside = lf.SyncEngine(journal_url, continue_racing.registry)
+    try:
+        started = outside.start(
+            "absorb", key="race", input={"taken": 0, "every": EVERY, "until": SIGNALS}
+        )
+        iid = started.instance_id
+        ids = [f"t{n}" for n in range(SIGNALS)]
+        shares = [ids[k::SENDERS] + ids[k::SENDERS][:50] for k in range(SENDERS)]
+        with concurrent.futures.ThreadPoolExecutor(SENDERS) as pool:
+            outcomes = sum(
+                pool.map(lambda share: _send(journal_url, iid, share), shares), Counter()
+            )
+        assert outcomes == {"accepted": SIGNALS, "duplicate": 100}
+
+        def ended() -> lf.InstanceRecord | None:
+            assert all(p.poll() is None for p in racing_workers), "a worker process died"
+            record = outside.get(iid)
+            return record if record.status in TERMINAL_STATUSES else None
+
+        record = eventually(ended, what="the loop to end", timeout=RACE_SECONDS_MAX)
+        assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
+        assert record.result_value == {"taken": SIGNALS, "run": SIGNALS // EVERY + 1}
+        store = outside.store
+        inbox = store.inbox(iid)
+        assert len(inbox) == SIGNALS
+        assert {d.state.value for d in inbox} == {"CONSUMED"}, "an event was lost"
+        snapshot = Snapshot.of(store)
+        taken = [
+            json.loads(s.output or "{}")["event_id"]
+            for s in snapshot.steps[iid]
+            if s.kind is StepKind.WAIT
+        ]
+        assert sorted(taken) == sorted(ids), "an event was lost or taken twice"
+        assert len(store.runs(iid)) == SIGNALS // EVERY
+        # The race happened: ticks kept while an earlier run was open were taken by a later
+        # one (moved by a switch), not only ticks that arrived after their run opened.
+        opened_at = {int(e.to_state): e.at for e in snapshot.events[iid] if e.subject == "run"}
+        moved = [d for d in inbox if d.run in opened_at and d.received_at < opened_at[d.run]]
+        assert moved, "no tick was moved by a switch: the signals did not race the switches"
+        found = [
+            *oracle.one_open_run(snapshot),
+            *oracle.no_event_lost_or_duplicated_across_a_switch(snapshot),
+        ]
+        assert found == []
+    finally:
+        outside.close()
