@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -92,11 +93,23 @@ def _url(postgres: str | None, folder: Path, name: str) -> str:
     return f"{postgres}{joiner}schema={schema}"
 
 
-def _window(times: dict[int, float], first: range, last: range) -> tuple[float, float]:
-    return (
-        times[first.stop] - times[first.start],
-        times[last.stop - 1] - times[last.start],
-    )
+def _window(times: dict[int, float], first: range, last: range) -> dict[str, Any]:
+    """The time of the first and of the last window of iterations: in total, and the median
+    of one iteration (robust to another process's burst on a shared machine)."""
+
+    def of(window: range) -> tuple[float, float]:
+        gaps = [times[i + 1] - times[i] for i in window]
+        return sum(gaps), statistics.median(gaps)
+
+    (first_total, first_median), (last_total, last_median) = of(first), of(last)
+    return {
+        "window_iterations": len(first),
+        "first_window_seconds": round(first_total, 4),
+        "last_window_seconds": round(last_total, 4),
+        "first_iteration_median_ms": round(first_median * 1000, 3),
+        "last_iteration_median_ms": round(last_median * 1000, 3),
+        "last_over_first_median": round(last_median / first_median, 3) if first_median else None,
+    }
 
 
 async def step_loop(url: str, *, iterations: int, every: int) -> dict[str, Any]:
@@ -112,7 +125,8 @@ async def step_loop(url: str, *, iterations: int, every: int) -> dict[str, Any]:
         loaded = engine.store.journal(started.instance_id, record.run)
     total = time.perf_counter() - began
     window = max(1, iterations // 10)
-    first, last = _window(STEP_TIMES, range(0, window), range(iterations - window, iterations))
+    # STEP_TIMES[i] is when iteration i began (0 .. iterations-1).
+    timing = _window(STEP_TIMES, range(0, window), range(iterations - window - 1, iterations - 1))
     return {
         "iterations": iterations,
         "continue_every": every,
@@ -121,10 +135,7 @@ async def step_loop(url: str, *, iterations: int, every: int) -> dict[str, Any]:
         "runs": record.run,
         "steps_per_closed_run_max": max((r.steps for r in runs), default=0),
         "open_run_journal_steps": len(loaded.steps),
-        "window_iterations": window,
-        "first_window_seconds": round(first, 4),
-        "last_window_seconds": round(last, 4),
-        "last_over_first": round(last / first, 3) if first else None,
+        **timing,
         "total_seconds": round(total, 3),
     }
 
@@ -147,18 +158,13 @@ async def suspending_loop(url: str, *, iterations: int, every: int) -> dict[str,
         record = await engine.get(started.instance_id)
     total = time.perf_counter() - began
     window = max(1, iterations // 10)
-    first, last = _window(
-        SLEEP_TIMES, range(0, window), range(iterations - window - 1, iterations - 1)
-    )
+    timing = _window(SLEEP_TIMES, range(0, window), range(iterations - window - 1, iterations - 1))
     return {
         "iterations": iterations,
         "continue_every": every or None,
         "status": record.status.value,
         "runs": record.run,
-        "window_iterations": window,
-        "first_window_seconds": round(first, 4),
-        "last_window_seconds": round(last, 4),
-        "last_over_first": round(last / first, 3) if first else None,
+        **timing,
         "total_seconds": round(total, 3),
     }
 

@@ -46,6 +46,7 @@ LEDGERFLOW_ALL = [
     "Participant",
     "Registry",
     "RetryPolicy",
+    "RunRecord",
     "Signal",
     "Started",
     "StepRecord",

@@ -28,6 +28,8 @@ STEPS_PER_INSTANCE_MAX = 10_000
 # without waiting; past it the lease is given back, due at once, so a chain that never waits
 # takes turns with the other instances. STEPS_PER_INSTANCE_MAX bounds each run's journal.
 RUNS_PER_CLAIM_MAX = 100
+# Closed runs an instance's page (`ledgerflow show`, the API) lists: the latest ones.
+RUNS_SHOWN_MAX = 20
 # Instances one worker drives at once.
 WORKER_CONCURRENCY_MAX = 1_000
 WORKER_CONCURRENCY_DEFAULT = 64

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import continue_racing
 import ledgerflow as lf
 from conditions import eventually
+from ledgerflow.cli.main import cli
 from ledgerflow.errors import ConcurrencyError, UnsettledEffectsError
 from ledgerflow.ledger.records import Commit, ContinueRun
 from ledgerflow.ledger.transitions import new_effect, new_step
@@ -32,6 +34,8 @@ from ledgerflow.model.effect import EffectEvent
 from ledgerflow.model.ids import RunNumber, StepSeq, WorkerId, effect_id, idempotency_key
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.step import StepEvent, StepKind
+from ledgerflow.operators.paging import overview
+from ledgerflow.operators.shapes import overview_json
 from ledgerflow.testing import oracle
 from ledgerflow.testing.oracle import Snapshot
 from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
@@ -294,6 +298,33 @@ def test_the_store_refuses_a_switch_while_an_effect_is_unsettled(journal_url: st
             assert store.runs(started.instance_id) == []
 
     _run(main())
+
+
+def test_show_and_the_instance_page_list_the_runs(journal_url: str, shop: Shop) -> None:
+    """``ledgerflow show`` (text and JSON) and the HTTP instance page name the open run, its
+    input, and the closed runs with their steps and inputs."""
+
+    async def main() -> str:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("chain", key="k-show", input={"runs": 3})
+            await _work(engine)
+            record = await engine.get(started.instance_id)
+            page = overview_json(overview(engine.store, record))
+            assert [(r["run"], r["steps"]) for r in page["runs"]] == [(1, 1), (2, 1)]
+            assert page["instance"]["run"] == 3
+            return started.instance_id
+
+    iid = _run(main())
+    shown = CliRunner().invoke(cli, ["show", iid, "--db", journal_url, "--json"])
+    assert shown.exit_code == 0, shown.output
+    detail = json.loads(shown.output)
+    assert [r["run"] for r in detail["runs"]] == [1, 2]
+    assert detail["runs"][0]["input"] == {"runs": 3}
+    assert detail["instance"]["run"] == 3
+    text = CliRunner().invoke(cli, ["show", iid, "--db", journal_url])
+    assert text.exit_code == 0, text.output
+    assert "runs (closed by continue-as-new: all)" in text.output
+    assert "(open)" in text.output
 
 
 def _loop_seconds(journal_url: str, registry: lf.Registry, *, until: int, every: int) -> Any:

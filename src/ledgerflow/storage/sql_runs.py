@@ -18,6 +18,9 @@ from ledgerflow.model.ids import InstanceId
 from ledgerflow.storage.rows import Row, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
+# Runs an instance may have closed, at most: far past any chain (one run per switch).
+_EVERY_RUN = 2**62
+
 
 class RunStore(SqlSeam):
     def _continue_run(self, write: ContinueRun, commit: Commit, now: float) -> None:
@@ -72,8 +75,10 @@ class RunStore(SqlSeam):
             "continued as new",
         )
 
-    def runs(self, instance_id: InstanceId) -> list[RunRecord]:
-        """The instance's closed runs, oldest first (its open run is the instance's ``run``)."""
+    def runs(self, instance_id: InstanceId, *, latest: int | None = None) -> list[RunRecord]:
+        """The instance's closed runs (the ``latest`` ones when given), oldest first; its open
+        run is the instance's ``run``."""
+        limit = latest if latest is not None else _EVERY_RUN
         with self._read():
-            rows, _ = self._run("select_runs", {"instance_id": instance_id})
+            rows, _ = self._run("select_runs", {"instance_id": instance_id, "limit": limit})
         return [record_from_row(RunRecord, r) for r in rows]

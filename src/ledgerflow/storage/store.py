@@ -120,8 +120,9 @@ class LedgerReads(Protocol):
 
     def effects(self, instance_id: InstanceId) -> list[EffectRecord]: ...
 
-    def runs(self, instance_id: InstanceId) -> list[RunRecord]:
-        """The instance's closed runs, oldest first (the open one is the instance's run)."""
+    def runs(self, instance_id: InstanceId, *, latest: int | None = None) -> list[RunRecord]:
+        """The instance's closed runs (the ``latest`` ones when given), oldest first; the open
+        one is the instance's run."""
         ...
 
     def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...

@@ -30,5 +30,9 @@ UPDATE lf_inbox SET run = :next_run
 WHERE instance_id = :instance_id AND state = 'PENDING';
 
 -- name: select_runs
--- The closed runs of an instance, oldest first (the open one is the instance's own run).
-SELECT * FROM lf_runs WHERE instance_id = :instance_id ORDER BY run;
+-- The latest :limit closed runs of an instance, oldest first (the open one is the instance's
+-- own run).
+SELECT * FROM (
+    SELECT * FROM lf_runs WHERE instance_id = :instance_id ORDER BY run DESC LIMIT :limit
+) AS latest
+ORDER BY run;
