@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,10 @@ from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.step import StepEvent, StepKind
 from ledgerflow.operators.paging import overview
 from ledgerflow.operators.shapes import overview_json
+from ledgerflow.runtime import faults
 from ledgerflow.testing import oracle
 from ledgerflow.testing.oracle import Snapshot
+from lost_wakeups import ArriveAt
 from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
 
 QUICK = lf.RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=1))
@@ -327,6 +330,76 @@ def test_show_and_the_instance_page_list_the_runs(journal_url: str, shop: Shop) 
     assert "(open)" in text.output
 
 
+@contextlib.contextmanager
+def _arriving_at(point: str, arrive: Callable[[], object]) -> Iterator[None]:
+    """A fault plan that runs ``arrive`` (another connection) at the first hit of ``point``."""
+    plan = ArriveAt(point, arrive)
+    faults.install(plan)
+    try:
+        yield
+    finally:
+        faults.install(None)
+    assert plan.arrived == 1, f"{point} was never hit"
+
+
+def test_a_signal_at_the_switch_is_taken_by_the_next_run(journal_url: str, shop: Shop) -> None:
+    """A tick sent from another connection while run 1 is closing (its code has asked to
+    continue, the switch is not yet committed) waits for run 2's first wait: filed under run
+    1, moved by the switch, taken once."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start(
+                "counter", key="c-switch", input={"seen": [], "every": 1, "until": 2}
+            )
+            iid = started.instance_id
+            outside = lf.SyncEngine(journal_url, shop.registry)
+
+            def tick() -> None:
+                outside.signal(iid, "add", event_id="at-switch", payload="second")
+
+            await engine.signal(iid, "add", event_id="first", payload="first")
+            try:
+                with _arriving_at("run.before_switch", tick):
+                    await _work(engine)
+            finally:
+                outside.close()
+            record = await engine.get(iid)
+            assert record.result_value == {"seen": ["first", "second"], "run": 2}
+            kept = engine.store.delivery(iid, "at-switch")
+            assert kept is not None
+            assert (kept.state.value, kept.run, kept.consumed_seq) == ("CONSUMED", 2, 1)
+
+    _run(main())
+
+
+def test_a_cancel_that_arrives_before_the_switch_wins(journal_url: str, shop: Shop) -> None:
+    """A cancel request recorded while run 1 is closing: the switch is not made (no run 2),
+    the instance cancels and run 1's charge is refunded."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("chain", key="k-race", input={"runs": 2})
+            iid = started.instance_id
+
+            def cancel() -> None:
+                outside = lf.SyncEngine(journal_url, shop.registry)
+                try:
+                    outside.cancel(iid, reason="while it switches")
+                finally:
+                    outside.close()
+
+            with _arriving_at("run.before_switch", cancel):
+                await _work(engine)
+            record = await engine.get(iid)
+            assert record.status is lf.InstanceStatus.CANCELLED, record.reason
+            assert record.run == 1
+            assert engine.store.runs(iid) == []
+            assert len(shop.refunded) == 1
+
+    _run(main())
+
+
 def _loop_seconds(journal_url: str, registry: lf.Registry, *, until: int, every: int) -> Any:
     async def main() -> Any:
         async with lf.Engine(journal_url, registry) as engine:
@@ -335,7 +408,8 @@ def _loop_seconds(journal_url: str, registry: lf.Registry, *, until: int, every:
             )
             await _work(engine)
             record = await engine.get(started.instance_id)
-            return record, engine.store.runs(started.instance_id)
+            loaded = engine.store.journal(started.instance_id, record.run)
+            return record, engine.store.runs(started.instance_id), len(loaded.steps)
 
     return _run(main())
 
@@ -343,11 +417,13 @@ def _loop_seconds(journal_url: str, registry: lf.Registry, *, until: int, every:
 def test_a_long_loop_keeps_each_run_journal_bounded(journal_url: str, shop: Shop) -> None:
     """2,000 iterations continuing every 100: 20 runs of 100 steps each, the worker loading
     only the open run's journal (bench/continue_as_new.py measures 10,000)."""
-    record, runs = _loop_seconds(journal_url, shop.registry, until=2000, every=100)
+    record, runs, loaded = _loop_seconds(journal_url, shop.registry, until=2000, every=100)
     assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
     assert record.result_value == 2000
     assert record.run == 20
     assert [r.steps for r in runs] == [100] * 19
+    # What a worker loads for the instance is the open run's journal: 100 steps, not 2,000.
+    assert loaded == 100
 
 
 # -- signals racing switches, from another process ----------------------------------------------
