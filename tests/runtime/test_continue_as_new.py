@@ -27,6 +27,7 @@ from click.testing import CliRunner
 import continue_racing
 import ledgerflow as lf
 from conditions import eventually
+from ledgerflow import limits
 from ledgerflow.cli.main import cli
 from ledgerflow.errors import ConcurrencyError, UnsettledEffectsError
 from ledgerflow.ledger.records import Commit, ContinueRun
@@ -424,6 +425,19 @@ def test_a_long_loop_keeps_each_run_journal_bounded(journal_url: str, shop: Shop
     assert [r.steps for r in runs] == [100] * 19
     # What a worker loads for the instance is the open run's journal: 100 steps, not 2,000.
     assert loaded == 100
+
+
+def test_a_chain_that_never_waits_shares_its_worker(journal_url: str, shop: Shop) -> None:
+    """150 runs of one step each, none waiting: one claim drives at most RUNS_PER_CLAIM_MAX
+    of them, gives the instance back due at once, and the next claim goes on."""
+    record, runs, loaded = _loop_seconds(journal_url, shop.registry, until=150, every=1)
+    assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
+    assert record.run == 150
+    assert len(runs) == 149
+    assert loaded == 1
+    # Runs 1 to RUNS_PER_CLAIM_MAX closed under the first claim, the rest under a later one.
+    assert {r.generation for r in runs[: limits.RUNS_PER_CLAIM_MAX]} == {runs[0].generation}
+    assert runs[-1].generation > runs[0].generation
 
 
 # -- signals racing switches, from another process ----------------------------------------------
