@@ -3,10 +3,10 @@
 Finds the definition the instance is pinned to, replays the workflow function against the
 journal, and records the verdict: a terminal state, a suspension with a durable wake-up time,
 or MANUAL_INTERVENTION with the reason, or (``ctx.continue_as_new``) the switch to the next
-run, which it then drives under the same claim, from an empty journal. Nothing is guessed. The claim routes by capability, so
-a worker only ever holds instances pinned to a definition it has (same workflow, version and
-fingerprint); should a store hand it another all the same, it gives the lease back untouched
-rather than run or park work it lacks the code for.
+run, which it then drives under the same claim from an empty journal. Nothing is guessed. The
+claim routes by capability, so a worker only ever holds instances pinned to a definition it
+has (same workflow, version and fingerprint); should a store hand it another all the same, it
+gives the lease back untouched rather than run or park work it lacks the code for.
 """
 
 from __future__ import annotations
