@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -527,6 +528,68 @@ def test_a_thousand_signals_race_a_hundred_switches(
         opened_at = {int(e.to_state): e.at for e in snapshot.events[iid] if e.subject == "run"}
         moved = [d for d in inbox if d.run in opened_at and d.received_at < opened_at[d.run]]
         assert moved, "no tick was moved by a switch: the signals did not race the switches"
+        found = [
+            *oracle.one_open_run(snapshot),
+            *oracle.no_event_lost_or_duplicated_across_a_switch(snapshot),
+        ]
+        assert found == []
+    finally:
+        outside.close()
+
+
+# -- a worker process SIGKILLed at each side of the switch -----------------------------------------
+
+KILLS = {
+    "before the switch commits": {"point": "run.before_switch", "match": {"run": 2}},
+    "after the switch committed": {"point": "run.after_switch", "match": {"run": 3}},
+}
+
+
+def _worker(url: str, log: Path, *, faults: list[dict[str, Any]] | None = None) -> Any:
+    command = [
+        *LEDGERFLOW,
+        *("worker", "continue_racing:registry", "--db", url),
+        *("--lease-seconds", "1", "--poll-seconds", "0.01", "--until-idle"),
+    ]
+    env = child_environment(TESTS)
+    env.pop("LEDGERFLOW_FAULTS", None)
+    if faults is not None:
+        env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", list(KILLS))
+def test_a_worker_killed_at_the_switch_loses_no_event(
+    journal_url: str, tmp_path: Path, kill: str
+) -> None:
+    """SIGKILL a real worker process just before run 2's switch commits, or just after run 3
+    opened; a fresh worker takes the instance over once the lease lapses. Thirty ticks sent
+    up front are each taken once, the chain closes runs 1 to 3, one run is open."""
+    outside = lf.SyncEngine(journal_url, continue_racing.registry)
+    try:
+        started = outside.start("absorb", key="kill", input={"taken": 0, "every": 10, "until": 30})
+        iid = started.instance_id
+        for n in range(30):
+            outside.signal(iid, "tick", event_id=f"t{n}", payload=n)
+        rule = {**KILLS[kill], "action": "kill"}
+        killed = _worker(journal_url, tmp_path / "workers.log", faults=[rule])
+        assert killed.wait(timeout=WAIT_SECONDS_MAX) == -signal.SIGKILL
+        assert outside.get(iid).run == (2 if rule["point"] == "run.before_switch" else 3)
+        fresh = _worker(journal_url, tmp_path / "workers.log")
+        assert fresh.wait(timeout=WAIT_SECONDS_MAX) == 0
+        record = outside.get(iid)
+        assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
+        assert record.result_value == {"taken": 30, "run": 4}
+        snapshot = Snapshot.of(outside.store)
+        taken = [
+            json.loads(s.output or "{}")["event_id"]
+            for s in snapshot.steps[iid]
+            if s.kind is StepKind.WAIT
+        ]
+        assert sorted(taken) == sorted(f"t{n}" for n in range(30))
+        assert [r.run for r in outside.store.runs(iid)] == [1, 2, 3]
         found = [
             *oracle.one_open_run(snapshot),
             *oracle.no_event_lost_or_duplicated_across_a_switch(snapshot),
