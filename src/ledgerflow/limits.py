@@ -21,8 +21,15 @@ JSON_VALUES_MAX = 100_000
 # JSON a command reads from a file or stdin (--input @file, --payload -): the encoded payload
 # is bounded by PAYLOAD_BYTES_MAX; this leaves room for the file's indentation.
 JSON_INPUT_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
-# Steps one instance may journal; past this the instance is parked as poison.
+# Steps one run of an instance may journal; past this the instance is parked as poison (a
+# loop that continues as new starts each run at none).
 STEPS_PER_INSTANCE_MAX = 10_000
+# Runs one claim drives one after another when each continues as new (ctx.continue_as_new)
+# without waiting; past it the lease is given back, due at once, so a chain that never waits
+# takes turns with the other instances. STEPS_PER_INSTANCE_MAX bounds each run's journal.
+RUNS_PER_CLAIM_MAX = 100
+# Closed runs an instance's page (`ledgerflow show`, the API) lists: the latest ones.
+RUNS_SHOWN_MAX = 20
 # Instances one worker drives at once.
 WORKER_CONCURRENCY_MAX = 1_000
 WORKER_CONCURRENCY_DEFAULT = 64

@@ -40,6 +40,7 @@
     │   ├── EventRefusedError         an event kept but refused: too late, or the instance ended
     │   └── RetryTransactionError     the caller's transaction lost a conflict: run it again
     ├── IllegalTransitionError        a state change the state machine does not allow
+    │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
     ├── InstanceNotFoundError
     │   └── NotCommittedError         written in a caller's transaction that has not committed
     ├── ResultTimeoutError            waited for a result that did not come in time
@@ -118,6 +119,7 @@ from ledgerflow.errors.ledger import (
     RetryTransactionError,
     StepError,
     StepFailedError,
+    UnsettledEffectsError,
     WaitTimeoutError,
     WorkflowError,
 )
@@ -194,6 +196,7 @@ __all__ = [
     "TokenNameTakenError",
     "UnknownVersionError",
     "UnknownWorkflowError",
+    "UnsettledEffectsError",
     "UnsupportedMediaTypeError",
     "VersionRetiredError",
     "WaitTimeoutError",

@@ -85,7 +85,7 @@ class IllegalTransitionError(LedgerflowError):
     """The state machine does not allow this transition."""
 
     code = "LF310"
-    ID_NAMES = ("machine", "state", "event", "instance_id", "effect_id")
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("machine", "state", "event", "instance_id", "effect_id")
 
     machine: str | None = None
     state: str | None = None
@@ -93,6 +93,20 @@ class IllegalTransitionError(LedgerflowError):
     event: str | None = None
     instance_id: str | None = None
     effect_id: str | None = None
+
+
+@identities
+class UnsettledEffectsError(IllegalTransitionError):
+    """A run may not continue as new while one of its effects is not settled (intended,
+    dispatched, accepted or in doubt): its outcome would be left to a run nobody replays."""
+
+    code = "LF520"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "run", "unsettled")
+
+    # The run that asked to continue.
+    run: int | None = None
+    # How many of its effects are not settled.
+    unsettled: int | None = None
 
 
 @identities
