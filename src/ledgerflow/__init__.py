@@ -64,6 +64,7 @@ from ledgerflow.errors import BusinessFailure as BusinessFailure
 from ledgerflow.ledger.records import Delivery as Delivery
 from ledgerflow.ledger.records import EffectRecord as EffectRecord
 from ledgerflow.ledger.records import InstanceRecord as InstanceRecord
+from ledgerflow.ledger.records import RunRecord as RunRecord
 from ledgerflow.ledger.records import StepRecord as StepRecord
 from ledgerflow.ledger.records import TimelineEntry as TimelineEntry
 from ledgerflow.model.classification import Classification as Classification
@@ -133,6 +134,7 @@ __all__ = [
     "EffectRecord",
     "TimelineEntry",
     "Delivery",
+    "RunRecord",
     "InstanceStatus",
     "StepStatus",
     "EffectState",

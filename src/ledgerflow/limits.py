@@ -21,8 +21,15 @@ JSON_VALUES_MAX = 100_000
 # JSON a command reads from a file or stdin (--input @file, --payload -): the encoded payload
 # is bounded by PAYLOAD_BYTES_MAX; this leaves room for the file's indentation.
 JSON_INPUT_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
-# Steps one instance may journal; past this the instance is parked as poison.
+# Steps one run of an instance may journal; past this the instance is parked as poison (a
+# loop that continues as new starts each run at none).
 STEPS_PER_INSTANCE_MAX = 10_000
+# Runs one claim drives one after another when each continues as new (ctx.continue_as_new)
+# without waiting; past it the lease is given back, due at once, so a chain that never waits
+# takes turns with the other instances. STEPS_PER_INSTANCE_MAX bounds each run's journal.
+RUNS_PER_CLAIM_MAX = 100
+# Closed runs an instance's page (`ledgerflow show`, the API) lists: the latest ones.
+RUNS_SHOWN_MAX = 20
 # Instances one worker drives at once.
 WORKER_CONCURRENCY_MAX = 1_000
 WORKER_CONCURRENCY_DEFAULT = 64
@@ -190,6 +197,10 @@ EXPLORER_PATHS_MAX = 64
 # Choices of what arrives one instance gets in one simulated run: a workflow that waits in a
 # loop is given this many events, then left WAITING (and reported so).
 EXPLORER_DECISIONS_PER_INSTANCE_MAX = 100
+# Instances started inside callers' transactions (engine.within) that an engine remembers until
+# their commit is proven, to answer NotCommittedError for them; past it the oldest is forgotten
+# (a read of it then says InstanceNotFoundError, as any other process's would).
+WITHIN_UNCOMMITTED_MAX = 1_000
 
 # How far ahead a delayed start (start_at= / start_in=) may be scheduled: ten years.
 START_DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600.0

@@ -50,6 +50,7 @@ from ledgerflow.cli.tables import (
     header_table,
     inbox_table,
     instances_table,
+    runs_table,
     steps_table,
     timeline_table,
 )
@@ -479,6 +480,8 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
     out = console()
     out.print(header_table(detail.instance))
     out.print()
+    if detail.runs:
+        print_table(out, runs_table(detail.runs, open_run=detail.instance.run))
     if detail.steps:
         print_table(out, steps_table(detail.steps))
     else:

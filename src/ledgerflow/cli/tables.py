@@ -14,7 +14,14 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ledgerflow import Delivery, EffectRecord, InstanceRecord, StepRecord, TimelineEntry
+from ledgerflow import (
+    Delivery,
+    EffectRecord,
+    InstanceRecord,
+    RunRecord,
+    StepRecord,
+    TimelineEntry,
+)
 from ledgerflow.cli.render import cell, lines_cell, short, status_cell, when
 from ledgerflow.model.attempts import attempt_errors
 from ledgerflow.operators.service import AuditRecord
@@ -79,6 +86,11 @@ def header_table(instance: InstanceRecord) -> Table:
         ("created", cell(when(instance.created_at))),
         ("updated", cell(when(instance.updated_at))),
         ("input", cell(short(instance.input, 120))),
+        *(
+            (("run input", cell(short(instance.run_input, 120))),)
+            if instance.run_input is not None
+            else ()
+        ),
         ("result", cell(short(instance.result, 120))),
     ]
     for name, value in rows:
@@ -202,6 +214,22 @@ def inbox_table(deliveries: Iterable[Delivery]) -> Table:
             cell(delivery.state),
             cell(short(delivery.reason, 80)),
         )
+    return table
+
+
+def runs_table(runs: Sequence[RunRecord], *, open_run: int) -> Table:
+    """The runs an instance closed by continuing as new (the latest ones), then its open one."""
+    shown = f"the latest {len(runs)} of {open_run - 1}" if len(runs) < open_run - 1 else "all"
+    table = Table(title=f"runs (closed by continue-as-new: {shown})", title_justify="left")
+    table.add_column("run", justify="right")
+    table.add_column("steps", justify="right")
+    table.add_column("closed")
+    table.add_column("input", overflow="fold")
+    for run in runs:
+        table.add_row(
+            cell(run.run), cell(run.steps), cell(when(run.closed_at)), cell(short(run.input, 80))
+        )
+    table.add_row(cell(open_run), cell("-"), cell("(open)"), cell(""))
     return table
 
 

@@ -10,7 +10,8 @@
     │   ├── CommandLineError          a ``ledgerflow`` command line that cannot be understood
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     │   ├── VersionRetiredError       that version is retired: it starts no new instance
-    │   └── ArrivalsError             a script of arrivals for ``ledgerflow verify`` is malformed
+    │   ├── ArrivalsError             a script of arrivals for ``ledgerflow verify`` is malformed
+    │   └── NoTransactionError        a connection lent to the engine holds no transaction to join
     ├── PayloadError                  a field or payload missing, invalid, not JSON or too large
     │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
     │   └── InboxFullError            an event past its instance's inbox bounds; not kept
@@ -27,6 +28,7 @@
     │   ├── StorageUnavailableError   transient: busy, locked, unreachable
     │   ├── StorageCorruptError       the file is not a readable database
     │   ├── ForeignDatabaseError      a database that is not Ledgerflow's; left untouched
+    │   │   └── ForeignConnectionError  a connection lent to the engine is not to its journal
     │   ├── SchemaVersionError        not at this Ledgerflow's schema version, or history altered
     │   ├── StoreNotFoundError        no journal (file, database) where the URL points
     │   └── StorageAccessError        the database refused these credentials
@@ -36,9 +38,12 @@
     │   ├── CancelArrivedError        a new step lost the race to a cancel request
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
     │   ├── EventRefusedError         an event kept but refused: too late, or the instance ended
+    │   ├── RetryTransactionError     the caller's transaction lost a conflict: run it again
     │   └── KeyInUseError             a business key's instance this start may not return
     ├── IllegalTransitionError        a state change the state machine does not allow
+    │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
     ├── InstanceNotFoundError
+    │   └── NotCommittedError         written in a caller's transaction that has not committed
     ├── ResultTimeoutError            waited for a result that did not come in time
     │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
     ├── WorkflowError                 the instance ended without a result
@@ -84,6 +89,7 @@ from ledgerflow.errors.inputs import (
     InvalidCursorError,
     MethodNotAllowedError,
     MissingExtraError,
+    NoTransactionError,
     PayloadError,
     PayloadTooLargeError,
     RegistrationError,
@@ -111,10 +117,13 @@ from ledgerflow.errors.ledger import (
     InstanceNotFoundError,
     KeyInUseError,
     NoCapableWorkerError,
+    NotCommittedError,
     ResultTimeoutError,
+    RetryTransactionError,
     StepError,
     StepFailedError,
     TargetNotFoundError,
+    UnsettledEffectsError,
     WaitTimeoutError,
     WorkflowError,
 )
@@ -128,6 +137,7 @@ from ledgerflow.errors.operators import (
     TokenNameTakenError,
 )
 from ledgerflow.errors.storage import (
+    ForeignConnectionError,
     ForeignDatabaseError,
     SchemaVersionError,
     StorageAccessError,
@@ -150,6 +160,7 @@ __all__ = [
     "EventArrivedError",
     "EventRefusedError",
     "FencedOutError",
+    "ForeignConnectionError",
     "ForeignDatabaseError",
     "HostNotAllowedError",
     "IdempotencyKeyReusedError",
@@ -162,8 +173,10 @@ __all__ = [
     "MethodNotAllowedError",
     "MissingExtraError",
     "NoCapableWorkerError",
+    "NoTransactionError",
     "NotAuthenticatedError",
     "NotAuthorizedError",
+    "NotCommittedError",
     "OperatorError",
     "PayloadError",
     "PayloadTooLargeError",
@@ -173,6 +186,7 @@ __all__ = [
     "RequestTimeoutError",
     "ReservedNameError",
     "ResultTimeoutError",
+    "RetryTransactionError",
     "RouteNotFoundError",
     "SchemaVersionError",
     "ServerBusyError",
@@ -188,6 +202,7 @@ __all__ = [
     "TokenNameTakenError",
     "UnknownVersionError",
     "UnknownWorkflowError",
+    "UnsettledEffectsError",
     "UnsupportedMediaTypeError",
     "VersionRetiredError",
     "WaitTimeoutError",

@@ -94,6 +94,7 @@ def detail_json(detail: InstanceDetail) -> dict[str, Any]:
         "effects": [record_json(e) for e in detail.effects],
         "events": [timeline_json(e) for e in detail.timeline],
         "inbox": [record_json(d) for d in detail.inbox],
+        "runs": [record_json(r) for r in detail.runs],
     }
 
 
@@ -115,6 +116,7 @@ def overview_json(page: InstanceOverview) -> dict[str, Any]:
         "inbox": [inbox_entry_json(e) for e in page.inbox.items],
         "inbox_next_cursor": page.inbox.next_cursor,
         "inbox_refused": record_json(refusals) if refusals is not None else None,
+        "runs": [record_json(r) for r in page.runs],
     }
 
 

@@ -18,27 +18,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ledgerflow import limits
-from ledgerflow.errors import RegistrationError, StepFailedError
+from ledgerflow.errors import RegistrationError, StepFailedError, UnsettledEffectsError
 from ledgerflow.ledger.records import StartInstance, StepRecord
 from ledgerflow.ledger.transaction import FromOutside
 from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model.defects import step_verdict
 from ledgerflow.model.definition import EffectDeclaration, Registry, WorkflowDefinition
+from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import sends
-from ledgerflow.runtime.control import Cancelled, Diverged, Park
+from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.waits import WaitDriver
 
 PATCH_PREFIX = "patched:"
+# An effect of the run in one of these states is not settled: the run may not continue as new.
+UNSETTLED_STATES = frozenset(
+    {EffectState.PLANNED, EffectState.INTENDED, EffectState.ACCEPTED, EffectState.UNKNOWN}
+)
 CHANGE_ID_LENGTH_MAX = 200
 
 
@@ -369,6 +374,49 @@ class WorkflowContext:
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""
         await self._session.wait_until(due)
+
+    @property
+    def run(self) -> int:
+        """The number of the run this code runs as: 1, then one more at each
+        :meth:`continue_as_new`."""
+        return self._session.instance.run
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """End this run and start the next run of the same instance with ``input``.
+
+        The switch is one transaction: run N closes, run N+1 opens with an empty journal, and
+        every event no wait has taken moves to it. The instance keeps its id, business key,
+        inbox (an event id delivered in any run is a duplicate in every later one) and its
+        obligations: an effect committed in an earlier run is still compensated if a later run
+        fails or is cancelled. Keys of later runs never meet earlier ones (each names its run).
+        Refused with :class:`~ledgerflow.errors.UnsettledEffectsError` while an effect of this
+        run is not settled. It does not return.
+
+        Example (a loop whose journal stays bounded however long it runs)::
+
+            @registry.workflow(name="counter", version=1)
+            async def counter(ctx: WorkflowContext, total: int) -> int:
+                for _ in range(100):
+                    event = await ctx.wait_for("add")
+                    total += event.payload
+                ctx.continue_as_new(total)
+        """
+        self._in_program_order("continue_as_new")
+        unsettled = [
+            e for e in self._session.journal.effects.values() if e.state in UNSETTLED_STATES
+        ]
+        if unsettled:
+            raise UnsettledEffectsError(
+                f"run {self.run} may not continue as new: {len(unsettled)} of its effects are "
+                "not settled (intended, dispatched or in doubt)",
+                machine="run",
+                state="OPEN",
+                event="continue-as-new",
+                instance_id=self.instance_id,
+                run=self.run,
+                unsettled=len(unsettled),
+            )
+        raise ContinueAsNew(self._session.codec.encode(input))
 
     async def signal_instance(
         self, target: str | tuple[str, str], name: str, payload: Any = None

@@ -13,7 +13,7 @@ import datetime
 import enum
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Required, TypedDict, Unpack
 
 from ledgerflow import limits
@@ -33,6 +33,7 @@ from ledgerflow.ledger.records import (
     EffectRecord,
     InstanceRecord,
     NewInstance,
+    RunRecord,
     StartInstance,
     StepRecord,
     TimelineEntry,
@@ -131,6 +132,9 @@ class InstanceDetail:
     effects: list[EffectRecord]
     timeline: list[TimelineEntry]
     inbox: list[Delivery]
+    # The runs it closed by continuing as new, oldest first (the latest RUNS_SHOWN_MAX); the
+    # steps and effects above are the open run's.
+    runs: list[RunRecord] = field(default_factory=list)
 
     @property
     def events(self) -> list[TimelineEntry]:
@@ -533,4 +537,5 @@ def detail_of(store: LedgerReads, instance_id: str) -> InstanceDetail:
         effects=[journal.effects[s] for s in sorted(journal.effects)],
         timeline=store.timeline(record.instance_id),
         inbox=store.inbox(record.instance_id),
+        runs=store.runs(record.instance_id, latest=limits.RUNS_SHOWN_MAX),
     )

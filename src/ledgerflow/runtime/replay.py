@@ -51,7 +51,15 @@ from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.context import WorkflowContext, describe_step
-from ledgerflow.runtime.control import Abandon, Cancelled, Diverged, Park, Suspend, Waiting
+from ledgerflow.runtime.control import (
+    Abandon,
+    Cancelled,
+    ContinueAsNew,
+    Diverged,
+    Park,
+    Suspend,
+    Waiting,
+)
 from ledgerflow.runtime.session import Session
 
 REPLAY_OWNER = WorkerId("replay-check")
@@ -268,7 +276,7 @@ async def _replayed_code(
         replayed=0,
     )
     try:
-        await definition.function(ctx, codec.decode(instance.input))
+        await definition.function(ctx, codec.decode(instance.open_run_input))
     except _Frontier as frontier:
         return dataclasses.replace(clean, replayed=frontier.seq - 1)
     except Diverged as diverged:
@@ -286,6 +294,8 @@ async def _replayed_code(
         return _refused(clean, ctx, f"{park.code}: {park.reason}")
     except (Suspend, Waiting, Cancelled, Abandon, _ReplayWriteError) as stopped:
         return _refused(clean, ctx, f"the code asked for more than the journal holds: {stopped}")
+    except ContinueAsNew:
+        pass  # The run ended by opening the next one, as a return ends it.
     except Exception:  # noqa: BLE001 - the code's own failure ends its run, as in a worker.
         pass
     return _ended(clean, ctx, session)

@@ -27,6 +27,7 @@ from ledgerflow.errors import (
 )
 from ledgerflow.ledger.records import (
     Commit,
+    ContinueRun,
     EffectWrite,
     InstanceWrite,
     KeepTraceContext,
@@ -60,6 +61,7 @@ from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
+from ledgerflow.storage.sql_runs import RunStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
 from ledgerflow.storage.sql_transaction import apply_transaction
@@ -108,6 +110,7 @@ class SqlStore(
     WorkerStore,
     AccessStore,
     VersionStore,
+    RunStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
@@ -370,6 +373,8 @@ class SqlStore(
                 self._no_cancel_request(commit)
             elif isinstance(write, StartInstance):
                 self._start_within(write.new, now)
+            elif isinstance(write, ContinueRun):
+                self._continue_run(write, commit, now)
             elif isinstance(write, KeepTraceContext):
                 self._send(
                     "keep_trace_context",
