@@ -420,3 +420,77 @@ def test_a_signal_with_start_ends_the_delay_only_when_asked(shop: Shop, journal_
             assert await engine.result(started.instance_id, timeout=5) == "hello ann 1"
 
     asyncio.run(main())
+
+
+class Chain:
+    """A workflow that charges once per run and continues as new until its last run, which
+    succeeds or fails; the bank's own count of charges and refunds by key."""
+
+    def __init__(self) -> None:
+        self.charged: Counter[str] = Counter()
+        self.refunded: Counter[str] = Counter()
+        self.registry = lf.Registry()
+        quick = lf.RetryPolicy(attempts_max=2, backoff_initial=datetime.timedelta(milliseconds=1))
+        bank = self.registry.add_participant(lf.Participant("bank", deduplicates=True))
+
+        @bank.compensation("refund", retry=quick)
+        async def refund(call: lf.EffectCall) -> dict[str, Any]:
+            self.refunded[call.original_key or ""] += 1
+            return {"refunded": call.original_key}
+
+        @bank.effect(classification="compensatable", retry=quick, compensation="refund")
+        async def charge(call: lf.EffectCall) -> dict[str, Any]:
+            self.charged[call.idempotency_key] += 1
+            return {"charged": call.payload}
+
+        @self.registry.workflow(name="chain", version=1)
+        async def chain(ctx: lf.WorkflowContext, state: dict[str, Any]) -> dict[str, Any]:
+            await ctx.effect(charge, {"run": ctx.run, "tag": state["tag"]})
+            if state["left"] > 1:
+                ctx.continue_as_new({**state, "left": state["left"] - 1})
+            if state.get("fail"):
+                raise lf.BusinessFailure(f"{state['tag']} fails")
+            return {"tag": state["tag"], "run": ctx.run}
+
+
+def test_a_new_run_after_a_chain_of_continued_runs_starts_clean(journal_url: str) -> None:
+    """Goal: a start's new run of an instance that ended after continuing as new runs with the
+    new start's input (not the last continued run's), its ended runs are history (one row
+    each, with how the last one ended), and its own failure compensates only its own chain:
+    the charges of the chain that SUCCEEDED stay (they were that outcome), never refunded.
+    The continue-as-new oracle checks hold.
+
+    Method: a chain of two runs that succeeds; a new run (run 3) whose one run fails."""
+    from ledgerflow.testing import oracle
+    from ledgerflow.testing.oracle import Snapshot
+
+    chain = Chain()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, chain.registry) as engine:
+            first = await engine.start("chain", key="c", input={"tag": "a", "left": 2})
+            await _work(engine)
+            assert await engine.result(first.instance_id, timeout=5) == {"tag": "a", "run": 2}
+            again = await engine.start(
+                "chain", key="c", input={"tag": "b", "left": 1, "fail": True}, if_ended="new_run"
+            )
+            assert again.instance.run == 3
+            await _work(engine)
+            record = await engine.get(first.instance_id)
+            assert record.status is lf.InstanceStatus.COMPENSATED
+            assert record.first_run == 3
+            runs = engine.store.runs(InstanceId(first.instance_id))
+            assert [(r.run, r.ended) for r in runs] == [(1, None), (2, "SUCCEEDED")]
+            effects = (await engine.detail(first.instance_id)).effects
+            charges = {e.run: e.idempotency_key for e in effects if e.compensates is None}
+            assert set(charges) == {3}  # the open run's journal; earlier runs' are history
+            snapshot = Snapshot.of(engine.store)
+            found = [
+                *oracle.one_open_run(snapshot),
+                *oracle.no_event_lost_or_duplicated_across_a_switch(snapshot),
+            ]
+            assert found == []
+        assert len(chain.charged) == 3
+        assert list(chain.refunded) == [charges[3]]
+
+    asyncio.run(main())

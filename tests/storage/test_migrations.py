@@ -53,6 +53,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "trace_context",
         "arrived_since_claim",
         "run_input",
+        "first_run",
     ],
     "lf_steps": [
         "instance_id",
@@ -216,7 +217,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "last_sender",
     ],
     # The closed runs of instances that continued as new (0015).
-    "lf_runs": ["instance_id", "run", "input", "steps", "generation", "closed_at"],
+    "lf_runs": ["instance_id", "run", "input", "steps", "generation", "closed_at", "ended"],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }

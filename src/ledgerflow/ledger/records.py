@@ -93,6 +93,9 @@ class InstanceRecord:
     trace_context: str | None = None
     # The open run's own input, once a run continued as new (None on run 1: ``input``).
     run_input: str | None = None
+    # The first run of the open chain: 1, or the run a start opened after the instance ended
+    # (if_ended). Runs before it ended for good and carry no obligation forward.
+    first_run: RunNumber = RunNumber(1)
 
     input_value = Decoded("input")
     """The workflow's input as started, decoded (a later run's is :attr:`run_input_value`)."""
@@ -338,6 +341,8 @@ class RunRecord:
     steps: int
     generation: Generation
     closed_at: float
+    # How the run ended when a start opened the next one (if_ended); None: it continued as new.
+    ended: str | None = None
 
     input_value = Decoded("input")
     """The run's input, decoded."""

@@ -296,7 +296,9 @@ class Executor:
         return [
             e
             for e in await self.store.effects(session.instance_id)
-            if e.run < session.instance.run and e.seq > 0 and e.compensates is None
+            if session.instance.first_run <= e.run < session.instance.run
+            and e.seq > 0
+            and e.compensates is None
         ]
 
     async def _compensations(self, session: Session) -> CompensationRunner:

@@ -272,9 +272,17 @@ class StartStore(SqlSeam):
                 )
             return False
         started = instance_from_row(rows[0])
+        history = {"ended_input": ended.open_run_input, "ended_generation": ended.generation}
+        self._run("close_ended_run", {**params, **history})
+        detail = f"run {started.run} started after run {ended.run} ended {ended.status.value}"
+        detail += f" (if_ended={new.if_ended.value})"
+        self._timeline(
+            new.instance_id, started.generation, "run", str(ended.run), str(started.run), now,
+            detail,
+        )  # fmt: skip
         self._timeline(
             new.instance_id, started.generation, "instance", ended.status.value,
-            status.value, now, f"run {started.run} started (if_ended={new.if_ended.value})",
+            status.value, now, detail,
         )  # fmt: skip
         return True
 

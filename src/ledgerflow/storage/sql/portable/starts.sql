@@ -1,5 +1,15 @@
 -- Starts under a used business key (start options, see model/start_policy.py).
 
+-- name: close_ended_run
+-- The ended run's row of history, as a run that continued as new leaves one (runs.sql
+-- close_run), with how it ended: sent once start_new_run moved the instance past it, with the
+-- ended run's values as the start read them under the same condition.
+INSERT INTO lf_runs (instance_id, run, input, steps, generation, closed_at, ended)
+SELECT :instance_id, CAST(:run AS bigint), :ended_input,
+       (SELECT count(*) FROM lf_steps s
+        WHERE s.instance_id = :instance_id AND s.run = CAST(:run AS bigint)),
+       CAST(:ended_generation AS bigint), :now, :ended;
+
 -- name: start_new_run
 -- The next run of an instance that has ended for good (if_ended='new_run' or
 -- 'new_run_if_failed'): the same instance and business key, run + 1, the new start's input and
@@ -10,8 +20,8 @@
 -- start that raced it here changes nothing (zero rows) and reads the instance again. Nothing
 -- changes for a retired version, as for a new instance.
 UPDATE lf_instances
-SET run = run + 1, status = :status, owner = NULL, lease_expires_at = NULL,
-    available_at = :available_at, input = :input,
+SET run = run + 1, first_run = run + 1, status = :status, owner = NULL, lease_expires_at = NULL,
+    available_at = :available_at, input = :input, run_input = NULL,
     workflow_version = CAST(:workflow_version AS bigint), fingerprint = :fingerprint,
     result = NULL, reason_code = :reason_code, reason = :reason, cause = NULL,
     cancel_requested_at = NULL, cancel_reason = NULL, cancel_compensate = NULL,
