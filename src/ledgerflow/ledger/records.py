@@ -35,6 +35,8 @@ from ledgerflow.model.start_policy import IfEnded, IfRunning
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 
 RecordT = TypeVar("RecordT")
+# Every instance's first run (a NewType's call made once, not in a dataclass default).
+_FIRST_RUN = RunNumber(1)
 StateT = TypeVar("StateT")
 EventT = TypeVar("EventT")
 
@@ -95,7 +97,7 @@ class InstanceRecord:
     run_input: str | None = None
     # The first run of the open chain: 1, or the run a start opened after the instance ended
     # (if_ended). Runs before it ended for good and carry no obligation forward.
-    first_run: RunNumber = RunNumber(1)
+    first_run: RunNumber = _FIRST_RUN
 
     input_value = Decoded("input")
     """The workflow's input as started, decoded (a later run's is :attr:`run_input_value`)."""
