@@ -23,6 +23,9 @@ JSON_VALUES_MAX = 100_000
 JSON_INPUT_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
 # Steps one instance may journal; past this the instance is parked as poison.
 STEPS_PER_INSTANCE_MAX = 10_000
+# Children one run may have started and not yet awaited (fan-out): one more parks the parent
+# (child_limit). It bounds the parent's inbox too: each open child delivers its ending there.
+CHILDREN_OPEN_MAX = 1_000
 # Instances one worker drives at once.
 WORKER_CONCURRENCY_MAX = 1_000
 WORKER_CONCURRENCY_DEFAULT = 64

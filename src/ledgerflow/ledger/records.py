@@ -90,6 +90,11 @@ class InstanceRecord:
     cancel_outcome: str | None = None
     # The W3C trace context (JSON: traceparent, tracestate) of its run's span, when traced.
     trace_context: str | None = None
+    # A child's link to its parent: the parent, the parent's run and the journal position
+    # that started it (None for a top-level instance).
+    parent_instance_id: InstanceId | None = None
+    parent_run: RunNumber | None = None
+    parent_seq: StepSeq | None = None
 
     input_value = Decoded("input")
     """The workflow's input, decoded."""
@@ -388,6 +393,10 @@ class NewInstance:
     fingerprint: str
     business_key: BusinessKey
     input: str
+    # A child's link to its parent (see InstanceRecord), written in the parent's transaction.
+    parent_instance_id: InstanceId | None = None
+    parent_run: RunNumber | None = None
+    parent_seq: StepSeq | None = None
 
 
 def _decoded(text: str | None) -> Any:

@@ -31,7 +31,7 @@ from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
-from ledgerflow.runtime import faults, journal_log
+from ledgerflow.runtime import children, faults, journal_log
 from ledgerflow.runtime.calls import describe_error, error_names
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
@@ -170,6 +170,7 @@ class Executor:
         ctx = WorkflowContext(session, definition)
         try:
             value = await definition.function(ctx, self.codec.decode(session.instance.input))
+            await children.await_children(ctx)
             result = self.codec.encode(value)
         except (Park, Suspend, Abandon):
             raise

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ledgerflow import limits
 from ledgerflow.errors import (
     CancelArrivedError,
+    ChildKeyConflictError,
     EventArrivedError,
     FencedOutError,
     StorageError,
@@ -39,7 +40,7 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.runtime import journal_log
+from ledgerflow.runtime import child_endings, journal_log
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
 from ledgerflow.runtime.metrics import Metrics
@@ -125,6 +126,11 @@ class Session:
             raise Abandon("this worker is dead")
         riding = len(self.riders)
         writes = (*writes, *self.riders)
+        # An ending carries its child's outcome to the parent and its cancel to the children.
+        ending = child_endings.ending_writes(
+            self.instance, self.journal, self.codec, self.cause, writes
+        )
+        beside = (*beside, *ending)
         if self.trace_to_keep is not None:
             writes = (*writes, KeepTraceContext(trace_context=self.trace_to_keep))
         commit = Commit(
@@ -144,8 +150,10 @@ class Session:
             if self.metrics is not None:
                 self.metrics.fenced(self.instance)
             raise LostOwnership(str(error))
-        if isinstance(error, EventArrivedError):
-            raise error  # The waiting code decides: the event wins, nothing was written.
+        if isinstance(error, EventArrivedError | ChildKeyConflictError):
+            # Nothing was written: the waiting code decides (the event wins), or the workflow
+            # does (a child's key another instance holds).
+            raise error
         if isinstance(error, CancelArrivedError):
             # The request won the race with a new step: nothing new starts, the owner cancels.
             self.cancel_requested = True

@@ -3,13 +3,15 @@
 -- name: insert_instance
 -- A new instance, unowned and runnable now. Conflicts on the business key are left to the
 -- caller, which reads the existing instance back. Nothing is inserted for a retired version
--- (the caller finds no instance then, and says why).
+-- (the caller finds no instance then, and says why). A child names its parent's link.
 INSERT INTO lf_instances (
     instance_id, tenant, workflow_name, workflow_version, fingerprint, business_key, run,
-    status, owner, generation, lease_expires_at, available_at, input, created_at, updated_at
+    status, owner, generation, lease_expires_at, available_at, input, created_at, updated_at,
+    parent_instance_id, parent_run, parent_seq
 )
 SELECT :instance_id, :tenant, :workflow_name, :workflow_version, :fingerprint, :business_key, 1,
-       'RUNNING', NULL, 0, NULL, :now, :input, :now, :now
+       'RUNNING', NULL, 0, NULL, :now, :input, :now, :now,
+       :parent_instance_id, :parent_run, :parent_seq
 WHERE NOT EXISTS (
     SELECT 1 FROM lf_retired_versions
     WHERE workflow_name = :workflow_name AND workflow_version = :workflow_version

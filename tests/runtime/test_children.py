@@ -1,0 +1,431 @@
+"""Child workflows: started in the parent's transaction, their endings kept in the parent's
+inbox in the child's ending transaction, typed outcomes, policies on the parent's end.
+
+Every test runs on a real SQLite file and on PostgreSQL (``journal_url``), with real workers
+(``until_idle``: the run ends when nothing is runnable). Faults are named points
+(``child.*``) crashing the worker in-process, where a replay then has to pick up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import ledgerflow as lf
+from ledgerflow import limits
+from ledgerflow.errors import (
+    ChildCompensatedError,
+    ChildFailedError,
+    ChildKeyConflictError,
+    ChildNeedsInterventionError,
+    ChildWorkflowError,
+    WorkflowError,
+)
+from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime import faults
+from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
+
+
+class Boom(lf.BusinessFailure):
+    """The child's declared failure."""
+
+
+class Shop:
+    """A parent ``order`` and its children, and what the participant applied."""
+
+    def __init__(self) -> None:
+        self.applied: Counter[str] = Counter()
+        self.registry = registry = lf.Registry()
+        bank = registry.add_participant(lf.Participant("bank", deduplicates=True))
+
+        @bank.effect(classification="compensatable", compensation="refund")
+        async def charge(call: lf.EffectCall) -> dict[str, Any]:
+            self.applied[call.idempotency_key] += 1
+            return {"charged": call.payload}
+
+        @bank.compensation("refund")
+        async def refund(call: lf.EffectCall) -> str:
+            self.applied[call.idempotency_key] += 1
+            return "refunded"
+
+        @registry.workflow(name="pay", version=1)
+        async def pay(ctx: lf.WorkflowContext, amount: int) -> dict[str, Any]:
+            receipt = await ctx.effect(charge, amount)
+            if amount < 0:
+                raise Boom("a negative amount, after the charge")
+            return {"amount": amount, "receipt": receipt}
+
+        @registry.workflow(name="fail", version=1)
+        async def fail(ctx: lf.WorkflowContext, _: Any) -> None:
+            raise Boom("nothing done")
+
+        @registry.workflow(name="hold", version=1)
+        async def hold(ctx: lf.WorkflowContext, _: Any) -> str:
+            await ctx.wait_for("release")
+            return "released"
+
+        @registry.workflow(name="order", version=1)
+        async def order(ctx: lf.WorkflowContext, amount: int) -> Any:
+            return await ctx.child(pay, amount)
+
+        @registry.workflow(name="fan", version=1)
+        async def fan(ctx: lf.WorkflowContext, n: int) -> list[Any]:
+            handles = [await ctx.start_child("pay", i) for i in range(n)]
+            return [await h.result() for h in handles]
+
+        @registry.workflow(name="catching", version=1)
+        async def catching(ctx: lf.WorkflowContext, child: str) -> dict[str, Any]:
+            try:
+                await ctx.child(child, -1)
+            except ChildWorkflowError as error:
+                return {
+                    "type": type(error).__name__,
+                    "status": error.status,
+                    "cause": error.cause,
+                    "child_id": error.child_id,
+                    "residual": list(error.residual),
+                }
+            return {"type": None}
+
+        @registry.workflow(name="keyed", version=1)
+        async def keyed(ctx: lf.WorkflowContext, key: str) -> Any:
+            try:
+                return await ctx.child("pay", 5, key=key)
+            except ChildKeyConflictError as error:
+                return {"conflict": error.holder}
+
+        @registry.workflow(name="parent-of-hold", version=1)
+        async def parent_of_hold(ctx: lf.WorkflowContext, policy: str) -> str:
+            await ctx.start_child(hold, None, on_parent_end=policy)  # type: ignore[arg-type]
+            await ctx.wait_for("finish")
+            return "done"
+
+        @registry.workflow(name="quick-parent", version=1)
+        async def quick_parent(ctx: lf.WorkflowContext, _: Any) -> str:
+            handle = await ctx.start_child(hold, None, on_parent_end="abandon")
+            return str(handle.child_id)
+
+
+async def _work(engine: lf.Engine) -> None:
+    await engine.worker(lease_seconds=5, poll_seconds=0.01).run(until_idle=True)
+
+
+def _children(detail: lf.InstanceDetail) -> list[Any]:
+    return [s for s in detail.steps if s.kind is StepKind.CHILD]
+
+
+def test_a_child_returns_its_result_and_is_linked_to_its_parent(journal_url: str) -> None:
+    """Goal: ``ctx.child`` starts the child, waits without holding anything, and returns its
+    result; the child's row links back to the parent's run and position; its key is derived
+    from the parent's key, run and position.
+
+    Method: an order of 7 starts pay(7); a worker runs until idle. The order's result is the
+    child's; the child is SUCCEEDED with parent_instance_id/run/seq set; the parent's CHILD
+    step is COMPLETED; the child's ending event is CONSUMED by that step.
+    """
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("order", key="o-1", input=7)
+            await _work(engine)
+            result = await engine.result(started.instance_id, timeout=10)
+            assert result["amount"] == 7
+            detail = await engine.detail(started.instance_id)
+            [step] = _children(detail)
+            assert step.status is StepStatus.COMPLETED
+            child_key = "o-1/r1/s1/child"
+            assert step.input_value["key"] == child_key
+            [event] = [d for d in detail.inbox if d.name.startswith("child:")]
+            assert event.state.value == "CONSUMED"
+            assert event.consumed_seq == 1
+            child_id = event.name.removeprefix("child:")
+            child = await engine.get(child_id)
+            assert child.business_key == child_key
+            assert child.status is lf.InstanceStatus.SUCCEEDED
+            assert (child.parent_instance_id, child.parent_run, child.parent_seq) == (
+                started.instance_id,
+                1,
+                1,
+            )
+
+    asyncio.run(main())
+    assert list(shop.applied.values()) == [1]
+
+
+def test_many_children_at_once(journal_url: str) -> None:
+    """Goal: start_child starts without waiting; many children run, each result is returned
+    at its position, each effect applied once."""
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("fan", key="f-1", input=12)
+            await _work(engine)
+            results = await engine.result(started.instance_id, timeout=20)
+            assert [r["amount"] for r in results] == list(range(12))
+            detail = await engine.detail(started.instance_id)
+            assert [s.seq for s in _children(detail)] == list(range(1, 13))
+
+    asyncio.run(main())
+    assert sorted(shop.applied.values()) == [1] * 12
+
+
+def test_the_fan_out_bound_parks_the_parent_with_a_clear_reason(
+    journal_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: a run that would have more than CHILDREN_OPEN_MAX children open is parked
+    (child_limit) naming the bound, before the extra child starts."""
+    monkeypatch.setattr(limits, "CHILDREN_OPEN_MAX", 3)
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("fan", key="f-2", input=5)
+            await _work(engine)
+            record = await engine.get(started.instance_id)
+            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
+            assert record.reason_code == "child_limit"
+            assert "at most 3" in (record.reason or "")
+            detail = await engine.detail(started.instance_id)
+            assert len(_children(detail)) == 3
+
+    asyncio.run(main())
+
+
+def test_an_explicit_key_held_by_an_unrelated_instance_is_a_typed_conflict(
+    journal_url: str,
+) -> None:
+    """Goal: a child's explicit key that another instance holds (same workflow, same input,
+    started from outside) raises ChildKeyConflictError naming the holder; nothing is
+    attached, the holder is untouched, the parent's step is not written.
+
+    Method: start pay(5) under key "shared" from outside and let it finish; a parent asks for
+    a child pay(5) with key "shared": the workflow catches the conflict and returns the holder.
+    """
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            holder = await engine.start("pay", key="shared", input=5)
+            await _work(engine)
+            before = await engine.get(holder.instance_id)
+            parent = await engine.start("keyed", key="k-1", input="shared")
+            await _work(engine)
+            assert await engine.result(parent.instance_id, timeout=10) == {
+                "conflict": holder.instance_id
+            }
+            after = await engine.get(holder.instance_id)
+            assert after == before
+            assert after.parent_instance_id is None
+            assert _children(await engine.detail(parent.instance_id)) == []
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("child", "error", "status"),
+    [
+        ("fail", ChildFailedError, "FAILED"),
+        ("pay", ChildCompensatedError, "COMPENSATED"),
+    ],
+)
+def test_a_child_that_did_not_succeed_raises_its_typed_error(
+    journal_url: str, child: str, error: type[ChildWorkflowError], status: str
+) -> None:
+    """Goal: a FAILED child reaches the parent as ChildFailedError, a COMPENSATED one as
+    ChildCompensatedError (never a plain failure), each with the child's status and cause."""
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("catching", key=f"c-{child}", input=child)
+            await _work(engine)
+            got = await engine.result(started.instance_id, timeout=10)
+            assert got["type"] == error.__name__
+            assert got["status"] == status
+            assert "Boom" in got["cause"]
+            assert got["residual"] == []
+            record = await engine.get(got["child_id"])
+            assert record.status.value == status
+
+    asyncio.run(main())
+
+
+def test_an_uncaught_child_failure_ends_the_parent_truthfully(journal_url: str) -> None:
+    """Goal: a parent that does not catch its child's COMPENSATED ending fails as a business
+    failure (FAILED: the parent itself confirmed nothing), its cause naming the child."""
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("order", key="o-neg", input=-1)
+            await _work(engine)
+            with pytest.raises(WorkflowError) as raised:
+                await engine.result(started.instance_id, timeout=10)
+            assert raised.value.status == "FAILED"
+            assert "ChildCompensatedError" in (raised.value.cause or "")
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_parent_cancels_its_children_and_abandon_leaves_them(
+    journal_url: str,
+) -> None:
+    """Goal: a parent's ending reaches its live children by their policy: "cancel" children
+    get a durable cancel request in the parent's ending transaction and end CANCELLED;
+    "abandon" children keep running.
+
+    Method: two parents each start a child that waits for a signal, then wait themselves;
+    both parents are cancelled. The cancel child ends CANCELLED; the abandon child is still
+    WAITING, with no cancel request; its ending, later, is kept in the ended parent's inbox
+    as refused ("ended"), never lost.
+    """
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            cancel = await engine.start("parent-of-hold", key="p-cancel", input="cancel")
+            abandon = await engine.start("parent-of-hold", key="p-abandon", input="abandon")
+            await _work(engine)
+            for parent in (cancel, abandon):
+                await engine.cancel(parent.instance_id, reason="customer left")
+            await _work(engine)
+            kids = {}
+            for parent in (cancel, abandon):
+                assert (await engine.get(parent.instance_id)).status is (
+                    lf.InstanceStatus.CANCELLED
+                )
+                [step] = _children(await engine.detail(parent.instance_id))
+                key = step.input_value["key"]
+                kids[parent.instance_id] = next(
+                    r for r in await engine.list(workflow="hold", limit=10) if r.business_key == key
+                )
+            assert kids[cancel.instance_id].status is lf.InstanceStatus.CANCELLED
+            left = kids[abandon.instance_id]
+            assert left.status is lf.InstanceStatus.WAITING
+            assert left.cancel_requested_at is None
+            await engine.signal(left.instance_id, "release", event_id="r-1")
+            await _work(engine)
+            assert (await engine.get(left.instance_id)).status is lf.InstanceStatus.SUCCEEDED
+            inbox = (await engine.detail(abandon.instance_id)).inbox
+            [kept] = [d for d in inbox if d.name == f"child:{left.instance_id}"]
+            assert kept.state.value == "REJECTED"
+            assert kept.refusal == "ended"
+
+    asyncio.run(main())
+
+
+def test_a_child_outcome_is_kept_when_the_parent_ended_first(journal_url: str) -> None:
+    """Goal: the child's ending reaches the parent's inbox even after the parent SUCCEEDED
+    (a Temporal parent that closed loses it): kept, refused as ended, with the outcome."""
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            parent = await engine.start("quick-parent", key="q-1")
+            await _work(engine)
+            child_id = await engine.result(parent.instance_id, timeout=10)
+            assert (await engine.get(child_id)).status is lf.InstanceStatus.WAITING
+            await engine.signal(child_id, "release", event_id="r-1")
+            await _work(engine)
+            [kept] = [
+                d
+                for d in (await engine.detail(parent.instance_id)).inbox
+                if d.name == f"child:{child_id}"
+            ]
+            assert kept.refusal == "ended"
+            assert kept.payload_value["status"] == "SUCCEEDED"
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("point", ["child.before_start", "child.after_start", "child.before_take"])
+def test_a_crash_in_the_child_protocol_never_starts_a_child_twice(
+    journal_url: str, point: str
+) -> None:
+    """Goal: a worker that dies before the start commit, after it, or before taking the
+    child's ending leaves one child per parent position; the next worker's replay finds the
+    recorded child (never a second one), and the parent ends with the child's result.
+
+    Method: a fault plan crashes the worker (SimulatedCrash, the whole worker dies) at the
+    point once; a second engine and worker pick up after the lease lapses.
+    """
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("order", key=f"crash-{point}", input=3)
+            faults.install(FaultPlan([FaultRule(point=point, action="crash")]))
+            try:
+                with pytest.raises(SimulatedCrash):
+                    await engine.worker(lease_seconds=0.3, poll_seconds=0.01).run(until_idle=True)
+            finally:
+                faults.install(None)
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            await _work(engine)
+            assert (await engine.result(started.instance_id, timeout=10))["amount"] == 3
+            pays = await engine.list(workflow="pay", limit=10)
+            assert len(pays) == 1
+
+    asyncio.run(main())
+    assert list(shop.applied.values()) == [1]
+
+
+def test_a_needs_intervention_child_is_not_a_plain_failure(journal_url: str) -> None:
+    """Goal: a child parked in MANUAL_INTERVENTION reaches its parent as
+    ChildNeedsInterventionError (terminal, not final: an operator may still resume it)."""
+    registry = lf.Registry()
+
+    @registry.workflow(name="broken", version=1)
+    async def broken(ctx: lf.WorkflowContext, _: Any) -> None:
+        raise ZeroDivisionError("a defect")  # parked as workflow_defect after its retries
+
+    @registry.workflow(name="asks", version=1, defect_retry=lf.RetryPolicy(attempts_max=1))
+    async def asks(ctx: lf.WorkflowContext, _: Any) -> str:
+        try:
+            await ctx.child(broken)
+        except ChildNeedsInterventionError as error:
+            return f"{error.status} {error.reason_code}"
+        return "no"
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            started = await engine.start("asks", key="a-1")
+            await _work(engine)
+            assert await engine.result(started.instance_id, timeout=20) == (
+                "MANUAL_INTERVENTION workflow_defect"
+            )
+
+    asyncio.run(main())
+
+
+def test_a_wait_child_ends_before_its_parent_records_its_result(journal_url: str) -> None:
+    """Goal: on_parent_end="wait": the parent returned, yet its ending is recorded only after
+    the child's (the parent waits, durably, for it)."""
+    registry = lf.Registry()
+
+    @registry.workflow(name="hold", version=1)
+    async def hold(ctx: lf.WorkflowContext, _: Any) -> str:
+        await ctx.wait_for("release")
+        return "released"
+
+    @registry.workflow(name="waits", version=1)
+    async def waits(ctx: lf.WorkflowContext, _: Any) -> str:
+        await ctx.start_child(hold, None, on_parent_end="wait")
+        return "parent done"
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            parent = await engine.start("waits", key="w-1")
+            await _work(engine)
+            assert (await engine.get(parent.instance_id)).status is lf.InstanceStatus.WAITING
+            [child] = await engine.list(workflow="hold", limit=5)
+            await engine.signal(child.instance_id, "release", event_id="r-1")
+            await _work(engine)
+            assert await engine.result(parent.instance_id, timeout=10) == "parent done"
+
+    asyncio.run(main())
