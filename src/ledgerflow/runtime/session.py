@@ -126,22 +126,9 @@ class Session:
             raise Abandon("this worker is dead")
         riding = len(self.riders)
         writes = (*writes, *self.riders)
-        # An ending carries its child's outcome to the parent and its cancel to the children.
-        ending = child_endings.ending_writes(
-            self.instance, self.journal, self.codec, self.cause, writes
-        )
-        beside = (*beside, *ending)
         if self.trace_to_keep is not None:
             writes = (*writes, KeepTraceContext(trace_context=self.trace_to_keep))
-        commit = Commit(
-            instance_id=self.instance_id,
-            owner=self.owner,
-            generation=self.generation,
-            writes=writes,
-        )
-        unit: Commit | Transaction = commit
-        if beside or fences:
-            unit = Transaction(commits=(commit,), fences=fences, writes=beside)
+        commit, unit = self._unit(writes, beside, fences)
         try:
             error = await self.store.commit(unit, now=self.clock.now())
         except StorageError as exc:
@@ -185,6 +172,29 @@ class Session:
                 self.released = self.released or write.release
             elif isinstance(write, Release):
                 self.released = True
+
+    def _unit(
+        self,
+        writes: tuple[Write, ...],
+        beside: tuple[OutsideWrite, ...],
+        fences: tuple[FromOutside, ...],
+    ) -> tuple[Commit, Commit | Transaction]:
+        """This owner's commit, and what goes to the store: the commit alone, or a transaction
+        with the writes on other instances. An ending carries its outcome to the parent and its
+        cancel requests to the children (see :mod:`ledgerflow.runtime.child_endings`)."""
+        ending = child_endings.ending_writes(
+            self.instance, self.journal, self.codec, self.cause, writes
+        )
+        beside = (*beside, *ending)
+        commit = Commit(
+            instance_id=self.instance_id,
+            owner=self.owner,
+            generation=self.generation,
+            writes=writes,
+        )
+        if beside or fences:
+            return commit, Transaction(commits=(commit,), fences=fences, writes=beside)
+        return commit, commit
 
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""
