@@ -26,7 +26,7 @@ import binascii
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from ledgerflow import limits
@@ -165,6 +165,8 @@ class InstanceOverview:
     inbox: Page[InboxEntry]
     timeline: Page[TimelineEntry]
     inbox_refusals: InboxRefusals | None
+    # The child workflows it started, oldest first (its parent is on the instance record).
+    children: list[InstanceRecord] = field(default_factory=list)
 
 
 def overview(
@@ -185,4 +187,5 @@ def overview(
         inbox=page_inbox(store, record, cursor=inbox_cursor, limit=size),
         timeline=page_timeline(store, record, cursor=timeline_cursor, limit=size),
         inbox_refusals=store.inbox_refusals(record.instance_id),
+        children=store.children(record.instance_id, limit=size),
     )
