@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +25,16 @@ from ledgerflow.errors import (
     ChildWorkflowError,
     WorkflowError,
 )
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.repair import RepairKind
 from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.operators.authority import Authority
+from ledgerflow.operators.repairs import RepairRequest
+from ledgerflow.operators.service import Operations
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
+from ledgerflow.storage import open_store
+from ledgerflow.testing.oracle import Snapshot, child_endings_reach_their_parent
 
 
 class Boom(lf.BusinessFailure):
@@ -375,9 +383,12 @@ def test_a_crash_in_the_child_protocol_never_starts_a_child_twice(
     assert list(shop.applied.values()) == [1]
 
 
-def test_a_needs_intervention_child_is_not_a_plain_failure(journal_url: str) -> None:
+def test_a_needs_intervention_child_is_not_a_plain_failure(
+    journal_url: str, tmp_path: Path
+) -> None:
     """Goal: a child parked in MANUAL_INTERVENTION reaches its parent as
-    ChildNeedsInterventionError (terminal, not final: an operator may still resume it)."""
+    ChildNeedsInterventionError (terminal, not final: an operator may still resume it); an
+    operator's later ending of the child is kept in the parent's inbox too."""
     registry = lf.Registry()
 
     @registry.workflow(name="broken", version=1)
@@ -392,15 +403,41 @@ def test_a_needs_intervention_child_is_not_a_plain_failure(journal_url: str) -> 
             return f"{error.status} {error.reason_code}"
         return "no"
 
-    async def main() -> None:
+    async def main() -> str:
         async with lf.Engine(journal_url, registry) as engine:
             started = await engine.start("asks", key="a-1")
             await _work(engine)
             assert await engine.result(started.instance_id, timeout=20) == (
                 "MANUAL_INTERVENTION workflow_defect"
             )
+            return started.instance_id
 
-    asyncio.run(main())
+    parent = asyncio.run(main())
+    policy = tmp_path / "authority.toml"
+    policy.write_text('[roles]\noperator = ["force-terminal"]\n[actors]\nalice = ["operator"]\n')
+    # An operator ends the parked child FAILED (the store's repair, no worker): that ending
+    # reaches the parent's inbox in the repair's transaction too, kept as refused (ended).
+    with Operations(journal_url, authority=Authority.from_file(policy)) as operations:
+        [child] = operations.detail(parent).children
+        request = RepairRequest(
+            kind=RepairKind.FORCE_TERMINAL,
+            instance_id=child.instance_id,
+            actor="alice",
+            reason="ticket OPS-7",
+            status=lf.InstanceStatus.FAILED,
+        )
+        assert operations.apply(request).outcome == "applied"
+    store = open_store(journal_url)
+    try:
+        inbox = store.inbox(InstanceId(parent))
+        name = f"child:{child.instance_id}"
+        assert [d.payload_value["status"] for d in inbox if d.name == name] == [
+            "MANUAL_INTERVENTION",
+            "FAILED",
+        ]
+        assert list(child_endings_reach_their_parent(Snapshot.of(store))) == []
+    finally:
+        store.close()
 
 
 def test_a_wait_child_ends_before_its_parent_records_its_result(journal_url: str) -> None:

@@ -17,9 +17,9 @@ that ends its instance), so no ending is durable without its consequences:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
+from ledgerflow.ledger.children import child_ending
 from ledgerflow.ledger.records import InstanceRecord, InstanceWrite, Journal, Write
 from ledgerflow.ledger.transaction import Deliver, OutsideWrite, RequestCancel
 from ledgerflow.model.codec import Codec
@@ -27,13 +27,6 @@ from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import FINAL_STATUSES, TERMINAL_STATUSES
 from ledgerflow.model.step import StepKind, StepStatus
-
-CHILD_EVENT_PREFIX = "child:"
-
-
-def child_event_name(child_id: InstanceId | str) -> str:
-    """The inbox name under which a child's endings reach its parent."""
-    return f"{CHILD_EVENT_PREFIX}{child_id}"
 
 
 def ending_writes(
@@ -62,28 +55,14 @@ def ending_writes(
 def _to_parent(
     instance: InstanceRecord, journal: Journal, cause: str | None, ending: InstanceWrite
 ) -> Deliver:
-    assert instance.parent_instance_id is not None
-    status = ending.status.value
-    outcome = {
-        "child_id": instance.instance_id,
-        "status": status,
-        "reason_code": ending.reason_code,
-        "cause": cause,
-        "generation": instance.generation,
-        "residual": _residual(journal),
-        "result_text": ending.result,
-    }
-    return Deliver(
-        instance_id=instance.parent_instance_id,
-        event_id=f"child-end:{instance.instance_id}:{status}:{instance.generation}",
-        name=child_event_name(instance.instance_id),
-        payload=json.dumps(outcome),
-        sender=child_event_name(instance.instance_id),
-        for_seq=instance.parent_seq,
-        run=instance.parent_run,
-        # Bounded by the parent's open children (limits.CHILDREN_OPEN_MAX), not by the inbox:
-        # a full inbox must never keep a child from ending.
-        bounded=False,
+    return child_ending(
+        instance,
+        status=ending.status,
+        generation=instance.generation,
+        reason_code=ending.reason_code,
+        cause=cause,
+        result=ending.result,
+        residual=_residual(journal),
     )
 
 

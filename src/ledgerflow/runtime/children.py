@@ -35,6 +35,7 @@ from ledgerflow.errors import (
     ChildWorkflowError,
     RegistrationError,
 )
+from ledgerflow.ledger.children import child_event_name
 from ledgerflow.ledger.records import (
     ConsumeDelivery,
     NewInstance,
@@ -51,7 +52,6 @@ from ledgerflow.model.instance import InstanceEvent
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.child_endings import child_event_name
 from ledgerflow.runtime.control import Cancelled, Park, Waiting
 from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.session import Session
