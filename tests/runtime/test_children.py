@@ -25,13 +25,15 @@ from ledgerflow.errors import (
     ChildWorkflowError,
     WorkflowError,
 )
-from ledgerflow.model.ids import InstanceId
+from ledgerflow.ledger.transaction import RequestCancel
+from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, InstanceId
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import RepairRequest
 from ledgerflow.operators.service import Operations
 from ledgerflow.runtime import faults
+from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
 from ledgerflow.storage import open_store
 from ledgerflow.testing.oracle import Snapshot, child_endings_reach_their_parent
@@ -464,5 +466,71 @@ def test_a_wait_child_ends_before_its_parent_records_its_result(journal_url: str
             await engine.signal(child.instance_id, "release", event_id="r-1")
             await _work(engine)
             assert await engine.result(parent.instance_id, timeout=10) == "parent done"
+
+    asyncio.run(main())
+
+
+class _CancelBeforeTheStart(FaultPlan):
+    """At the middle child's ``child.before_start`` (it read no cancel request, its start is
+    not committed yet) the cascade's cancel requests land, from another connection."""
+
+    def __init__(self, url: str, key: str, ids: list[str]) -> None:
+        super().__init__([])
+        self.url, self.key, self.ids = url, key, ids
+
+    def hit(self, name: str, where: dict[str, Any]) -> None:
+        if name != "child.before_start" or where.get("instance") != self.key or not self.ids:
+            return
+        store = open_store(self.url)
+        try:
+            for instance_id in self.ids:
+                store.request_cancel(
+                    RequestCancel(instance_id=InstanceId(instance_id), reason="cascade"), now=0.0
+                )
+        finally:
+            store.close()
+        self.ids = []
+
+
+def test_a_cancel_racing_a_grandchilds_start_leaves_no_live_descendant(journal_url: str) -> None:
+    """Goal: a cancel request that reaches a child after it decided to start a grandchild and
+    before that start is committed refuses the start (the same transaction checks it): no
+    grandchild is ever started, and the whole family ends CANCELLED.
+
+    Method: top -> mid -> leaf. A fault plan writes the cancel requests of top and mid (what
+    top's cancel cascade writes) from another connection at mid's ``child.before_start``.
+    """
+    registry = lf.Registry()
+
+    @registry.workflow(name="leaf", version=1)
+    async def leaf(ctx: lf.WorkflowContext, _: Any) -> str:
+        await ctx.wait_for("never")
+        return "leaf"
+
+    @registry.workflow(name="mid", version=1)
+    async def mid(ctx: lf.WorkflowContext, _: Any) -> Any:
+        await ctx.step("before", lambda: 1)
+        return await ctx.child(leaf)
+
+    @registry.workflow(name="top", version=1)
+    async def top(ctx: lf.WorkflowContext, _: Any) -> Any:
+        return await ctx.child(mid)
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            started = await engine.start("top", key="t-1")
+            mid_id = instance_id_for(DEFAULT_TENANT, "mid", BusinessKey("t-1/r1/s1/child"))
+            faults.install(
+                _CancelBeforeTheStart(journal_url, "t-1/r1/s1/child", [started.instance_id, mid_id])
+            )
+            try:
+                await _work(engine)
+            finally:
+                faults.install(None)
+            assert await engine.list(workflow="leaf", limit=5) == []
+            for instance_id in (started.instance_id, mid_id):
+                assert (await engine.get(instance_id)).status is lf.InstanceStatus.CANCELLED
+            steps = (await engine.detail(mid_id)).steps
+            assert [s.kind for s in steps] == [StepKind.LOCAL]
 
     asyncio.run(main())

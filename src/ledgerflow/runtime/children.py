@@ -278,6 +278,10 @@ async def _take(handle: ChildHandle) -> dict[str, Any]:
     ctx._child_unsettled(handle.seq)
     name = child_event_name(handle.child_id)
     while True:
+        # A cancel request on the parent wins over taking a child's ending (which its own
+        # cascade may have caused): the parent cancels; the ending stays kept in its inbox.
+        if session.cancel_requested:
+            raise Cancelled(f"step {handle.seq} stopped waiting for child {handle.child_id}")
         for delivery in await session.store.pending_deliveries(session.instance_id, name):
             outcome: dict[str, Any] = json.loads(delivery.payload)
             # The child's result as its codec wrote it, decoded by the parent's (one engine).
@@ -292,8 +296,6 @@ async def _take(handle: ChildHandle) -> dict[str, Any]:
                 _close(session, recorded, outcome),
             )
             return outcome
-        if session.cancel_requested:
-            raise Cancelled(f"step {handle.seq} stopped waiting for child {handle.child_id}")
         # Between the inbox read and this park, an ending that arrives makes the park due at
         # once (the store's arrival flag), so it is never missed.
         if faults.plan is not None:
