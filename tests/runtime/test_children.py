@@ -36,6 +36,7 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
 from ledgerflow.storage import open_store
+from ledgerflow.testing import replay_history
 from ledgerflow.testing.oracle import Snapshot, child_endings_reach_their_parent
 
 
@@ -534,3 +535,50 @@ def test_a_cancel_racing_a_grandchilds_start_leaves_no_live_descendant(journal_u
             assert [s.kind for s in steps] == [StepKind.LOCAL]
 
     asyncio.run(main())
+
+
+def test_a_parents_history_replays_clean_and_a_changed_child_diverges(journal_url: str) -> None:
+    """Goal: the replay checker answers a CHILD position from the journal (the start is
+    proven; an ending not yet taken is the frontier): a finished parent and one still waiting
+    for its child replay compatible; code that now starts another workflow there diverges at
+    that position. An exported history without the parent link (an older export) still reads.
+    """
+    shop = Shop()
+
+    async def main() -> tuple[str, str]:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            done = await engine.start("fan", key="h-1", input=3)
+            waiting = await engine.start("parent-of-hold", key="h-2", input="abandon")
+            await _work(engine)
+            assert (await engine.get(done.instance_id)).status is lf.InstanceStatus.SUCCEEDED
+            return done.instance_id, waiting.instance_id
+
+    done, waiting = asyncio.run(main())
+    with Operations(journal_url) as operations:
+        histories = [operations.export(i) for i in (done, waiting)]
+    for history in histories:
+        verdict = replay_history(shop.registry, history)
+        assert verdict.compatible, verdict
+    older = {**histories[0], "instance": dict(histories[0]["instance"])}
+    for name in ("parent_instance_id", "parent_run", "parent_seq"):
+        del older["instance"][name]
+    assert replay_history(shop.registry, older).compatible
+
+    changed = lf.Registry()
+
+    @changed.workflow(name="pay", version=1)
+    async def pay(ctx: lf.WorkflowContext, amount: int) -> int:
+        return amount
+
+    @changed.workflow(name="other", version=1)
+    async def other(ctx: lf.WorkflowContext, amount: int) -> int:
+        return amount
+
+    @changed.workflow(name="fan", version=1)
+    async def fan(ctx: lf.WorkflowContext, n: int) -> list[Any]:
+        handles = [await ctx.start_child("other", i) for i in range(n)]
+        return [await h.result() for h in handles]
+
+    verdict = replay_history(changed, histories[0])
+    assert not verdict.compatible
+    assert verdict.position == 1
