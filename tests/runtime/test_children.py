@@ -582,3 +582,52 @@ def test_a_parents_history_replays_clean_and_a_changed_child_diverges(journal_ur
     verdict = replay_history(changed, histories[0])
     assert not verdict.compatible
     assert verdict.position == 1
+
+
+def test_a_cancelled_or_forward_only_child_names_its_residual_effects(journal_url: str) -> None:
+    """Goal: a child that ends CANCELLED or FORWARD_RECOVERY_REQUIRED after a pivot reaches its
+    parent as ChildCancelledError / ChildForwardRecoveryRequiredError whose ``residual``
+    names the effects that stay applied (the notification sent), never a plain failure."""
+    registry = lf.Registry()
+    mail = registry.add_participant(lf.Participant("mail", deduplicates=True))
+
+    @mail.effect(classification="forward-recovery-only")
+    async def notify(call: lf.EffectCall) -> str:
+        return "sent"
+
+    @registry.workflow(name="announce", version=1)
+    async def announce(ctx: lf.WorkflowContext, then: str) -> str:
+        await ctx.effect(notify, {"then": then})
+        if then == "fail":
+            raise Boom("after the notification")
+        await ctx.wait_for("go")
+        return "announced"
+
+    @registry.workflow(name="asks", version=1)
+    async def asks(ctx: lf.WorkflowContext, then: str) -> list[Any]:
+        try:
+            await ctx.child(announce, then)
+        except ChildWorkflowError as error:
+            return [type(error).__name__, error.status, list(error.residual)]
+        return []
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            fails = await engine.start("asks", key="r-fail", input="fail")
+            waits = await engine.start("asks", key="r-wait", input="wait")
+            await _work(engine)
+            [child] = (await engine.detail(waits.instance_id)).children
+            await engine.cancel(child.instance_id, reason="not needed")
+            await _work(engine)
+            assert await engine.result(fails.instance_id, timeout=10) == [
+                "ChildForwardRecoveryRequiredError",
+                "FORWARD_RECOVERY_REQUIRED",
+                ["mail.notify"],
+            ]
+            assert await engine.result(waits.instance_id, timeout=10) == [
+                "ChildCancelledError",
+                "CANCELLED",
+                ["mail.notify"],
+            ]
+
+    asyncio.run(main())
