@@ -1,5 +1,5 @@
 """Parents and children are linked both ways in every face: ``ledgerflow show`` (its table and
-``--json``) and the HTTP instance page. On SQLite and PostgreSQL."""
+``--json``), the HTTP instance page and the console's. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import warnings
 from typing import Any
 
 from click.testing import CliRunner
+from console_client import signed_in
 from starlette.exceptions import StarletteDeprecationWarning
 
 import ledgerflow as lf
@@ -82,3 +83,18 @@ def test_the_api_links_a_parent_and_its_children_both_ways(journal_url: str) -> 
         instance = page.json()["instance"]
         assert (instance["parent_instance_id"], instance["parent_seq"]) == (parent, 1)
         assert page.json()["children"] == []
+
+
+def test_the_console_links_a_parent_and_its_children_both_ways(journal_url: str) -> None:
+    """Goal: the console's instance page of a parent links each child; a child's links its
+    parent, with the run and step that started it."""
+    parent, children = _family(journal_url)
+    with signed_in(journal_url) as console:
+        page = console.get(f"/console/instances/{parent}")
+        assert page.status_code == 200, page.text
+        for child in children:
+            assert f'href="/console/instances/{child}"' in page.text
+        page = console.get(f"/console/instances/{children[1]}")
+        assert page.status_code == 200, page.text
+        assert f'href="/console/instances/{parent}"' in page.text
+        assert "(run 1, step 2)" in page.text
