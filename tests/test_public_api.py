@@ -27,6 +27,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 LEDGERFLOW_ALL = [
     "BusinessFailure",
+    "ChildHandle",
     "Classification",
     "Codec",
     "Delivered",
