@@ -560,7 +560,7 @@ def test_a_parents_history_replays_clean_and_a_changed_child_diverges(journal_ur
         verdict = replay_history(shop.registry, history)
         assert verdict.compatible, verdict
     older = {**histories[0], "instance": dict(histories[0]["instance"])}
-    for name in ("parent_instance_id", "parent_run", "parent_seq"):
+    for name in ("parent_instance_id", "parent_run", "parent_seq", "on_parent_end"):
         del older["instance"][name]
     assert replay_history(shop.registry, older).compatible
 
@@ -631,3 +631,54 @@ def test_a_cancelled_or_forward_only_child_names_its_residual_effects(journal_ur
             ]
 
     asyncio.run(main())
+
+
+def test_an_operator_ending_a_parked_parent_cancels_its_children(
+    journal_url: str, tmp_path: Path
+) -> None:
+    """Goal: a parent's final ending reaches its live "cancel" children whoever writes it: a
+    parent parked (MANUAL_INTERVENTION, not final: its child keeps running) that an operator
+    then ends FAILED asks the child to cancel in the repair's transaction; the child ends
+    CANCELLED, its "abandon" sibling keeps waiting."""
+    registry = lf.Registry()
+
+    @registry.workflow(name="hold", version=1)
+    async def hold(ctx: lf.WorkflowContext, _: Any) -> str:
+        await ctx.wait_for("release")
+        return "released"
+
+    @registry.workflow(name="breaks", version=1, defect_retry=lf.RetryPolicy(attempts_max=1))
+    async def breaks(ctx: lf.WorkflowContext, _: Any) -> None:
+        await ctx.start_child(hold, "cancel")
+        await ctx.start_child(hold, "abandon", on_parent_end="abandon")
+        raise ZeroDivisionError("a defect, after the children started")
+
+    async def run() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            await engine.start("breaks", key="b-1")
+            await _work(engine)
+
+    asyncio.run(run())
+    policy = tmp_path / "authority.toml"
+    policy.write_text('[roles]\noperator = ["force-terminal"]\n[actors]\nalice = ["operator"]\n')
+    with Operations(journal_url, authority=Authority.from_file(policy)) as operations:
+        parent = instance_id_for(DEFAULT_TENANT, "breaks", BusinessKey("b-1"))
+        detail = operations.detail(parent)
+        assert detail.instance.status is lf.InstanceStatus.MANUAL_INTERVENTION
+        kids = {c.input_value: c for c in detail.children}
+        assert {c.status for c in kids.values()} == {lf.InstanceStatus.WAITING}
+        assert all(c.cancel_requested_at is None for c in kids.values())
+        request = RepairRequest(
+            kind=RepairKind.FORCE_TERMINAL,
+            instance_id=InstanceId(parent),
+            actor="alice",
+            reason="ticket OPS-9",
+            status=lf.InstanceStatus.FAILED,
+        )
+        assert operations.apply(request).outcome == "applied"
+    asyncio.run(run())
+    with Operations(journal_url) as operations:
+        kids = {c.input_value: c for c in operations.detail(parent).children}
+    assert kids["cancel"].status is lf.InstanceStatus.CANCELLED
+    assert kids["abandon"].status is lf.InstanceStatus.WAITING
+    assert kids["abandon"].cancel_requested_at is None

@@ -55,6 +55,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "parent_instance_id",
         "parent_run",
         "parent_seq",
+        "on_parent_end",
     ],
     "lf_steps": [
         "instance_id",

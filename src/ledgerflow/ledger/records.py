@@ -95,6 +95,8 @@ class InstanceRecord:
     parent_instance_id: InstanceId | None = None
     parent_run: RunNumber | None = None
     parent_seq: StepSeq | None = None
+    # What the parent's final ending does to it while live: "cancel", "abandon" or "wait".
+    on_parent_end: str | None = None
 
     input_value = Decoded("input")
     """The workflow's input, decoded."""
@@ -397,6 +399,7 @@ class NewInstance:
     parent_instance_id: InstanceId | None = None
     parent_run: RunNumber | None = None
     parent_seq: StepSeq | None = None
+    on_parent_end: str | None = None
 
 
 def _decoded(text: str | None) -> Any:

@@ -246,6 +246,7 @@ async def _start(
         parent_instance_id=parent.instance_id,
         parent_run=RunNumber(parent.run),
         parent_seq=handle.seq,
+        on_parent_end=handle.on_parent_end,
     )
     step = new_step(
         parent,

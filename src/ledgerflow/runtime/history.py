@@ -43,7 +43,12 @@ def _plain(record: Any) -> dict[str, Any]:
     }
 
 
-_NO_PARENT = {"parent_instance_id": None, "parent_run": None, "parent_seq": None}
+_NO_PARENT = {
+    "parent_instance_id": None,
+    "parent_run": None,
+    "parent_seq": None,
+    "on_parent_end": None,
+}
 
 
 def history_document(detail: InstanceDetail) -> dict[str, Any]:

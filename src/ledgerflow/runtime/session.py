@@ -180,11 +180,9 @@ class Session:
         fences: tuple[FromOutside, ...],
     ) -> tuple[Commit, Commit | Transaction]:
         """This owner's commit, and what goes to the store: the commit alone, or a transaction
-        with the writes on other instances. An ending carries its outcome to the parent and its
-        cancel requests to the children (see :mod:`ledgerflow.runtime.child_endings`)."""
-        ending = child_endings.ending_writes(
-            self.instance, self.journal, self.codec, self.cause, writes
-        )
+        with the writes on other instances. A child's ending carries its outcome to its parent
+        (see :mod:`ledgerflow.runtime.child_endings`)."""
+        ending = child_endings.ending_writes(self.instance, self.journal, self.cause, writes)
         beside = (*beside, *ending)
         commit = Commit(
             instance_id=self.instance_id,
