@@ -21,14 +21,14 @@ from collections.abc import Iterable
 
 from ledgerflow.ledger.children import child_ending
 from ledgerflow.ledger.records import InstanceRecord, InstanceWrite, Journal, Write
-from ledgerflow.ledger.transaction import OutsideWrite
+from ledgerflow.ledger.transaction import Deliver
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.instance import TERMINAL_STATUSES
 
 
 def ending_writes(
     instance: InstanceRecord, journal: Journal, cause: str | None, writes: Iterable[Write]
-) -> tuple[OutsideWrite, ...]:
+) -> tuple[Deliver, ...]:
     """The delivery to its parent that an ending of ``instance`` among ``writes`` carries (none
     when the commit ends nothing, or the instance is no child); ``cause`` is what its session
     knows led there."""

@@ -184,6 +184,10 @@ class Session:
         (see :mod:`ledgerflow.runtime.child_endings`)."""
         ending = child_endings.ending_writes(self.instance, self.journal, self.cause, writes)
         beside = (*beside, *ending)
+        # The parent's row is locked before the child's own (fences from outside come first),
+        # the order a parent's ending takes them in when it cancels its children: the two
+        # endings racing wait for each other instead of deadlocking.
+        fences = (*(FromOutside(instance_id=w.instance_id) for w in ending), *fences)
         commit = Commit(
             instance_id=self.instance_id,
             owner=self.owner,
