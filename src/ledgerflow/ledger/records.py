@@ -92,6 +92,13 @@ class InstanceRecord:
     trace_context: str | None = None
     # The open run's own input, once a run continued as new (None on run 1: ``input``).
     run_input: str | None = None
+    # A child's link to its parent: the parent, the parent's run and the journal position
+    # that started it (None for a top-level instance).
+    parent_instance_id: InstanceId | None = None
+    parent_run: RunNumber | None = None
+    parent_seq: StepSeq | None = None
+    # What the parent's final ending does to it while live: "cancel", "abandon" or "wait".
+    on_parent_end: str | None = None
 
     input_value = Decoded("input")
     """The workflow's input as started, decoded (a later run's is :attr:`run_input_value`)."""
@@ -433,6 +440,11 @@ class NewInstance:
     fingerprint: str
     business_key: BusinessKey
     input: str
+    # A child's link to its parent (see InstanceRecord), written in the parent's transaction.
+    parent_instance_id: InstanceId | None = None
+    parent_run: RunNumber | None = None
+    parent_seq: StepSeq | None = None
+    on_parent_end: str | None = None
 
 
 def _decoded(text: str | None) -> Any:
