@@ -27,6 +27,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 LEDGERFLOW_ALL = [
     "BusinessFailure",
+    "ChildHandle",
     "Classification",
     "Codec",
     "Delivered",
@@ -100,6 +101,13 @@ ERRORS = [
     "ArrivalsError",
     "BusinessFailure",
     "CancelArrivedError",
+    "ChildCancelledError",
+    "ChildCompensatedError",
+    "ChildFailedError",
+    "ChildForwardRecoveryRequiredError",
+    "ChildKeyConflictError",
+    "ChildNeedsInterventionError",
+    "ChildWorkflowError",
     "CommandLineError",
     "ConcurrencyError",
     "ConfigurationError",

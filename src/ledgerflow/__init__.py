@@ -80,6 +80,7 @@ from ledgerflow.model.instance import InstanceStatus as InstanceStatus
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
 from ledgerflow.model.signal import Signal as Signal
 from ledgerflow.model.step import StepStatus as StepStatus
+from ledgerflow.runtime.children import ChildHandle as ChildHandle
 from ledgerflow.runtime.context import WorkflowContext as WorkflowContext
 from ledgerflow.runtime.engine import Delivered as Delivered
 from ledgerflow.runtime.engine import DeliveryOutcome as DeliveryOutcome
@@ -113,6 +114,7 @@ __all__ = [
     "EffectCall",
     "LookupAnswer",
     "WorkflowContext",
+    "ChildHandle",
     "Codec",
     "JsonCodec",
     "BusinessFailure",

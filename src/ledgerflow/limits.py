@@ -30,6 +30,9 @@ STEPS_PER_INSTANCE_MAX = 10_000
 RUNS_PER_CLAIM_MAX = 100
 # Closed runs an instance's page (`ledgerflow show`, the API) lists: the latest ones.
 RUNS_SHOWN_MAX = 20
+# Children one run may have started and not yet awaited (fan-out): one more parks the parent
+# (child_limit). It bounds the parent's inbox too: each open child delivers its ending there.
+CHILDREN_OPEN_MAX = 1_000
 # Instances one worker drives at once.
 WORKER_CONCURRENCY_MAX = 1_000
 WORKER_CONCURRENCY_DEFAULT = 64

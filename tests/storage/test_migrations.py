@@ -53,6 +53,10 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "trace_context",
         "arrived_since_claim",
         "run_input",
+        "parent_instance_id",
+        "parent_run",
+        "parent_seq",
+        "on_parent_end",
         "first_run",
     ],
     "lf_steps": [
@@ -236,6 +240,7 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_attention_detected": ("lf_attention", ["detected_at"]),
     "lf_idempotency_created": ("lf_idempotency", ["created_at"]),
     "lf_instances_created": ("lf_instances", ["created_at", "instance_id"]),
+    "lf_instances_parent": ("lf_instances", ["parent_instance_id"]),
     "lf_effects_unknown": ("lf_effects", ["updated_at"]),
     "lf_workers_heartbeat": ("lf_workers", ["heartbeat_at"]),
     "lf_worker_definitions_served": (

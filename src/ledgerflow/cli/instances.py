@@ -46,6 +46,7 @@ from ledgerflow.cli.tables import (
     attempt_errors_table,
     audit_json,
     audit_table,
+    children_table,
     effects_table,
     header_table,
     inbox_table,
@@ -500,6 +501,8 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
             out.print()
     if detail.inbox:
         print_table(out, inbox_table(detail.inbox))
+    if detail.children:
+        print_table(out, children_table(detail.children))
     print_table(out, timeline_table(detail.timeline))
     if flags:
         out.print(cell("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))

@@ -80,6 +80,7 @@ def header_table(instance: InstanceRecord) -> Table:
         ("reason", cell(" ".join(p for p in (instance.reason_code, instance.reason) if p))),
         *((("cause", cell(instance.cause)),) if instance.cause else ()),
         *((("cancel", cell(_cancel_line(instance))),) if instance.cancel_requested_at else ()),
+        *((("parent", cell(_parent_line(instance))),) if instance.parent_instance_id else ()),
         ("owner", cell(instance.owner or "(none)")),
         ("generation", cell(instance.generation)),
         ("lease expires", cell(when(instance.lease_expires_at))),
@@ -96,6 +97,29 @@ def header_table(instance: InstanceRecord) -> Table:
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+def _parent_line(instance: InstanceRecord) -> str:
+    return (
+        f"{instance.parent_instance_id} (run {instance.parent_run}, step {instance.parent_seq}); "
+        f"ledgerflow show {instance.parent_instance_id}"
+    )
+
+
+def children_table(children: Iterable[InstanceRecord]) -> Table:
+    """The child workflows an instance started, oldest first."""
+    table = Table(title="children (ledgerflow show CHILD_ID)", title_justify="left")
+    for column in ("step", "child", "workflow", "business key", "status"):
+        table.add_column(column, justify="right" if column == "step" else "left")
+    for child in children:
+        table.add_row(
+            cell(child.parent_seq),
+            cell(child.instance_id),
+            cell(f"{child.workflow_name}@{child.workflow_version}"),
+            cell(child.business_key),
+            status_cell(child.status),
+        )
+    return table
 
 
 def _cancel_line(instance: InstanceRecord) -> str:

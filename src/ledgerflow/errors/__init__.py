@@ -39,6 +39,7 @@
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
     │   ├── EventRefusedError         an event kept but refused: too late, or the instance ended
     │   ├── RetryTransactionError     the caller's transaction lost a conflict: run it again
+    │   ├── ChildKeyConflictError     a child's explicit key is held by an unrelated instance
     │   └── KeyInUseError             a business key's instance this start may not return
     ├── IllegalTransitionError        a state change the state machine does not allow
     │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
@@ -51,7 +52,13 @@
     │   ├── StepFailedError           a local step used up its attempts
     │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
     │   ├── WaitTimeoutError          a wait's timeout came before its event
-    │   └── TargetNotFoundError       a workflow signalled an instance that does not exist
+    │   ├── TargetNotFoundError       a workflow signalled an instance that does not exist
+    │   └── ChildWorkflowError        a child workflow ended without a result
+    │       ├── ChildFailedError      ... FAILED: nothing of it was committed
+    │       ├── ChildCompensatedError ... COMPENSATED: it undid what it did
+    │       ├── ChildCancelledError   ... CANCELLED, with the effects that stay
+    │       ├── ChildNeedsInterventionError  ... MANUAL_INTERVENTION: a person decides
+    │       └── ChildForwardRecoveryRequiredError  ... after a pivot: only forward steps
     └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
@@ -72,13 +79,23 @@ names the known ones after the message, in the order ``ID_NAMES`` lists them. An
 effect outcome is data in the ledger, not an exception.
 
 The classes are defined by concept in this package's modules (``base``, ``inputs``,
-``storage``, ``ledger``, ``operators``); import them from here, which is the public name.
+``storage``, ``ledger``, ``operators``, ``children``); import them from here, which is the
+public name.
 """
 
 from __future__ import annotations
 
 from ledgerflow.errors.base import (
     LedgerflowError,
+)
+from ledgerflow.errors.children import (
+    ChildCancelledError,
+    ChildCompensatedError,
+    ChildFailedError,
+    ChildForwardRecoveryRequiredError,
+    ChildKeyConflictError,
+    ChildNeedsInterventionError,
+    ChildWorkflowError,
 )
 from ledgerflow.errors.inputs import (
     ArrivalsError,
@@ -152,6 +169,13 @@ __all__ = [
     "ArrivalsError",
     "BusinessFailure",
     "CancelArrivedError",
+    "ChildCancelledError",
+    "ChildCompensatedError",
+    "ChildFailedError",
+    "ChildForwardRecoveryRequiredError",
+    "ChildKeyConflictError",
+    "ChildNeedsInterventionError",
+    "ChildWorkflowError",
     "CommandLineError",
     "ConcurrencyError",
     "ConfigurationError",

@@ -95,6 +95,13 @@ class InstanceRecord:
     trace_context: str | None = None
     # The open run's own input, once a run continued as new (None on run 1: ``input``).
     run_input: str | None = None
+    # A child's link to its parent: the parent, the parent's run and the journal position
+    # that started it (None for a top-level instance).
+    parent_instance_id: InstanceId | None = None
+    parent_run: RunNumber | None = None
+    parent_seq: StepSeq | None = None
+    # What the parent's final ending does to it while live: "cancel", "abandon" or "wait".
+    on_parent_end: str | None = None
     # The first run of the open chain: 1, or the run a start opened after the instance ended
     # (if_ended). Runs before it ended for good and carry no obligation forward.
     first_run: RunNumber = _FIRST_RUN
@@ -441,6 +448,11 @@ class NewInstance:
     fingerprint: str
     business_key: BusinessKey
     input: str
+    # A child's link to its parent (see InstanceRecord), written in the parent's transaction.
+    parent_instance_id: InstanceId | None = None
+    parent_run: RunNumber | None = None
+    parent_seq: StepSeq | None = None
+    on_parent_end: str | None = None
     # Start options (the defaults are a plain start). When it is due: None, now; a later
     # time keeps it SCHEDULED until then. What a start does under a used key: see
     # model/start_policy.py.

@@ -173,6 +173,8 @@ class InstanceOverview:
     inbox_refusals: InboxRefusals | None
     # The latest runs it closed by continuing as new (limits.RUNS_SHOWN_MAX), oldest first.
     runs: list[RunRecord] = field(default_factory=list)
+    # The child workflows it started, oldest first (its parent is on the instance record).
+    children: list[InstanceRecord] = field(default_factory=list)
 
 
 def overview(
@@ -194,4 +196,5 @@ def overview(
         timeline=page_timeline(store, record, cursor=timeline_cursor, limit=size),
         inbox_refusals=store.inbox_refusals(record.instance_id),
         runs=store.runs(record.instance_id, latest=limits.RUNS_SHOWN_MAX),
+        children=store.children(record.instance_id, limit=size),
     )

@@ -26,13 +26,19 @@ from ledgerflow.ledger.records import StartInstance, StepRecord
 from ledgerflow.ledger.transaction import FromOutside
 from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model.defects import step_verdict
-from ledgerflow.model.definition import EffectDeclaration, Registry, WorkflowDefinition
+from ledgerflow.model.definition import (
+    EffectDeclaration,
+    Registry,
+    WorkflowDefinition,
+    WorkflowFunction,
+)
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
-from ledgerflow.runtime import sends
+from ledgerflow.runtime import children, sends
+from ledgerflow.runtime.children import ChildHandle, OnParentEnd
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
@@ -78,6 +84,8 @@ class WorkflowContext:
         self._seq = 0
         # Each change id's answer in this run, decided at its first ``patched`` call.
         self._patches: dict[str, bool] = {}
+        # Children started with on_parent_end="wait": their endings come before the parent's.
+        self._children_awaited: list[ChildHandle] = []
         # The task that runs the workflow function: the only one that may take positions.
         try:
             self._task: asyncio.Task[object] | None = asyncio.current_task()
@@ -417,6 +425,62 @@ class WorkflowContext:
                 unsettled=len(unsettled),
             )
         raise ContinueAsNew(self._session.codec.encode(input))
+
+    # -- child workflows (runtime/children.py) ------------------------------------------------
+
+    async def start_child(
+        self,
+        workflow: str | WorkflowFunction,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        on_parent_end: OnParentEnd = "cancel",
+    ) -> ChildHandle:
+        """Start a child workflow at the next position and return its handle at once.
+
+        The parent's step, the child's instance (linked to this run and position) and the proof
+        that no cancel request stands on the parent are one transaction; a replay returns the
+        same child without starting it again. ``key`` defaults to one derived from this
+        instance's key, run and position; an explicit key another instance holds raises
+        :class:`~ledgerflow.errors.ChildKeyConflictError`. ``on_parent_end`` says what this
+        instance's own ending does to the child if it is still live: ``"cancel"`` (a durable
+        cancel request), ``"abandon"`` (nothing) or ``"wait"`` (the parent's ending waits for
+        the child's).
+
+        Example::
+
+            handles = [await ctx.start_child(ship, p) for p in order["parcels"]]
+            receipts = [await h.result() for h in handles]
+        """
+        return await children.start_child(
+            self, workflow, input, key=key, version=version, on_parent_end=on_parent_end
+        )
+
+    async def child(
+        self,
+        workflow: str | WorkflowFunction,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        on_parent_end: OnParentEnd = "cancel",
+    ) -> Any:
+        """Start a child workflow and wait for its result (see :meth:`start_child`); a child
+        that did not succeed raises the :class:`~ledgerflow.errors.ChildWorkflowError` its
+        ending names, with its status, cause and residual effects.
+
+        Example::
+
+            receipt = await ctx.child(charge_card, {"amount": total})
+        """
+        handle = await self.start_child(
+            workflow, input, key=key, version=version, on_parent_end=on_parent_end
+        )
+        return await handle.result()
+
+    def _child_unsettled(self, seq: StepSeq) -> None:
+        """A child's ending is about to be read from the inbox (the replay checker stops)."""
 
     async def signal_instance(
         self, target: str | tuple[str, str], name: str, payload: Any = None

@@ -135,6 +135,8 @@ class InstanceDetail:
     # The runs it closed by continuing as new, oldest first (the latest RUNS_SHOWN_MAX); the
     # steps and effects above are the open run's.
     runs: list[RunRecord] = field(default_factory=list)
+    # The child workflows it started, oldest first (its parent is on the instance record).
+    children: list[InstanceRecord] = field(default_factory=list)
 
     @property
     def events(self) -> list[TimelineEntry]:
@@ -538,4 +540,5 @@ def detail_of(store: LedgerReads, instance_id: str) -> InstanceDetail:
         timeline=store.timeline(record.instance_id),
         inbox=store.inbox(record.instance_id),
         runs=store.runs(record.instance_id, latest=limits.RUNS_SHOWN_MAX),
+        children=store.children(record.instance_id, limit=limits.PAGE_SIZE_DEFAULT),
     )

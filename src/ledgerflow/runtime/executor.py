@@ -40,7 +40,7 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, RunNumber, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
-from ledgerflow.runtime import faults, journal_log
+from ledgerflow.runtime import children, faults, journal_log
 from ledgerflow.runtime.calls import describe_error, error_names
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
@@ -208,6 +208,7 @@ class Executor:
             value = await definition.function(
                 ctx, self.codec.decode(session.instance.open_run_input)
             )
+            await children.await_children(ctx)
             result = self.codec.encode(value)
         except (Park, Suspend, Abandon):
             raise

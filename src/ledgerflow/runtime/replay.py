@@ -136,6 +136,8 @@ def _settled(session: Session, recorded: StepRecord) -> bool:
             EffectState.SATISFIED,
             EffectState.FAILED,
         )
+    if recorded.kind is StepKind.CHILD:
+        return True  # its start is journaled; taking its ending is asked apart (result())
     if recorded.kind in (StepKind.LOCAL, StepKind.WAIT, StepKind.SEND):
         return recorded.status in (StepStatus.COMPLETED, StepStatus.FAILED)
     return recorded.status is StepStatus.COMPLETED
@@ -187,6 +189,10 @@ class ReplayContext(WorkflowContext):
             asks=asks,
             reason=f"step {seq}: the history ended before this position, the code asks for {asks}",
         )
+
+    def _child_unsettled(self, seq: StepSeq) -> None:
+        # The journal proves the child's start, not its ending: the history ends here.
+        raise _Frontier(seq)
 
     def _patch_at_frontier(self, seq: StepSeq, name: str) -> bool:
         # A complete history never reached this point with the patch: it took the old branch.

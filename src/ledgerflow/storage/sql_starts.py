@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ledgerflow.errors import (
+    ChildKeyConflictError,
     ConcurrencyError,
     KeyInUseError,
     LedgerflowError,
@@ -221,6 +222,7 @@ class StartStore(SqlSeam):
         for _ in range(NEW_RUN_ROUNDS_MAX):
             if created:
                 return record, True
+            self._child_link_holds(new, record)
             same = (record.workflow_version, record.input) == (new.workflow_version, new.input)
             decision = decide_start(
                 record.status, same_request=same, if_running=new.if_running, if_ended=new.if_ended
@@ -244,6 +246,24 @@ class StartStore(SqlSeam):
             f"business key {new.business_key!r}: other starts kept starting new runs; try again",
             instance_id=record.instance_id,
         )
+
+    def _child_link_holds(self, new: NewInstance, record: InstanceRecord) -> None:
+        """A child's key that another instance holds is never attached to, whatever it runs
+        and whatever the start's policy: ChildKeyConflictError."""
+        link = (record.parent_instance_id, record.parent_run, record.parent_seq)
+        if new.parent_instance_id is not None and link != (
+            new.parent_instance_id,
+            new.parent_run,
+            new.parent_seq,
+        ):
+            raise ChildKeyConflictError(
+                f"the child's business key {new.business_key!r} is held by instance "
+                f"{record.instance_id} ({record.workflow_name}), which is not the child of "
+                f"{new.parent_instance_id} at step {new.parent_seq}",
+                instance_id=new.parent_instance_id,
+                holder=record.instance_id,
+                key=new.business_key,
+            )
 
     def _new_run(self, new: NewInstance, ended: InstanceRecord, now: float) -> bool:
         """Start run N + 1 of an ended instance; False when another start changed it first."""

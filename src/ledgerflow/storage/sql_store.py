@@ -508,12 +508,16 @@ class SqlStore(
 
     def _settle_requests(self, ending: dict[str, Any]) -> None:
         """An instance that ends for good answers what it was asked: an accepted cancel request
-        is honoured or overtaken, and events no wait took are refused as ended. Both are
+        is honoured or overtaken, and events no wait took are refused as ended; and it asks its
+        live children whose policy says so to cancel (a worker's ending or an operator's). All are
         conditional statements in the ending's own transaction, so a request or an event that
         races the ending is either settled here or refused at delivery, never left open."""
         self._send("note_cancel_settled", ending)
         self._send("settle_cancel_request", ending)
         self._send("close_inbox", ending)
+        # Its live children started with on_parent_end="cancel" are asked to cancel.
+        self._send("note_children_cancelled", ending)
+        self._send("cancel_children", ending)
 
     def _release(
         self, write: Release, commit: Commit, now: float, *, with_entry: bool = True

@@ -110,6 +110,10 @@ class LedgerReads(Protocol):
         limit: int = 100,
     ) -> list[InstanceRecord]: ...
 
+    def children(self, instance_id: InstanceId, *, limit: int = 100) -> list[InstanceRecord]:
+        """The child workflows an instance started, oldest first, at most ``limit``."""
+        ...
+
     def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal: ...
 
     def journals(

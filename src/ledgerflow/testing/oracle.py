@@ -107,6 +107,8 @@ def check(snapshot: Snapshot, world: World) -> list[Violation]:
         *doubt_parked_only_when_lookups_are_spent(snapshot, world),
         *one_open_run(snapshot),
         *no_event_lost_or_duplicated_across_a_switch(snapshot),
+        *one_child_per_position(snapshot),
+        *child_endings_reach_their_parent(snapshot),
     ]
 
 
@@ -392,6 +394,51 @@ def endings_name_their_cause(snapshot: Snapshot) -> Iterable[Violation]:
                 "ending-names-its-cause",
                 instance.instance_id,
                 f"{instance.status.value} ({instance.reason_code}) names no cause",
+            )
+
+
+def one_child_per_position(snapshot: Snapshot) -> Iterable[Violation]:
+    """I8: a parent's journal position started at most one child, and every child's parent
+    exists."""
+    known = {i.instance_id for i in snapshot.instances}
+    children: defaultdict[tuple[str, int | None, int | None], list[str]] = defaultdict(list)
+    for instance in snapshot.instances:
+        parent = instance.parent_instance_id
+        if parent is None:
+            continue
+        if parent not in known:
+            yield Violation(
+                "one-child-per-position", instance.instance_id, f"its parent {parent} is not there"
+            )
+        children[(parent, instance.parent_run, instance.parent_seq)].append(instance.instance_id)
+    for (parent_id, run, seq), ids in children.items():
+        if len(ids) > 1:
+            yield Violation(
+                "one-child-per-position",
+                parent_id,
+                f"run {run} step {seq} started {len(ids)} children: {', '.join(sorted(ids))}",
+            )
+
+
+def child_endings_reach_their_parent(snapshot: Snapshot) -> Iterable[Violation]:
+    """Every child that ended has its ending, with its status, in its parent's inbox
+    (taken by the parent, or kept as refused when the parent could no longer take it)."""
+    for instance in snapshot.instances:
+        parent = instance.parent_instance_id
+        if parent is None or instance.status not in TERMINAL_STATUSES:
+            continue
+        name = f"child:{instance.instance_id}"
+        statuses = {
+            json.loads(d.payload).get("status")
+            for d in snapshot.inbox.get(InstanceId(parent), [])
+            if d.name == name
+        }
+        if instance.status.value not in statuses:
+            yield Violation(
+                "child-ending-reaches-its-parent",
+                instance.instance_id,
+                f"ended {instance.status.value}, but parent {parent}'s inbox holds no such "
+                f"ending of it (holds: {sorted(s for s in statuses if s) or 'none'})",
             )
 
 

@@ -92,7 +92,7 @@ def no_event_lost_or_duplicated_across_a_switch(snapshot: Snapshot) -> Iterable[
     run (one left on a closed run is lost: no wait of it will ever run again), each consumed
     event was taken by the wait of its run at its position and that wait names it, and no
     event reached the workflow's waits twice, in one run or across runs (an effect's callback
-    is taken by its effect's step: it names no wait)."""
+    is taken by its effect's step, a child's ending by its child step: they name no wait)."""
     for instance in snapshot.instances:
         iid = instance.instance_id
         ended = {r.run for r in snapshot.runs.get(iid, []) if r.ended is not None}
@@ -126,8 +126,8 @@ def no_event_lost_or_duplicated_across_a_switch(snapshot: Snapshot) -> Iterable[
             if delivery.state is not DeliveryState.CONSUMED:
                 continue
             at = (delivery.run, delivery.consumed_seq or 0)
-            if at in steps and steps[at].kind is StepKind.EFFECT:
-                continue
+            if at in steps and steps[at].kind in (StepKind.EFFECT, StepKind.CHILD):
+                continue  # a callback or a child's ending: its own step took it, not a wait
             wait = waits.get(at)
             if wait is None or _taken_event(wait) != delivery.event_id:
                 yield Violation(
