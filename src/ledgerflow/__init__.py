@@ -86,6 +86,7 @@ from ledgerflow.runtime.engine import Delivered as Delivered
 from ledgerflow.runtime.engine import DeliveryOutcome as DeliveryOutcome
 from ledgerflow.runtime.engine import Engine as Engine
 from ledgerflow.runtime.engine import InstanceDetail as InstanceDetail
+from ledgerflow.runtime.engine import SignalStarted as SignalStarted
 from ledgerflow.runtime.engine import Started as Started
 from ledgerflow.runtime.metrics import Metrics as Metrics
 from ledgerflow.runtime.sync_engine import SyncEngine as SyncEngine
@@ -123,6 +124,7 @@ __all__ = [
     "SyncEngine",
     "Worker",
     "Started",
+    "SignalStarted",
     "Signal",
     "Delivered",
     "DeliveryOutcome",

@@ -204,3 +204,6 @@ EXPLORER_DECISIONS_PER_INSTANCE_MAX = 100
 # their commit is proven, to answer NotCommittedError for them; past it the oldest is forgotten
 # (a read of it then says InstanceNotFoundError, as any other process's would).
 WITHIN_UNCOMMITTED_MAX = 1_000
+
+# How far ahead a delayed start (start_at= / start_in=) may be scheduled: ten years.
+START_DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600.0

@@ -173,11 +173,12 @@ def test_duplicate_start_returns_the_same_instance(workflows: ModuleType, db: st
 
 def test_same_key_with_other_input_is_refused(workflows: ModuleType, db: str, entry: Entry) -> None:
     """Goal: a repeated start asking for something else is not silently the same start.
-    Method: start a key, start it again with another input through the real entry point."""
+    Method: start a key, start it again with another input through the real entry point:
+    KeyInUseError (LF311, a ConcurrencyError)."""
     start_json(db, "t-2", "--input", '{"euros": 3}')
     code, _, err = entry(*start_args(db, "t-2", "--input", '{"euros": 4}'))
     assert code == 1
-    assert "error: [LF300]" in err
+    assert "error: [LF311]" in err
     assert "another input" in err
 
 

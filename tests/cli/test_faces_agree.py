@@ -273,6 +273,36 @@ OPERATIONS = (
              "--input", json.dumps(sample_order(3))),
         ),
     ),
+    # The start options: a delayed start with its key's policies, and a signal-with-start.
+    Operation(
+        "start-options", "start", "signaller", "viewer", False, _order_registry, _nothing,
+        lambda ids, folder: Asked(
+            "start", ("order",),
+            {"key": "k-2", "input": sample_order(3), "start_in": 600.0, "if_running": "fail",
+             "if_ended": "new_run"},
+            ("/v1/instances",
+             {"workflow_name": "order", "business_key": "k-2", "input": sample_order(3),
+              "start_in": 600.0, "if_running": "fail", "if_ended": "new_run"}),
+            ("start", "ledgerflow.demo.order:registry", "order", "--key", "k-2",
+             "--input", json.dumps(sample_order(3)), "--start-in", "600",
+             "--if-running", "fail", "--if-ended", "new_run"),
+        ),
+    ),
+    Operation(
+        "signal-with-start", "start", "signaller", "viewer", False, _order_registry, _nothing,
+        lambda ids, folder: Asked(
+            "start", ("order",),
+            {"key": "k-3", "input": sample_order(3), "signal": "note",
+             "signal_event_id": "e-1", "signal_payload": 1, "signal_wakes": True},
+            ("/v1/instances",
+             {"workflow_name": "order", "business_key": "k-3", "input": sample_order(3),
+              "signal": "note", "signal_event_id": "e-1", "signal_payload": 1,
+              "signal_wakes": True}),
+            ("start", "ledgerflow.demo.order:registry", "order", "--key", "k-3",
+             "--input", json.dumps(sample_order(3)), "--signal", "note",
+             "--signal-event-id", "e-1", "--signal-payload", "1", "--signal-wakes"),
+        ),
+    ),
     Operation(
         "signal", "signal", "signaller", "viewer", False, _order_registry, _an_order,
         lambda ids, folder: Asked(
@@ -493,5 +523,5 @@ def test_every_operation_is_one_implementation_whichever_face_asks(
     else:
         # Only the API holds a principal to a role for it: on the record of the instance
         # asked about (a start refused names none).
-        instance = None if operation.name == "start" else applied[0].instance_id
+        instance = None if operation.kind == "start" else applied[0].instance_id
         assert (refusal.kind, refusal.instance_id) == (operation.kind, instance)

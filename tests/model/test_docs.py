@@ -34,12 +34,12 @@ def _members(machine: Machine[Any, Any]) -> list[enum.Enum]:
     return [*states, *events]
 
 
-def mermaid(machine: Machine[Any, Any], *, initial: enum.Enum | None = None) -> str:
+def mermaid(machine: Machine[Any, Any], *, initial: tuple[enum.Enum, ...] = ()) -> str:
     """The machine as a mermaid ``stateDiagram-v2`` block.
 
     Edges are ordered by source state, then event, in enum declaration order. A state named
     NEW (the absence of a row) is drawn as the start marker; ``initial`` adds a start edge for
-    a machine whose rows are created in a state of their own; every terminal state gets an edge
+    each state a machine's rows are created in (of their own); every terminal state gets an edge
     to the end marker.
     """
     edges = machine.edges()
@@ -47,8 +47,8 @@ def mermaid(machine: Machine[Any, Any], *, initial: enum.Enum | None = None) -> 
     event_order = _declaration_order(type(edges[0][1]))
     edges.sort(key=lambda edge: (state_order[edge[0]], event_order[edge[1]]))
     lines = ["```mermaid", "stateDiagram-v2"]
-    if initial is not None:
-        lines.append(f"    [*] --> {initial.value}")
+    for first in initial:
+        lines.append(f"    [*] --> {first.value}")
     for source, event, target in edges:
         start = "[*]" if source.value == "NEW" else source.value
         lines.append(f"    {start} --> {target.value} : {event.value}")
@@ -59,7 +59,9 @@ def mermaid(machine: Machine[Any, Any], *, initial: enum.Enum | None = None) -> 
 
 
 DIAGRAMS = {
-    "instance": mermaid(INSTANCE_MACHINE, initial=InstanceStatus.RUNNING),
+    "instance": mermaid(
+        INSTANCE_MACHINE, initial=(InstanceStatus.RUNNING, InstanceStatus.SCHEDULED)
+    ),
     "step": mermaid(STEP_MACHINE),
     "effect": mermaid(EFFECT_MACHINE),
 }

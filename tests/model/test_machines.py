@@ -46,6 +46,8 @@ EffEv = EffectEvent
 # COMPENSATING and CANCELLING each have one way to finish and may always give up to an
 # operator. Only an operator brings MANUAL_INTERVENTION or FORWARD_RECOVERY_REQUIRED back.
 EXPECTED_INSTANCE: dict[tuple[InstanceStatus, InstanceEvent], InstanceStatus] = {
+    (Inst.SCHEDULED, InstEv.START): Inst.RUNNING,
+    (Inst.SCHEDULED, InstEv.CANCEL): Inst.CANCELLING,
     (Inst.RUNNING, InstEv.SUSPEND): Inst.WAITING,
     (Inst.RUNNING, InstEv.COMPLETE): Inst.SUCCEEDED,
     (Inst.RUNNING, InstEv.FAIL_CLEAN): Inst.FAILED,

@@ -57,6 +57,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "parent_run",
         "parent_seq",
         "on_parent_end",
+        "first_run",
     ],
     "lf_steps": [
         "instance_id",
@@ -220,7 +221,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "last_sender",
     ],
     # The closed runs of instances that continued as new (0015).
-    "lf_runs": ["instance_id", "run", "input", "steps", "generation", "closed_at"],
+    "lf_runs": ["instance_id", "run", "input", "steps", "generation", "closed_at", "ended"],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }

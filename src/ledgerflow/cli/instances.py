@@ -57,6 +57,7 @@ from ledgerflow.cli.tables import (
 )
 from ledgerflow.errors import ResultTimeoutError
 from ledgerflow.model.instance import TERMINAL_STATUSES
+from ledgerflow.operators.commands import StartExtras
 from ledgerflow.operators.service import InstanceQuery, Operations, local_actor
 from ledgerflow.operators.shapes import decoded, detail_json, page_json, record_json
 
@@ -84,6 +85,40 @@ NO_WORKER_HINT = (
 @click.option("--version", type=int, help="Definition version (default: the newest).")
 @click.option("--tenant", help="Tenant (default: 'default', or the token's own).")
 @click.option(
+    "--start-at",
+    type=click.FloatRange(min=0),
+    help="Run no step before this time (epoch seconds): SCHEDULED until then.",
+)
+@click.option(
+    "--start-in",
+    type=click.FloatRange(min=0),
+    help="Run no step before this many SECONDS from now: SCHEDULED until then.",
+)
+@click.option(
+    "--if-running",
+    type=click.Choice(["return", "fail"]),
+    default="return",
+    show_default=True,
+    help="When the key's instance is in flight: return it, or refuse.",
+)
+@click.option(
+    "--if-ended",
+    type=click.Choice(["return", "new_run", "new_run_if_failed", "fail"]),
+    default="return",
+    show_default=True,
+    help="When the key's instance has ended: return it, start its next run, or refuse.",
+)
+@click.option("--signal", help="Deliver this event in the start's own transaction.")
+@click.option("--signal-event-id", help="The --signal event's id (required with --signal).")
+@click.option(
+    "--signal-wakes", is_flag=True, help="The --signal ends a delayed start's delay (due now)."
+)
+@click.option(
+    "--signal-payload",
+    "signal_payload_text",
+    help="The --signal event's payload as JSON, or @FILE (default: null).",
+)
+@click.option(
     "--wait",
     "wait_seconds",
     type=click.FloatRange(min=0),
@@ -103,19 +138,26 @@ def start(
     token: str | None,
     url: str | None,
     as_json: bool,
+    **asked: Any,
 ) -> None:
     """Start WORKFLOW of MODULE:OBJECT for a business key, or find the one it already started.
 
     A repeated start with the same key, input and version returns the existing instance; the
-    same key with another input or version is refused. The start is on the audit log, against
-    local:ACCOUNT; with --token it is the server's (its registry pins the definition, so
-    MODULE:OBJECT is not imported) and the token's principal starts it, in its tenant.
+    same key with another input or version is refused (LF311), and so is a used key whose
+    policy says so (--if-running, --if-ended); --if-ended new_run starts the ended instance's
+    next run. --start-at / --start-in schedule it; --signal delivers an event with the start,
+    in one transaction. The start is on the audit log, against local:ACCOUNT; with --token it
+    is the server's (its registry pins the definition, so MODULE:OBJECT is not imported) and
+    the token's principal starts it, in its tenant.
     """
     value = json_option_value(input_text, "--input")
+    options = _start_options(asked)
     api = api_of(db=db, token=token, url=url)
     if api is not None:
         with api:
-            _start_over_api(api, workflow, key, value, version, tenant, wait_seconds, as_json)
+            _start_over_api(
+                api, workflow, key, value, version, tenant, wait_seconds, as_json, options
+            )
         return
     assert db is not None
     registry = load_registry(target)
@@ -128,6 +170,7 @@ def start(
             version=version,
             tenant=tenant_of(tenant),
             actor=local_actor(),
+            **options,
         )
         instance = started.instance
         summary = _started_summary(record_json(instance), created=started.created, as_json=as_json)
@@ -146,6 +189,20 @@ def start(
         )
 
 
+def _start_options(asked: dict[str, Any]) -> StartExtras:
+    """The start options as the command line gives them (docs/programming-model.md)."""
+    return {
+        "start_at": asked["start_at"],
+        "start_in": asked["start_in"],
+        "if_running": asked["if_running"],
+        "if_ended": asked["if_ended"],
+        "signal": asked["signal"],
+        "signal_event_id": asked["signal_event_id"],
+        "signal_payload": json_option_value(asked["signal_payload_text"], "--signal-payload"),
+        "signal_wakes": asked["signal_wakes"],
+    }
+
+
 def _start_over_api(
     api: ApiClient,
     workflow: str,
@@ -155,8 +212,14 @@ def _start_over_api(
     tenant: str | None,
     wait_seconds: float | None,
     as_json: bool,
+    options: StartExtras,
 ) -> None:
     request = {"workflow_name": workflow, "business_key": key, "input": value, "version": version}
+    # Only the options asked for: a server of an older release takes the request it knows.
+    defaults: dict[str, Any] = {"if_running": "return", "if_ended": "return", "signal_wakes": False}
+    request.update(
+        {k: v for k, v in options.items() if v is not None and (k, v) not in defaults.items()}
+    )
     if tenant is not None:
         request["tenant"] = tenant_of(tenant)
     answer = api.send("POST", "/v1/instances", request)

@@ -86,6 +86,7 @@ def short(text: str | None, limit: int = SHORT_CHARS) -> str:
 
 _STATUS_STYLES = {
     InstanceStatus.SUCCEEDED: "green",
+    InstanceStatus.SCHEDULED: "blue",
     InstanceStatus.RUNNING: "cyan",
     InstanceStatus.WAITING: "cyan",
     InstanceStatus.COMPENSATING: "yellow",

@@ -39,7 +39,8 @@
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
     │   ├── EventRefusedError         an event kept but refused: too late, or the instance ended
     │   ├── RetryTransactionError     the caller's transaction lost a conflict: run it again
-    │   └── ChildKeyConflictError     a child's explicit key is held by an unrelated instance
+    │   ├── ChildKeyConflictError     a child's explicit key is held by an unrelated instance
+    │   └── KeyInUseError             a business key's instance this start may not return
     ├── IllegalTransitionError        a state change the state machine does not allow
     │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
     ├── InstanceNotFoundError
@@ -51,6 +52,7 @@
     │   ├── StepFailedError           a local step used up its attempts
     │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
     │   ├── WaitTimeoutError          a wait's timeout came before its event
+    │   ├── TargetNotFoundError       a workflow signalled an instance that does not exist
     │   └── ChildWorkflowError        a child workflow ended without a result
     │       ├── ChildFailedError      ... FAILED: nothing of it was committed
     │       ├── ChildCompensatedError ... COMPENSATED: it undid what it did
@@ -130,12 +132,14 @@ from ledgerflow.errors.ledger import (
     IdempotencyKeyReusedError,
     IllegalTransitionError,
     InstanceNotFoundError,
+    KeyInUseError,
     NoCapableWorkerError,
     NotCommittedError,
     ResultTimeoutError,
     RetryTransactionError,
     StepError,
     StepFailedError,
+    TargetNotFoundError,
     UnsettledEffectsError,
     WaitTimeoutError,
     WorkflowError,
@@ -188,6 +192,7 @@ __all__ = [
     "InboxFullError",
     "InstanceNotFoundError",
     "InvalidCursorError",
+    "KeyInUseError",
     "LedgerflowError",
     "MethodNotAllowedError",
     "MissingExtraError",
@@ -217,6 +222,7 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "StoreNotFoundError",
+    "TargetNotFoundError",
     "TokenNameTakenError",
     "UnknownVersionError",
     "UnknownWorkflowError",

@@ -244,3 +244,30 @@ class EffectRejectedError(LedgerflowError):
 
     error_code: str = "rejected"
     retryable: bool = True
+
+
+@identities
+class KeyInUseError(ConcurrencyError):
+    """A start's business key names an instance this start may not return: it was started
+    with another input or version, or the start's policy (``if_running`` / ``if_ended``
+    ``"fail"``) refuses it. Nothing was started; ``instance_id`` is the key's holder."""
+
+    code = "LF311"
+    ID_NAMES = ("instance_id", "key", "status", "run")
+
+    # The business key, and the holder's status and run when the start was refused.
+    key: str | None = None
+    status: str | None = None
+    run: int | None = None
+
+
+@identities
+class TargetNotFoundError(StepError):
+    """A workflow sent a signal to an instance that does not exist (``ctx.signal_instance``);
+    recorded as the step's failure, so a replay raises it again without sending."""
+
+    code = "LF530"
+    ID_NAMES = ("instance_id", "seq", "target")
+
+    # The instance the signal was meant for.
+    target: str | None = None

@@ -31,9 +31,12 @@ from ledgerflow.model.ids import (
     WorkerId,
 )
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus
+from ledgerflow.model.start_policy import IfEnded, IfRunning
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 
 RecordT = TypeVar("RecordT")
+# Every instance's first run (a NewType's call made once, not in a dataclass default).
+_FIRST_RUN = RunNumber(1)
 StateT = TypeVar("StateT")
 EventT = TypeVar("EventT")
 
@@ -99,6 +102,9 @@ class InstanceRecord:
     parent_seq: StepSeq | None = None
     # What the parent's final ending does to it while live: "cancel", "abandon" or "wait".
     on_parent_end: str | None = None
+    # The first run of the open chain: 1, or the run a start opened after the instance ended
+    # (if_ended). Runs before it ended for good and carry no obligation forward.
+    first_run: RunNumber = _FIRST_RUN
 
     input_value = Decoded("input")
     """The workflow's input as started, decoded (a later run's is :attr:`run_input_value`)."""
@@ -344,6 +350,8 @@ class RunRecord:
     steps: int
     generation: Generation
     closed_at: float
+    # How the run ended when a start opened the next one (if_ended); None: it continued as new.
+    ended: str | None = None
 
     input_value = Decoded("input")
     """The run's input, decoded."""
@@ -445,6 +453,12 @@ class NewInstance:
     parent_run: RunNumber | None = None
     parent_seq: StepSeq | None = None
     on_parent_end: str | None = None
+    # Start options (the defaults are a plain start). When it is due: None, now; a later
+    # time keeps it SCHEDULED until then. What a start does under a used key: see
+    # model/start_policy.py.
+    available_at: float | None = None
+    if_running: IfRunning = IfRunning.RETURN
+    if_ended: IfEnded = IfEnded.RETURN
 
 
 def _decoded(text: str | None) -> Any:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.delivery import DeliveryState
 from ledgerflow.ledger.records import Commit, Delivery, InstanceRecord, StartInstance
-from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.ids import InstanceId, TenantId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +41,9 @@ class FromOutside:
 
     instance_id: InstanceId
     live: bool = False
+    # When given, the instance must be of this tenant, else it is not there for this
+    # transaction (InstanceNotFoundError: another tenant's instance is not even said to exist).
+    tenant: TenantId | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,7 +127,17 @@ class Started:
     new: bool
 
 
-OutsideWrite = Deliver | RequestCancel | AppendAudit | Audited | RaiseFlag | StartInstance
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartNow:
+    """End a SCHEDULED instance's delay: it is due now (a signal-with-start that wakes it).
+    Answer: True when it was SCHEDULED and is due now, False when there was no delay to end."""
+
+    instance_id: InstanceId
+
+
+OutsideWrite = (
+    Deliver | RequestCancel | AppendAudit | Audited | RaiseFlag | StartInstance | StartNow
+)
 Answer = Delivered | CancelAsked | Started | int | bool
 
 

@@ -13,6 +13,10 @@ from ledgerflow.model.machine import Machine
 
 
 class InstanceStatus(enum.Enum):
+    # A delayed start (``start_at=`` / ``start_in=``): the instance exists, can be read,
+    # signalled (its events are kept for when it runs) and cancelled, and runs no step before
+    # its time (``available_at``).
+    SCHEDULED = "SCHEDULED"
     RUNNING = "RUNNING"
     WAITING = "WAITING"
     COMPENSATING = "COMPENSATING"
@@ -55,6 +59,8 @@ RUNNABLE_STATUSES = frozenset(
 
 
 class InstanceEvent(enum.Enum):
+    # A scheduled instance's time has come: its first run begins.
+    START = "start"
     SUSPEND = "suspend"
     WAKE = "wake"
     COMPLETE = "complete"
@@ -80,6 +86,9 @@ _E = InstanceEvent
 INSTANCE_MACHINE: Machine[InstanceStatus, InstanceEvent] = Machine(
     name="instance",
     table={
+        (_S.SCHEDULED, _E.START): _S.RUNNING,
+        # Cancelled before its time: nothing ran, nothing is undone, it ends CANCELLED.
+        (_S.SCHEDULED, _E.CANCEL): _S.CANCELLING,
         (_S.RUNNING, _E.SUSPEND): _S.WAITING,
         (_S.RUNNING, _E.COMPLETE): _S.SUCCEEDED,
         (_S.RUNNING, _E.FAIL_CLEAN): _S.FAILED,

@@ -25,6 +25,9 @@ class StepKind(enum.Enum):
     # A child workflow started at this position (STARTED with the child's id in its input)
     # and, once the parent took the child's ending, COMPLETED with that outcome.
     CHILD = "child"
+    # A send to another instance (``ctx.signal_instance``, ``ctx.start_workflow``): journaled
+    # complete in the same transaction as the event it delivers or the instance it starts.
+    SEND = "send"
 
 
 class StepStatus(enum.Enum):

@@ -21,9 +21,14 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
-from ledgerflow.errors import InstanceNotFoundError, NotAuthorizedError, ReservedNameError
+from ledgerflow.errors import (
+    InstanceNotFoundError,
+    NotAuthorizedError,
+    PayloadError,
+    ReservedNameError,
+)
 from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model.authority import ApiRole, Grant, Policy, VersionCommand
 from ledgerflow.model.ids import DEFAULT_TENANT
@@ -33,7 +38,8 @@ from ledgerflow.operators import actions
 from ledgerflow.operators.upgrades import MigrationPlan, MoveReport, UpgradeRequest, Upgrades
 from ledgerflow.operators.versions import Retirement, retire_version
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.engine import Delivered, Started
+from ledgerflow.runtime.core import StartOptions
+from ledgerflow.runtime.engine import Delivered, DeliveryOutcome, Started
 from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.storage.store import Store
 
@@ -53,6 +59,7 @@ __all__ = [
     "Operation",
     "RetireRequest",
     "SignalRequest",
+    "StartExtras",
     "StartRequest",
     "UpgradeRequest",
     "Writer",
@@ -81,13 +88,53 @@ MIGRATE = Operation(actions.MIGRATE, ApiRole.ADMIN, VersionCommand.MIGRATE)
 
 @dataclass(frozen=True, slots=True)
 class StartRequest:
-    """Start (or find) the instance of a business key (``tenant`` None: the caller's)."""
+    """Start (or find) the instance of a business key (``tenant`` None: the caller's), with
+    the start options (docs/programming-model.md): when (``start_at`` epoch seconds or
+    ``start_in`` seconds: SCHEDULED until then), what a used key does (``if_running``,
+    ``if_ended``), and an event delivered in the start's transaction (``signal`` with its
+    ``signal_event_id`` and ``signal_payload``: signal-with-start)."""
 
     workflow: str
     key: str
     input: Any = None
     version: int | None = None
     tenant: str | None = None
+    start_at: float | None = None
+    start_in: float | None = None
+    if_running: str = "return"
+    if_ended: str = "return"
+    signal: str | None = None
+    signal_event_id: str | None = None
+    signal_payload: Any = None
+    # The signal ends a delayed start's delay (it is due now).
+    signal_wakes: bool = False
+
+    def options(self) -> dict[str, Any]:
+        """The start options asked for (those not left at their defaults), as the audit
+        record's arguments name them."""
+        asked = {
+            "start_at": self.start_at,
+            "start_in": self.start_in,
+            "if_running": None if self.if_running == "return" else self.if_running,
+            "if_ended": None if self.if_ended == "return" else self.if_ended,
+            "signal": self.signal,
+            "signal_event_id": self.signal_event_id,
+            "signal_wakes": self.signal_wakes or None,
+        }
+        return {name: value for name, value in asked.items() if value is not None}
+
+
+class StartExtras(TypedDict, total=False):
+    """The start options of a :class:`StartRequest`, as the services' ``start`` takes them."""
+
+    start_at: float | None
+    start_in: float | None
+    if_running: str
+    if_ended: str
+    signal: str | None
+    signal_event_id: str | None
+    signal_payload: Any
+    signal_wakes: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,14 +313,41 @@ class Writer:
         workflow, key = request.workflow, request.key
         target, reason = f"{workflow}:{key}", f"start {workflow} for key {key}"
         arguments = {"workflow": workflow, "key": key, "version": request.version, "tenant": tenant}
+        arguments.update(request.options())
         # A start refused names no instance: none may exist, and none of the caller's.
         with self._checked(actions.START, None, target, reason=reason, arguments=arguments):
             role = caller.authorize(START)
             caller.acts_in(tenant)
+            if request.signal is not None:
+                signal_name(request.signal)
+        options: StartOptions = {
+            "key": key,
+            "input": request.input,
+            "version": request.version,
+            "tenant": tenant,
+            "start_at": request.start_at,
+            "start_in": request.start_in,
+            "if_running": request.if_running,  # type: ignore[typeddict-item] # checked there
+            "if_ended": request.if_ended,  # type: ignore[typeddict-item] # checked there
+        }
         with self._store.transaction():
-            started = self._engine.start(
-                workflow, key=key, input=request.input, version=request.version, tenant=tenant
-            )
+            if request.signal is None:
+                started = self._engine.start(workflow, **options)
+                changed = started.created
+            else:
+                if request.signal_event_id is None:
+                    raise PayloadError("a start with a signal needs the signal's event id")
+                both = self._engine.signal_with_start(
+                    workflow,
+                    signal=request.signal,
+                    event_id=request.signal_event_id,
+                    payload=request.signal_payload,
+                    sender=caller.sender(None),
+                    wake=request.signal_wakes,
+                    **options,
+                )
+                started = both.started
+                changed = started.created or both.delivered.outcome is not DeliveryOutcome.DUPLICATE
             actions.record_action(
                 self._store,
                 self._clock,
@@ -282,7 +356,7 @@ class Writer:
                 kind=actions.START,
                 instance_id=started.instance_id,
                 target=target,
-                outcome="applied" if started.created else "no-op",
+                outcome="applied" if changed else "no-op",
                 reason=reason,
                 arguments=arguments,
             )

@@ -26,7 +26,7 @@ The HTTP API and the console never call the service unscoped: each request is an
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Unpack
 
 from ledgerflow import limits
 from ledgerflow.errors import (
@@ -52,6 +52,7 @@ from ledgerflow.operators.commands import (
     Operation,
     RetireRequest,
     SignalRequest,
+    StartExtras,
     StartRequest,
     Writer,
 )
@@ -334,10 +335,18 @@ class ScopedOperations:
         return Writer(self._store, self._engine, self._clock, self)
 
     def start(
-        self, workflow: str, *, key: str, input: Any, version: int | None, tenant: str | None
+        self,
+        workflow: str,
+        *,
+        key: str,
+        input: Any,
+        version: int | None,
+        tenant: str | None,
+        **options: Unpack[StartExtras],
     ) -> Started:
         """Start (or find) the instance of a business key, in the principal's tenant."""
-        return self._writer().start(StartRequest(workflow, key, input, version, tenant))
+        request = StartRequest(workflow, key, input, version, tenant, **options)
+        return self._writer().start(request)
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool) -> InstanceRecord:
         return self._writer().cancel(CancelRequest(instance_id, reason, compensate))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from ledgerflow import limits
 from ledgerflow.ledger.access import ApiToken, InstanceQuery, VersionCount
@@ -63,6 +63,7 @@ from ledgerflow.operators.commands import (
     MigrateRequest,
     RetireRequest,
     SignalRequest,
+    StartExtras,
     StartRequest,
     Writer,
 )
@@ -244,10 +245,13 @@ class Operations:
         version: int | None = None,
         tenant: str | None = None,
         actor: str | None = None,
+        **options: Unpack[StartExtras],
     ) -> Started:
         """Start (or find) the instance of a business key, pinned to a definition of this
-        service's registry; recorded against ``actor`` (default: :func:`local_actor`)."""
-        request = StartRequest(workflow, key, input, version, tenant)
+        service's registry; recorded against ``actor`` (default: :func:`local_actor`). The
+        start options (``start_at``, ``start_in``, ``if_running``, ``if_ended``, ``signal``
+        with ``signal_event_id`` and ``signal_payload``): see :class:`StartRequest`."""
+        request = StartRequest(workflow, key, input, version, tenant, **options)
         return self._writer(actor).start(request)
 
     def wait(self, instance_id: str, *, timeout: float) -> InstanceRecord:

@@ -43,6 +43,7 @@ from ledgerflow.storage.store import Store
 # Statuses an upgrade or a migration considers: the instance has not ended (a parked one may
 # be resumed after it moved).
 _IN_FLIGHT = (
+    InstanceStatus.SCHEDULED,
     InstanceStatus.RUNNING,
     InstanceStatus.WAITING,
     InstanceStatus.MANUAL_INTERVENTION,

@@ -22,16 +22,22 @@ from typing import Any, NoReturn
 
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError, UnsettledEffectsError
-from ledgerflow.ledger.records import StepRecord
+from ledgerflow.ledger.records import StartInstance, StepRecord
+from ledgerflow.ledger.transaction import FromOutside
 from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model.defects import step_verdict
-from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition, WorkflowFunction
+from ledgerflow.model.definition import (
+    EffectDeclaration,
+    Registry,
+    WorkflowDefinition,
+    WorkflowFunction,
+)
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
-from ledgerflow.runtime import children
+from ledgerflow.runtime import children, sends
 from ledgerflow.runtime.children import ChildHandle, OnParentEnd
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
 from ledgerflow.runtime.effects import EffectDriver
@@ -64,9 +70,17 @@ class WorkflowContext:
             return {"receipt": receipt}
     """
 
-    def __init__(self, session: Session, definition: WorkflowDefinition) -> None:
+    def __init__(
+        self,
+        session: Session,
+        definition: WorkflowDefinition,
+        *,
+        registry: Registry | None = None,
+    ) -> None:
         self._session = session
         self._definition = definition
+        # The definitions a detached start (``start_workflow``) may pin (None: it starts none).
+        self._registry = registry
         self._seq = 0
         # Each change id's answer in this run, decided at its first ``patched`` call.
         self._patches: dict[str, bool] = {}
@@ -467,3 +481,78 @@ class WorkflowContext:
 
     def _child_unsettled(self, seq: StepSeq) -> None:
         """A child's ending is about to be read from the inbox (the replay checker stops)."""
+
+    async def signal_instance(
+        self, target: str | tuple[str, str], name: str, payload: Any = None
+    ) -> str:
+        """Send the event ``name`` to another instance of this instance's tenant -- by its id,
+        or by ``(workflow, business key)`` -- exactly once, in the transaction that
+        journals this position; return the event's id (derived from this instance, run and
+        position). A replay returns it without sending again. No such instance:
+        :class:`~ledgerflow.errors.TargetNotFoundError`, recorded as this step's failure.
+
+        Example::
+
+            await ctx.signal_instance(("shipment", order["id"]), "paid", {"amount": 30})
+        """
+        session = self._session
+        name = sends.signal_name_of(name)
+        to = sends.target_of(session, target)
+        spec = {"target": to, "signal": name, "payload": payload}
+        send = self._send(f"signal:{name}", spec)
+        if isinstance(send, sends.Replayed):
+            return str(send.answer)
+        payload_text = session.codec.encode(payload)
+        event = sends.deliver_to(session, send.seq, to, name, payload_text)
+        answer: str = await send.commit(
+            event,
+            answer=event.event_id,
+            fences=(FromOutside(instance_id=to, tenant=session.instance.tenant),),
+        )
+        return answer
+
+    async def start_workflow(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        start_in: float | None = None,
+        if_running: str = "return",
+        if_ended: str = "return",
+    ) -> InstanceId:
+        """Start another workflow, detached (not a child: it lives on whatever this instance
+        does), in the transaction that journals this position; return its instance id. The
+        key defaults to one derived from this instance, run and position. Options as
+        :meth:`Engine.start <ledgerflow.Engine.start>`'s (``start_in`` counts from the send);
+        a key whose instance this start may not return raises
+        :class:`~ledgerflow.errors.KeyInUseError`, recorded as this step's failure. A replay
+        returns the recorded id without starting again.
+        """
+        session = self._session
+        spec = {
+            "workflow": workflow, "input": input, "key": key, "version": version,
+            "start_in": start_in, "if_running": if_running, "if_ended": if_ended,
+        }  # fmt: skip
+        send = self._send(f"start:{workflow}", spec)
+        if isinstance(send, sends.Replayed):
+            return InstanceId(str(send.answer))
+        new = sends.new_instance(
+            session, send.seq, self._registry, workflow, input, key=key, version=version,
+            start_in=start_in, if_running=if_running, if_ended=if_ended,
+        )  # fmt: skip
+        answer: str = await send.commit(StartInstance(new=new), answer=new.instance_id)
+        return InstanceId(answer)
+
+    def _send(self, name: str, spec: dict[str, Any]) -> sends.Send | sends.Replayed:
+        """The send at the next position, or the journal's answer to it."""
+        self._in_program_order(name)
+        seq = self._next_seq()
+        input_text = self._session.codec.encode(spec)
+        recorded = self._replayed(seq, kind=StepKind.SEND, name=name, input_text=input_text)
+        self._stop_if_cancelled(seq, name, recorded)
+        send = sends.Send(session=self._session, seq=seq, name=name, input_text=input_text)
+        if recorded is not None:
+            return sends.Replayed(answer=send.replayed(recorded))
+        return send

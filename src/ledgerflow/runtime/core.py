@@ -9,11 +9,12 @@ ledger's sense is what a step sends a participant; nothing here is one.)
 
 from __future__ import annotations
 
+import datetime
 import enum
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Required, TypedDict, Unpack
+from typing import Any, Literal, Required, TypedDict, Unpack
 
 from ledgerflow import limits
 from ledgerflow.deprecation import renamed
@@ -33,16 +34,20 @@ from ledgerflow.ledger.records import (
     InstanceRecord,
     NewInstance,
     RunRecord,
+    StartInstance,
     StepRecord,
     TimelineEntry,
 )
-from ledgerflow.ledger.transaction import Deliver, RequestCancel
+from ledgerflow.ledger.transaction import Deliver, RequestCancel, StartNow, Transaction
+from ledgerflow.ledger.transaction import Delivered as Kept
+from ledgerflow.ledger.transaction import Started as StartAnswer
 from ledgerflow.model import names
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.signal import not_approver, signal_name
+from ledgerflow.model.start_policy import policies, start_time
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
 from ledgerflow.runtime.metrics import Metrics
@@ -104,6 +109,20 @@ class Delivered:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SignalStarted:
+    """What :meth:`Engine.signal_with_start` returns: the start's answer and the event's,
+    committed together."""
+
+    started: Started
+    delivered: Delivered
+
+    @property
+    def instance_id(self) -> InstanceId:
+        """The id of the instance started (or found again under its business key)."""
+        return self.started.instance_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceDetail:
     """An instance with its ledgers, for ``show``: its step and effect journal, its timeline
     (every change of state) and its inbox (the events delivered to it)."""
@@ -128,12 +147,19 @@ class InstanceDetail:
 
 class StartOptions(TypedDict, total=False):
     """How a start is asked for, as every face takes it (declared here once): the business
-    key, the input, a version of the workflow other than the newest, the tenant."""
+    key, the input, a version of the workflow other than the newest, the tenant; when it
+    starts (``start_at``: epoch seconds or an aware datetime, or ``start_in`` seconds: it is
+    SCHEDULED until then), and what it does when its key has started an instance already
+    (``if_running``, ``if_ended``: see :mod:`ledgerflow.model.start_policy`)."""
 
     key: Required[str]
     input: Any
     version: int | None
     tenant: str | None
+    start_at: float | datetime.datetime | None
+    start_in: float | None
+    if_running: Literal["return", "fail"]
+    if_ended: Literal["return", "new_run", "new_run_if_failed", "fail"]
 
 
 class SignalOptions(TypedDict, total=False):
@@ -193,10 +219,19 @@ class EngineCore:
         input: Any = None,
         version: int | None = None,
         tenant: str | None = None,
+        start_at: float | datetime.datetime | None = None,
+        start_in: float | None = None,
+        if_running: str = "return",
+        if_ended: str = "return",
+        now: float | None = None,
     ) -> tuple[WorkflowDefinition, NewInstance]:
         name = _workflow_name(workflow)
         definition = self.registry.get(name, version)
         tenant_id, business_key = names.tenant(tenant), names.business_key(key)
+        running, ended = policies(if_running, if_ended)
+        at = start_time(
+            start_at=start_at, start_in=start_in, now=time.time() if now is None else now
+        )
         new = NewInstance(
             instance_id=instance_id_for(tenant_id, definition.name, business_key),
             tenant=tenant_id,
@@ -205,6 +240,9 @@ class EngineCore:
             fingerprint=definition.fingerprint,
             business_key=business_key,
             input=self.codec.encode(input),
+            available_at=at,
+            if_running=running,
+            if_ended=ended,
         )
         return definition, new
 
@@ -217,15 +255,8 @@ class EngineCore:
         return self.started(new, found, created=created)
 
     def started(self, new: NewInstance, found: InstanceRecord, *, created: bool) -> Started:
-        """The answer to a start: a repeated start must ask for the same thing."""
-        if not created and (
-            found.input != new.input or found.workflow_version != new.workflow_version
-        ):
-            raise ConcurrencyError(
-                f"business key {new.business_key!r} already started {found.workflow_name} "
-                f"v{found.workflow_version} with another input or version",
-                instance_id=found.instance_id,
-            )
+        """The answer to a start (the store decided it under the start's policies: a repeated
+        start asking for something else was refused there, :class:`KeyInUseError`)."""
         if self.metrics is not None and created:
             self.metrics.started(new.workflow_name, new.workflow_version)
         return Started(instance=found, created=created)
@@ -298,7 +329,13 @@ class EngineCore:
         )
         if stored is None:
             raise InstanceNotFoundError(instance_id=instance_id)
+        return self._outcome(stored, name=name, payload=payload, sender=sender)
+
+    def _outcome(self, stored: Kept, *, name: str, payload: Any, sender: str | None) -> Delivered:
+        """What a delivery came to, from the inbox's answer: a used event id is a duplicate
+        only if it carried the same event."""
         delivery, new = stored.delivery, stored.new
+        instance_id, event_id = delivery.instance_id, delivery.event_id
         differs = [
             what
             for what, same in (
@@ -323,6 +360,44 @@ class EngineCore:
         else:
             outcome = _REFUSALS[delivery.refusal or "late"]
         return Delivered(delivery=delivery, outcome=outcome)
+
+    def signal_with_start(
+        self,
+        new: NewInstance,
+        name: str,
+        *,
+        now: float,
+        event_id: str,
+        payload: Any = None,
+        sender: str | None = None,
+        wake: bool = False,
+    ) -> SignalStarted:
+        """Start (or find, as a start would) the instance and deliver an event to it, in one
+        transaction: both, or neither (a start refused with KeyInUseError delivers nothing).
+        The event is kept for a wait of the instance's run, even while it is SCHEDULED; it
+        ends the delay only with ``wake`` (Temporal's signal-with-start always does)."""
+        name = signal_name(names.event_text(name, what="signal name"))
+        event_id = names.event_text(event_id, what="event id")
+        found = self.store.get_instance(new.instance_id)
+        refuse = None if found is None else self._approval_refusal(found, name=name, sender=sender)
+        deliver = Deliver(
+            instance_id=new.instance_id,
+            event_id=event_id,
+            name=name,
+            payload=self.codec.encode(payload),
+            sender=sender,
+            refuse=refuse,
+        )
+        woken = (StartNow(instance_id=new.instance_id),) if wake else ()
+        writes = (StartInstance(new=new), deliver, *woken)
+        start, kept, *_ = self.store.apply(Transaction(writes=writes), now=now)
+        assert isinstance(start, StartAnswer)
+        assert isinstance(kept, Kept)
+        started = self.started(new, start.instance, created=start.new)
+        return SignalStarted(
+            started=started,
+            delivered=self._outcome(kept, name=name, payload=payload, sender=sender),
+        )
 
     def delivery(self, instance_id: str, event_id: str) -> Delivery:
         """What became of one event, by its id: PENDING (kept for a wait), CONSUMED (taken by

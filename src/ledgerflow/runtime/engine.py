@@ -35,6 +35,7 @@ from ledgerflow.runtime.core import (
     InstanceDetail,
     ListOptions,
     SignalOptions,
+    SignalStarted,
     Started,
     StartOptions,
     detail_of,
@@ -70,6 +71,7 @@ __all__ = [
     "DeliveryOutcome",
     "Engine",
     "InstanceDetail",
+    "SignalStarted",
     "Started",
     "instance_id_for",
 ]
@@ -169,8 +171,17 @@ class Engine:
     ) -> Started:
         """Start ``workflow`` for a business key (``key=``, with ``input=``, and ``version=``
         and ``tenant=`` when not the newest and the default), or return the instance that key
-        already started."""
-        _, new = self._core.prepare(workflow, **options)
+        already started.
+
+        ``start_at=`` (epoch seconds or an aware datetime) or ``start_in=`` (seconds) delays
+        it: the instance exists at once, SCHEDULED, and may be read, signalled (its events wait
+        for its run) and cancelled; no step runs before its time. ``if_running`` (``"return"``,
+        ``"fail"``) and ``if_ended`` (``"return"``, ``"new_run"``, ``"new_run_if_failed"``,
+        ``"fail"``) say what a start under a used key does; an instance is returned only to a
+        start asking for its version and input, any other is refused with
+        :class:`~ledgerflow.errors.KeyInUseError` (docs/programming-model.md, "Start options")."""
+        now = self.clock.now()
+        _, new = self._core.prepare(workflow, now=now, **options)
         # A worker of this engine with a free slot takes the new instance in the start's own
         # transaction; concurrent starts share one transaction (group commit).
         worker, claim = next(
@@ -178,7 +189,7 @@ class Engine:
         )
         record: InstanceRecord | None = None
         try:
-            record, created = await self.runtime.store.start(new, claim, now=self.clock.now())
+            record, created = await self.runtime.store.start(new, claim, now=now)
         finally:
             if worker is not None and claim is not None:
                 worker.adopt(record, claim)
@@ -186,6 +197,37 @@ class Engine:
             for other in self._workers:
                 other.wake()
         return self._core.started(new, record, created=created)
+
+    async def signal_with_start(
+        self,
+        workflow: str | WorkflowFunction,
+        *,
+        signal: str,
+        event_id: str,
+        payload: Any = None,
+        sender: str | None = None,
+        wake: bool = False,
+        **options: Unpack[StartOptions],
+    ) -> SignalStarted:
+        """Start (or find, as :meth:`start` would, with the same options) the instance of a
+        business key and deliver the event ``signal`` to it, in one transaction: both are
+        durable, or neither (a start refused delivers nothing). Safe to repeat: the start
+        returns the instance and the inbox keeps the event once per ``event_id``. A delayed
+        instance keeps its delay unless ``wake`` ends it (then it is due now)."""
+        now = self.clock.now()
+        _, new = self._core.prepare(workflow, now=now, **options)
+        answer: SignalStarted = await self._call(
+            self._core.signal_with_start,
+            new,
+            signal,
+            now=now,
+            event_id=event_id,
+            payload=payload,
+            sender=sender,
+            wake=wake,
+        )
+        self.notice_delivery(answer.delivered)
+        return answer
 
     async def get(self, instance_id: str) -> InstanceRecord:
         """The instance's record now; InstanceNotFoundError when there is none

@@ -193,6 +193,8 @@ class Executor:
         return definition if definition.fingerprint == instance.fingerprint else None
 
     async def _run(self, session: Session, definition: WorkflowDefinition) -> Session | None:
+        if session.status is InstanceStatus.SCHEDULED and not await self._begin(session):
+            return None
         if session.status is InstanceStatus.WAITING:
             # Woken by its timer, an event or a cancel request: replay decides which.
             await session.commit(
@@ -201,7 +203,7 @@ class Executor:
         if session.status in (InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING):
             await (await self._compensations(session)).run()
             return None
-        ctx = WorkflowContext(session, definition)
+        ctx = WorkflowContext(session, definition, registry=self.registry)
         try:
             value = await definition.function(
                 ctx, self.codec.decode(session.instance.open_run_input)
@@ -295,11 +297,33 @@ class Executor:
         return [
             e
             for e in await self.store.effects(session.instance_id)
-            if e.run < session.instance.run and e.seq > 0 and e.compensates is None
+            if session.instance.first_run <= e.run < session.instance.run
+            and e.seq > 0
+            and e.compensates is None
         ]
 
     async def _compensations(self, session: Session) -> CompensationRunner:
         return CompensationRunner(session, self.registry, carried=await self._carried(session))
+
+    async def _begin(self, session: Session) -> bool:
+        """A scheduled instance's time has come (or a cancel request made it due): it begins
+        its run, unless a request to cancel stands, which ends it CANCELLED before any of its
+        code runs (the start's commit holds to there being no request, so one that races it
+        wins). False when it was cancelled."""
+        why = "cancelled before its scheduled start: no step ran"
+        if not session.cancel_requested:
+            try:
+                await session.commit(
+                    instance_change(
+                        InstanceStatus.SCHEDULED, InstanceEvent.START, reason_code="started"
+                    ),
+                    NoCancelRequest(),
+                )
+                return True
+            except Cancelled:
+                pass
+        await self._cancel(session, why)
+        return False
 
     async def _fail(self, session: Session, exc: Exception) -> None:
         confirmed = session.confirmed_effects() + [

@@ -33,6 +33,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``run.before_switch`` / ``run.after_switch``: the workflow called ``continue_as_new`` and
   the switch to the next run is not yet durable / is durable and the next run has not started
   (``run`` is the run closing / the run opened)
+- ``send.before_commit`` / ``send.after_commit``: a workflow's send to another instance
+  (``ctx.signal_instance``, ``ctx.start_workflow``) is decided, its step and delivery not yet
+  committed / committed together (``seq`` is the send's position)
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def _settled(session: Session, recorded: StepRecord) -> bool:
         )
     if recorded.kind is StepKind.CHILD:
         return True  # its start is journaled; taking its ending is asked apart (result())
-    if recorded.kind in (StepKind.LOCAL, StepKind.WAIT):
+    if recorded.kind in (StepKind.LOCAL, StepKind.WAIT, StepKind.SEND):
         return recorded.status in (StepStatus.COMPLETED, StepStatus.FAILED)
     return recorded.status is StepStatus.COMPLETED
 

@@ -18,7 +18,11 @@ from ledgerflow.errors import (
     ChildKeyConflictError,
     EventArrivedError,
     FencedOutError,
+    InboxFullError,
+    InstanceNotFoundError,
+    KeyInUseError,
     StorageError,
+    VersionRetiredError,
 )
 from ledgerflow.ledger.records import (
     Commit,
@@ -48,6 +52,12 @@ from ledgerflow.runtime.metrics import Metrics
 if TYPE_CHECKING:
     # Imported only by an engine made with tracing (the otel extra).
     from ledgerflow.runtime.tracing import Tracing
+
+
+# Refusals of a write beside the owner's (a send's target is not there or its inbox is full; a
+# start's key names another instance, or its version is retired): nothing of the commit was
+# written, and the owner records them (runtime/sends.py) rather than abandoning the instance.
+BESIDE_REFUSALS = (InstanceNotFoundError, InboxFullError, KeyInUseError, VersionRetiredError)
 
 
 class SessionStore(Protocol):
@@ -147,6 +157,8 @@ class Session:
             steps = [w.record for w in writes if isinstance(w, StepWrite)]
             what = f"step {steps[0].seq} ({steps[0].name})" if steps else "the next step"
             raise Cancelled(f"{what} was not started")
+        if isinstance(error, BESIDE_REFUSALS) and (beside or fences):
+            raise error  # A write beside the owner's was refused: the caller records it.
         if error is not None:
             # The store holds something other than what this session believed: never build
             # on that. Recovery re-reads the journal.

@@ -22,6 +22,7 @@ from ledgerflow.runtime.core import (
     InstanceDetail,
     ListOptions,
     SignalOptions,
+    SignalStarted,
     Started,
     StartOptions,
     detail_of,
@@ -81,8 +82,28 @@ class SyncEngine:
     def start(self, workflow: str | WorkflowFunction, **options: Unpack[StartOptions]) -> Started:
         """Start ``workflow`` for business key ``key``, or return the instance that key already
         started (see :meth:`Engine.start`)."""
-        _, new = self._core.prepare(workflow, **options)
-        return self._core.start(new, now=time.time())
+        now = time.time()
+        _, new = self._core.prepare(workflow, now=now, **options)
+        return self._core.start(new, now=now)
+
+    def signal_with_start(
+        self,
+        workflow: str | WorkflowFunction,
+        *,
+        signal: str,
+        event_id: str,
+        payload: Any = None,
+        sender: str | None = None,
+        wake: bool = False,
+        **options: Unpack[StartOptions],
+    ) -> SignalStarted:
+        """Start (or find) the instance and deliver the event in one transaction (see
+        :meth:`Engine.signal_with_start`)."""
+        now = time.time()
+        _, new = self._core.prepare(workflow, now=now, **options)
+        return self._core.signal_with_start(
+            new, signal, now=now, event_id=event_id, payload=payload, sender=sender, wake=wake
+        )
 
     def get(self, instance_id: str) -> InstanceRecord:
         """The instance's record now; InstanceNotFoundError when there is none."""

@@ -8,6 +8,7 @@ start again with a savepoint per start, so each start still gets its own answer.
 
 from __future__ import annotations
 
+import datetime
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -15,11 +16,14 @@ from typing import Any
 from ledgerflow.errors import (
     ChildKeyConflictError,
     ConcurrencyError,
+    KeyInUseError,
     LedgerflowError,
     VersionRetiredError,
 )
 from ledgerflow.ledger.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.model.ids import Generation
+from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.start_policy import StartDecision, decide_start
 from ledgerflow.storage.rows import Row, fields, instance_from_row
 from ledgerflow.storage.sql_claims import claim_params
 from ledgerflow.storage.sql_seam import RefusedError, SqlSeam
@@ -36,6 +40,40 @@ def _start_claim_params(new: NewInstance, claim: StartClaim, now: float) -> dict
     # fingerprint) from the registry of the very worker that claims it.
     at = None if claim.now is None else max(claim.now, now)
     return claim_params(new.instance_id, claim.owner, at, claim.lease_seconds)
+
+
+def _due(new: NewInstance, now: float) -> tuple[InstanceStatus, float]:
+    """A start's status and due time: SCHEDULED until a start time still to come, else
+    RUNNING now."""
+    if new.available_at is not None and new.available_at > now:
+        return InstanceStatus.SCHEDULED, new.available_at
+    return InstanceStatus.RUNNING, now
+
+
+def _scheduled(status: InstanceStatus, at: float) -> tuple[str | None, str | None]:
+    """The reason code and reason a SCHEDULED instance shows (``show``, ``list``, the API)."""
+    if status is InstanceStatus.SCHEDULED:
+        when = datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
+        return "scheduled", f"to start at {when} ({at:.3f})"
+    return None, None
+
+
+def _insert_params(new: NewInstance, now: float) -> dict[str, Any]:
+    status, at = _due(new, now)
+    code, reason = _scheduled(status, at)
+    return {
+        **fields(new),
+        "now": now,
+        "status": status.value,
+        "available_at": at,
+        "reason_code": code,
+        "reason": reason,
+    }
+
+
+# A start that loses the race for a new run reads the instance again and decides again; past
+# this many rounds it gives up (someone is starting runs of this key as fast as they end).
+NEW_RUN_ROUNDS_MAX = 3
 
 
 def _find_params(new: NewInstance) -> dict[str, Any]:
@@ -74,30 +112,7 @@ class StartStore(SqlSeam):
         """A start among another write's statements (a :class:`StartInstance`): the instance
         is inserted, or the one its business key started is kept if it is the same start;
         otherwise the whole transaction is refused. Returns it, and whether it was inserted."""
-        record, created = self._start_one(new, None, now)
-        link = (record.parent_instance_id, record.parent_run, record.parent_seq)
-        if (
-            new.parent_instance_id is not None
-            and not created
-            and (link != (new.parent_instance_id, new.parent_run, new.parent_seq))
-        ):
-            # A child's key that another instance holds: never attached to, whatever it runs.
-            raise ChildKeyConflictError(
-                f"the child's business key {new.business_key!r} is held by instance "
-                f"{record.instance_id} ({record.workflow_name}), which is not the child of "
-                f"{new.parent_instance_id} at step {new.parent_seq}",
-                instance_id=new.parent_instance_id,
-                holder=record.instance_id,
-                key=new.business_key,
-            )
-        same = (record.workflow_name, record.workflow_version, record.input)
-        if not created and same != (new.workflow_name, new.workflow_version, new.input):
-            raise ConcurrencyError(
-                f"business key {new.business_key!r} already started {record.workflow_name} "
-                f"v{record.workflow_version} with another input or version",
-                instance_id=record.instance_id,
-            )
-        return record, created
+        return self._start_one(new, None, now)
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
@@ -153,7 +168,7 @@ class StartStore(SqlSeam):
         fresh: list[bool] = []
         with self._batch():
             for new, _ in starts:
-                params = {**fields(new), "now": now}
+                params = _insert_params(new, now)
                 self._send("insert_instance", params, lambda _, n: fresh.append(n == 1))
         claimed: dict[int, list[Row]] = {}
         with self._batch():
@@ -176,13 +191,15 @@ class StartStore(SqlSeam):
                     keep = functools.partial(_keep, found, index)
                     self._send("find_instance", _find_params(new), keep)
         for index, rows in found.items():
-            results[index] = self._existing(starts[index][0], rows, fresh[index])
+            new = starts[index][0]
+            record, created = self._existing(new, rows, fresh[index])
+            results[index] = self._resolved(new, record, created, now)
         return [results[index] for index in range(len(starts))]
 
     def _start_one(
         self, new: NewInstance, claim: StartClaim | None, now: float
     ) -> tuple[InstanceRecord, bool]:
-        _, inserted = self._run("insert_instance", {**fields(new), "now": now})
+        _, inserted = self._run("insert_instance", _insert_params(new, now))
         if inserted:
             self._started(new, now)
             if claim is not None:
@@ -194,7 +211,102 @@ class StartStore(SqlSeam):
                     self._claimed(record, claim.owner)
                     return record, True
         rows, _ = self._run("find_instance", _find_params(new))
-        return self._existing(new, rows, inserted == 1)
+        record, created = self._existing(new, rows, inserted == 1)
+        return self._resolved(new, record, created, now)
+
+    def _resolved(
+        self, new: NewInstance, record: InstanceRecord, created: bool, now: float
+    ) -> tuple[InstanceRecord, bool]:
+        """What a start under a used key does (model/start_policy.py), in its transaction:
+        return the instance, start its next run, or refuse with :class:`KeyInUseError`."""
+        for _ in range(NEW_RUN_ROUNDS_MAX):
+            if created:
+                return record, True
+            self._child_link_holds(new, record)
+            same = (record.workflow_version, record.input) == (new.workflow_version, new.input)
+            decision = decide_start(
+                record.status, same_request=same, if_running=new.if_running, if_ended=new.if_ended
+            )
+            if decision is StartDecision.RETURN:
+                return record, False
+            if decision is not StartDecision.NEW_RUN:
+                raise KeyInUseError(
+                    f"business key {new.business_key!r} names {record.workflow_name} "
+                    f"v{record.workflow_version} run {record.run}, {record.status.value}: "
+                    f"{decision.value}; nothing was started",
+                    instance_id=record.instance_id,
+                    key=new.business_key,
+                    status=record.status.value,
+                    run=record.run,
+                )
+            created = self._new_run(new, record, now)
+            rows, _ = self._run("find_instance", _find_params(new))
+            record = instance_from_row(rows[0])
+        raise ConcurrencyError(
+            f"business key {new.business_key!r}: other starts kept starting new runs; try again",
+            instance_id=record.instance_id,
+        )
+
+    def _child_link_holds(self, new: NewInstance, record: InstanceRecord) -> None:
+        """A child's key that another instance holds is never attached to, whatever it runs
+        and whatever the start's policy: ChildKeyConflictError."""
+        link = (record.parent_instance_id, record.parent_run, record.parent_seq)
+        if new.parent_instance_id is not None and link != (
+            new.parent_instance_id,
+            new.parent_run,
+            new.parent_seq,
+        ):
+            raise ChildKeyConflictError(
+                f"the child's business key {new.business_key!r} is held by instance "
+                f"{record.instance_id} ({record.workflow_name}), which is not the child of "
+                f"{new.parent_instance_id} at step {new.parent_seq}",
+                instance_id=new.parent_instance_id,
+                holder=record.instance_id,
+                key=new.business_key,
+            )
+
+    def _new_run(self, new: NewInstance, ended: InstanceRecord, now: float) -> bool:
+        """Start run N + 1 of an ended instance; False when another start changed it first."""
+        status, at = _due(new, now)
+        code, reason = _scheduled(status, at)
+        params = {
+            **fields(new),
+            "now": now,
+            "status": status.value,
+            "available_at": at,
+            "reason_code": code,
+            "reason": reason,
+            "run": ended.run,
+            "ended": ended.status.value,
+        }
+        rows, _ = self._run("start_new_run", params)
+        if not rows:
+            version = {"workflow_name": new.workflow_name, "workflow_version": new.workflow_version}
+            retired, _ = self._run("select_retired_version", version)
+            if retired:
+                raise VersionRetiredError(
+                    f"{new.workflow_name} v{new.workflow_version} is retired; it starts no new "
+                    "run: start another version",
+                    workflow=new.workflow_name,
+                    version=new.workflow_version,
+                )
+            return False
+        started = instance_from_row(rows[0])
+        history = {"ended_input": ended.open_run_input, "ended_generation": ended.generation}
+        self._run("close_ended_run", {**params, **history})
+        detail = f"run {started.run} started after run {ended.run} ended {ended.status.value}"
+        detail += f" (if_ended={new.if_ended.value})"
+        self._timeline(
+            new.instance_id, started.generation, "run", str(ended.run), str(started.run), now,
+            detail,
+        )  # fmt: skip
+        self._timeline(
+            new.instance_id, started.generation, "instance", ended.status.value,
+            status.value, now, detail,
+        )  # fmt: skip
+        return True
 
     def _started(self, new: NewInstance, now: float) -> None:
-        self._timeline(new.instance_id, Generation(0), "instance", None, "RUNNING", now, "started")
+        status, at = _due(new, now)
+        detail = _scheduled(status, at)[1] or "started"
+        self._timeline(new.instance_id, Generation(0), "instance", None, status.value, now, detail)

@@ -27,6 +27,7 @@ from ledgerflow.ledger.transaction import (
     RaiseFlag,
     RequestCancel,
     Started,
+    StartNow,
     Transaction,
     audited_entry,
 )
@@ -69,7 +70,7 @@ def apply_transaction(
 
 def _fence_from_outside(store: SqlStore, fence: FromOutside) -> None:
     rows, _ = store._run("lock_instance", {"instance_id": fence.instance_id})
-    if not rows:
+    if not rows or (fence.tenant is not None and rows[0]["tenant"] != fence.tenant):
         raise InstanceNotFoundError(instance_id=fence.instance_id)
     status = instance_from_row(rows[0]).status
     if fence.live and status in FINAL_STATUSES:
@@ -101,6 +102,9 @@ def _write(store: SqlStore, write: OutsideWrite, now: float) -> Answer:
         return Started(instance=record, new=new)
     if isinstance(write, AppendAudit):
         return store._insert_audit(write.entry, now)
+    if isinstance(write, StartNow):
+        _, changed = store._run("start_now", {"instance_id": write.instance_id, "now": now})
+        return changed == 1
     if isinstance(write, RaiseFlag):
         return store._raise(
             write.instance_id, write.reason_code, write.evidence, write.detected_by, now

@@ -161,8 +161,9 @@ def single_terminal_outcome(snapshot: Snapshot) -> Iterable[Violation]:
     """I3 and I6: every instance is terminal (or visibly waiting), and it became terminal
     exactly once."""
     for instance in snapshot.instances:
-        if instance.status not in TERMINAL_STATUSES and instance.status is not (
-            InstanceStatus.WAITING
+        if instance.status not in TERMINAL_STATUSES and instance.status not in (
+            InstanceStatus.WAITING,
+            InstanceStatus.SCHEDULED,
         ):
             yield Violation(
                 "no-stuck-instance",
@@ -572,7 +573,8 @@ def stuck(snapshot: Snapshot) -> list[InstanceRecord]:
     return [
         i
         for i in snapshot.instances
-        if i.status not in TERMINAL_STATUSES and i.status is not InstanceStatus.WAITING
+        if i.status not in TERMINAL_STATUSES
+        and i.status not in (InstanceStatus.WAITING, InstanceStatus.SCHEDULED)
     ]
 
 

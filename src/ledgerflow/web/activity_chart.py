@@ -31,7 +31,7 @@ LABELS = 5
 
 _S = InstanceStatus
 GROUPS: dict[str, frozenset[InstanceStatus]] = {
-    "in-flight": frozenset({_S.RUNNING, _S.WAITING, _S.COMPENSATING, _S.CANCELLING}),
+    "in-flight": frozenset({_S.SCHEDULED, _S.RUNNING, _S.WAITING, _S.COMPENSATING, _S.CANCELLING}),
     "succeeded": frozenset({_S.SUCCEEDED}),
     "parked": frozenset({_S.MANUAL_INTERVENTION, _S.FORWARD_RECOVERY_REQUIRED}),
     "ended-otherwise": frozenset({_S.COMPENSATED, _S.FAILED, _S.CANCELLED}),

@@ -115,6 +115,14 @@ def start_instance(request: Request, scoped: Scoped, body: StartBody) -> Respons
             input=body.input,
             version=body.version,
             tenant=body.tenant,
+            start_at=body.start_at,
+            start_in=body.start_in,
+            if_running=body.if_running,
+            if_ended=body.if_ended,
+            signal=body.signal,
+            signal_event_id=body.signal_event_id,
+            signal_payload=body.signal_payload,
+            signal_wakes=body.signal_wakes,
         )
         answer_body = {"created": started.created, "instance": record_json(started.instance)}
         return (201 if started.created else 200), answer_body

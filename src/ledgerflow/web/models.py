@@ -25,6 +25,9 @@ Key = Annotated[str, Field(min_length=1, max_length=limits.BUSINESS_KEY_LENGTH_M
 Reason = Annotated[str, Field(min_length=1, max_length=1000)]
 Seq = Annotated[int, Field(strict=True, ge=-INT32_MAX, le=INT32_MAX)]
 Positive = Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)]
+# A time (epoch seconds) and a delay (seconds), both finite and bounded.
+Moment = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
+Delay = Annotated[float, Field(ge=0, le=limits.START_DELAY_SECONDS_MAX, allow_inf_nan=False)]
 TerminalStatus = Literal[
     "SUCCEEDED", "COMPENSATED", "FAILED", "CANCELLED", "FORWARD_RECOVERY_REQUIRED"
 ]
@@ -94,6 +97,30 @@ class StartBody(Body):
     input: Any = None
     version: Positive | None = Field(None, description="default: the newest the server carries")
     tenant: Name | None = Field(None, description="default: the token's tenant")
+    start_at: Moment | None = Field(
+        None, description="start no step before this time (epoch seconds): SCHEDULED until then"
+    )
+    start_in: Delay | None = Field(
+        None, description="start no step before this many seconds from now (or start_at)"
+    )
+    if_running: Literal["return", "fail"] = Field(
+        "return", description="when the key's instance is in flight: return it, or refuse (409)"
+    )
+    if_ended: Literal["return", "new_run", "new_run_if_failed", "fail"] = Field(
+        "return",
+        description="when the key's instance has ended: return it, start its next run "
+        "(new_run_if_failed: unless it succeeded), or refuse (409)",
+    )
+    signal: EventText | None = Field(
+        None, description="an event delivered to the instance in the start's transaction"
+    )
+    signal_event_id: EventText | None = Field(
+        None, description="the signal's event id (the inbox keeps it once per id)"
+    )
+    signal_payload: Any = Field(None, description="the signal's payload")
+    signal_wakes: bool = Field(
+        False, description="the signal ends a delayed start's delay (it is due now)"
+    )
     workflow: Name | None = Field(
         None, deprecated=True, description=f"deprecated alias of workflow_name (until {REMOVED_IN})"
     )

@@ -57,7 +57,7 @@ LIMIT :limit;
 -- name: scan_stuck_unclaimed
 -- Runnable and due since :cutoff, with no live lease.
 SELECT instance_id, status, owner, lease_expires_at, available_at FROM lf_instances
-WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :cutoff
   AND (owner IS NULL OR lease_expires_at <= :now)
 ORDER BY available_at, instance_id

@@ -37,7 +37,7 @@ UPDATE lf_workers SET stopped_at = :now, heartbeat_at = :now WHERE worker_id = :
 SELECT i.workflow_name, i.workflow_version, i.fingerprint, count(*) AS instances,
        sum(CASE WHEN i.available_at <= :now THEN 1 ELSE 0 END) AS due
 FROM lf_instances i
-WHERE i.status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+WHERE i.status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND NOT EXISTS (
       SELECT 1 FROM lf_worker_definitions d
       JOIN lf_workers w ON w.worker_id = d.worker_id

@@ -9,7 +9,7 @@
 -- (none with a heartbeat since :live_since announced it), excluding what the worker drives
 -- (:running). A compensation or cancellation under way is finished on the code that began it.
 SELECT i.* FROM lf_instances i
-WHERE i.status IN ('RUNNING', 'WAITING')
+WHERE i.status IN ('SCHEDULED', 'RUNNING', 'WAITING')
   AND i.available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
   AND (i.owner IS NULL OR i.lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
   AND i.instance_id NOT IN (SELECT jsonb_array_elements_text(CAST(:running AS jsonb)))
@@ -39,7 +39,7 @@ LIMIT :limit;
 UPDATE lf_instances SET fingerprint = :fingerprint
 WHERE instance_id = :instance_id AND generation = :generation
   AND fingerprint = :expected_fingerprint
-  AND status IN ('RUNNING', 'WAITING')
+  AND status IN ('SCHEDULED', 'RUNNING', 'WAITING')
   AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
   AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
   AND NOT EXISTS (

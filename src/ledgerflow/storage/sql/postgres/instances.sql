@@ -4,18 +4,19 @@
 -- every machine; :now is only a test override (NULL in service).
 
 -- name: insert_instance
--- A new instance, unowned and runnable now. Conflicts on the business key are left to the
+-- A new instance, unowned: RUNNING and due now, or SCHEDULED and due at its start time (a
+-- delayed start; :status and :available_at say which). Conflicts on the business key are left to the
 -- caller, which reads the existing instance back. Nothing is inserted for a retired version
 -- (the caller finds no instance then, and says why). A child names its parent's link.
 INSERT INTO lf_instances (
     instance_id, tenant, workflow_name, workflow_version, fingerprint, business_key, run,
     status, owner, generation, lease_expires_at, available_at, input, created_at, updated_at,
-    parent_instance_id, parent_run, parent_seq, on_parent_end
+    parent_instance_id, parent_run, parent_seq, on_parent_end, reason_code, reason
 )
 SELECT :instance_id, :tenant, :workflow_name, :workflow_version, :fingerprint, :business_key, 1,
-       'RUNNING', NULL, 0, NULL, :now, :input, :now, :now,
+       :status, NULL, 0, NULL, :available_at, :input, :now, :now,
        :parent_instance_id, CAST(:parent_run AS bigint), CAST(:parent_seq AS bigint),
-       :on_parent_end
+       :on_parent_end, :reason_code, :reason
 WHERE NOT EXISTS (
     SELECT 1 FROM lf_retired_versions
     WHERE workflow_name = :workflow_name AND workflow_version = CAST(:workflow_version AS bigint)
@@ -45,7 +46,7 @@ LIMIT :limit;
 -- stall held its heartbeat back is renewed, not taken again beside the copy that runs. SKIP LOCKED: a row another worker
 -- is claiming right now is passed over instead of waited for.
 SELECT instance_id FROM lf_instances
-WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
   AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
   AND NOT (owner IS NOT NULL AND owner = :owner
@@ -84,7 +85,7 @@ SET owner = :owner, generation = generation + 1,
     lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)) + :lease_seconds,
     updated_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
 WHERE instance_id = :instance_id
-  AND status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
   AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
   AND (CAST(:serves AS text) IS NULL OR EXISTS (
@@ -168,7 +169,7 @@ SELECT min(
     CASE WHEN owner IS NULL THEN available_at ELSE GREATEST(available_at, lease_expires_at) END
 ) AS at
 FROM lf_instances
-WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at < :never
   AND (CAST(:serves AS text) IS NULL OR EXISTS (
       SELECT 1 FROM jsonb_to_recordset(CAST(:serves AS jsonb))

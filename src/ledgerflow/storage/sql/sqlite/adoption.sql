@@ -9,7 +9,7 @@
 -- (none with a heartbeat since :live_since announced it), excluding what the worker drives
 -- (:running). A compensation or cancellation under way is finished on the code that began it.
 SELECT i.* FROM lf_instances i
-WHERE i.status IN ('RUNNING', 'WAITING')
+WHERE i.status IN ('SCHEDULED', 'RUNNING', 'WAITING')
   AND i.available_at <= :now
   AND (i.owner IS NULL OR i.lease_expires_at <= :now)
   AND i.instance_id NOT IN (SELECT value FROM json_each(:running))
@@ -39,7 +39,7 @@ LIMIT :limit;
 UPDATE lf_instances SET fingerprint = :fingerprint
 WHERE instance_id = :instance_id AND generation = :generation
   AND fingerprint = :expected_fingerprint
-  AND status IN ('RUNNING', 'WAITING')
+  AND status IN ('SCHEDULED', 'RUNNING', 'WAITING')
   AND available_at <= :now
   AND (owner IS NULL OR lease_expires_at <= :now)
   AND NOT EXISTS (

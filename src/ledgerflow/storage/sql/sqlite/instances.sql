@@ -1,17 +1,18 @@
 -- Instances: start by business key, claim with a lease, fence every write on the generation.
 
 -- name: insert_instance
--- A new instance, unowned and runnable now. Conflicts on the business key are left to the
+-- A new instance, unowned: RUNNING and due now, or SCHEDULED and due at its start time (a
+-- delayed start; :status and :available_at say which). Conflicts on the business key are left to the
 -- caller, which reads the existing instance back. Nothing is inserted for a retired version
 -- (the caller finds no instance then, and says why). A child names its parent's link.
 INSERT INTO lf_instances (
     instance_id, tenant, workflow_name, workflow_version, fingerprint, business_key, run,
     status, owner, generation, lease_expires_at, available_at, input, created_at, updated_at,
-    parent_instance_id, parent_run, parent_seq, on_parent_end
+    parent_instance_id, parent_run, parent_seq, on_parent_end, reason_code, reason
 )
 SELECT :instance_id, :tenant, :workflow_name, :workflow_version, :fingerprint, :business_key, 1,
-       'RUNNING', NULL, 0, NULL, :now, :input, :now, :now,
-       :parent_instance_id, :parent_run, :parent_seq, :on_parent_end
+       :status, NULL, 0, NULL, :available_at, :input, :now, :now,
+       :parent_instance_id, :parent_run, :parent_seq, :on_parent_end, :reason_code, :reason
 WHERE NOT EXISTS (
     SELECT 1 FROM lf_retired_versions
     WHERE workflow_name = :workflow_name AND workflow_version = :workflow_version
@@ -39,7 +40,7 @@ LIMIT :limit;
 -- still driving (:running, a JSON array of ids): a lease of its own that lapsed while a store
 -- stall held its heartbeat back is renewed, not taken again beside the copy that runs.
 SELECT instance_id FROM lf_instances
-WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
   AND (owner IS NULL OR lease_expires_at <= :now)
   AND NOT (owner = :owner AND instance_id IN (SELECT value FROM json_each(:running)))
@@ -75,7 +76,7 @@ SET owner = :owner, generation = generation + 1,
     lease_expires_at = :lease_expires_at,
     updated_at = :now
 WHERE instance_id = :instance_id
-  AND status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+  AND status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
   AND (owner IS NULL OR lease_expires_at <= :now)
   AND (:serves IS NULL OR EXISTS (
@@ -161,7 +162,7 @@ SELECT min(
     CASE WHEN owner IS NULL THEN available_at ELSE max(available_at, lease_expires_at) END
 ) AS at
 FROM lf_instances
-WHERE status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at < :never
   AND (:serves IS NULL OR EXISTS (
       SELECT 1 FROM json_each(:serves) s

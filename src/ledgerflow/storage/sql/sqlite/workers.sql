@@ -32,7 +32,7 @@ ORDER BY w.started_at, w.worker_id, d.workflow_name, d.workflow_version, d.finge
 SELECT i.instance_id, i.status, i.workflow_name, i.workflow_version, i.fingerprint,
        CASE WHEN i.owner IS NULL THEN i.available_at ELSE max(i.available_at, i.lease_expires_at) END AS due_at
 FROM lf_instances i
-WHERE i.status IN ('RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
+WHERE i.status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND (i.owner IS NULL OR i.lease_expires_at <= :now)
   AND CASE WHEN i.owner IS NULL THEN i.available_at ELSE max(i.available_at, i.lease_expires_at) END <= :cutoff
   AND NOT EXISTS (
