@@ -190,3 +190,9 @@ EXPLORER_PATHS_MAX = 64
 # Choices of what arrives one instance gets in one simulated run: a workflow that waits in a
 # loop is given this many events, then left WAITING (and reported so).
 EXPLORER_DECISIONS_PER_INSTANCE_MAX = 100
+# Parallel branches (runtime/branches.py): a call in a run with branches returns once no
+# branch took a new position for this many turns of the event loop in a row (long enough for
+# a finished task to reach the ``gather`` or ``TaskGroup`` that awaits it, a few levels deep),
+# and waits for that at most this many turns.
+BRANCH_QUIET_TURNS = 16
+BRANCH_SETTLE_TURNS_MAX = 10_000

@@ -32,6 +32,7 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.ids import InstanceId, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
 from ledgerflow.runtime import faults, journal_log
+from ledgerflow.runtime.branches import deciding, fatal
 from ledgerflow.runtime.calls import describe_error, error_names
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
@@ -169,7 +170,7 @@ class Executor:
             return
         ctx = WorkflowContext(session, definition)
         try:
-            value = await definition.function(ctx, self.codec.decode(session.instance.input))
+            value = await self._branches_ended(ctx, definition, session)
             result = self.codec.encode(value)
         except (Park, Suspend, Abandon):
             raise
@@ -203,6 +204,22 @@ class Executor:
                 release=True,
             )
         )
+
+    async def _branches_ended(
+        self, ctx: WorkflowContext, definition: WorkflowDefinition, session: Session
+    ) -> object:
+        """The workflow function's value, once every branch it started has ended; an error
+        of several branches is the one that decides (runtime/branches.py)."""
+        try:
+            value = await definition.function(ctx, self.codec.decode(session.instance.input))
+        except BaseException as exc:
+            await ctx.close_branches(hard=fatal(exc))
+            decided = deciding(exc, business=definition.is_business_failure)
+            if decided is exc:
+                raise
+            raise decided from None
+        await ctx.close_branches()
+        return value
 
     async def _fail(self, session: Session, exc: Exception) -> None:
         confirmed = session.confirmed_effects()

@@ -1,0 +1,256 @@
+"""Parallel branches of one run: who may take positions, in what order calls return, and how
+the branches end before the run's verdict is written (internal).
+
+Workflow code may run steps and effects at once with plain ``asyncio.gather``,
+``asyncio.TaskGroup`` or ``create_task``. Three rules keep that deterministic and truthful:
+
+- **Positions in call order.** A call takes its position synchronously, before its first
+  await, so the order in which the code *called* is the order of the journal. Only the run's
+  own task and tasks it started (they inherit the run's context variable) may take one; a
+  call from a thread, another loop or a task started outside the run is refused
+  (``concurrent_steps``).
+- **Returns in position order.** A call hands its value (or its exception) back to its branch
+  only after every call at a lower position has returned, and once the run is quiet: no
+  branch took a new position for ``limits.BRANCH_QUIET_TURNS`` turns of the loop. So the code
+  after a call runs at the same point relative to its siblings whether the call finished last
+  live or at once from the journal on replay, and the positions it takes next are the same.
+  The work of the calls (intents, dispatches, outcomes) still runs at the same time; only the
+  hand-back is ordered.
+- **Work ends truthfully.** The work of a call in a branch runs in its own task: cancelling
+  the branch (a sibling failed in a ``TaskGroup``) lets that work record its outcome first,
+  then the branch sees the cancellation. Before the executor writes a verdict it cancels the
+  branches still running and waits for them (:meth:`Branches.close`), so no effect is in
+  flight when the instance fails, compensates, parks or is released.
+
+A wait or timer while branches run is refused with ``concurrent_waits`` (see
+:meth:`Branches.refuse_waits`): parking WAITING needs every live branch blocked, which this
+version does not track.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ledgerflow import limits
+from ledgerflow.runtime.control import Abandon, Cancelled, Park, Suspend, Waiting
+
+T = TypeVar("T")
+
+# The run a task belongs to: set in the run's own task, inherited by every task it starts.
+_RUN: contextvars.ContextVar[object | None] = contextvars.ContextVar("ledgerflow_run", default=None)
+
+# Control-flow signals, strongest first: when branches end with several at once (a
+# ``TaskGroup``'s exception group), the strongest decides what the executor does.
+CONTROL: tuple[type[BaseException], ...] = (Abandon, Park, Cancelled, Suspend, Waiting)
+
+CONCURRENT_STEPS = "concurrent_steps"
+CONCURRENT_WAITS = "concurrent_waits"
+
+
+class Branches:
+    """The branches of one run of one workflow function."""
+
+    def __init__(self, positions: Callable[[], int]) -> None:
+        # How many positions the run has taken: a change means a branch made progress.
+        self._positions = positions
+        try:
+            self.main: asyncio.Task[Any] | None = asyncio.current_task()
+        except RuntimeError:  # built outside a running loop (never by the executor)
+            self.main = None
+        self._run = object()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if self.main is not None:
+            _RUN.set(self._run)
+            self._loop = self.main.get_loop()
+        # Positions taken and not yet handed back, each with the future its return sets.
+        self._open: dict[int, asyncio.Future[None]] = {}
+        # Tasks other than the run's own that took a position.
+        self.tasks: set[asyncio.Task[Any]] = set()
+        # The work of the branches' open calls, each in its own task.
+        self._works: set[asyncio.Future[Any]] = set()
+        # The control-flow signal that ends the run: no call returns any more, each raises it.
+        self._stop: BaseException | None = None
+        self._closed = False
+
+    def admit(self, what: str) -> None:
+        """Refuse a call from a task that is not this run's or one it started."""
+        if self.main is None:
+            return
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        if self._stop is not None:
+            raise self._stop
+        if task is self.main and not self._closed:
+            return
+        if self._closed:
+            raise Park(
+                CONCURRENT_STEPS,
+                f"{what} was called after the run ended: a task the workflow started outlived "
+                "it (await or cancel every task before the workflow function returns)",
+            )
+        if task is None or _RUN.get() is not self._run or task.get_loop() is not self._loop:
+            raise Park(
+                CONCURRENT_STEPS,
+                f"{what} was called from a task that this run did not start (a thread, "
+                "another event loop or a task created outside the workflow): positions are "
+                "taken only by the workflow's own task and the tasks it starts",
+            )
+        self.tasks.add(task)
+
+    def live(self) -> bool:
+        """Whether a branch task (one that took a position) is still running."""
+        return any(not t.done() for t in self.tasks)
+
+    def refuse_waits(self, what: str) -> None:
+        """A wait or timer is refused while branches run (see the module's docstring)."""
+        if self.main is None:
+            return
+        if asyncio.current_task() is not self.main or self.live():
+            raise Park(
+                CONCURRENT_WAITS,
+                f"{what} was called while parallel branches run: waits and timers inside "
+                "asyncio.gather, TaskGroup or create_task branches are not supported yet; "
+                "wait before the branches start or after they all returned",
+            )
+
+    def stopping(self, control: BaseException) -> None:
+        """A call raised a control-flow signal: the executor decides now, and every other
+        call raises the same signal instead of returning (nothing new starts meanwhile)."""
+        if self._stop is None:
+            self._stop = control
+
+    def take(self, seq: int) -> None:
+        """A call took position ``seq``: it returns only in its turn."""
+        if self.main is not None:
+            self._open[seq] = asyncio.get_running_loop().create_future()
+
+    async def call(self, seq: int, work: Awaitable[T]) -> T:
+        """Run one call's work and hand its outcome back in position order."""
+        if self.main is None:
+            return await work
+        try:
+            if asyncio.current_task() is self.main:
+                value = await work
+            else:
+                value = await self._shielded(work)
+        except CONTROL as control:
+            self.stopping(control)
+            raise
+        except asyncio.CancelledError:
+            self._returned(seq)
+            raise
+        except BaseException:
+            await self._in_turn(seq)
+            raise
+        await self._in_turn(seq)
+        return value
+
+    async def _shielded(self, work: Awaitable[T]) -> T:
+        """The work in its own task: a cancelled branch lets it end, then is cancelled."""
+        task = asyncio.ensure_future(work)
+        self._works.add(task)
+        task.add_done_callback(self._works.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            while not task.done():
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    continue
+                except BaseException:  # noqa: BLE001 - read below from the task itself.
+                    break
+            if not task.cancelled():
+                error = task.exception()
+                if isinstance(error, CONTROL):
+                    # An engine decision made by the work (a retry's suspension, a park)
+                    # outranks the branch's cancellation: the executor must see it.
+                    raise error from None
+            raise
+
+    async def _in_turn(self, seq: int) -> None:
+        """Wait until every lower position returned and the run is quiet, then return."""
+        try:
+            while True:
+                lower = [f for s, f in self._open.items() if s < seq and not f.done()]
+                if lower:
+                    await asyncio.wait(lower)
+                    continue
+                if self._stop is not None:
+                    raise self._stop
+                await self._quiet()
+                if not any(s < seq and not f.done() for s, f in self._open.items()):
+                    break
+        finally:
+            self._returned(seq)
+
+    async def _quiet(self) -> None:
+        """Let the loop turn until no branch took a position for a few turns in a row (once,
+        when the run never had a branch: a task it just created gets to start)."""
+        await asyncio.sleep(0)
+        if not self.tasks:
+            return
+        seen, still = self._positions(), 0
+        for _ in range(limits.BRANCH_SETTLE_TURNS_MAX):
+            if still >= limits.BRANCH_QUIET_TURNS:
+                return
+            await asyncio.sleep(0)
+            now = self._positions()
+            seen, still = now, (still + 1 if now == seen else 0)
+
+    def _returned(self, seq: int) -> None:
+        future = self._open.pop(seq, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def close(self, *, hard: bool = False) -> None:
+        """End every branch still running before the verdict: each is cancelled, and the
+        work of its open call records its outcome first. ``hard`` (the worker died or lost
+        the instance): the work is cancelled too, and recovery settles what it left."""
+        self._closed = True
+        live = [t for t in self.tasks if not t.done()]
+        for task in live:
+            task.cancel()
+        if hard:
+            for work in list(self._works):
+                work.cancel()
+        if live:
+            await asyncio.gather(*live, return_exceptions=True)
+        for task in self.tasks:
+            if not task.cancelled():
+                task.exception()  # retrieved: asyncio would log it as never retrieved
+
+
+def fatal(exc: BaseException) -> bool:
+    """Whether the run stops without a verdict: the worker died (a crash, an interrupt) or
+    its drive was cancelled; nothing more may be written for it."""
+    return any(not isinstance(leaf, (Exception, *CONTROL)) for leaf in leaves(exc))
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds, depth first; the exception itself otherwise."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
+
+
+def deciding(exc: BaseException, *, business: Callable[[BaseException], bool]) -> BaseException:
+    """The one exception the executor acts on when branches ended with ``exc``.
+
+    A control-flow signal wins, the strongest first (:data:`CONTROL`); otherwise the only
+    error, or the first of several business failures. Several errors that are not all
+    business failures stay the group: a defect of the code."""
+    found = leaves(exc)
+    for kind in CONTROL:
+        for leaf in found:
+            if isinstance(leaf, kind):
+                return leaf
+    errors = [leaf for leaf in found if not isinstance(leaf, asyncio.CancelledError)]
+    if len(errors) == 1 or (errors and all(business(e) for e in errors)):
+        return errors[0]
+    return exc
