@@ -7,6 +7,7 @@ makes the engine cancel the hotel and then the flight.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -16,8 +17,13 @@ from ledgerflow.testing import Behavior, Scenario, ScriptedParticipant, World
 RETRY = lf.RetryPolicy(attempts_max=4, backoff_initial=timedelta(milliseconds=10))
 
 
-def trip_scenario(*, trips: int, car_refuses: bool = False, preconditions: bool = True) -> Scenario:
-    world = World()
+def trip_scenario(
+    *, trips: int, car_refuses: bool = False, preconditions: bool = True, gathered: bool = False
+) -> Scenario:
+    """``gathered``: the three are booked at once in one ``asyncio.gather`` (positions 1, 2, 3
+    in call order), each branch noting its booking in a local step once it returned
+    (positions 4, 5, 6, in the same order)."""
+    world = World(branches=gathered)
     registry = lf.Registry()
     participants = [
         ScriptedParticipant(
@@ -47,6 +53,18 @@ def trip_scenario(*, trips: int, car_refuses: bool = False, preconditions: bool 
             booked[name] = await ctx.effect(booking, {"trip": request["trip"], "what": name})
         return booked
 
+    @registry.workflow(name="trip-gathered", version=1)
+    async def trip_gathered(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+        async def book(name: str, booking: Any) -> Any:
+            evidence = await ctx.effect(booking, {"trip": request["trip"], "what": name})
+            # Taken once the booking returned: at the same position whatever finished first.
+            await ctx.step("note", str, name)
+            return evidence
+
+        bookings = (("flight", flight), ("hotel", hotel), ("car", car))
+        booked = await asyncio.gather(*(book(n, b) for n, b in bookings))
+        return dict(zip(("flight", "hotel", "car"), booked, strict=True))
+
     if car_refuses:
         # Sold out for good: every delivery of a booking is refused, also after a crash.
         participants[2].script(Behavior.REJECT_FINAL, operation="book", times=1_000_000)
@@ -54,5 +72,8 @@ def trip_scenario(*, trips: int, car_refuses: bool = False, preconditions: bool 
         registry=registry,
         world=world,
         participants=participants,
-        starts=[("trip", f"trip-{n}", {"trip": n}) for n in range(trips)],
+        starts=[
+            ("trip-gathered" if gathered else "trip", f"trip-{n}", {"trip": n})
+            for n in range(trips)
+        ],
     )

@@ -38,7 +38,7 @@ class Trip:
         self.cancelled: list[str] = []
         self.refuse: set[str] = set()
         self.registry = lf.Registry()
-        self.book: dict[str, lf.EffectDeclaration] = {}
+        self.book: dict[str, Any] = {}
         for name in NAMES:
             self._participant(name)
         self._workflows()
@@ -77,7 +77,7 @@ class Trip:
 
         @self.registry.workflow(name="gathered", version=1, business_failures=(EffectFailedError,))
         async def gathered(ctx: lf.WorkflowContext, trip: int) -> list[Any]:
-            async def booked(effect: lf.EffectDeclaration) -> str:
+            async def booked(effect: Any) -> str:
                 evidence = await ctx.effect(effect, {"trip": trip})
                 # Taken after the booking returned: the same position whatever finished first.
                 return str(await ctx.step("note", note, evidence))

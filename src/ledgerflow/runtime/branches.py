@@ -138,14 +138,15 @@ class Branches:
                 value = await work
             else:
                 value = await self._shielded(work)
-        except CONTROL as control:
-            self.stopping(control)
-            raise
         except asyncio.CancelledError:
             self._returned(seq)
             raise
-        except BaseException:
+        except Exception:
             await self._in_turn(seq)
+            raise
+        except BaseException as stop:
+            # A control-flow signal, or the worker's death: no turn to wait for.
+            self.stopping(stop)
             raise
         await self._in_turn(seq)
         return value
@@ -167,9 +168,9 @@ class Branches:
                     break
             if not task.cancelled():
                 error = task.exception()
-                if isinstance(error, CONTROL):
-                    # An engine decision made by the work (a retry's suspension, a park)
-                    # outranks the branch's cancellation: the executor must see it.
+                if error is not None and not isinstance(error, Exception):
+                    # An engine decision made by the work (a retry's suspension, a park) or
+                    # the worker's death outranks the branch's cancellation.
                     raise error from None
             raise
 
@@ -222,8 +223,11 @@ class Branches:
         if live:
             await asyncio.gather(*live, return_exceptions=True)
         for task in self.tasks:
-            if not task.cancelled():
-                task.exception()  # retrieved: asyncio would log it as never retrieved
+            # Each retrieved (asyncio would log it as never retrieved); a death in a branch
+            # is the run's: nothing may be written after it.
+            error = None if task.cancelled() else task.exception()
+            if error is not None and fatal(error):
+                raise error
 
 
 def fatal(exc: BaseException) -> bool:

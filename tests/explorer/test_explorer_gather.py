@@ -1,0 +1,39 @@
+"""The explorer on parallel branches: the trip booked in one ``asyncio.gather``.
+
+The worker crashes at every fault point hit and again during recovery (depth 2), so between
+every pair of the branches' writes (three intents in one commit, three dispatches and
+outcomes in any order, the note, the ending, and the compensations when the car refuses).
+Beside the oracle's invariants (no effect applied twice, compensations in reverse position
+order and only of applied effects, truthful endings), a scenario with branches adds
+``positions-replay``: each run's journal replays clean against its code, so the positions a
+replay takes are those the run journaled, whatever order the branches finished in before and
+after each crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from trip import trip_scenario
+
+from ledgerflow.testing import Explorer
+
+pytestmark = [pytest.mark.slow, pytest.mark.simulated]
+
+
+@pytest.mark.parametrize("car_refuses", [False, True])
+def test_every_crash_point_of_a_gathered_trip(tmp_path: Path, car_refuses: bool) -> None:
+    explorer = Explorer(
+        lambda: trip_scenario(trips=1, car_refuses=car_refuses, gathered=True), folder=tmp_path
+    )
+    summary = asyncio.run(explorer.exhaustive(depth=2))
+    assert summary.failures == [], summary.shortest_failure()
+    ending = "COMPENSATED" if car_refuses else "SUCCEEDED"
+    assert summary.statuses == {ending: summary.runs}, summary.statuses
+    assert summary.runs > 50
