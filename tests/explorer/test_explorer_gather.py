@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from trip import trip_scenario
 
-from ledgerflow.testing import Explorer
+from ledgerflow.testing import Behavior, Explorer
 
 pytestmark = [pytest.mark.slow, pytest.mark.simulated]
 
@@ -37,3 +37,32 @@ def test_every_crash_point_of_a_gathered_trip(tmp_path: Path, car_refuses: bool)
     ending = "COMPENSATED" if car_refuses else "SUCCEEDED"
     assert summary.statuses == {ending: summary.runs}, summary.statuses
     assert summary.runs > 50
+
+
+def test_a_cancel_and_a_signal_at_every_point_of_a_gathered_trip(tmp_path: Path) -> None:
+    """A cancel request, then a signal, at every fault point hit of the gathered trip: a
+    request that wins refuses the three intents together (none dispatched) or stops the
+    branches after what was dispatched ended; each run ends with an outcome."""
+    explorer = Explorer(lambda: trip_scenario(trips=1, gathered=True), folder=tmp_path)
+    summary = asyncio.run(explorer.arrivals())
+    assert summary.failures == [], summary.shortest_failure()
+    assert summary.outside.cancels > 0
+    assert set(summary.statuses) <= {"SUCCEEDED", "CANCELLED"}, summary.statuses
+    assert summary.statuses["CANCELLED"] > 0
+
+
+def test_random_failures_of_twenty_gathered_trips(tmp_path: Path) -> None:
+    """Seeds with crashes, lost replies, refusals, cancel requests and signals anywhere, over
+    twenty gathered trips run at once by one worker: no violation."""
+    explorer = Explorer(lambda: trip_scenario(trips=20, gathered=True), folder=tmp_path)
+    misbehaviour = {
+        Behavior.LOSE_REPLY: 0.03,
+        Behavior.TIMEOUT: 0.02,
+        Behavior.REJECT: 0.03,
+        Behavior.REJECT_FINAL: 0.04,
+        Behavior.LATE: 0.02,
+    }
+    summary = asyncio.run(explorer.random(range(20), misbehaviour=misbehaviour))
+    assert summary.failures == [], summary.shortest_failure()
+    assert summary.statuses["SUCCEEDED"] > 0
+    assert summary.statuses["COMPENSATED"] > 0

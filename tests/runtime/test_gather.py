@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import ledgerflow as lf
+from authority_files import granting
 from ledgerflow.errors import EffectFailedError, EffectRejectedError
 from ledgerflow.ledger.records import Commit
 from ledgerflow.operators.service import Operations
@@ -31,8 +33,11 @@ BOUND_SECONDS = 20.0
 class Trip:
     """Three participants that each book and cancel, answering in the order ``finish``."""
 
-    def __init__(self, finish: tuple[str, ...] = ("flight", "car", "hotel")) -> None:
+    def __init__(
+        self, finish: tuple[str, ...] = ("flight", "car", "hotel"), *, after_wait: str = "thanks"
+    ) -> None:
         self.finish = finish
+        self.after_wait = after_wait
         self.answered: list[str] = []
         self.applied: Counter[str] = Counter()
         self.cancelled: list[str] = []
@@ -114,6 +119,26 @@ class Trip:
             late = asyncio.create_task(ctx.step("late", len, rest))
             return [first, *rest, await late]
 
+        async def booked(ctx: lf.WorkflowContext, trip: int) -> list[Any]:
+            calls = (ctx.effect(e, {"trip": trip}) for e in (hotel, car, flight))
+            return await ctx.gather(*calls)
+
+        if self.after_wait == "thanks":
+
+            @self.registry.workflow(name="then_wait", version=1)
+            async def then_wait(ctx: lf.WorkflowContext, trip: int) -> list[Any]:
+                evidence = await booked(ctx, trip)
+                await ctx.wait_for("go")
+                return [*evidence, await ctx.step("thanks", str, trip)]
+
+        else:
+
+            @self.registry.workflow(name="then_wait", version=1)
+            async def then_wait_changed(ctx: lf.WorkflowContext, trip: int) -> list[Any]:
+                evidence = await booked(ctx, trip)
+                await ctx.wait_for("go")
+                return [*evidence, await ctx.step("welcome", str, trip)]
+
         @self.registry.workflow(name="waits", version=1)
         async def waits(ctx: lf.WorkflowContext, _: None) -> list[Any]:
             a, b = await asyncio.gather(ctx.wait_for("a"), ctx.wait_for("b"))
@@ -191,7 +216,7 @@ def test_a_crash_mid_gather_never_dispatches_a_committed_effect_again(journal_ur
     settles the two others by their own keys; the journal is the same as without a crash."""
     trip = Trip(finish=("flight", "car", "hotel"))
 
-    async def crash_then_recover() -> str:
+    async def crash() -> str:
         faults.install(
             FaultPlan([FaultRule(point="effect.after_outcome", action="crash", match={"seq": 3})])
         )
@@ -202,13 +227,21 @@ def test_a_crash_mid_gather_never_dispatches_a_committed_effect_again(journal_ur
                     await engine.worker(lease_seconds=0.2, poll_seconds=0.01).run(until_idle=True)
         finally:
             faults.install(None)
-        trip.answered.clear()
-        trip.finish = ("hotel", "car", "flight")
-        async with lf.Engine(journal_url, trip.registry) as engine:
-            await engine.worker(lease_seconds=30, poll_seconds=0.01).run(until_idle=True)
         return started.instance_id
 
-    instance_id = asyncio.run(crash_then_recover())
+    async def recover() -> None:
+        async with lf.Engine(journal_url, trip.registry) as engine:
+            await engine.worker(lease_seconds=30, poll_seconds=0.01).run(until_idle=True)
+
+    instance_id = asyncio.run(crash())
+    # In flight: the hotel and car are INTENDED before the confirmed flight. The replay
+    # checker proves the history up to there, not a divergence.
+    with Operations(journal_url) as operations:
+        (verdict,) = operations.replay(trip.registry)
+    assert verdict.compatible, verdict
+    trip.answered.clear()
+    trip.finish = ("hotel", "car", "flight")
+    asyncio.run(recover())
     with lf.SyncEngine(journal_url, trip.registry) as engine:
         assert engine.get(instance_id).status is lf.InstanceStatus.SUCCEEDED
         effects = {int(e.seq): e for e in engine.detail(instance_id).effects}
@@ -341,3 +374,41 @@ def test_waits_in_branches_are_refused_with_a_reason(journal_url: str) -> None:
     assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
     assert record.reason_code == "concurrent_waits"
     assert "parallel branches" in (record.reason or "")
+
+
+def test_an_upgrade_moves_a_gathered_history_and_the_new_code_resumes_it(
+    journal_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three gathered bookings, then a wait: the history replays clean against changed code
+    (another step after the wait), the upgrade moves it, and the new code resumes at the wait
+    with the three bookings answered from the journal, none sent again."""
+    monkeypatch.setenv("LEDGERFLOW_AUTHORITY", granting(tmp_path, "upgrade", actors=("al",)))
+    old = Trip()
+    instance_id = asyncio.run(_run(journal_url, old, "then_wait"))
+    new = Trip(after_wait="welcome")
+    fingerprint = new.registry.get("then_wait", 1).fingerprint
+    assert fingerprint != old.registry.get("then_wait", 1).fingerprint
+    with Operations(journal_url) as operations:
+        assert operations.detail(instance_id).instance.status is lf.InstanceStatus.WAITING
+        report = operations.upgrade(
+            new.registry, workflow="then_wait", version=1, to_fingerprint=fingerprint, actor="al"
+        )
+    assert [o.outcome for o in report.outcomes] == ["moved"]
+
+    async def go() -> None:
+        async with lf.Engine(journal_url, new.registry) as engine:
+            await engine.signal(instance_id, "go", event_id="go-1")
+            await engine.worker(lease_seconds=30, poll_seconds=0.01).run(until_idle=True)
+
+    asyncio.run(go())
+    with lf.SyncEngine(journal_url, new.registry) as engine:
+        assert engine.get(instance_id).status is lf.InstanceStatus.SUCCEEDED
+        assert [name for _, _, name in _journal(engine, instance_id)] == [
+            "hotel.book",
+            "car.book",
+            "flight.book",
+            "wait:go",
+            "welcome",
+        ]
+    assert new.answered == []
+    assert sorted(old.applied.values()) == [1, 1, 1]
