@@ -66,3 +66,17 @@ def test_random_failures_of_twenty_gathered_trips(tmp_path: Path) -> None:
     assert summary.failures == [], summary.shortest_failure()
     assert summary.statuses["SUCCEEDED"] > 0
     assert summary.statuses["COMPENSATED"] > 0
+
+
+def test_every_crash_point_of_a_gathered_trip_beside_a_wait(tmp_path: Path) -> None:
+    """A fourth branch waits for an approval beside the three bookings: the instance is
+    WAITING only once the bookings are settled, the approval (or its timeout) resumes it at
+    the same positions, and a crash at every pair of points changes none of that."""
+    explorer = Explorer(
+        lambda: trip_scenario(trips=1, gathered=True, approval=True), folder=tmp_path
+    )
+    summary = asyncio.run(explorer.exhaustive(depth=2))
+    assert summary.failures == [], summary.shortest_failure()
+    assert summary.statuses == {"SUCCEEDED": summary.runs}, summary.statuses
+    assert summary.paths >= 2  # the approval arrives, or the hour passes
+    assert summary.runs > 50

@@ -12,17 +12,24 @@ from datetime import timedelta
 from typing import Any
 
 import ledgerflow as lf
+from ledgerflow.errors import WaitTimeoutError
 from ledgerflow.testing import Behavior, Scenario, ScriptedParticipant, World
 
 RETRY = lf.RetryPolicy(attempts_max=4, backoff_initial=timedelta(milliseconds=10))
 
 
 def trip_scenario(
-    *, trips: int, car_refuses: bool = False, preconditions: bool = True, gathered: bool = False
+    *,
+    trips: int,
+    car_refuses: bool = False,
+    preconditions: bool = True,
+    gathered: bool = False,
+    approval: bool = False,
 ) -> Scenario:
     """``gathered``: the three are booked at once in one ``asyncio.gather`` (positions 1, 2, 3
     in call order), each branch noting its booking in a local step once it returned
-    (positions 4, 5, 6, in the same order)."""
+    (positions 4, 5, 6, in the same order). ``approval`` (with ``gathered``): a fourth branch
+    waits for ``approved`` (an hour at most) beside the bookings."""
     world = World(branches=gathered)
     registry = lf.Registry()
     participants = [
@@ -61,9 +68,18 @@ def trip_scenario(
             await ctx.step("note", str, name)
             return evidence
 
+        async def approved() -> Any:
+            try:
+                return (await ctx.wait_for("approved", timeout=3600)).payload
+            except WaitTimeoutError:
+                return "timed out"
+
         bookings = (("flight", flight), ("hotel", hotel), ("car", car))
-        booked = await asyncio.gather(*(book(n, b) for n, b in bookings))
-        return dict(zip(("flight", "hotel", "car"), booked, strict=True))
+        branches = [book(n, b) for n, b in bookings]
+        if request.get("approval"):
+            branches.append(approved())
+        booked = await asyncio.gather(*branches)
+        return dict(zip(("flight", "hotel", "car", "approval"), booked, strict=False))
 
     if car_refuses:
         # Sold out for good: every delivery of a booking is refused, also after a crash.
@@ -73,7 +89,11 @@ def trip_scenario(
         world=world,
         participants=participants,
         starts=[
-            ("trip-gathered" if gathered else "trip", f"trip-{n}", {"trip": n})
+            (
+                "trip-gathered" if gathered else "trip",
+                f"trip-{n}",
+                {"trip": n, "approval": approval},
+            )
             for n in range(trips)
         ],
     )

@@ -24,6 +24,7 @@ from ledgerflow.ledger.records import Commit
 from ledgerflow.operators.service import Operations
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
+from ledgerflow.testing import FakeClock
 
 QUICK = lf.RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=1))
 NAMES = ("hotel", "car", "flight")
@@ -143,6 +144,34 @@ class Trip:
         async def waits(ctx: lf.WorkflowContext, _: None) -> list[Any]:
             a, b = await asyncio.gather(ctx.wait_for("a"), ctx.wait_for("b"))
             return [a.payload, b.payload]
+
+        @self.registry.workflow(name="book_and_wait", version=1)
+        async def book_and_wait(ctx: lf.WorkflowContext, trip: int) -> list[Any]:
+            async def approved() -> Any:
+                decision = await ctx.wait_for("go")
+                return await ctx.step("approved", str, decision.payload)
+
+            booked, decision = await asyncio.gather(ctx.effect(hotel, {"trip": trip}), approved())
+            return [booked, decision, await ctx.effect(car, {"trip": trip})]
+
+        wire = self.registry.add_participant(lf.Participant("wire", deduplicates=True))
+
+        @wire.effect(classification="forward-recovery-only", completes_by_callback=600)
+        async def transfer(call: lf.EffectCall) -> dict[str, Any]:
+            return {"accepted": call.idempotency_key}
+
+        @self.registry.workflow(name="wire_and_book", version=1)
+        async def wire_and_book(ctx: lf.WorkflowContext, trip: int) -> list[Any]:
+            return list(
+                await asyncio.gather(ctx.effect(transfer, {"trip": trip}), ctx.effect(hotel, trip))
+            )
+
+        @self.registry.workflow(name="nap_and_book", version=1)
+        async def nap_and_book(ctx: lf.WorkflowContext, trip: int) -> list[Any]:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(ctx.sleep(3600))
+                booked = group.create_task(ctx.effect(flight, {"trip": trip}))
+            return [booked.result()]
 
 
 def _journal(engine: lf.SyncEngine, instance_id: str) -> list[tuple[int, str, str]]:
@@ -366,14 +395,113 @@ def test_the_intents_of_one_gather_are_one_commit(journal_url: str) -> None:
     assert len(asyncio.run(one_by_one())) == 7
 
 
-def test_waits_in_branches_are_refused_with_a_reason(journal_url: str) -> None:
+def test_two_waits_in_a_gather_park_once_and_resume_at_their_positions(journal_url: str) -> None:
+    """Two waits in one gather: the instance is WAITING once both are blocked (one commit
+    starts both); an event for the second is taken on its own resumption, and the instance
+    waits again for the first; the first's event ends it, each payload where it was asked."""
     trip = Trip()
-    instance_id = asyncio.run(_run(journal_url, trip, "waits"))
+
+    async def main() -> tuple[str, list[lf.InstanceStatus]]:
+        seen = []
+        async with lf.Engine(journal_url, trip.registry) as engine:
+            started = await engine.start("waits", key="w1", input=None)
+            worker = engine.worker(lease_seconds=30, poll_seconds=0.01)
+            await worker.run(until_idle=True)
+            seen.append((await engine.get(started.instance_id)).status)
+            await engine.signal(started.instance_id, "b", payload="B", event_id="e-b")
+            await worker.run(until_idle=True)
+            seen.append((await engine.get(started.instance_id)).status)
+            await engine.signal(started.instance_id, "a", payload="A", event_id="e-a")
+            await worker.run(until_idle=True)
+            seen.append((await engine.get(started.instance_id)).status)
+            return started.instance_id, seen
+
+    instance_id, seen = asyncio.run(main())
+    assert seen == [
+        lf.InstanceStatus.WAITING,
+        lf.InstanceStatus.WAITING,
+        lf.InstanceStatus.SUCCEEDED,
+    ]
+    with lf.SyncEngine(journal_url, trip.registry) as engine:
+        assert engine.result(instance_id) == ["A", "B"]
+        assert _journal(engine, instance_id) == [(1, "wait", "wait:a"), (2, "wait", "wait:b")]
+    with Operations(journal_url) as operations:
+        (verdict,) = operations.replay(trip.registry)
+    assert verdict.compatible, verdict
+
+
+def test_a_wait_beside_an_effect_parks_only_once_the_effect_is_settled(journal_url: str) -> None:
+    """A booking and a wait for approval at once: the instance parks WAITING only after the
+    booking's outcome is durable (never with an effect in flight); the approval resumes it,
+    the booking is answered from the journal, and the car is booked after both."""
+    trip = Trip(finish=("hotel", "car", "flight"))
+
+    async def main() -> tuple[str, lf.InstanceStatus]:
+        async with lf.Engine(journal_url, trip.registry) as engine:
+            started = await engine.start("book_and_wait", key="bw", input=1)
+            worker = engine.worker(lease_seconds=30, poll_seconds=0.01)
+            await worker.run(until_idle=True)
+            parked = (await engine.get(started.instance_id)).status
+            await engine.signal(started.instance_id, "go", payload="yes", event_id="go-1")
+            await worker.run(until_idle=True)
+            return started.instance_id, parked
+
+    instance_id, parked = asyncio.run(main())
+    assert parked is lf.InstanceStatus.WAITING
+    with lf.SyncEngine(journal_url, trip.registry) as engine:
+        assert engine.get(instance_id).status is lf.InstanceStatus.SUCCEEDED
+        assert _journal(engine, instance_id) == [
+            (1, "effect", "hotel.book"),
+            (2, "wait", "wait:go"),
+            (3, "local", "approved"),
+            (4, "effect", "car.book"),
+        ]
+        assert engine.result(instance_id) == [{"booked": "hotel"}, "yes", {"booked": "car"}]
+    assert trip.answered == ["hotel", "car"]
+
+
+def test_a_timer_in_a_task_group_fires_after_its_sibling_booked(tmp_path: Path) -> None:
+    """An hour's sleep beside a booking: the booking is confirmed at once, the instance is
+    WAITING for the timer, and after the hour it ends without booking again."""
+    trip = Trip(finish=("flight", "car", "hotel"))
+    clock = FakeClock()
+    url = f"sqlite:///{tmp_path}/journal.db"
+
+    async def work() -> None:
+        async with lf.Engine(url, trip.registry, clock=clock) as engine:
+            await engine.worker(lease_seconds=30, poll_seconds=0.01).run(until_nothing_due=True)
+
+    async def main() -> tuple[str, lf.InstanceStatus]:
+        async with lf.Engine(url, trip.registry, clock=clock) as engine:
+            started = await engine.start("nap_and_book", key="nb", input=1)
+        await work()
+        async with lf.Engine(url, trip.registry, clock=clock) as engine:
+            parked = (await engine.get(started.instance_id)).status
+        clock.advance(3601)
+        await work()
+        return started.instance_id, parked
+
+    instance_id, parked = asyncio.run(main())
+    assert parked is lf.InstanceStatus.WAITING
+    with lf.SyncEngine(url, trip.registry) as engine:
+        assert engine.get(instance_id).status is lf.InstanceStatus.SUCCEEDED
+        assert engine.result(instance_id) == [{"booked": "flight"}]
+    assert trip.answered == ["flight"]
+
+
+def test_a_callback_wait_in_a_branch_parks_with_a_reason(journal_url: str) -> None:
+    """An asynchronous effect's callback wait inside branches is not supported yet: the
+    instance parks ``concurrent_waits`` (after the sibling's booking ended), never releases
+    with a sibling in flight."""
+    trip = Trip(finish=("hotel", "car", "flight"))
+    instance_id = asyncio.run(_run(journal_url, trip, "wire_and_book"))
     with lf.SyncEngine(journal_url, trip.registry) as engine:
         record = engine.get(instance_id)
+        states = {e.participant: e.state.value for e in engine.detail(instance_id).effects}
     assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
     assert record.reason_code == "concurrent_waits"
-    assert "parallel branches" in (record.reason or "")
+    assert "callback wait inside branches" in (record.reason or "")
+    assert states == {"wire": "ACCEPTED", "hotel": "CONFIRMED"}
 
 
 def test_an_upgrade_moves_a_gathered_history_and_the_new_code_resumes_it(

@@ -22,9 +22,12 @@ Workflow code may run steps and effects at once with plain ``asyncio.gather``,
   branches still running and waits for them (:meth:`Branches.close`), so no effect is in
   flight when the instance fails, compensates, parks or is released.
 
-A wait or timer while branches run is refused with ``concurrent_waits`` (see
-:meth:`Branches.refuse_waits`): parking WAITING needs every live branch blocked, which this
-version does not track.
+- **WAITING only when every branch is blocked.** A wait or timer that would park while
+  branches run is held (:meth:`Branches.park`) until no call's work is running and the run is
+  quiet: every open call is a held wait or done and waiting for its turn. Then one commit
+  starts every held wait and makes the instance WAITING until the earliest of their timers;
+  on resumption the replay takes the same positions, and each wait is asked again. An
+  asynchronous effect's callback wait inside branches is still refused (``concurrent_waits``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ledgerflow import limits
+from ledgerflow.ledger.records import NoCancelRequest, Write
 from ledgerflow.runtime.control import Abandon, Cancelled, Park, Suspend, Waiting
 
 T = TypeVar("T")
@@ -47,7 +51,6 @@ _RUN: contextvars.ContextVar[object | None] = contextvars.ContextVar("ledgerflow
 CONTROL: tuple[type[BaseException], ...] = (Abandon, Park, Cancelled, Suspend, Waiting)
 
 CONCURRENT_STEPS = "concurrent_steps"
-CONCURRENT_WAITS = "concurrent_waits"
 
 
 class Branches:
@@ -71,6 +74,12 @@ class Branches:
         self.tasks: set[asyncio.Task[Any]] = set()
         # The work of the branches' open calls, each in its own task.
         self._works: set[asyncio.Future[Any]] = set()
+        # Waits held until every branch is blocked (name, writes, due), by position; open
+        # positions whose work is done and that wait for their turn; set on every change.
+        self._held: dict[int, tuple[str, list[Write], float]] = {}
+        self._turns: set[int] = set()
+        self._changed = asyncio.Event()
+        self._parking = False
         # The control-flow signal that ends the run: no call returns any more, each raises it.
         self._stop: BaseException | None = None
         self._closed = False
@@ -103,31 +112,70 @@ class Branches:
         self.tasks.add(task)
 
     def live(self) -> bool:
-        """Whether a branch task (one that took a position) is still running."""
-        return any(not t.done() for t in self.tasks)
+        """Whether a branch task (one that took a position) is still running (not while the
+        held waits park the instance: that commit is theirs)."""
+        return not self._parking and any(not t.done() for t in self.tasks)
 
-    def refuse_waits(self, what: str) -> None:
-        """A wait or timer is refused while branches run (see the module's docstring)."""
-        if self.main is None:
-            return
-        if asyncio.current_task() is not self.main or self.live():
-            raise Park(
-                CONCURRENT_WAITS,
-                f"{what} was called while parallel branches run: waits and timers inside "
-                "asyncio.gather, TaskGroup or create_task branches are not supported yet; "
-                "wait before the branches start or after they all returned",
-            )
+    async def park(
+        self,
+        seq: int,
+        name: str,
+        pending: list[Write],
+        due: float,
+        suspend: Callable[[list[Write], float, str], Awaitable[None]],
+    ) -> bool:
+        """Hold a wait that would park while branches run, until every branch is blocked;
+        then park the instance for all of them in one commit and raise ``Waiting``. False
+        when no branch runs: the wait parks the instance on its own."""
+        if self.main is None or (asyncio.current_task() is self.main and not self.live()):
+            return False
+        self._held[seq] = (name, pending, due)
+        self._changed.set()
+        try:
+            while not await self._all_blocked():
+                self._changed.clear()
+                await self._changed.wait()
+        except BaseException:
+            self._held.pop(seq, None)
+            raise
+        held = [self._held[s] for s in sorted(self._held)]
+        writes = [w for _, ws, _ in held for w in ws if not isinstance(w, NoCancelRequest)]
+        names = ", ".join(n for n, _, _ in held)
+        self._parking = True
+        try:
+            await suspend([*writes, NoCancelRequest()], min(d for _, _, d in held), names)
+        finally:
+            self._parking = False
+        self.stopping(Waiting())
+        raise Waiting
+
+    async def _all_blocked(self) -> bool:
+        """Whether no open call's work is running (each is a held wait, or done and waiting
+        for its turn) and no branch took a position for a few turns; raises the run's stop."""
+        if self._stop is not None:
+            raise self._stop
+        if self._parking or self._busy():
+            return False
+        await self._quiet()
+        if self._stop is not None:
+            raise self._stop
+        return not self._parking and not self._busy()
+
+    def _busy(self) -> bool:
+        return any(s not in self._held and s not in self._turns for s in self._open)
 
     def stopping(self, control: BaseException) -> None:
         """A call raised a control-flow signal: the executor decides now, and every other
         call raises the same signal instead of returning (nothing new starts meanwhile)."""
         if self._stop is None:
             self._stop = control
+            self._changed.set()
 
     def take(self, seq: int) -> None:
         """A call took position ``seq``: it returns only in its turn."""
         if self.main is not None:
             self._open[seq] = asyncio.get_running_loop().create_future()
+            self._changed.set()
 
     async def call(self, seq: int, work: Awaitable[T]) -> T:
         """Run one call's work and hand its outcome back in position order."""
@@ -176,6 +224,8 @@ class Branches:
 
     async def _in_turn(self, seq: int) -> None:
         """Wait until every lower position returned and the run is quiet, then return."""
+        self._turns.add(seq)
+        self._changed.set()
         try:
             while True:
                 lower = [f for s, f in self._open.items() if s < seq and not f.done()]
@@ -205,6 +255,9 @@ class Branches:
             seen, still = now, (still + 1 if now == seen else 0)
 
     def _returned(self, seq: int) -> None:
+        self._turns.discard(seq)
+        self._held.pop(seq, None)
+        self._changed.set()
         future = self._open.pop(seq, None)
         if future is not None and not future.done():
             future.set_result(None)

@@ -306,7 +306,6 @@ class WorkflowContext:
         input_text = self._session.codec.encode(spec)
 
         def check() -> tuple[StepSeq, StepRecord | None]:
-            self._branches.refuse_waits(name)
             seq = self._next_seq()
             recorded = self._replayed(seq, kind=kind, name=name, input_text=input_text)
             self._stop_if_cancelled(seq, name, recorded)
@@ -321,6 +320,7 @@ class WorkflowContext:
             name=name,
             input_text=input_text,
             recorded=recorded,
+            parks=self._branches.park,
         )
 
     def _wait_span(self, driver: WaitDriver) -> contextlib.AbstractContextManager[None]:

@@ -144,8 +144,8 @@ class Session:
                 raise Park(
                     "concurrent_waits",
                     "the instance would be released (a wait for an asynchronous effect's "
-                    "callback) while parallel branches run: waits inside branches are not "
-                    "supported yet",
+                    "callback) while parallel branches run: an asynchronous effect's callback "
+                    "wait inside branches is not supported yet; call it before or after them",
                 )
             if not beside and not fences and _intent(writes):
                 await self._grouped(writes)
