@@ -30,6 +30,7 @@ position wins: a step divergence before the effect is reported instead.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -302,7 +303,8 @@ async def _branches_ended(ctx: ReplayContext, definition: WorkflowDefinition, va
     try:
         await definition.function(ctx, value)
     except BaseException as exc:
-        await ctx.close_branches()
+        with contextlib.suppress(BaseException):  # the code's own ending decides, below
+            await ctx.close_branches()
         found = leaves(exc)
         for kind in (Diverged, _Frontier):
             stops = [leaf for leaf in found if isinstance(leaf, kind)]
