@@ -132,6 +132,20 @@ class Trip:
                 await ctx.wait_for("go")
                 return [*evidence, await ctx.step("thanks", str, trip)]
 
+        elif self.after_wait == "reordered":
+
+            @self.registry.workflow(name="then_wait", version=2)
+            async def then_wait_reordered(ctx: lf.WorkflowContext, trip: int) -> list[Any]:
+                calls = (ctx.effect(e, {"trip": trip}) for e in (car, hotel, flight))
+                car_booked, hotel_booked, flight_booked = await ctx.gather(*calls)
+                await ctx.wait_for("go")
+                return [
+                    hotel_booked,
+                    car_booked,
+                    flight_booked,
+                    await ctx.step("thanks", str, trip),
+                ]
+
         else:
 
             @self.registry.workflow(name="then_wait", version=1)
@@ -540,3 +554,45 @@ def test_an_upgrade_moves_a_gathered_history_and_the_new_code_resumes_it(
         ]
     assert new.answered == []
     assert sorted(old.applied.values()) == [1, 1, 1]
+
+
+def test_a_migration_moves_gathered_positions_and_keeps_each_effects_key(
+    journal_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 2 calls the car before the hotel in its gather: a declared plan swaps their
+    positions, the history replays clean against version 2, each effect keeps the id and key
+    it was minted with, and version 2 resumes it with nothing sent again."""
+    from ledgerflow.operators.upgrades import MigrationPlan
+
+    monkeypatch.setenv("LEDGERFLOW_AUTHORITY", granting(tmp_path, "migrate", actors=("al",)))
+    old = Trip()
+    instance_id = asyncio.run(_run(journal_url, old, "then_wait"))
+    new = Trip(after_wait="reordered")
+    plan = MigrationPlan(workflow="then_wait", from_version=1, to_version=2, positions={1: 2, 2: 1})
+    with Operations(journal_url) as operations:
+        before = {e.participant: e.idempotency_key for e in operations.detail(instance_id).effects}
+        report = operations.migrate_instances(new.registry, plan, actor="al")
+        detail = operations.detail(instance_id)
+    assert [o.outcome for o in report.outcomes] == ["moved"]
+    assert detail.instance.workflow_version == 2
+    assert sorted((int(e.seq), e.participant) for e in detail.effects) == [
+        (1, "car"),
+        (2, "hotel"),
+        (3, "flight"),
+    ]
+    assert {e.participant: e.idempotency_key for e in detail.effects} == before
+
+    async def go() -> None:
+        async with lf.Engine(journal_url, new.registry) as engine:
+            await engine.signal(instance_id, "go", event_id="go-1")
+            await engine.worker(lease_seconds=30, poll_seconds=0.01).run(until_idle=True)
+
+    asyncio.run(go())
+    with lf.SyncEngine(journal_url, new.registry) as engine:
+        assert engine.get(instance_id).status is lf.InstanceStatus.SUCCEEDED
+        assert engine.result(instance_id)[:3] == [
+            {"booked": "hotel"},
+            {"booked": "car"},
+            {"booked": "flight"},
+        ]
+    assert new.answered == []
