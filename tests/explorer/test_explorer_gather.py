@@ -80,3 +80,18 @@ def test_every_crash_point_of_a_gathered_trip_beside_a_wait(tmp_path: Path) -> N
     assert summary.statuses == {"SUCCEEDED": summary.runs}, summary.statuses
     assert summary.paths >= 2  # the approval arrives, or the hour passes
     assert summary.runs > 50
+
+
+def test_a_cancel_and_a_signal_at_every_point_of_a_gathered_trip_beside_a_wait(
+    tmp_path: Path,
+) -> None:
+    """A cancel request, then the approval, at every fault point hit while the bookings and
+    the wait run at once: a request that arrives while the branches park is refused with the
+    park (the instance cancels instead), and every run ends with an outcome."""
+    explorer = Explorer(
+        lambda: trip_scenario(trips=1, gathered=True, approval=True), folder=tmp_path
+    )
+    summary = asyncio.run(explorer.arrivals())
+    assert summary.failures == [], summary.shortest_failure()
+    assert summary.outside.cancels > 0
+    assert summary.statuses["CANCELLED"] > 0
