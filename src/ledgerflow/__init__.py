@@ -64,6 +64,7 @@ from ledgerflow.errors import BusinessFailure as BusinessFailure
 from ledgerflow.ledger.records import Delivery as Delivery
 from ledgerflow.ledger.records import EffectRecord as EffectRecord
 from ledgerflow.ledger.records import InstanceRecord as InstanceRecord
+from ledgerflow.ledger.records import RunRecord as RunRecord
 from ledgerflow.ledger.records import StepRecord as StepRecord
 from ledgerflow.ledger.records import TimelineEntry as TimelineEntry
 from ledgerflow.model.classification import Classification as Classification
@@ -79,6 +80,7 @@ from ledgerflow.model.instance import InstanceStatus as InstanceStatus
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
 from ledgerflow.model.signal import Signal as Signal
 from ledgerflow.model.step import StepStatus as StepStatus
+from ledgerflow.runtime.children import ChildHandle as ChildHandle
 from ledgerflow.runtime.context import WorkflowContext as WorkflowContext
 from ledgerflow.runtime.engine import Delivered as Delivered
 from ledgerflow.runtime.engine import DeliveryOutcome as DeliveryOutcome
@@ -111,6 +113,7 @@ __all__ = [
     "EffectCall",
     "LookupAnswer",
     "WorkflowContext",
+    "ChildHandle",
     "Codec",
     "JsonCodec",
     "BusinessFailure",
@@ -131,6 +134,7 @@ __all__ = [
     "EffectRecord",
     "TimelineEntry",
     "Delivery",
+    "RunRecord",
     "InstanceStatus",
     "StepStatus",
     "EffectState",

@@ -21,8 +21,18 @@ JSON_VALUES_MAX = 100_000
 # JSON a command reads from a file or stdin (--input @file, --payload -): the encoded payload
 # is bounded by PAYLOAD_BYTES_MAX; this leaves room for the file's indentation.
 JSON_INPUT_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
-# Steps one instance may journal; past this the instance is parked as poison.
+# Steps one run of an instance may journal; past this the instance is parked as poison (a
+# loop that continues as new starts each run at none).
 STEPS_PER_INSTANCE_MAX = 10_000
+# Runs one claim drives one after another when each continues as new (ctx.continue_as_new)
+# without waiting; past it the lease is given back, due at once, so a chain that never waits
+# takes turns with the other instances. STEPS_PER_INSTANCE_MAX bounds each run's journal.
+RUNS_PER_CLAIM_MAX = 100
+# Closed runs an instance's page (`ledgerflow show`, the API) lists: the latest ones.
+RUNS_SHOWN_MAX = 20
+# Children one run may have started and not yet awaited (fan-out): one more parks the parent
+# (child_limit). It bounds the parent's inbox too: each open child delivers its ending there.
+CHILDREN_OPEN_MAX = 1_000
 # Instances one worker drives at once.
 WORKER_CONCURRENCY_MAX = 1_000
 WORKER_CONCURRENCY_DEFAULT = 64
@@ -190,6 +200,10 @@ EXPLORER_PATHS_MAX = 64
 # Choices of what arrives one instance gets in one simulated run: a workflow that waits in a
 # loop is given this many events, then left WAITING (and reported so).
 EXPLORER_DECISIONS_PER_INSTANCE_MAX = 100
+# Instances started inside callers' transactions (engine.within) that an engine remembers until
+# their commit is proven, to answer NotCommittedError for them; past it the oldest is forgotten
+# (a read of it then says InstanceNotFoundError, as any other process's would).
+WITHIN_UNCOMMITTED_MAX = 1_000
 # Parallel branches (runtime/branches.py): a call in a run with branches returns once no
 # branch took a new position for this many turns of the event loop in a row (long enough for
 # a finished task to reach the ``gather`` or ``TaskGroup`` that awaits it, a few levels deep),

@@ -52,6 +52,11 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "cancel_outcome",
         "trace_context",
         "arrived_since_claim",
+        "run_input",
+        "parent_instance_id",
+        "parent_run",
+        "parent_seq",
+        "on_parent_end",
     ],
     "lf_steps": [
         "instance_id",
@@ -118,6 +123,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "reason",
         "consumed_seq",
         "consumed_generation",
+        "run",
     ],
     "lf_limits": ["scope", "in_flight_max"],
     "lf_audit": [
@@ -213,6 +219,8 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "last_name",
         "last_sender",
     ],
+    # The closed runs of instances that continued as new (0015).
+    "lf_runs": ["instance_id", "run", "input", "steps", "generation", "closed_at"],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -231,6 +239,7 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_attention_detected": ("lf_attention", ["detected_at"]),
     "lf_idempotency_created": ("lf_idempotency", ["created_at"]),
     "lf_instances_created": ("lf_instances", ["created_at", "instance_id"]),
+    "lf_instances_parent": ("lf_instances", ["parent_instance_id"]),
     "lf_effects_unknown": ("lf_effects", ["updated_at"]),
     "lf_workers_heartbeat": ("lf_workers", ["heartbeat_at"]),
     "lf_worker_definitions_served": (
@@ -258,6 +267,8 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_worker_definitions": {("worker_id", "workflow_name", "workflow_version", "fingerprint")},
     # One count of refused events per instance.
     "lf_inbox_refusals": {("instance_id",)},
+    # A run closes once.
+    "lf_runs": {("instance_id", "run")},
     "lf_schema_migrations": {("version",)},
 }
 

@@ -46,10 +46,12 @@ from ledgerflow.cli.tables import (
     attempt_errors_table,
     audit_json,
     audit_table,
+    children_table,
     effects_table,
     header_table,
     inbox_table,
     instances_table,
+    runs_table,
     steps_table,
     timeline_table,
 )
@@ -416,6 +418,8 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
     out = console()
     out.print(header_table(detail.instance))
     out.print()
+    if detail.runs:
+        print_table(out, runs_table(detail.runs, open_run=detail.instance.run))
     if detail.steps:
         print_table(out, steps_table(detail.steps))
     else:
@@ -434,6 +438,8 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
             out.print()
     if detail.inbox:
         print_table(out, inbox_table(detail.inbox))
+    if detail.children:
+        print_table(out, children_table(detail.children))
     print_table(out, timeline_table(detail.timeline))
     if flags:
         out.print(cell("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))

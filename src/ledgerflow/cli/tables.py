@@ -14,7 +14,14 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ledgerflow import Delivery, EffectRecord, InstanceRecord, StepRecord, TimelineEntry
+from ledgerflow import (
+    Delivery,
+    EffectRecord,
+    InstanceRecord,
+    RunRecord,
+    StepRecord,
+    TimelineEntry,
+)
 from ledgerflow.cli.render import cell, lines_cell, short, status_cell, when
 from ledgerflow.model.attempts import attempt_errors
 from ledgerflow.operators.service import AuditRecord
@@ -73,17 +80,46 @@ def header_table(instance: InstanceRecord) -> Table:
         ("reason", cell(" ".join(p for p in (instance.reason_code, instance.reason) if p))),
         *((("cause", cell(instance.cause)),) if instance.cause else ()),
         *((("cancel", cell(_cancel_line(instance))),) if instance.cancel_requested_at else ()),
+        *((("parent", cell(_parent_line(instance))),) if instance.parent_instance_id else ()),
         ("owner", cell(instance.owner or "(none)")),
         ("generation", cell(instance.generation)),
         ("lease expires", cell(when(instance.lease_expires_at))),
         ("created", cell(when(instance.created_at))),
         ("updated", cell(when(instance.updated_at))),
         ("input", cell(short(instance.input, 120))),
+        *(
+            (("run input", cell(short(instance.run_input, 120))),)
+            if instance.run_input is not None
+            else ()
+        ),
         ("result", cell(short(instance.result, 120))),
     ]
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+def _parent_line(instance: InstanceRecord) -> str:
+    return (
+        f"{instance.parent_instance_id} (run {instance.parent_run}, step {instance.parent_seq}); "
+        f"ledgerflow show {instance.parent_instance_id}"
+    )
+
+
+def children_table(children: Iterable[InstanceRecord]) -> Table:
+    """The child workflows an instance started, oldest first."""
+    table = Table(title="children (ledgerflow show CHILD_ID)", title_justify="left")
+    for column in ("step", "child", "workflow", "business key", "status"):
+        table.add_column(column, justify="right" if column == "step" else "left")
+    for child in children:
+        table.add_row(
+            cell(child.parent_seq),
+            cell(child.instance_id),
+            cell(f"{child.workflow_name}@{child.workflow_version}"),
+            cell(child.business_key),
+            status_cell(child.status),
+        )
+    return table
 
 
 def _cancel_line(instance: InstanceRecord) -> str:
@@ -202,6 +238,22 @@ def inbox_table(deliveries: Iterable[Delivery]) -> Table:
             cell(delivery.state),
             cell(short(delivery.reason, 80)),
         )
+    return table
+
+
+def runs_table(runs: Sequence[RunRecord], *, open_run: int) -> Table:
+    """The runs an instance closed by continuing as new (the latest ones), then its open one."""
+    shown = f"the latest {len(runs)} of {open_run - 1}" if len(runs) < open_run - 1 else "all"
+    table = Table(title=f"runs (closed by continue-as-new: {shown})", title_justify="left")
+    table.add_column("run", justify="right")
+    table.add_column("steps", justify="right")
+    table.add_column("closed")
+    table.add_column("input", overflow="fold")
+    for run in runs:
+        table.add_row(
+            cell(run.run), cell(run.steps), cell(when(run.closed_at)), cell(short(run.input, 80))
+        )
+    table.add_row(cell(open_run), cell("-"), cell("(open)"), cell(""))
     return table
 
 

@@ -10,7 +10,8 @@
     │   ├── CommandLineError          a ``ledgerflow`` command line that cannot be understood
     │   ├── MissingExtraError         an optional part (``ledgerflow[http]``...) is not installed
     │   ├── VersionRetiredError       that version is retired: it starts no new instance
-    │   └── ArrivalsError             a script of arrivals for ``ledgerflow verify`` is malformed
+    │   ├── ArrivalsError             a script of arrivals for ``ledgerflow verify`` is malformed
+    │   └── NoTransactionError        a connection lent to the engine holds no transaction to join
     ├── PayloadError                  a field or payload missing, invalid, not JSON or too large
     │   ├── PayloadTooLargeError      a request body past its bound, refused before it is read
     │   └── InboxFullError            an event past its instance's inbox bounds; not kept
@@ -27,6 +28,7 @@
     │   ├── StorageUnavailableError   transient: busy, locked, unreachable
     │   ├── StorageCorruptError       the file is not a readable database
     │   ├── ForeignDatabaseError      a database that is not Ledgerflow's; left untouched
+    │   │   └── ForeignConnectionError  a connection lent to the engine is not to its journal
     │   ├── SchemaVersionError        not at this Ledgerflow's schema version, or history altered
     │   ├── StoreNotFoundError        no journal (file, database) where the URL points
     │   └── StorageAccessError        the database refused these credentials
@@ -35,16 +37,26 @@
     │   ├── EventArrivedError         a wait's timeout lost the race to an event
     │   ├── CancelArrivedError        a new step lost the race to a cancel request
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
-    │   └── EventRefusedError         an event kept but refused: too late, or the instance ended
+    │   ├── EventRefusedError         an event kept but refused: too late, or the instance ended
+    │   ├── RetryTransactionError     the caller's transaction lost a conflict: run it again
+    │   └── ChildKeyConflictError     a child's explicit key is held by an unrelated instance
     ├── IllegalTransitionError        a state change the state machine does not allow
+    │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
     ├── InstanceNotFoundError
+    │   └── NotCommittedError         written in a caller's transaction that has not committed
     ├── ResultTimeoutError            waited for a result that did not come in time
     │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
     ├── WorkflowError                 the instance ended without a result
     ├── StepError                     raised into workflow code
     │   ├── StepFailedError           a local step used up its attempts
     │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
-    │   └── WaitTimeoutError          a wait's timeout came before its event
+    │   ├── WaitTimeoutError          a wait's timeout came before its event
+    │   └── ChildWorkflowError        a child workflow ended without a result
+    │       ├── ChildFailedError      ... FAILED: nothing of it was committed
+    │       ├── ChildCompensatedError ... COMPENSATED: it undid what it did
+    │       ├── ChildCancelledError   ... CANCELLED, with the effects that stay
+    │       ├── ChildNeedsInterventionError  ... MANUAL_INTERVENTION: a person decides
+    │       └── ChildForwardRecoveryRequiredError  ... after a pivot: only forward steps
     └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
@@ -65,13 +77,23 @@ names the known ones after the message, in the order ``ID_NAMES`` lists them. An
 effect outcome is data in the ledger, not an exception.
 
 The classes are defined by concept in this package's modules (``base``, ``inputs``,
-``storage``, ``ledger``, ``operators``); import them from here, which is the public name.
+``storage``, ``ledger``, ``operators``, ``children``); import them from here, which is the
+public name.
 """
 
 from __future__ import annotations
 
 from ledgerflow.errors.base import (
     LedgerflowError,
+)
+from ledgerflow.errors.children import (
+    ChildCancelledError,
+    ChildCompensatedError,
+    ChildFailedError,
+    ChildForwardRecoveryRequiredError,
+    ChildKeyConflictError,
+    ChildNeedsInterventionError,
+    ChildWorkflowError,
 )
 from ledgerflow.errors.inputs import (
     ArrivalsError,
@@ -82,6 +104,7 @@ from ledgerflow.errors.inputs import (
     InvalidCursorError,
     MethodNotAllowedError,
     MissingExtraError,
+    NoTransactionError,
     PayloadError,
     PayloadTooLargeError,
     RegistrationError,
@@ -108,9 +131,12 @@ from ledgerflow.errors.ledger import (
     IllegalTransitionError,
     InstanceNotFoundError,
     NoCapableWorkerError,
+    NotCommittedError,
     ResultTimeoutError,
+    RetryTransactionError,
     StepError,
     StepFailedError,
+    UnsettledEffectsError,
     WaitTimeoutError,
     WorkflowError,
 )
@@ -124,6 +150,7 @@ from ledgerflow.errors.operators import (
     TokenNameTakenError,
 )
 from ledgerflow.errors.storage import (
+    ForeignConnectionError,
     ForeignDatabaseError,
     SchemaVersionError,
     StorageAccessError,
@@ -138,6 +165,13 @@ __all__ = [
     "ArrivalsError",
     "BusinessFailure",
     "CancelArrivedError",
+    "ChildCancelledError",
+    "ChildCompensatedError",
+    "ChildFailedError",
+    "ChildForwardRecoveryRequiredError",
+    "ChildKeyConflictError",
+    "ChildNeedsInterventionError",
+    "ChildWorkflowError",
     "CommandLineError",
     "ConcurrencyError",
     "ConfigurationError",
@@ -146,6 +180,7 @@ __all__ = [
     "EventArrivedError",
     "EventRefusedError",
     "FencedOutError",
+    "ForeignConnectionError",
     "ForeignDatabaseError",
     "HostNotAllowedError",
     "IdempotencyKeyReusedError",
@@ -157,8 +192,10 @@ __all__ = [
     "MethodNotAllowedError",
     "MissingExtraError",
     "NoCapableWorkerError",
+    "NoTransactionError",
     "NotAuthenticatedError",
     "NotAuthorizedError",
+    "NotCommittedError",
     "OperatorError",
     "PayloadError",
     "PayloadTooLargeError",
@@ -168,6 +205,7 @@ __all__ = [
     "RequestTimeoutError",
     "ReservedNameError",
     "ResultTimeoutError",
+    "RetryTransactionError",
     "RouteNotFoundError",
     "SchemaVersionError",
     "ServerBusyError",
@@ -182,6 +220,7 @@ __all__ = [
     "TokenNameTakenError",
     "UnknownVersionError",
     "UnknownWorkflowError",
+    "UnsettledEffectsError",
     "UnsupportedMediaTypeError",
     "VersionRetiredError",
     "WaitTimeoutError",

@@ -70,6 +70,14 @@ class ArrivalsError(ConfigurationError):
     code = "LF107"
 
 
+class NoTransactionError(ConfigurationError):
+    """The connection lent to the engine (``engine.within(connection)``) holds no transaction
+    its writes may join: it is in autocommit mode with none open (the engine would have to
+    commit on its own), or its transaction has failed and must be rolled back first."""
+
+    code = "LF316"
+
+
 class PayloadError(LedgerflowError):
     """A request's field or a payload cannot be taken as given: missing or invalid, not JSON,
     larger than allowed, or a name that breaks the naming rule."""

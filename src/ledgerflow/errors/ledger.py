@@ -70,12 +70,22 @@ class EventRefusedError(ConcurrencyError):
     refusal: str | None = None
 
 
+class RetryTransactionError(ConcurrencyError):
+    """The caller's own transaction (``engine.within(connection)``) met a conflict it cannot
+    read past: a serialization failure under REPEATABLE READ or SERIALIZABLE, a deadlock, a
+    SQLite snapshot older than a commit made since. The engine's writes were rolled back to
+    their savepoint and never retried inside it: roll the whole transaction back and run it
+    again."""
+
+    code = "LF318"
+
+
 @identities
 class IllegalTransitionError(LedgerflowError):
     """The state machine does not allow this transition."""
 
     code = "LF310"
-    ID_NAMES = ("machine", "state", "event", "instance_id", "effect_id")
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("machine", "state", "event", "instance_id", "effect_id")
 
     machine: str | None = None
     state: str | None = None
@@ -86,17 +96,44 @@ class IllegalTransitionError(LedgerflowError):
 
 
 @identities
+class UnsettledEffectsError(IllegalTransitionError):
+    """A run may not continue as new while one of its effects is not settled (intended,
+    dispatched, accepted or in doubt): its outcome would be left to a run nobody replays."""
+
+    code = "LF520"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "run", "unsettled")
+
+    # The run that asked to continue.
+    run: int | None = None
+    # How many of its effects are not settled.
+    unsettled: int | None = None
+
+
+@identities
 class InstanceNotFoundError(LedgerflowError):
     """No workflow instance has this id."""
 
     code = "LF400"
-    ID_NAMES = ("instance_id", "event_id", "key")
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "event_id", "key")
 
     instance_id: str | None = None
     # An event the instance does not hold (a delivery asked for by its id).
     event_id: str | None = None
     # An idempotency key no effect has (a callback for an unknown effect).
     key: str | None = None
+
+
+@identities
+class NotCommittedError(InstanceNotFoundError):
+    """The instance was started (or the signal, the cancel request written) inside a caller's
+    transaction that has not committed: no other connection sees it yet, and it may never be
+    if the caller rolls back. ``state`` says which: ``open`` (the caller's transaction is still
+    open) or ``rolled-back`` (it ended without the writes)."""
+
+    code = "LF317"
+    ID_NAMES = ("instance_id", "state")
+
+    state: str | None = None
 
 
 @identities

@@ -42,6 +42,15 @@ class ForeignDatabaseError(StorageError):
     code = "LF203"
 
 
+class ForeignConnectionError(ForeignDatabaseError):
+    """A connection lent to the engine (``engine.within(connection)``) is not to the engine's
+    own journal: another database or server, another SQLite file, or a SQLite connection with
+    other files ATTACHed (a commit across attached WAL files is atomic per file only). Nothing
+    was written through it."""
+
+    code = "LF315"
+
+
 class SchemaVersionError(StorageError):
     """The schema is not the one this Ledgerflow uses (newer, older and not to be migrated
     here, or missing), or its migration history was altered."""

@@ -90,11 +90,31 @@ class InstanceRecord:
     cancel_outcome: str | None = None
     # The W3C trace context (JSON: traceparent, tracestate) of its run's span, when traced.
     trace_context: str | None = None
+    # The open run's own input, once a run continued as new (None on run 1: ``input``).
+    run_input: str | None = None
+    # A child's link to its parent: the parent, the parent's run and the journal position
+    # that started it (None for a top-level instance).
+    parent_instance_id: InstanceId | None = None
+    parent_run: RunNumber | None = None
+    parent_seq: StepSeq | None = None
+    # What the parent's final ending does to it while live: "cancel", "abandon" or "wait".
+    on_parent_end: str | None = None
 
     input_value = Decoded("input")
-    """The workflow's input, decoded."""
+    """The workflow's input as started, decoded (a later run's is :attr:`run_input_value`)."""
     result_value = Decoded("result")
     """The workflow's result, decoded (None until it succeeded)."""
+
+    @property
+    def open_run_input(self) -> str:
+        """The input the open run's workflow function is called with (the start's on run 1,
+        the one ``continue_as_new`` gave on a later run)."""
+        return self.input if self.run_input is None else self.run_input
+
+    @property
+    def run_input_value(self) -> Any:
+        """The open run's input, decoded."""
+        return _decoded(self.open_run_input)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,6 +322,34 @@ class KeepTraceContext:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ContinueRun:
+    """Close run ``run`` and open run ``run + 1`` of the same instance with ``input``, in
+    this commit (``ctx.continue_as_new``): the closed run's row of history is written, every
+    event no wait has taken moves to the new run, and the instance keeps its identity, owner,
+    generation and lease. Refused while an effect of run ``run`` is not settled
+    (:class:`~ledgerflow.errors.UnsettledEffectsError`) or the instance is on another run."""
+
+    run: RunNumber
+    input: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """A closed run of an instance: its input, how many steps it journaled, when it closed
+    and by which generation (the open run is the instance's own ``run``)."""
+
+    instance_id: InstanceId
+    run: RunNumber
+    input: str
+    steps: int
+    generation: Generation
+    closed_at: float
+
+    input_value = Decoded("input")
+    """The run's input, decoded."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StartInstance:
     """Another instance started in this commit's transaction (what a child workflow's start
     will write beside its parent's step): inserted, or, if its business key started the same
@@ -322,6 +370,7 @@ Write = (
     | NoCancelRequest
     | KeepTraceContext
     | StartInstance
+    | ContinueRun
 )
 
 
@@ -341,6 +390,9 @@ class Delivery:
     consumed_seq: int | None = None
     # Why a REJECTED event was refused: "ended", "late" or "not-approver".
     refusal: str | None = None
+    # The run it is filed under: the run open when it was kept, moved to the next run by a
+    # switch while no wait has taken it (so, once consumed, the run whose step took it).
+    run: int = 1
 
     @property
     def payload_value(self) -> Any:
@@ -388,6 +440,11 @@ class NewInstance:
     fingerprint: str
     business_key: BusinessKey
     input: str
+    # A child's link to its parent (see InstanceRecord), written in the parent's transaction.
+    parent_instance_id: InstanceId | None = None
+    parent_run: RunNumber | None = None
+    parent_seq: StepSeq | None = None
+    on_parent_end: str | None = None
 
 
 def _decoded(text: str | None) -> Any:

@@ -57,6 +57,9 @@ class Deliver:
     for_seq: int | None = None
     run: int | None = None
     refuse: tuple[str, str] | None = None
+    # False: kept whatever the inbox's bounds (a child's ending, bounded by the parent's
+    # limits.CHILDREN_OPEN_MAX open children, must never be refused for a full inbox).
+    bounded: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

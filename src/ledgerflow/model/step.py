@@ -22,6 +22,9 @@ class StepKind(enum.Enum):
     # A patch marker (``ctx.patched``): journaled complete, it records that the run took the
     # patched branch at this position.
     MARKER = "marker"
+    # A child workflow started at this position (STARTED with the child's id in its input)
+    # and, once the parent took the child's ending, COMPLETED with that outcome.
+    CHILD = "child"
 
 
 class StepStatus(enum.Enum):

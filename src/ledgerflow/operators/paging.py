@@ -26,14 +26,20 @@ import binascii
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.errors import InvalidCursorError
 from ledgerflow.ledger.access import InstanceQuery
 from ledgerflow.ledger.inbox import InboxEntry, InboxRefusals
-from ledgerflow.ledger.records import EffectRecord, InstanceRecord, StepRecord, TimelineEntry
+from ledgerflow.ledger.records import (
+    EffectRecord,
+    InstanceRecord,
+    RunRecord,
+    StepRecord,
+    TimelineEntry,
+)
 from ledgerflow.model.names import refused_character
 from ledgerflow.storage.store import OperatorStore, Store
 
@@ -165,6 +171,10 @@ class InstanceOverview:
     inbox: Page[InboxEntry]
     timeline: Page[TimelineEntry]
     inbox_refusals: InboxRefusals | None
+    # The latest runs it closed by continuing as new (limits.RUNS_SHOWN_MAX), oldest first.
+    runs: list[RunRecord] = field(default_factory=list)
+    # The child workflows it started, oldest first (its parent is on the instance record).
+    children: list[InstanceRecord] = field(default_factory=list)
 
 
 def overview(
@@ -185,4 +195,6 @@ def overview(
         inbox=page_inbox(store, record, cursor=inbox_cursor, limit=size),
         timeline=page_timeline(store, record, cursor=timeline_cursor, limit=size),
         inbox_refusals=store.inbox_refusals(record.instance_id),
+        runs=store.runs(record.instance_id, latest=limits.RUNS_SHOWN_MAX),
+        children=store.children(record.instance_id, limit=size),
     )

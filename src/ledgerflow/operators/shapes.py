@@ -94,6 +94,8 @@ def detail_json(detail: InstanceDetail) -> dict[str, Any]:
         "effects": [record_json(e) for e in detail.effects],
         "events": [timeline_json(e) for e in detail.timeline],
         "inbox": [record_json(d) for d in detail.inbox],
+        "runs": [record_json(r) for r in detail.runs],
+        "children": [record_json(c) for c in detail.children],
     }
 
 
@@ -104,7 +106,8 @@ def inbox_entry_json(entry: InboxEntry) -> dict[str, Any]:
 
 def overview_json(page: InstanceOverview) -> dict[str, Any]:
     """An instance's page over HTTP: its ledgers, the first page of its timeline (``events``)
-    and of its inbox with the cursors of the next, and its inbox's refusals."""
+    and of its inbox with the cursors of the next, its inbox's refusals and its children
+    (its parent is on the instance)."""
     refusals = page.inbox_refusals
     return {
         "instance": record_json(page.instance),
@@ -115,6 +118,8 @@ def overview_json(page: InstanceOverview) -> dict[str, Any]:
         "inbox": [inbox_entry_json(e) for e in page.inbox.items],
         "inbox_next_cursor": page.inbox.next_cursor,
         "inbox_refused": record_json(refusals) if refusals is not None else None,
+        "runs": [record_json(r) for r in page.runs],
+        "children": [record_json(c) for c in page.children],
     }
 
 

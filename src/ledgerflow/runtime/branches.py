@@ -39,7 +39,14 @@ from typing import Any, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.ledger.records import NoCancelRequest, Write
-from ledgerflow.runtime.control import Abandon, Cancelled, Park, Suspend, Waiting
+from ledgerflow.runtime.control import (
+    Abandon,
+    Cancelled,
+    ContinueAsNew,
+    Park,
+    Suspend,
+    Waiting,
+)
 
 T = TypeVar("T")
 
@@ -48,7 +55,14 @@ _RUN: contextvars.ContextVar[object | None] = contextvars.ContextVar("ledgerflow
 
 # Control-flow signals, strongest first: when branches end with several at once (a
 # ``TaskGroup``'s exception group), the strongest decides what the executor does.
-CONTROL: tuple[type[BaseException], ...] = (Abandon, Park, Cancelled, Suspend, Waiting)
+CONTROL: tuple[type[BaseException], ...] = (
+    Abandon,
+    Park,
+    Cancelled,
+    ContinueAsNew,
+    Suspend,
+    Waiting,
+)
 
 CONCURRENT_STEPS = "concurrent_steps"
 

@@ -10,6 +10,9 @@ with the reason, never COMPENSATED.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ledgerflow import limits
 from ledgerflow.errors import EffectFailedError, RegistrationError
 from ledgerflow.ledger.records import EffectRecord, EffectWrite, InstanceWrite
 from ledgerflow.ledger.transitions import instance_change, new_effect
@@ -17,20 +20,39 @@ from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import ConfirmedEffect, Plan, compensation_seq, plan
 from ledgerflow.model.definition import EffectDeclaration, Registry
 from ledgerflow.model.effect import EffectEvent, EffectState
-from ledgerflow.model.ids import compensation_key, effect_id
+from ledgerflow.model.ids import StepSeq, compensation_key, effect_id
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus
 from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.session import Session
 
 
+def history_position(run: int, seq: StepSeq) -> StepSeq:
+    """An effect's place in the instance's whole history, runs one after another (each run
+    journals at most ``limits.STEPS_PER_INSTANCE_MAX`` steps): on run 1 its step's own
+    position, so a chain's compensations run in reverse order across its runs too."""
+    return StepSeq((run - 1) * limits.STEPS_PER_INSTANCE_MAX + seq)
+
+
 class CompensationRunner:
-    def __init__(self, session: Session, registry: Registry) -> None:
+    """``carried``: the effects earlier runs of the instance committed (continue-as-new keeps
+    them the instance's obligations); they are planned and undone with the open run's own."""
+
+    def __init__(
+        self, session: Session, registry: Registry, *, carried: Sequence[EffectRecord] = ()
+    ) -> None:
         self.session = session
         self.registry = registry
+        self.carried = tuple(carried)
+
+    def _by_position(self) -> dict[StepSeq, EffectRecord]:
+        """Every original effect of the instance (earlier runs' and this run's) by its place
+        in the whole history."""
+        effects = [*self.carried, *(e for s, e in self.session.journal.effects.items() if s > 0)]
+        return {history_position(e.run, e.seq): e for e in effects}
 
     def _originals(self) -> list[EffectRecord]:
-        return [e for seq, e in sorted(self.session.journal.effects.items()) if seq > 0]
+        return [e for _, e in sorted(self._by_position().items())]
 
     def _declaration(self, effect: EffectRecord) -> EffectDeclaration | None:
         try:
@@ -45,7 +67,7 @@ class CompensationRunner:
             declaration = self._declaration(effect)
             described.append(
                 ConfirmedEffect(
-                    seq=effect.seq,
+                    seq=history_position(effect.run, effect.seq),
                     participant=effect.participant,
                     operation=effect.operation,
                     classification=Classification(effect.classification),
@@ -73,16 +95,16 @@ class CompensationRunner:
                 cause=cause,
             )
         ]
+        originals = self._by_position()
         for item in planned:
-            original = self.session.journal.effects[item.seq]
-            writes.append(self._planned(original, item.compensation or ""))
+            writes.append(self._planned(originals[item.seq], item.compensation or ""))
         await self.session.commit(*writes)
 
     def _planned(self, original: EffectRecord, operation: str) -> EffectWrite:
         """A compensation's place in the plan: its own identity, at the negative of the original
         step's position, and its own key in the compensation namespace."""
         instance = self.session.instance
-        seq = compensation_seq(original.seq)
+        seq = compensation_seq(history_position(original.run, original.seq))
         return new_effect(
             instance,
             seq,
@@ -104,8 +126,9 @@ class CompensationRunner:
     async def run(self) -> None:
         """Drive every planned compensation, in order, then record the truthful end."""
         journal = self.session.journal
+        originals = self._by_position()
         for seq in sorted(s for s in journal.effects if s < 0):
-            original = journal.effects[compensation_seq(seq)]
+            original = originals[compensation_seq(seq)]
             declaration = self._declaration(original)
             if declaration is None:
                 raise Park(
@@ -154,12 +177,12 @@ class CompensationRunner:
         undone = [e for s, e in effects.items() if s < 0]
         residual = [
             e
-            for s, e in effects.items()
-            if s > 0 and e.state is EffectState.CONFIRMED and e.effect_id not in planned
+            for e in self._originals()
+            if e.state is EffectState.CONFIRMED and e.effect_id not in planned
         ]
         summary = {
             "compensated": [f"{e.participant}.{e.operation}: {e.state.value}" for e in undone],
-            "residual": [f"{e.participant}.{e.operation} (step {e.seq})" for e in residual],
+            "residual": [_residual(e, self.session.instance.run) for e in residual],
         }
         done = InstanceEvent.CANCELLATION_DONE if cancelling else InstanceEvent.COMPENSATIONS_DONE
         await self.session.commit(
@@ -180,3 +203,11 @@ def _compensated_reason(cause: str | None, compensated: list[str]) -> str:
     """What COMPENSATED says: the failure it answers, then what was undone."""
     undone = ", ".join(compensated) or "nothing to undo"
     return f"after {cause}; undone: {undone}" if cause else f"undone: {undone}"
+
+
+def _residual(effect: EffectRecord, open_run: int) -> str:
+    """A residual effect as a cancellation names it (its run too, when an earlier run's)."""
+    where = f"step {effect.seq}"
+    if effect.run != open_run:
+        where = f"run {effect.run}, {where}"
+    return f"{effect.participant}.{effect.operation} ({where})"

@@ -20,20 +20,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from ledgerflow import limits
-from ledgerflow.errors import RegistrationError, StepFailedError
+from ledgerflow.errors import RegistrationError, StepFailedError, UnsettledEffectsError
 from ledgerflow.ledger.records import StepRecord
 from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model.defects import step_verdict
-from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
+from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition, WorkflowFunction
+from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
+from ledgerflow.runtime import children
 from ledgerflow.runtime.branches import CONTROL, Branches, deciding
-from ledgerflow.runtime.control import Cancelled, Diverged, Park
+from ledgerflow.runtime.children import ChildHandle, OnParentEnd
+from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
@@ -42,6 +45,10 @@ from ledgerflow.runtime.waits import WaitDriver
 T = TypeVar("T")
 
 PATCH_PREFIX = "patched:"
+# An effect of the run in one of these states is not settled: the run may not continue as new.
+UNSETTLED_STATES = frozenset(
+    {EffectState.PLANNED, EffectState.INTENDED, EffectState.ACCEPTED, EffectState.UNKNOWN}
+)
 CHANGE_ID_LENGTH_MAX = 200
 
 
@@ -68,6 +75,8 @@ class WorkflowContext:
         self._seq = 0
         # Each change id's answer in this run, decided at its first ``patched`` call.
         self._patches: dict[str, bool] = {}
+        # Children started with on_parent_end="wait": their endings come before the parent's.
+        self._children_awaited: list[ChildHandle] = []
         # The run's branches: who may take positions, and in what order calls return.
         self._branches = Branches(lambda: self._seq)
         session.branches_live = self._branches.live
@@ -400,6 +409,105 @@ class WorkflowContext:
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""
         await self._session.wait_until(due)
+
+    @property
+    def run(self) -> int:
+        """The number of the run this code runs as: 1, then one more at each
+        :meth:`continue_as_new`."""
+        return self._session.instance.run
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """End this run and start the next run of the same instance with ``input``.
+
+        The switch is one transaction: run N closes, run N+1 opens with an empty journal, and
+        every event no wait has taken moves to it. The instance keeps its id, business key,
+        inbox (an event id delivered in any run is a duplicate in every later one) and its
+        obligations: an effect committed in an earlier run is still compensated if a later run
+        fails or is cancelled. Keys of later runs never meet earlier ones (each names its run).
+        Refused with :class:`~ledgerflow.errors.UnsettledEffectsError` while an effect of this
+        run is not settled. It does not return.
+
+        Example (a loop whose journal stays bounded however long it runs)::
+
+            @registry.workflow(name="counter", version=1)
+            async def counter(ctx: WorkflowContext, total: int) -> int:
+                for _ in range(100):
+                    event = await ctx.wait_for("add")
+                    total += event.payload
+                ctx.continue_as_new(total)
+        """
+        self._in_program_order("continue_as_new")
+        unsettled = [
+            e for e in self._session.journal.effects.values() if e.state in UNSETTLED_STATES
+        ]
+        if unsettled:
+            raise UnsettledEffectsError(
+                f"run {self.run} may not continue as new: {len(unsettled)} of its effects are "
+                "not settled (intended, dispatched or in doubt)",
+                machine="run",
+                state="OPEN",
+                event="continue-as-new",
+                instance_id=self.instance_id,
+                run=self.run,
+                unsettled=len(unsettled),
+            )
+        raise ContinueAsNew(self._session.codec.encode(input))
+
+    # -- child workflows (runtime/children.py) ------------------------------------------------
+
+    async def start_child(
+        self,
+        workflow: str | WorkflowFunction,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        on_parent_end: OnParentEnd = "cancel",
+    ) -> ChildHandle:
+        """Start a child workflow at the next position and return its handle at once.
+
+        The parent's step, the child's instance (linked to this run and position) and the proof
+        that no cancel request stands on the parent are one transaction; a replay returns the
+        same child without starting it again. ``key`` defaults to one derived from this
+        instance's key, run and position; an explicit key another instance holds raises
+        :class:`~ledgerflow.errors.ChildKeyConflictError`. ``on_parent_end`` says what this
+        instance's own ending does to the child if it is still live: ``"cancel"`` (a durable
+        cancel request), ``"abandon"`` (nothing) or ``"wait"`` (the parent's ending waits for
+        the child's).
+
+        Example::
+
+            handles = [await ctx.start_child(ship, p) for p in order["parcels"]]
+            receipts = [await h.result() for h in handles]
+        """
+        return await children.start_child(
+            self, workflow, input, key=key, version=version, on_parent_end=on_parent_end
+        )
+
+    async def child(
+        self,
+        workflow: str | WorkflowFunction,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        on_parent_end: OnParentEnd = "cancel",
+    ) -> Any:
+        """Start a child workflow and wait for its result (see :meth:`start_child`); a child
+        that did not succeed raises the :class:`~ledgerflow.errors.ChildWorkflowError` its
+        ending names, with its status, cause and residual effects.
+
+        Example::
+
+            receipt = await ctx.child(charge_card, {"amount": total})
+        """
+        handle = await self.start_child(
+            workflow, input, key=key, version=version, on_parent_end=on_parent_end
+        )
+        return await handle.result()
+
+    def _child_unsettled(self, seq: StepSeq) -> None:
+        """A child's ending is about to be read from the inbox (the replay checker stops)."""
 
     async def gather(self, *calls: Awaitable[Any]) -> list[Any]:
         """Run steps and effects as parallel branches; their values in argument order.

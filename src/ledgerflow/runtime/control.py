@@ -57,3 +57,12 @@ class Diverged(Park):
         self.seq = seq
         self.holds = holds
         self.asks = asks
+
+
+class ContinueAsNew(BaseException):
+    """The workflow asked to close this run and open the next one with ``input_text`` (its
+    input as the codec wrote it): ``ctx.continue_as_new``."""
+
+    def __init__(self, input_text: str) -> None:
+        super().__init__(input_text)
+        self.input_text = input_text

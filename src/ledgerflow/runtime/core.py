@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict, Unpack
 
 from ledgerflow import limits
@@ -32,6 +32,7 @@ from ledgerflow.ledger.records import (
     EffectRecord,
     InstanceRecord,
     NewInstance,
+    RunRecord,
     StepRecord,
     TimelineEntry,
 )
@@ -112,6 +113,11 @@ class InstanceDetail:
     effects: list[EffectRecord]
     timeline: list[TimelineEntry]
     inbox: list[Delivery]
+    # The runs it closed by continuing as new, oldest first (the latest RUNS_SHOWN_MAX); the
+    # steps and effects above are the open run's.
+    runs: list[RunRecord] = field(default_factory=list)
+    # The child workflows it started, oldest first (its parent is on the instance record).
+    children: list[InstanceRecord] = field(default_factory=list)
 
     @property
     def events(self) -> list[TimelineEntry]:
@@ -458,4 +464,6 @@ def detail_of(store: LedgerReads, instance_id: str) -> InstanceDetail:
         effects=[journal.effects[s] for s in sorted(journal.effects)],
         timeline=store.timeline(record.instance_id),
         inbox=store.inbox(record.instance_id),
+        runs=store.runs(record.instance_id, latest=limits.RUNS_SHOWN_MAX),
+        children=store.children(record.instance_id, limit=limits.PAGE_SIZE_DEFAULT),
     )

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from ledgerflow import limits
-from ledgerflow.errors import InstanceNotFoundError, ResultTimeoutError
+from ledgerflow.errors import ConfigurationError, InstanceNotFoundError, ResultTimeoutError
 from ledgerflow.extras import require_extra
 from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.model.codec import JSON, Codec
@@ -50,8 +51,12 @@ from ledgerflow.runtime.unserved import (
     unserved_task,
     why_unserved,
 )
+from ledgerflow.runtime.within import CANCEL, AsyncWithin, Within
 from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage import open_store
+from ledgerflow.storage.lent import lend
+from ledgerflow.storage.sql_store import SqlStore
+from ledgerflow.storage.sql_within import Identity, journal_identity
 from ledgerflow.storage.store import Store
 
 if TYPE_CHECKING:
@@ -128,6 +133,10 @@ class Engine:
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
         self._watchers: dict[str, set[asyncio.Event]] = {}
+        # Instances started inside callers' transactions (engine.within) whose commit is not
+        # proven yet, with the transaction: a read of one says whether it committed (bounded).
+        self._uncommitted: OrderedDict[str, AsyncWithin] = OrderedDict()
+        self._journal: Identity | None = None
 
     @property
     def store(self) -> Store:
@@ -179,11 +188,85 @@ class Engine:
         return self._core.started(new, record, created=created)
 
     async def get(self, instance_id: str) -> InstanceRecord:
-        """The instance's record now; InstanceNotFoundError when there is none."""
+        """The instance's record now; InstanceNotFoundError when there is none
+        (NotCommittedError when a caller's transaction this engine wrote in started it and
+        has not committed)."""
         record = await self.runtime.store.get(InstanceId(instance_id))
+        tx = self._uncommitted.get(instance_id) if record is None else None
+        if tx is not None:
+            await tx.refuse_unless_committed(instance_id)
+            self._uncommitted.pop(instance_id, None)  # committed since the read
+            record = await self.runtime.store.get(InstanceId(instance_id))
         if record is None:
             raise InstanceNotFoundError(instance_id=instance_id)
         return record
+
+    def within(
+        self, connection: object, *, actor: str | None = None, role: str | None = None
+    ) -> AsyncWithin:
+        """Start, signal and cancel inside your own open transaction on ``connection``:
+        a ``sqlite3`` connection to the journal file, a psycopg connection (sync or async)
+        to the journal's database, or a SQLAlchemy ``Connection`` or ``Session`` over one.
+
+        The engine's writes (each with its audit record, under ``actor``) run in a savepoint
+        of your transaction and commit or roll back with it; the engine never commits or
+        retries (:class:`~ledgerflow.errors.RetryTransactionError` asks you to run your
+        transaction again). After your COMMIT, ``await tx.committed()`` wakes this engine's
+        workers; until then the instance is invisible elsewhere, and this engine's reads of
+        it raise :class:`~ledgerflow.errors.NotCommittedError`. A connection to another
+        database, file, or with files ATTACHed is refused
+        (:class:`~ledgerflow.errors.ForeignConnectionError`).
+
+        Example::
+
+            with conn:  # a sqlite3 connection to the journal file: commits on leaving
+                conn.execute("INSERT INTO orders (id) VALUES ('o-42')")
+                tx = engine.within(conn, actor="service:orders")
+                await tx.start("order", key="o-42", input={"sku": "A1"})
+            await tx.committed()
+        """
+        store = self._store
+        if not isinstance(store, SqlStore):
+            raise ConfigurationError("within needs the engine's store to be a SQL journal")
+        lent = lend(connection, path=str(getattr(store, "path", store.url)))
+        sync = Within(
+            store=store,
+            lent=lent,
+            registry=self.registry,
+            codec=self.codec,
+            clock=self.clock,
+            actor=actor,
+            role=role,
+        )
+        return AsyncWithin(
+            sync,
+            threaded=lent.asynchronous or lent.movable,
+            on_store=self._call,
+            identity=self._journal_identity,
+            on_started=self._started_within,
+            notice=self._committed,
+        )
+
+    def _started_within(self, instance_id: str, tx: AsyncWithin) -> None:
+        self._uncommitted[instance_id] = tx
+        self._uncommitted.move_to_end(instance_id)
+        while len(self._uncommitted) > limits.WITHIN_UNCOMMITTED_MAX:
+            self._uncommitted.popitem(last=False)
+
+    async def _journal_identity(self) -> Identity:
+        if self._journal is None:
+            self._journal = await self._call(journal_identity, self._store)
+        return self._journal
+
+    def _committed(self, within: Within) -> None:
+        """A caller's transaction committed what it wrote: the workers here hear of it now."""
+        for instance_id in within.started():
+            self._uncommitted.pop(instance_id, None)
+        for written in within.written:
+            if written.kind == CANCEL:
+                self.notice_cancel(written.instance_id)
+        for worker in self._workers:
+            worker.wake()
 
     async def signal(
         self, instance_id: str, name: str, **event: Unpack[SignalOptions]

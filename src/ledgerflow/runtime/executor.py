@@ -2,10 +2,11 @@
 
 Finds the definition the instance is pinned to, replays the workflow function against the
 journal, and records the verdict: a terminal state, a suspension with a durable wake-up time,
-or MANUAL_INTERVENTION with the reason. Nothing is guessed. The claim routes by capability, so
-a worker only ever holds instances pinned to a definition it has (same workflow, version and
-fingerprint); should a store hand it another all the same, it gives the lease back untouched
-rather than run or park work it lacks the code for.
+or MANUAL_INTERVENTION with the reason, or (``ctx.continue_as_new``) the switch to the next
+run, which it then drives under the same claim from an empty journal. Nothing is guessed. The
+claim routes by capability, so a worker only ever holds instances pinned to a definition it
+has (same workflow, version and fingerprint); should a store hand it another all the same, it
+gives the lease back untouched rather than run or park work it lacks the code for.
 """
 
 from __future__ import annotations
@@ -23,20 +24,36 @@ from ledgerflow.errors import (
     UnknownVersionError,
     UnknownWorkflowError,
 )
-from ledgerflow.ledger.records import InstanceRecord, Journal, Release
+from ledgerflow.ledger.records import (
+    ContinueRun,
+    EffectRecord,
+    InstanceRecord,
+    Journal,
+    NoCancelRequest,
+    Release,
+)
 from ledgerflow.ledger.transitions import instance_change
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.defects import DEFECT_RETRY, WOKEN, WORKFLOW_DEFECT, defect_streak
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
-from ledgerflow.model.ids import InstanceId, WorkerId
+from ledgerflow.model.effect import EffectState
+from ledgerflow.model.ids import InstanceId, RunNumber, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
-from ledgerflow.runtime import faults, journal_log
+from ledgerflow.runtime import children, faults, journal_log
 from ledgerflow.runtime.branches import deciding, fatal
 from ledgerflow.runtime.calls import describe_error, error_names
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
-from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend, Waiting
+from ledgerflow.runtime.control import (
+    Abandon,
+    Cancelled,
+    ContinueAsNew,
+    LostOwnership,
+    Park,
+    Suspend,
+    Waiting,
+)
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
 
@@ -113,20 +130,19 @@ class Executor:
             with self._run_span(instance) as keep:
                 # The first run's trace context is kept with the instance by its next commit.
                 session.trace_to_keep = keep
-                try:
-                    if faults.plan is not None:
-                        faults.point("instance.after_claim", instance=instance.business_key)
-                    await self._run(session, definition)
-                except Park as park:
-                    await self._park(session, park)
-                except Suspend as suspend:
-                    # A back-off decided from what the session knew: an arrival before this
-                    # release makes it due at once (the store's arrival flag).
-                    if faults.plan is not None:
-                        faults.point("instance.before_release", instance=instance.business_key)
-                    await session.commit(Release(available_at=suspend.available_at))
-                except Waiting:
-                    pass  # WAITING and its wake-up time are already committed.
+                if faults.plan is not None:
+                    faults.point("instance.after_claim", instance=instance.business_key)
+                # A run that continues as new is followed by the next one under this claim, a
+                # bounded number of times: past it the lease is given back, due at once, so
+                # that a chain that never waits shares the worker with everyone else.
+                for _ in range(limits.RUNS_PER_CLAIM_MAX):
+                    following = await self._drive_run(session, definition)
+                    if following is None:
+                        break
+                    session = following
+                    self.sessions[instance.instance_id] = session
+                else:
+                    await session.commit(Release(available_at=self.clock.now()))
         except LostOwnership:
             log.warning(
                 "lost ownership of %s; another worker holds it",
@@ -144,6 +160,24 @@ class Executor:
             if self.sessions.get(instance.instance_id) is session:
                 del self.sessions[instance.instance_id]
 
+    async def _drive_run(self, session: Session, definition: WorkflowDefinition) -> Session | None:
+        """Drive the session's run to its next resting point; the session of the next run
+        when it continued as new."""
+        business_key = session.instance.business_key
+        try:
+            return await self._run(session, definition)
+        except Park as park:
+            await self._park(session, park)
+        except Suspend as suspend:
+            # A back-off decided from what the session knew: an arrival before this
+            # release makes it due at once (the store's arrival flag).
+            if faults.plan is not None:
+                faults.point("instance.before_release", instance=business_key)
+            await session.commit(Release(available_at=suspend.available_at))
+        except Waiting:
+            pass  # WAITING and its wake-up time are already committed.
+        return None
+
     def cancel_requested(self, instance_id: InstanceId) -> None:
         session = self.sessions.get(instance_id)
         if session is not None:
@@ -159,30 +193,33 @@ class Executor:
             return None
         return definition if definition.fingerprint == instance.fingerprint else None
 
-    async def _run(self, session: Session, definition: WorkflowDefinition) -> None:
+    async def _run(self, session: Session, definition: WorkflowDefinition) -> Session | None:
         if session.status is InstanceStatus.WAITING:
             # Woken by its timer, an event or a cancel request: replay decides which.
             await session.commit(
                 instance_change(InstanceStatus.WAITING, InstanceEvent.WAKE, reason_code=WOKEN)
             )
         if session.status in (InstanceStatus.COMPENSATING, InstanceStatus.CANCELLING):
-            await CompensationRunner(session, self.registry).run()
-            return
+            await (await self._compensations(session)).run()
+            return None
         ctx = WorkflowContext(session, definition)
         try:
             value = await self._branches_ended(ctx, definition, session)
+            await children.await_children(ctx)
             result = self.codec.encode(value)
         except (Park, Suspend, Abandon):
             raise
+        except ContinueAsNew as continued:
+            return await self._continue(session, ctx, continued.input_text)
         except Cancelled as cancelled:
             await self._cancel(session, cancelled.stopped)
-            return
+            return None
         except Exception as exc:  # noqa: BLE001 - the workflow's own failure is recorded.
             if definition.is_business_failure(exc):
                 await self._fail(session, exc)
             else:
                 await self._defect(session, definition, exc)
-            return
+            return None
         journaled = sum(1 for seq in session.journal.steps if seq > 0)
         # The one park about code that stays: the fingerprint matched, yet the journal holds
         # steps this code did not ask for. Compatibility is then unprovable, so the run is
@@ -204,6 +241,64 @@ class Executor:
                 release=True,
             )
         )
+        return None
+
+    async def _continue(
+        self, session: Session, ctx: WorkflowContext, input_text: str
+    ) -> Session | None:
+        """Close the session's run and open the next, in one commit: the session of the new
+        run (same owner, generation and lease, an empty journal), or None when a cancel
+        request won the race and the instance cancels instead."""
+        journaled = sum(1 for seq in session.journal.steps if seq > 0)
+        if ctx.steps_taken < journaled:
+            raise Park(
+                "replay_divergence",
+                f"the workflow continued as new after {ctx.steps_taken} steps but the journal "
+                f"holds {journaled}",
+            )
+        instance = session.instance
+        if faults.plan is not None:
+            faults.point("run.before_switch", instance=instance.business_key, run=instance.run)
+        try:
+            if session.cancel_requested:
+                raise Cancelled(f"run {instance.run} did not continue as new")
+            # A cancel request that arrived first wins: the switch is not made, the instance
+            # cancels with every obligation of every run.
+            await session.commit(ContinueRun(run=instance.run, input=input_text), NoCancelRequest())
+        except Cancelled as cancelled:
+            await self._cancel(session, cancelled.stopped)
+            return None
+        if faults.plan is not None:
+            faults.point("run.after_switch", instance=instance.business_key, run=instance.run + 1)
+        following = dataclasses.replace(
+            instance, run=RunNumber(instance.run + 1), run_input=input_text, status=session.status
+        )
+        return Session(
+            alive=session.alive,
+            instance=following,
+            owner=session.owner,
+            journal=Journal(steps={}, effects={}),
+            store=session.store,
+            codec=session.codec,
+            clock=session.clock,
+            detection=session.detection,
+            metrics=session.metrics,
+            tracing=session.tracing,
+        )
+
+    async def _carried(self, session: Session) -> list[EffectRecord]:
+        """The effects earlier runs of the instance committed (their obligations stay the
+        instance's): read only when a run fails or is cancelled, never to replay."""
+        if session.instance.run <= 1:
+            return []
+        return [
+            e
+            for e in await self.store.effects(session.instance_id)
+            if e.run < session.instance.run and e.seq > 0 and e.compensates is None
+        ]
+
+    async def _compensations(self, session: Session) -> CompensationRunner:
+        return CompensationRunner(session, self.registry, carried=await self._carried(session))
 
     async def _branches_ended(
         self, ctx: WorkflowContext, definition: WorkflowDefinition, session: Session
@@ -211,7 +306,9 @@ class Executor:
         """The workflow function's value, once every branch it started has ended; an error
         of several branches is the one that decides (runtime/branches.py)."""
         try:
-            value = await definition.function(ctx, self.codec.decode(session.instance.input))
+            value = await definition.function(
+                ctx, self.codec.decode(session.instance.open_run_input)
+            )
         except BaseException as exc:
             await ctx.close_branches(hard=fatal(exc))
             decided = deciding(exc, business=definition.is_business_failure)
@@ -222,7 +319,9 @@ class Executor:
         return value
 
     async def _fail(self, session: Session, exc: Exception) -> None:
-        confirmed = session.confirmed_effects()
+        confirmed = session.confirmed_effects() + [
+            e for e in await self._carried(session) if e.state is EffectState.CONFIRMED
+        ]
         event = failure_event(
             effects_confirmed=len(confirmed),
             pivot_confirmed=any(
@@ -233,7 +332,7 @@ class Executor:
         kind = "result not serialisable" if isinstance(exc, PayloadError) else "workflow error"
         cause = f"{kind}: {type(exc).__name__}: {exc}"[:2000]
         if event is InstanceEvent.FAIL_AFTER_EFFECTS:
-            runner = CompensationRunner(session, self.registry)
+            runner = await self._compensations(session)
             await runner.begin(
                 f"{kind} after {len(confirmed)} confirmed effect(s): {detail}", cause=cause
             )
@@ -298,7 +397,9 @@ class Executor:
     async def _cancel(self, session: Session, stopped: str) -> None:
         """Stop before new work; undo what the request asks, unless a pivot forbids it; keep
         the rest as the cancellation's residual effects."""
-        confirmed = session.confirmed_effects()
+        confirmed = session.confirmed_effects() + [
+            e for e in await self._carried(session) if e.state is EffectState.CONFIRMED
+        ]
         pivot = any(
             e.classification == Classification.FORWARD_RECOVERY_ONLY.value for e in confirmed
         )
@@ -317,7 +418,7 @@ class Executor:
         why = f"cancel requested: {instance.cancel_reason}; {stopped}"
         if pivot and instance.cancel_compensate:
             why += "; a forward-recovery-only effect is confirmed, so nothing is undone"
-        runner = CompensationRunner(session, self.registry)
+        runner = await self._compensations(session)
         await runner.begin(
             why, cancelling=True, undo=undo, cause=f"cancel requested: {instance.cancel_reason}"
         )

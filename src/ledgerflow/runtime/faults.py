@@ -30,6 +30,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
   to code nobody serves clean against its own, and is about to adopt it / adopted it (repinned,
   claimed, audited) and has not started driving it
 - ``compensation.*``: as ``effect.*``, for a compensation (``seq`` is the original step's)
+- ``run.before_switch`` / ``run.after_switch``: the workflow called ``continue_as_new`` and
+  the switch to the next run is not yet durable / is durable and the next run has not started
+  (``run`` is the run closing / the run opened)
 """
 
 from __future__ import annotations

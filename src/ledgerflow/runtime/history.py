@@ -43,6 +43,14 @@ def _plain(record: Any) -> dict[str, Any]:
     }
 
 
+_NO_PARENT = {
+    "parent_instance_id": None,
+    "parent_run": None,
+    "parent_seq": None,
+    "on_parent_end": None,
+}
+
+
 def history_document(detail: InstanceDetail) -> dict[str, Any]:
     """The history of one instance (its current run) as a JSON-ready document."""
     return {
@@ -68,7 +76,8 @@ def history_from_document(document: Any, *, source: str = "the document") -> Ins
         )
     try:
         return InstanceDetail(
-            instance=record_from_row(InstanceRecord, document["instance"]),
+            # A history exported before child workflows (schema 0015) names no parent link.
+            instance=record_from_row(InstanceRecord, {**_NO_PARENT, **document["instance"]}),
             steps=[record_from_row(StepRecord, s) for s in document["steps"]],
             effects=[record_from_row(EffectRecord, e) for e in document["effects"]],
             timeline=[record_from_row(TimelineEntry, t) for t in document.get("timeline", [])],

@@ -53,7 +53,15 @@ from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.branches import deciding, leaves
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.context import WorkflowContext, describe_step
-from ledgerflow.runtime.control import Abandon, Cancelled, Diverged, Park, Suspend, Waiting
+from ledgerflow.runtime.control import (
+    Abandon,
+    Cancelled,
+    ContinueAsNew,
+    Diverged,
+    Park,
+    Suspend,
+    Waiting,
+)
 from ledgerflow.runtime.session import Session
 
 REPLAY_OWNER = WorkerId("replay-check")
@@ -130,6 +138,8 @@ def _settled(session: Session, recorded: StepRecord) -> bool:
             EffectState.SATISFIED,
             EffectState.FAILED,
         )
+    if recorded.kind is StepKind.CHILD:
+        return True  # its start is journaled; taking its ending is asked apart (result())
     if recorded.kind in (StepKind.LOCAL, StepKind.WAIT):
         return recorded.status in (StepStatus.COMPLETED, StepStatus.FAILED)
     return recorded.status is StepStatus.COMPLETED
@@ -185,6 +195,10 @@ class ReplayContext(WorkflowContext):
             asks=asks,
             reason=f"step {seq}: the history ended before this position, the code asks for {asks}",
         )
+
+    def _child_unsettled(self, seq: StepSeq) -> None:
+        # The journal proves the child's start, not its ending: the history ends here.
+        raise _Frontier(seq)
 
     def _patch_at_frontier(self, seq: StepSeq, name: str) -> bool:
         # A complete history never reached this point with the patch: it took the old branch.
@@ -274,7 +288,7 @@ async def _replayed_code(
         replayed=0,
     )
     try:
-        await _branches_ended(ctx, definition, codec.decode(instance.input))
+        await _branches_ended(ctx, definition, codec.decode(instance.open_run_input))
     except _Frontier as frontier:
         return dataclasses.replace(clean, replayed=frontier.seq - 1)
     except Diverged as diverged:
@@ -292,6 +306,8 @@ async def _replayed_code(
         return _refused(clean, ctx, f"{park.code}: {park.reason}")
     except (Suspend, Waiting, Cancelled, Abandon, _ReplayWriteError) as stopped:
         return _refused(clean, ctx, f"the code asked for more than the journal holds: {stopped}")
+    except ContinueAsNew:
+        pass  # The run ended by opening the next one, as a return ends it.
     except Exception:  # noqa: BLE001 - the code's own failure ends its run, as in a worker.
         pass
     return _ended(clean, ctx, session)

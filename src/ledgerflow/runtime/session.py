@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ledgerflow import limits
 from ledgerflow.errors import (
     CancelArrivedError,
+    ChildKeyConflictError,
     EventArrivedError,
     FencedOutError,
     StorageError,
@@ -41,7 +42,7 @@ from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
-from ledgerflow.runtime import journal_log
+from ledgerflow.runtime import child_endings, journal_log
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend
 from ledgerflow.runtime.metrics import Metrics
@@ -190,15 +191,7 @@ class Session:
         writes = (*writes, *self.riders)
         if self.trace_to_keep is not None:
             writes = (*writes, KeepTraceContext(trace_context=self.trace_to_keep))
-        commit = Commit(
-            instance_id=self.instance_id,
-            owner=self.owner,
-            generation=self.generation,
-            writes=writes,
-        )
-        unit: Commit | Transaction = commit
-        if beside or fences:
-            unit = Transaction(commits=(commit,), fences=fences, writes=beside)
+        commit, unit = self._unit(writes, beside, fences)
         try:
             error = await self.store.commit(unit, now=self.clock.now())
         except StorageError as exc:
@@ -207,8 +200,10 @@ class Session:
             if self.metrics is not None:
                 self.metrics.fenced(self.instance)
             raise LostOwnership(str(error))
-        if isinstance(error, EventArrivedError):
-            raise error  # The waiting code decides: the event wins, nothing was written.
+        if isinstance(error, EventArrivedError | ChildKeyConflictError):
+            # Nothing was written: the waiting code decides (the event wins), or the workflow
+            # does (a child's key another instance holds).
+            raise error
         if isinstance(error, CancelArrivedError):
             # The request won the race with a new step: nothing new starts, the owner cancels.
             self.cancel_requested = True
@@ -240,6 +235,31 @@ class Session:
                 self.released = self.released or write.release
             elif isinstance(write, Release):
                 self.released = True
+
+    def _unit(
+        self,
+        writes: tuple[Write, ...],
+        beside: tuple[OutsideWrite, ...],
+        fences: tuple[FromOutside, ...],
+    ) -> tuple[Commit, Commit | Transaction]:
+        """This owner's commit, and what goes to the store: the commit alone, or a transaction
+        with the writes on other instances. A child's ending carries its outcome to its parent
+        (see :mod:`ledgerflow.runtime.child_endings`)."""
+        ending = child_endings.ending_writes(self.instance, self.journal, self.cause, writes)
+        beside = (*beside, *ending)
+        # The parent's row is locked before the child's own (fences from outside come first),
+        # the order a parent's ending takes them in when it cancels its children: the two
+        # endings racing wait for each other instead of deadlocking.
+        fences = (*(FromOutside(instance_id=w.instance_id) for w in ending), *fences)
+        commit = Commit(
+            instance_id=self.instance_id,
+            owner=self.owner,
+            generation=self.generation,
+            writes=writes,
+        )
+        if beside or fences:
+            return commit, Transaction(commits=(commit,), fences=fences, writes=beside)
+        return commit, commit
 
     async def wait_until(self, due: float | None) -> None:
         """Pause until ``due``: in the worker when short, else released with a durable wake-up."""

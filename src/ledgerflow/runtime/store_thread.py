@@ -378,6 +378,7 @@ class AsyncStore:
     cancel_requests = _OnStoreThread(JournalStore.cancel_requests)
     next_available_at = _OnStoreThread(JournalStore.next_available_at)
     pending_deliveries = _OnStoreThread(JournalStore.pending_deliveries)
+    effects = _OnStoreThread(JournalStore.effects)
     deliver = _OnStoreThread(JournalStore.deliver)
     apply = _OnStoreThread(JournalStore.apply)
 

@@ -9,10 +9,11 @@ import time
 from types import TracebackType
 from typing import Any, Self, Unpack
 
-from ledgerflow.errors import ResultTimeoutError
+from ledgerflow.errors import ConfigurationError, ResultTimeoutError
 from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
+from ledgerflow.runtime.clock import SYSTEM_CLOCK
 from ledgerflow.runtime.core import (
     CancelRequested,
     CompletionOptions,
@@ -28,7 +29,11 @@ from ledgerflow.runtime.core import (
 from ledgerflow.runtime.engine import RESULT_POLL_SECONDS_MAX, RESULT_POLL_SECONDS_MIN
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.unserved import NO_WORKER_HINT_SYNC, timed_out, why_unserved
+from ledgerflow.runtime.within import Within
 from ledgerflow.storage import open_store
+from ledgerflow.storage.lent import lend
+from ledgerflow.storage.sql_store import SqlStore
+from ledgerflow.storage.sql_within import journal_identity
 from ledgerflow.storage.store import Store
 
 __all__ = ["SyncEngine"]
@@ -82,6 +87,34 @@ class SyncEngine:
     def get(self, instance_id: str) -> InstanceRecord:
         """The instance's record now; InstanceNotFoundError when there is none."""
         return self._core.get(instance_id)
+
+    def within(
+        self, connection: object, *, actor: str | None = None, role: str | None = None
+    ) -> Within:
+        """Start, signal and cancel inside your own open transaction on ``connection`` (a
+        ``sqlite3`` or psycopg connection to the journal's database, or a SQLAlchemy
+        ``Connection`` or ``Session`` over one); see :meth:`Engine.within`. After your
+        COMMIT, ``tx.committed()`` proves it (a worker elsewhere takes the work at its next
+        poll)."""
+        store = self.store
+        if not isinstance(store, SqlStore):
+            raise ConfigurationError("within needs the engine's store to be a SQL journal")
+        lent = lend(connection, path=str(getattr(store, "path", store.url)))
+        if lent.asynchronous:
+            raise ConfigurationError(
+                "an async connection is lent to Engine.within, not SyncEngine.within"
+            )
+        within = Within(
+            store=store,
+            lent=lent,
+            registry=self.registry,
+            codec=self._core.codec,
+            clock=SYSTEM_CLOCK,
+            actor=actor,
+            role=role,
+        )
+        within.ready(journal_identity(store))
+        return within
 
     def signal(self, instance_id: str, name: str, **event: Unpack[SignalOptions]) -> Delivered:
         """Deliver a signal, callback or approval to an instance; safe to repeat with the same

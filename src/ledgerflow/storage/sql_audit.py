@@ -26,6 +26,7 @@ from ledgerflow.ledger.records import (
     Commit,
     EffectWrite,
     InstanceRecord,
+    InstanceWrite,
     StepWrite,
 )
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
@@ -66,6 +67,9 @@ class AuditStore(SqlSeam):
             tag = f"repair #{audit_id} by {entry.actor}"
             try:
                 self._repair_writes(repair, generation, tag, now)
+                for write in repair.writes:
+                    if isinstance(write, InstanceWrite):
+                        self._child_ended(current, write, generation, now)
                 if repair.repin is not None:
                     self._repin(current, repair.repin, generation, tag, now)
             except IllegalTransitionError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ledgerflow import limits
 from ledgerflow.errors import StorageCorruptError
-from ledgerflow.ledger.records import InstanceRecord
+from ledgerflow.ledger.records import InstanceRecord, InstanceWrite
 from ledgerflow.model import detection
 from ledgerflow.model.detection import DEFAULT_BOUNDS
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
@@ -240,6 +240,14 @@ class ClaimStore(SqlSeam):
             detection.POISON_CRASH_LOOP,
         )
         self._doubt_inflight_effects(record)
+        park = InstanceWrite(
+            status=InstanceStatus.MANUAL_INTERVENTION,
+            expected=record.status,
+            event=InstanceEvent.PARK,
+            reason_code=detection.POISON_CRASH_LOOP,
+            cause=f"{detection.POISON_CRASH_LOOP}: {reason}",
+        )
+        self._child_ended(record, park, record.generation, record.updated_at)
         log.error("parked %s instead of claiming it: %s", record.instance_id, reason)
         return True
 

@@ -107,7 +107,8 @@ class InboxStore(SqlSeam):
             if rows:
                 return Delivered(delivery=delivery_from_row(rows[0]), new=False)
             instance = instance_from_row(found[0])
-            self._within_inbox_bounds(instance_id, event_id, payload)
+            if write.bounded:
+                self._within_inbox_bounds(instance_id, event_id, payload)
             refusal, reason = write.refuse or self._late(instance, for_seq=for_seq, run=run)
             state = arrival(refused=refusal is not None)
             _, inserted = self._run(

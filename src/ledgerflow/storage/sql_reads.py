@@ -75,6 +75,11 @@ class ReadStore(SqlSeam):
             )
         return [instance_from_row(r) for r in rows]
 
+    def children(self, instance_id: InstanceId, *, limit: int = 100) -> list[InstanceRecord]:
+        with self._read():
+            rows, _ = self._run("select_children", {"instance_id": instance_id, "limit": limit})
+        return [instance_from_row(r) for r in rows]
+
     def page_instances(self, query: InstanceQuery) -> list[InstanceRecord]:
         """One page of a filtered listing, newest first (keyset: after ``query.after``)."""
         params = fields(query)

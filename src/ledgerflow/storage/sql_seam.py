@@ -25,6 +25,7 @@ from typing import Any
 
 from ledgerflow.errors import LedgerflowError
 from ledgerflow.ledger.audit import AuditEntry
+from ledgerflow.ledger.children import child_ending
 from ledgerflow.ledger.records import (
     Commit,
     EffectWrite,
@@ -32,7 +33,9 @@ from ledgerflow.ledger.records import (
     InstanceWrite,
     StepWrite,
 )
+from ledgerflow.ledger.transaction import Deliver, Delivered
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
+from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.storage.rows import Row
 
 
@@ -128,6 +131,29 @@ class SqlSeam(abc.ABC):
     ) -> bool:
         """Open a flag in the current transaction; False when one of that reason is open
         (attention; a claim that sets a damaged row aside uses it too)."""
+
+    @abc.abstractmethod
+    def deliver(self, write: Deliver, *, now: float) -> Delivered | None:
+        """Keep an event in an instance's inbox (the inbox; an ending the store writes outside
+        any worker delivers a child's outcome with it)."""
+
+    def _child_ended(
+        self, child: InstanceRecord, write: InstanceWrite, generation: Generation, now: float
+    ) -> None:
+        """An ending the store writes itself (a crash loop parked at a claim, an operator's
+        repair) carries a child's outcome to its parent in the same transaction, as a worker's
+        ending commit does (``runtime/child_endings.py``)."""
+        if child.parent_instance_id is None or write.status not in TERMINAL_STATUSES:
+            return
+        ending = child_ending(
+            child,
+            status=write.status,
+            generation=generation,
+            reason_code=write.reason_code,
+            cause=write.cause or child.cause,
+            result=write.result,
+        )
+        self.deliver(ending, now=now)
 
     @abc.abstractmethod
     def _insert_audit(self, entry: AuditEntry, now: float) -> int:

@@ -12,7 +12,12 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from ledgerflow.errors import ConcurrencyError, LedgerflowError, VersionRetiredError
+from ledgerflow.errors import (
+    ChildKeyConflictError,
+    ConcurrencyError,
+    LedgerflowError,
+    VersionRetiredError,
+)
 from ledgerflow.ledger.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.model.ids import Generation
 from ledgerflow.storage.rows import Row, fields, instance_from_row
@@ -70,6 +75,21 @@ class StartStore(SqlSeam):
         is inserted, or the one its business key started is kept if it is the same start;
         otherwise the whole transaction is refused. Returns it, and whether it was inserted."""
         record, created = self._start_one(new, None, now)
+        link = (record.parent_instance_id, record.parent_run, record.parent_seq)
+        if (
+            new.parent_instance_id is not None
+            and not created
+            and (link != (new.parent_instance_id, new.parent_run, new.parent_seq))
+        ):
+            # A child's key that another instance holds: never attached to, whatever it runs.
+            raise ChildKeyConflictError(
+                f"the child's business key {new.business_key!r} is held by instance "
+                f"{record.instance_id} ({record.workflow_name}), which is not the child of "
+                f"{new.parent_instance_id} at step {new.parent_seq}",
+                instance_id=new.parent_instance_id,
+                holder=record.instance_id,
+                key=new.business_key,
+            )
         same = (record.workflow_name, record.workflow_version, record.input)
         if not created and same != (new.workflow_name, new.workflow_version, new.input):
             raise ConcurrencyError(

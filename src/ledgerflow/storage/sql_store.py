@@ -27,6 +27,7 @@ from ledgerflow.errors import (
 )
 from ledgerflow.ledger.records import (
     Commit,
+    ContinueRun,
     EffectWrite,
     InstanceWrite,
     KeepTraceContext,
@@ -60,6 +61,7 @@ from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
+from ledgerflow.storage.sql_runs import RunStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
 from ledgerflow.storage.sql_transaction import apply_transaction
@@ -108,6 +110,7 @@ class SqlStore(
     WorkerStore,
     AccessStore,
     VersionStore,
+    RunStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
@@ -370,6 +373,8 @@ class SqlStore(
                 self._no_cancel_request(commit)
             elif isinstance(write, StartInstance):
                 self._start_within(write.new, now)
+            elif isinstance(write, ContinueRun):
+                self._continue_run(write, commit, now)
             elif isinstance(write, KeepTraceContext):
                 self._send(
                     "keep_trace_context",
@@ -503,12 +508,16 @@ class SqlStore(
 
     def _settle_requests(self, ending: dict[str, Any]) -> None:
         """An instance that ends for good answers what it was asked: an accepted cancel request
-        is honoured or overtaken, and events no wait took are refused as ended. Both are
+        is honoured or overtaken, and events no wait took are refused as ended; and it asks its
+        live children whose policy says so to cancel (a worker's ending or an operator's). All are
         conditional statements in the ending's own transaction, so a request or an event that
         races the ending is either settled here or refused at delivery, never left open."""
         self._send("note_cancel_settled", ending)
         self._send("settle_cancel_request", ending)
         self._send("close_inbox", ending)
+        # Its live children started with on_parent_end="cancel" are asked to cancel.
+        self._send("note_children_cancelled", ending)
+        self._send("cancel_children", ending)
 
     def _release(
         self, write: Release, commit: Commit, now: float, *, with_entry: bool = True

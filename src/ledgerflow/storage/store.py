@@ -50,6 +50,7 @@ from ledgerflow.ledger.records import (
     InstanceRecord,
     Journal,
     NewInstance,
+    RunRecord,
     StartClaim,
     StartedCount,
     TimelineEntry,
@@ -109,6 +110,10 @@ class LedgerReads(Protocol):
         limit: int = 100,
     ) -> list[InstanceRecord]: ...
 
+    def children(self, instance_id: InstanceId, *, limit: int = 100) -> list[InstanceRecord]:
+        """The child workflows an instance started, oldest first, at most ``limit``."""
+        ...
+
     def journal(self, instance_id: InstanceId, run: RunNumber) -> Journal: ...
 
     def journals(
@@ -118,6 +123,11 @@ class LedgerReads(Protocol):
         ...
 
     def effects(self, instance_id: InstanceId) -> list[EffectRecord]: ...
+
+    def runs(self, instance_id: InstanceId, *, latest: int | None = None) -> list[RunRecord]:
+        """The instance's closed runs (the ``latest`` ones when given), oldest first; the open
+        one is the instance's run."""
+        ...
 
     def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...
 

@@ -16,9 +16,16 @@ from dataclasses import dataclass, field
 from ledgerflow import limits
 from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.ledger.delivery import DeliveryState
-from ledgerflow.ledger.records import Delivery, EffectRecord, InstanceRecord, TimelineEntry
+from ledgerflow.ledger.records import (
+    Delivery,
+    EffectRecord,
+    InstanceRecord,
+    RunRecord,
+    StepRecord,
+    TimelineEntry,
+)
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
-from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.ids import InstanceId, RunNumber
 from ledgerflow.model.instance import (
     FINAL_STATUSES,
     INSTANCE_MACHINE,
@@ -30,19 +37,13 @@ from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
 from ledgerflow.operators import actions
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.participants import World
+from ledgerflow.testing.run_checks import (
+    no_event_lost_or_duplicated_across_a_switch,
+    one_open_run,
+)
+from ledgerflow.testing.violations import Violation as Violation
 
 COMPENSATION_PREFIX = "compensate:"
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    invariant: str
-    instance_id: str | None
-    detail: str
-
-    def __str__(self) -> str:
-        where = f" [{self.instance_id}]" if self.instance_id else ""
-        return f"{self.invariant}{where}: {self.detail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,9 @@ class Snapshot:
     effects: dict[InstanceId, list[EffectRecord]]
     events: dict[InstanceId, list[TimelineEntry]]
     inbox: dict[InstanceId, list[Delivery]] = field(default_factory=dict)
+    # Every run's steps (oldest run first) and the closed runs' rows of history.
+    steps: dict[InstanceId, list[StepRecord]] = field(default_factory=dict)
+    runs: dict[InstanceId, list[RunRecord]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
@@ -62,7 +66,26 @@ class Snapshot:
             effects={i.instance_id: store.effects(i.instance_id) for i in instances},
             events={i.instance_id: store.timeline(i.instance_id) for i in instances},
             inbox={i.instance_id: store.inbox(i.instance_id) for i in instances},
+            steps={i.instance_id: _every_run_steps(store, i) for i in instances},
+            runs={i.instance_id: store.runs(i.instance_id) for i in instances},
         )
+
+
+def _every_run_steps(store: Store, instance: InstanceRecord) -> list[StepRecord]:
+    journals = store.journals(
+        [(instance.instance_id, RunNumber(r)) for r in range(1, instance.run + 1)]
+    )
+    return [
+        step
+        for (_, _), journal in sorted(journals.items(), key=lambda item: item[0][1])
+        for _, step in sorted(journal.steps.items())
+    ]
+
+
+def history_position(run: int, seq: int) -> int:
+    """A step's place in its instance's whole history (runs one after another; a negative
+    position, a compensation's, is one already)."""
+    return seq if seq < 0 else (run - 1) * limits.STEPS_PER_INSTANCE_MAX + seq
 
 
 def check(snapshot: Snapshot, world: World) -> list[Violation]:
@@ -82,6 +105,10 @@ def check(snapshot: Snapshot, world: World) -> list[Violation]:
         *endings_name_their_cause(snapshot),
         *late_answers_never_confirm(snapshot, world),
         *doubt_parked_only_when_lookups_are_spent(snapshot, world),
+        *one_open_run(snapshot),
+        *no_event_lost_or_duplicated_across_a_switch(snapshot),
+        *one_child_per_position(snapshot),
+        *child_endings_reach_their_parent(snapshot),
     ]
 
 
@@ -178,7 +205,7 @@ def dependencies_in_order(snapshot: Snapshot, world: World) -> Iterable[Violatio
     the scenario runs them in parallel branches), and its compensations in reverse step
     order, after the effects they undo."""
     seq_of = {
-        e.idempotency_key: (e.instance_id, e.seq)
+        e.idempotency_key: (e.instance_id, history_position(e.run, e.seq))
         for effects in snapshot.effects.values()
         for e in effects
     }
@@ -367,6 +394,51 @@ def endings_name_their_cause(snapshot: Snapshot) -> Iterable[Violation]:
                 "ending-names-its-cause",
                 instance.instance_id,
                 f"{instance.status.value} ({instance.reason_code}) names no cause",
+            )
+
+
+def one_child_per_position(snapshot: Snapshot) -> Iterable[Violation]:
+    """I8: a parent's journal position started at most one child, and every child's parent
+    exists."""
+    known = {i.instance_id for i in snapshot.instances}
+    children: defaultdict[tuple[str, int | None, int | None], list[str]] = defaultdict(list)
+    for instance in snapshot.instances:
+        parent = instance.parent_instance_id
+        if parent is None:
+            continue
+        if parent not in known:
+            yield Violation(
+                "one-child-per-position", instance.instance_id, f"its parent {parent} is not there"
+            )
+        children[(parent, instance.parent_run, instance.parent_seq)].append(instance.instance_id)
+    for (parent_id, run, seq), ids in children.items():
+        if len(ids) > 1:
+            yield Violation(
+                "one-child-per-position",
+                parent_id,
+                f"run {run} step {seq} started {len(ids)} children: {', '.join(sorted(ids))}",
+            )
+
+
+def child_endings_reach_their_parent(snapshot: Snapshot) -> Iterable[Violation]:
+    """Every child that ended has its ending, with its status, in its parent's inbox
+    (taken by the parent, or kept as refused when the parent could no longer take it)."""
+    for instance in snapshot.instances:
+        parent = instance.parent_instance_id
+        if parent is None or instance.status not in TERMINAL_STATUSES:
+            continue
+        name = f"child:{instance.instance_id}"
+        statuses = {
+            json.loads(d.payload).get("status")
+            for d in snapshot.inbox.get(InstanceId(parent), [])
+            if d.name == name
+        }
+        if instance.status.value not in statuses:
+            yield Violation(
+                "child-ending-reaches-its-parent",
+                instance.instance_id,
+                f"ended {instance.status.value}, but parent {parent}'s inbox holds no such "
+                f"ending of it (holds: {sorted(s for s in statuses if s) or 'none'})",
             )
 
 

@@ -53,6 +53,7 @@ from ledgerflow.testing.drift import VersionDrift
 from ledgerflow.testing.dropping_store import DroppingStore, dropping
 from ledgerflow.testing.participants import ScriptedParticipant, World
 from ledgerflow.testing.plans import CANCEL, Decision, Hit, OutsideEvent, RandomPlan, ScheduledPlan
+from ledgerflow.testing.rolled_back import RolledBackCallers, rolled_back_invisible
 
 # Leases are long so that no lease lapses while a worker lives; a death then moves the clock
 # past them. Worker lives and rounds are bounded so a broken engine cannot loop forever.
@@ -281,7 +282,7 @@ async def simulate(
         violations=[
             *oracle.check(snapshot, scenario.world),
             *await replayed_positions(run.url, scenario),
-            *run.lost_wakeups,
+            *run.left_behind(),
             *await run.drift.judge(run.url, scenario.world),
         ],
         statuses=Counter(i.status.value for i in snapshot.instances),
@@ -363,6 +364,9 @@ class _Run:
         self.lost_wakeups: list[oracle.Violation] = []
         self.worker: Worker | None = None
         self.workflow_of = {key: workflow for workflow, key, _ in scenario.starts}
+        self.input_of = {key: value for _, key, value in scenario.starts}
+        # A caller's transaction that dies before its COMMIT arrives with every arrival.
+        self.rolled_back = RolledBackCallers(url.removeprefix("sqlite:///").partition("?")[0])
         # The code the next worker life runs: the scenario's, then its drift (once it came).
         self.registry = scenario.registry
         self.drift = VersionDrift(
@@ -423,6 +427,11 @@ class _Run:
             self.clock.advance_to(due)
         raise RuntimeError(f"{label}: no quiescence after {ROUNDS_MAX} worker rounds")
 
+    def left_behind(self) -> list[oracle.Violation]:
+        """What came from outside and went wrong: a lost wake-up (found at a quiet moment), or
+        anything left visible by a caller whose transaction never committed."""
+        return [*self.lost_wakeups, *_rolled_back_left(self.url)]
+
     def _faults(self) -> list[Hit]:
         """The crashes and engine errors the plan fired, where they hit."""
         errors = self.plan.errors if isinstance(self.plan, RandomPlan) else []
@@ -474,6 +483,16 @@ class _Run:
         if engine is None or workflow is None:
             return
         instance_id = instance_id_for(DEFAULT_TENANT, workflow, BusinessKey(key))
+        self.rolled_back.arrive(
+            engine.store,
+            registry=self.registry,
+            codec=engine.codec,
+            clock=self.clock,
+            workflow=workflow,
+            value=self.input_of[key],
+            instance_id=instance_id,
+            at=hit.index,
+        )
         now = self.clock.now()
         if kind == CANCEL:
             engine.store.request_cancel(
@@ -500,6 +519,15 @@ class _Run:
             ),
             now=now,
         )
+
+
+def _rolled_back_left(url: str) -> list[oracle.Violation]:
+    """What the callers that died before their COMMIT left visible (nothing, or a violation)."""
+    store = open_store(url)
+    try:
+        return rolled_back_invisible(store)
+    finally:
+        store.close()
 
 
 def _stale_owners_write(

@@ -211,6 +211,11 @@ class DetailOut(BaseModel):
     )
     flags: list[Record]
     audit: list[Record]
+    children: list[InstanceOut] = Field(
+        default_factory=list,
+        description="the child workflows it started, oldest first (the first page); its parent "
+        "is the instance's parent_instance_id",
+    )
 
 
 class PageOut(BaseModel):

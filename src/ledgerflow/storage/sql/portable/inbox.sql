@@ -1,12 +1,14 @@
 -- The inbox: events delivered to instances, kept forever with what became of them.
 
 -- name: insert_event_delivery
--- A new delivery; a repeated event id for the same instance changes nothing.
+-- A new delivery; a repeated event id for the same instance changes nothing (in any run: the
+-- key is the instance's). It is filed under the instance's open run.
 INSERT INTO lf_inbox (
-    instance_id, event_id, name, payload, sender, for_seq, received_at, state, refusal, reason
+    instance_id, event_id, name, payload, sender, for_seq, received_at, state, refusal, reason,
+    run
 ) VALUES (
     :instance_id, :event_id, :name, :payload, :sender, :for_seq, :now, :state, :refusal,
-    :reason
+    :reason, (SELECT run FROM lf_instances WHERE instance_id = :instance_id)
 )
 ON CONFLICT DO NOTHING;
 
@@ -14,9 +16,11 @@ ON CONFLICT DO NOTHING;
 SELECT * FROM lf_inbox WHERE instance_id = :instance_id AND event_id = :event_id;
 
 -- name: select_pending_deliveries
--- What a wait may consume: pending events of one name, oldest first.
+-- What a wait may consume: pending events of one name filed under the open run (a switch to
+-- the next run moves them there), oldest first.
 SELECT * FROM lf_inbox
 WHERE instance_id = :instance_id AND name = :name AND state = 'PENDING'
+  AND run = (SELECT run FROM lf_instances WHERE instance_id = :instance_id)
 ORDER BY received_at, event_id;
 
 -- name: select_inbox
@@ -34,7 +38,8 @@ WHERE instance_id = :instance_id AND event_id = :event_id AND state = 'PENDING';
 
 -- name: count_pending_deliveries
 SELECT count(*) AS n FROM lf_inbox
-WHERE instance_id = :instance_id AND name = :name AND state = 'PENDING';
+WHERE instance_id = :instance_id AND name = :name AND state = 'PENDING'
+  AND run = (SELECT run FROM lf_instances WHERE instance_id = :instance_id);
 
 -- name: count_inbox_refusal
 -- An event refused because the inbox was full: counted (one row per instance), never kept.

@@ -29,3 +29,10 @@ WHERE owner = :owner AND cancel_requested_at IS NOT NULL
 -- every later run continues that trace, so the first one kept is never replaced.
 UPDATE lf_instances SET trace_context = :trace_context
 WHERE instance_id = :instance_id AND trace_context IS NULL;
+
+-- name: select_children
+-- The children an instance started, oldest first (through the parent index), at most :limit.
+SELECT * FROM lf_instances
+WHERE parent_instance_id = :instance_id
+ORDER BY created_at, instance_id
+LIMIT :limit;

@@ -6,13 +6,16 @@
 -- name: insert_instance
 -- A new instance, unowned and runnable now. Conflicts on the business key are left to the
 -- caller, which reads the existing instance back. Nothing is inserted for a retired version
--- (the caller finds no instance then, and says why).
+-- (the caller finds no instance then, and says why). A child names its parent's link.
 INSERT INTO lf_instances (
     instance_id, tenant, workflow_name, workflow_version, fingerprint, business_key, run,
-    status, owner, generation, lease_expires_at, available_at, input, created_at, updated_at
+    status, owner, generation, lease_expires_at, available_at, input, created_at, updated_at,
+    parent_instance_id, parent_run, parent_seq, on_parent_end
 )
 SELECT :instance_id, :tenant, :workflow_name, :workflow_version, :fingerprint, :business_key, 1,
-       'RUNNING', NULL, 0, NULL, :now, :input, :now, :now
+       'RUNNING', NULL, 0, NULL, :now, :input, :now, :now,
+       :parent_instance_id, CAST(:parent_run AS bigint), CAST(:parent_seq AS bigint),
+       :on_parent_end
 WHERE NOT EXISTS (
     SELECT 1 FROM lf_retired_versions
     WHERE workflow_name = :workflow_name AND workflow_version = CAST(:workflow_version AS bigint)
@@ -244,3 +247,27 @@ FROM lf_instances
 WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
 GROUP BY workflow_name, workflow_version, fingerprint, status
 ORDER BY workflow_name, workflow_version DESC, fingerprint, status;
+
+-- name: note_children_cancelled
+-- The timeline's entry of each child cancel_children asks, sent just before it (same rows).
+INSERT INTO lf_timeline (instance_id, at, generation, subject, from_state, to_state, detail)
+SELECT instance_id, CAST(:now AS double precision), generation, 'cancel', NULL, 'requested',
+       'its parent ' || CAST(:instance_id AS text) || ' ended ' || CAST(:status AS text)
+FROM lf_instances
+WHERE parent_instance_id = :instance_id AND on_parent_end = 'cancel' AND cancel_requested_at IS NULL
+  AND status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED',
+                     'FORWARD_RECOVERY_REQUIRED', 'MANUAL_INTERVENTION');
+
+-- name: cancel_children
+-- A parent that ends for good asks each live child started with on_parent_end 'cancel' to
+-- cancel, in its ending's transaction (through the parent index): as request_cancel does, the
+-- first request stands, a suspended child is due now and the request counts as an arrival.
+UPDATE lf_instances
+SET cancel_requested_at = CAST(:now AS double precision),
+    cancel_reason = 'its parent ' || CAST(:instance_id AS text) || ' ended ' || CAST(:status AS text),
+    cancel_compensate = 1,
+    available_at = LEAST(available_at, :now),
+    arrived_since_claim = 1
+WHERE parent_instance_id = :instance_id AND on_parent_end = 'cancel' AND cancel_requested_at IS NULL
+  AND status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED',
+                     'FORWARD_RECOVERY_REQUIRED', 'MANUAL_INTERVENTION');
