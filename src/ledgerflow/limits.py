@@ -207,3 +207,9 @@ WITHIN_UNCOMMITTED_MAX = 1_000
 
 # How far ahead a delayed start (start_at= / start_in=) may be scheduled: ten years.
 START_DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600.0
+# Parallel branches (runtime/branches.py): a call in a run with branches returns once no
+# branch took a new position for this many turns of the event loop in a row (long enough for
+# a finished task to reach the ``gather`` or ``TaskGroup`` that awaits it, a few levels deep),
+# and waits for that at most this many turns.
+BRANCH_QUIET_TURNS = 16
+BRANCH_SETTLE_TURNS_MAX = 10_000

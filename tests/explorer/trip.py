@@ -7,17 +7,30 @@ makes the engine cancel the hotel and then the flight.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
 import ledgerflow as lf
+from ledgerflow.errors import WaitTimeoutError
 from ledgerflow.testing import Behavior, Scenario, ScriptedParticipant, World
 
 RETRY = lf.RetryPolicy(attempts_max=4, backoff_initial=timedelta(milliseconds=10))
 
 
-def trip_scenario(*, trips: int, car_refuses: bool = False, preconditions: bool = True) -> Scenario:
-    world = World()
+def trip_scenario(
+    *,
+    trips: int,
+    car_refuses: bool = False,
+    preconditions: bool = True,
+    gathered: bool = False,
+    approval: bool = False,
+) -> Scenario:
+    """``gathered``: the three are booked at once in one ``asyncio.gather`` (positions 1, 2, 3
+    in call order), each branch noting its booking in a local step once it returned
+    (positions 4, 5, 6, in the same order). ``approval`` (with ``gathered``): a fourth branch
+    waits for ``approved`` (an hour at most) beside the bookings."""
+    world = World(branches=gathered)
     registry = lf.Registry()
     participants = [
         ScriptedParticipant(
@@ -47,6 +60,27 @@ def trip_scenario(*, trips: int, car_refuses: bool = False, preconditions: bool 
             booked[name] = await ctx.effect(booking, {"trip": request["trip"], "what": name})
         return booked
 
+    @registry.workflow(name="trip-gathered", version=1)
+    async def trip_gathered(ctx: lf.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+        async def book(name: str, booking: Any) -> Any:
+            evidence = await ctx.effect(booking, {"trip": request["trip"], "what": name})
+            # Taken once the booking returned: at the same position whatever finished first.
+            await ctx.step("note", str, name)
+            return evidence
+
+        async def approved() -> Any:
+            try:
+                return (await ctx.wait_for("approved", timeout=3600)).payload
+            except WaitTimeoutError:
+                return "timed out"
+
+        bookings = (("flight", flight), ("hotel", hotel), ("car", car))
+        branches = [book(n, b) for n, b in bookings]
+        if request.get("approval"):
+            branches.append(approved())
+        booked = await asyncio.gather(*branches)
+        return dict(zip(("flight", "hotel", "car", "approval"), booked, strict=False))
+
     if car_refuses:
         # Sold out for good: every delivery of a booking is refused, also after a crash.
         participants[2].script(Behavior.REJECT_FINAL, operation="book", times=1_000_000)
@@ -54,5 +88,12 @@ def trip_scenario(*, trips: int, car_refuses: bool = False, preconditions: bool 
         registry=registry,
         world=world,
         participants=participants,
-        starts=[("trip", f"trip-{n}", {"trip": n}) for n in range(trips)],
+        starts=[
+            (
+                "trip-gathered" if gathered else "trip",
+                f"trip-{n}",
+                {"trip": n, "approval": approval},
+            )
+            for n in range(trips)
+        ],
     )

@@ -47,6 +47,14 @@ def _registry() -> lf.Registry:
             return f"missing {missing.target}"
         return "delivered"
 
+    @registry.workflow(name="fan_out", version=1)
+    async def fan_out(ctx: lf.WorkflowContext, keys: list[str]) -> list[str]:
+        # Three detached starts and three signals as parallel branches.
+        started = await ctx.gather(*(ctx.start_workflow("inbox", None, key=k) for k in keys))
+        await ctx.gather(*(ctx.signal_instance(("inbox", k), "note", k) for k in keys))
+        await ctx.wait_for("later")
+        return [str(s) for s in started]
+
     return registry
 
 

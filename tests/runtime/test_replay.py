@@ -163,15 +163,17 @@ def test_patched_serves_old_and_new_histories(journal_url: str, histories: dict[
     assert renamed[histories["done"]].compatible
 
 
-def test_steps_from_concurrent_branches_park_instead_of_racing(journal_url: str) -> None:
+def test_a_step_from_a_task_the_run_did_not_start_parks(journal_url: str) -> None:
+    """Branches of the run take positions (tests/runtime/test_gather.py); a step run on
+    another event loop, in a thread, would race for them and is refused."""
     registry = lf.Registry()
 
     def one(x: int) -> int:
         return x
 
     @registry.workflow(name="fan", version=1)
-    async def fan(ctx: lf.WorkflowContext, _: None) -> list[Any]:
-        return list(await asyncio.gather(ctx.step("a", one, 1), ctx.step("b", one, 2)))
+    async def fan(ctx: lf.WorkflowContext, _: None) -> Any:
+        return await asyncio.to_thread(lambda: asyncio.run(ctx.step("a", one, 1)))
 
     async def main() -> lf.InstanceRecord:
         async with lf.Engine(journal_url, registry) as engine:

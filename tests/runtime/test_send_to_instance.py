@@ -73,6 +73,36 @@ def test_a_signal_and_a_start_are_sent_once_and_replayed_without_sending(
     asyncio.run(main())
 
 
+def test_sends_from_parallel_branches_take_positions_in_call_order_and_replay(
+    journal_url: str,
+) -> None:
+    """Goal: sends made from parallel branches (``ctx.gather``) take their positions in call
+    order and are handed back in that order, and a replay after a wait sends none again.
+
+    Method: a workflow starts three targets and signals each from a gather, then waits; wake
+    it (a replay of all six sends) and read the journal and each target's inbox."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, REGISTRY) as engine:
+            keys = ["g-1", "g-2", "g-3"]
+            started = await engine.start("fan_out", key="f-1", input=keys)
+            await _work(engine)
+            targets = await _finish(engine, started.instance_id)
+            steps = (await engine.detail(started.instance_id)).steps
+            assert [(s.seq, s.name) for s in steps if s.kind is StepKind.SEND] == [
+                (1, "start:inbox"), (2, "start:inbox"), (3, "start:inbox"),
+                (4, "signal:note"), (5, "signal:note"), (6, "signal:note"),
+            ]  # fmt: skip
+            for key, target in zip(keys, targets, strict=True):
+                assert await engine.result(target, timeout=5) == {
+                    "note": key,
+                    "from": f"instance:{started.instance_id}",
+                }
+                assert len((await engine.detail(target)).inbox) == 1
+
+    asyncio.run(main())
+
+
 def test_refusals_are_the_steps_recorded_failures_and_replay_the_same(journal_url: str) -> None:
     """Goal: a signal to no instance raises TargetNotFoundError and a start whose key holds
     another input raises KeyInUseError naming the holder; each is recorded as its step's

@@ -5,9 +5,11 @@ sequence number. On replay the journal answers: a completed step returns its rec
 without running again, and a step that does not match what the journal holds at that position
 (another kind, name or input) is a divergence, which parks the instance instead of running on.
 
-Positions are taken in program order by the one task that runs the workflow function: a call
-from another task (``asyncio.gather``, ``create_task``) would race for positions, so it is
-refused and the instance parks (``concurrent_steps``). :meth:`WorkflowContext.patched` is
+Positions are taken in the order the code calls, also from parallel branches
+(``asyncio.gather``, ``asyncio.TaskGroup``, ``create_task``): :mod:`~ledgerflow.runtime.branches`
+hands each call's outcome back in position order, so a replay takes the same positions whatever
+order the calls finished in; a call from a task the run did not start is refused and the
+instance parks (``concurrent_steps``). :meth:`WorkflowContext.patched` is
 decided at its position from the journal, so a replayed run takes the branch it took.
 :class:`~ledgerflow.runtime.replay.ReplayContext` is the same context answered from the journal
 only (the replay checker).
@@ -17,13 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError, UnsettledEffectsError
-from ledgerflow.ledger.records import StartInstance, StepRecord
-from ledgerflow.ledger.transaction import FromOutside
+from ledgerflow.ledger.records import StepRecord
 from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model.defects import step_verdict
 from ledgerflow.model.definition import (
@@ -38,12 +39,15 @@ from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import children, sends
+from ledgerflow.runtime.branches import CONTROL, Branches, deciding
 from ledgerflow.runtime.children import ChildHandle, OnParentEnd
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.waits import WaitDriver
+
+T = TypeVar("T")
 
 PATCH_PREFIX = "patched:"
 # An effect of the run in one of these states is not settled: the run may not continue as new.
@@ -86,11 +90,9 @@ class WorkflowContext:
         self._patches: dict[str, bool] = {}
         # Children started with on_parent_end="wait": their endings come before the parent's.
         self._children_awaited: list[ChildHandle] = []
-        # The task that runs the workflow function: the only one that may take positions.
-        try:
-            self._task: asyncio.Task[object] | None = asyncio.current_task()
-        except RuntimeError:  # built outside a running loop (never by the executor)
-            self._task = None
+        # The run's branches: who may take positions, and in what order calls return.
+        self._branches = Branches(lambda: self._seq)
+        session.branches_live = self._branches.live
 
     @property
     def instance_id(self) -> InstanceId:
@@ -113,15 +115,23 @@ class WorkflowContext:
         return self._seq
 
     def _in_program_order(self, what: str) -> None:
-        """Refuse a call from another task: two branches would race for positions, and a
-        replay would hand them out in another order."""
-        if self._task is not None and asyncio.current_task() is not self._task:
-            raise Park(
-                "concurrent_steps",
-                f"{what} was called from a task other than the workflow's own (asyncio.gather "
-                "or create_task in workflow code); steps and effects are taken one after "
-                "another, in program order",
-            )
+        """Refuse a call from a task this run did not start (see runtime/branches.py)."""
+        self._branches.admit(what)
+
+    async def close_branches(self, *, hard: bool = False) -> None:
+        """End the branches still running before the run's verdict is written (the
+        executor's and the replay checker's, never workflow code's)."""
+        await self._branches.close(hard=hard)
+
+    def _checked(self, what: str, check: Callable[[], T]) -> T:
+        """The checks of a call before its work (its position, the journal, a cancel
+        request): a control-flow signal among them ends the run for every branch."""
+        try:
+            self._in_program_order(what)
+            return check()
+        except CONTROL as control:
+            self._branches.stopping(control)
+            raise
 
     def _next_seq(self) -> StepSeq:
         self._seq += 1
@@ -189,12 +199,31 @@ class WorkflowContext:
         belong in :meth:`effect`, not here.
         """
         session = self._session
-        policy = retry or self._definition.step_retry
-        self._in_program_order(f"step {name!r}")
-        seq = self._next_seq()
         input_text = session.codec.encode(list(args))
-        recorded = self._replayed(seq, kind=StepKind.LOCAL, name=name, input_text=input_text)
-        self._stop_if_cancelled(seq, name, recorded)
+
+        def check() -> tuple[StepSeq, StepRecord | None]:
+            seq = self._next_seq()
+            recorded = self._replayed(seq, kind=StepKind.LOCAL, name=name, input_text=input_text)
+            self._stop_if_cancelled(seq, name, recorded)
+            return seq, recorded
+
+        seq, recorded = self._checked(f"step {name!r}", check)
+        self._branches.take(seq)
+        work = self._step(seq, name, function, args, input_text, recorded, retry)
+        return await self._branches.call(seq, work)
+
+    async def _step(
+        self,
+        seq: StepSeq,
+        name: str,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        input_text: str,
+        recorded: StepRecord | None,
+        retry: RetryPolicy | None,
+    ) -> Any:
+        session = self._session
+        policy = retry or self._definition.step_retry
         attempt = 1
         if recorded is not None:
             if recorded.status is StepStatus.COMPLETED:
@@ -232,13 +261,18 @@ class WorkflowContext:
         """
         session = self._session
         step_name = name or f"{declaration.participant.name}.{declaration.operation}"
-        self._in_program_order(f"effect {step_name!r}")
-        seq = self._next_seq()
         payload_text = session.codec.encode(payload)
-        recorded = self._replayed(
-            seq, kind=StepKind.EFFECT, name=step_name, input_text=payload_text
-        )
-        self._stop_if_cancelled(seq, step_name, recorded)
+
+        def check() -> StepSeq:
+            seq = self._next_seq()
+            recorded = self._replayed(
+                seq, kind=StepKind.EFFECT, name=step_name, input_text=payload_text
+            )
+            self._stop_if_cancelled(seq, step_name, recorded)
+            return seq
+
+        seq = self._checked(f"effect {step_name!r}", check)
+        self._branches.take(seq)
         driver = EffectDriver(
             session=session,
             declaration=declaration,
@@ -247,7 +281,7 @@ class WorkflowContext:
             payload_text=payload_text,
             wait_until=self.wait_until,
         )
-        return await driver.run()
+        return await self._branches.call(seq, driver.run())
 
     async def sleep(self, seconds: float) -> None:
         """Sleep durably: the instance is released and woken by its timer, on any worker,
@@ -261,7 +295,7 @@ class WorkflowContext:
     async def _timer(self, name: str, spec: dict[str, Any], due: float) -> None:
         driver = self._wait_driver(StepKind.TIMER, name, spec)
         with self._wait_span(driver):
-            await driver.sleep(due)
+            await self._branches.call(driver.seq, driver.sleep(due))
 
     async def wait_for(self, event: str, *, timeout: float | None = None) -> Signal:
         """Wait for an event named ``event`` (delivered with ``Engine.signal``, the CLI or the
@@ -286,16 +320,21 @@ class WorkflowContext:
         driver = self._wait_driver(StepKind.WAIT, f"wait:{event}", spec)
         due = self._session.clock.now() + timeout if timeout is not None else limits.WAIT_FOREVER_AT
         with self._wait_span(driver):
-            return await driver.wait_for(event, due, approvers)
+            return await self._branches.call(driver.seq, driver.wait_for(event, due, approvers))
 
     def _wait_driver(self, kind: StepKind, name: str, spec: dict[str, Any]) -> WaitDriver:
         """The driver of the wait or timer at the next position, checked against the journal
         (a different step there is a divergence, a cancel request stops the run here)."""
-        self._in_program_order(name)
-        seq = self._next_seq()
         input_text = self._session.codec.encode(spec)
-        recorded = self._replayed(seq, kind=kind, name=name, input_text=input_text)
-        self._stop_if_cancelled(seq, name, recorded)
+
+        def check() -> tuple[StepSeq, StepRecord | None]:
+            seq = self._next_seq()
+            recorded = self._replayed(seq, kind=kind, name=name, input_text=input_text)
+            self._stop_if_cancelled(seq, name, recorded)
+            return seq, recorded
+
+        seq, recorded = self._checked(name, check)
+        self._branches.take(seq)
         return WaitDriver(
             session=self._session,
             seq=seq,
@@ -303,6 +342,7 @@ class WorkflowContext:
             name=name,
             input_text=input_text,
             recorded=recorded,
+            parks=self._branches.park,
         )
 
     def _wait_span(self, driver: WaitDriver) -> contextlib.AbstractContextManager[None]:
@@ -495,21 +535,7 @@ class WorkflowContext:
 
             await ctx.signal_instance(("shipment", order["id"]), "paid", {"amount": 30})
         """
-        session = self._session
-        name = sends.signal_name_of(name)
-        to = sends.target_of(session, target)
-        spec = {"target": to, "signal": name, "payload": payload}
-        send = self._send(f"signal:{name}", spec)
-        if isinstance(send, sends.Replayed):
-            return str(send.answer)
-        payload_text = session.codec.encode(payload)
-        event = sends.deliver_to(session, send.seq, to, name, payload_text)
-        answer: str = await send.commit(
-            event,
-            answer=event.event_id,
-            fences=(FromOutside(instance_id=to, tenant=session.instance.tenant),),
-        )
-        return answer
+        return await sends.signal_instance(self, target, name, payload)
 
     async def start_workflow(
         self,
@@ -530,29 +556,39 @@ class WorkflowContext:
         :class:`~ledgerflow.errors.KeyInUseError`, recorded as this step's failure. A replay
         returns the recorded id without starting again.
         """
-        session = self._session
-        spec = {
-            "workflow": workflow, "input": input, "key": key, "version": version,
-            "start_in": start_in, "if_running": if_running, "if_ended": if_ended,
-        }  # fmt: skip
-        send = self._send(f"start:{workflow}", spec)
-        if isinstance(send, sends.Replayed):
-            return InstanceId(str(send.answer))
-        new = sends.new_instance(
-            session, send.seq, self._registry, workflow, input, key=key, version=version,
-            start_in=start_in, if_running=if_running, if_ended=if_ended,
+        return await sends.start_workflow(
+            self, workflow, input, key=key, version=version, start_in=start_in,
+            if_running=if_running, if_ended=if_ended,
         )  # fmt: skip
-        answer: str = await send.commit(StartInstance(new=new), answer=new.instance_id)
-        return InstanceId(answer)
 
-    def _send(self, name: str, spec: dict[str, Any]) -> sends.Send | sends.Replayed:
-        """The send at the next position, or the journal's answer to it."""
-        self._in_program_order(name)
-        seq = self._next_seq()
-        input_text = self._session.codec.encode(spec)
-        recorded = self._replayed(seq, kind=StepKind.SEND, name=name, input_text=input_text)
-        self._stop_if_cancelled(seq, name, recorded)
-        send = sends.Send(session=self._session, seq=seq, name=name, input_text=input_text)
-        if recorded is not None:
-            return sends.Replayed(answer=send.replayed(recorded))
-        return send
+    async def gather(self, *calls: Awaitable[Any]) -> list[Any]:
+        """Run steps and effects as parallel branches; their values in argument order.
+
+        The same as ``asyncio.TaskGroup``: a failing branch cancels the others (a dispatched
+        effect still records its outcome first) and the first failure, in argument order, is
+        raised. Positions are taken in argument order, whatever order the branches finish in.
+
+        Example::
+
+            hotel, car = await ctx.gather(
+                ctx.effect(book_hotel, trip), ctx.effect(book_car, trip)
+            )
+        """
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks.extend(group.create_task(_awaited(c)) for c in calls)
+        except BaseExceptionGroup as failed:
+            decided = deciding(failed, business=lambda _: True)
+            if isinstance(decided, CONTROL):
+                raise decided from None
+            errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+            first = next((e for e in errors if e is not None), None)
+            if first is None:
+                raise
+            raise first from None
+        return [task.result() for task in tasks]
+
+
+async def _awaited(call: Awaitable[T]) -> T:
+    return await call

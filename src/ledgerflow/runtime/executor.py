@@ -41,6 +41,7 @@ from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, RunNumber, WorkerId
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus, failure_event
 from ledgerflow.runtime import children, faults, journal_log
+from ledgerflow.runtime.branches import deciding, fatal
 from ledgerflow.runtime.calls import describe_error, error_names
 from ledgerflow.runtime.compensations import CompensationRunner
 from ledgerflow.runtime.context import WorkflowContext
@@ -205,9 +206,7 @@ class Executor:
             return None
         ctx = WorkflowContext(session, definition, registry=self.registry)
         try:
-            value = await definition.function(
-                ctx, self.codec.decode(session.instance.open_run_input)
-            )
+            value = await self._branches_ended(ctx, definition, session)
             await children.await_children(ctx)
             result = self.codec.encode(value)
         except (Park, Suspend, Abandon):
@@ -324,6 +323,24 @@ class Executor:
                 pass
         await self._cancel(session, why)
         return False
+
+    async def _branches_ended(
+        self, ctx: WorkflowContext, definition: WorkflowDefinition, session: Session
+    ) -> object:
+        """The workflow function's value, once every branch it started has ended; an error
+        of several branches is the one that decides (runtime/branches.py)."""
+        try:
+            value = await definition.function(
+                ctx, self.codec.decode(session.instance.open_run_input)
+            )
+        except BaseException as exc:
+            await ctx.close_branches(hard=fatal(exc))
+            decided = deciding(exc, business=definition.is_business_failure)
+            if decided is exc:
+                raise
+            raise decided from None
+        await ctx.close_branches()
+        return value
 
     async def _fail(self, session: Session, exc: Exception) -> None:
         confirmed = session.confirmed_effects() + [

@@ -30,6 +30,7 @@ position wins: a step divergence before the effect is reported instead.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -49,6 +50,7 @@ from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime.branches import deciding, leaves
 from ledgerflow.runtime.clock import Clock, SystemClock
 from ledgerflow.runtime.context import WorkflowContext, describe_step
 from ledgerflow.runtime.control import (
@@ -157,7 +159,7 @@ class ReplayContext(WorkflowContext):
         if recorded is None:
             self._past_the_end(seq, describe_step(kind, name, input_text))
         elif not _settled(self._session, recorded):
-            if self._recorded_after(seq):
+            if self._recorded_after(seq) and not self._branches.tasks:
                 # Only a migrated journal can hold this: what lies beyond would be reached
                 # only after this position settles, and cannot be proven now.
                 raise Park(
@@ -173,6 +175,10 @@ class ReplayContext(WorkflowContext):
 
     def _past_the_end(self, seq: StepSeq, asks: str) -> None:
         later = self._recorded_after(seq)
+        if later is not None and self._branches.tasks and not self.complete:
+            # A branch's call not journaled yet while a sibling's later one is: the end of
+            # what an in-flight gathered history proves.
+            raise _Frontier(seq)
         if later is not None:
             raise Diverged(
                 seq,
@@ -282,7 +288,7 @@ async def _replayed_code(
         replayed=0,
     )
     try:
-        await definition.function(ctx, codec.decode(instance.open_run_input))
+        await _branches_ended(ctx, definition, codec.decode(instance.open_run_input))
     except _Frontier as frontier:
         return dataclasses.replace(clean, replayed=frontier.seq - 1)
     except Diverged as diverged:
@@ -305,6 +311,26 @@ async def _replayed_code(
     except Exception:  # noqa: BLE001 - the code's own failure ends its run, as in a worker.
         pass
     return _ended(clean, ctx, session)
+
+
+async def _branches_ended(ctx: ReplayContext, definition: WorkflowDefinition, value: Any) -> None:
+    """The code run to its end, its branches too: when several stop, a divergence is
+    reported before the end of what the journal proves, and that before the rest."""
+    try:
+        await definition.function(ctx, value)
+    except BaseException as exc:
+        with contextlib.suppress(BaseException):  # the code's own ending decides, below
+            await ctx.close_branches()
+        found = leaves(exc)
+        for kind in (Diverged, _Frontier):
+            stops = [leaf for leaf in found if isinstance(leaf, kind)]
+            if stops:
+                raise min(stops, key=lambda leaf: getattr(leaf, "seq", 0)) from None
+        decided = deciding(exc, business=definition.is_business_failure)
+        if decided is exc:
+            raise
+        raise decided from None
+    await ctx.close_branches()
 
 
 def _refused(clean: ReplayVerdict, ctx: WorkflowContext, reason: str) -> ReplayVerdict:

@@ -16,8 +16,9 @@ every replay.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ledgerflow.errors import (
     InboxFullError,
@@ -28,7 +29,13 @@ from ledgerflow.errors import (
     TargetNotFoundError,
     VersionRetiredError,
 )
-from ledgerflow.ledger.records import NewInstance, NoCancelRequest, StepRecord, StepWrite
+from ledgerflow.ledger.records import (
+    NewInstance,
+    NoCancelRequest,
+    StartInstance,
+    StepRecord,
+    StepWrite,
+)
 from ledgerflow.ledger.transaction import Deliver, FromOutside, OutsideWrite
 from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model import names
@@ -39,19 +46,36 @@ from ledgerflow.model.signal import signal_name
 from ledgerflow.model.start_policy import policies, start_time
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
+from ledgerflow.runtime.branches import Branches
 from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.session import BESIDE_REFUSALS, Session
+
+T = TypeVar("T")
+
+
+class SenderContext(Protocol):
+    """What a send takes of the sender's
+    :class:`~ledgerflow.runtime.context.WorkflowContext` (declared here so that the context
+    may call this module without the two importing each other)."""
+
+    _session: Session
+    _registry: Registry | None
+    _branches: Branches
+
+    def _next_seq(self) -> StepSeq: ...
+
+    def _checked(self, what: str, check: Callable[[], T]) -> T: ...
+
+    def _replayed(
+        self, seq: StepSeq, *, kind: StepKind, name: str, input_text: str | None
+    ) -> StepRecord | None: ...
+
+    def _stop_if_cancelled(self, seq: StepSeq, name: str, recorded: StepRecord | None) -> None: ...
+
 
 # The refusals a send records as its step's failure (any other refusal is the store's or the
 # engine's trouble: the worker abandons the instance to recovery, which sends again).
 SEND_REFUSALS = BESIDE_REFUSALS
-
-
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """A send the journal holds already: its recorded answer."""
-
-    answer: Any
 
 
 def signal_name_of(name: str) -> str:
@@ -214,3 +238,76 @@ def refusal_of(recorded: Any, session: Session, seq: StepSeq) -> LedgerflowError
         seq=seq,
         target=target,
     )
+
+
+async def signal_instance(
+    ctx: SenderContext, target: str | tuple[str, str], name: str, payload: Any
+) -> str:
+    """``ctx.signal_instance``: the send's position, then (in position order among branches)
+    its answer from the journal or the step and the event committed together."""
+    session = ctx._session
+    name = signal_name_of(name)
+    to = target_of(session, target)
+    spec = {"target": to, "signal": name, "payload": payload}
+    send, recorded = _position(ctx, f"signal:{name}", spec)
+
+    async def work() -> str:
+        if recorded is not None:
+            return str(send.replayed(recorded))
+        event = deliver_to(session, send.seq, to, name, session.codec.encode(payload))
+        fences = (FromOutside(instance_id=to, tenant=session.instance.tenant),)
+        return str(await send.commit(event, answer=event.event_id, fences=fences))
+
+    answer: str = await ctx._branches.call(send.seq, work())
+    return answer
+
+
+async def start_workflow(
+    ctx: SenderContext,
+    workflow: str,
+    input: Any,
+    *,
+    key: str | None,
+    version: int | None,
+    start_in: float | None,
+    if_running: str,
+    if_ended: str,
+) -> InstanceId:
+    """``ctx.start_workflow``: as :func:`signal_instance`, with the new instance beside."""
+    session = ctx._session
+    spec = {
+        "workflow": workflow, "input": input, "key": key, "version": version,
+        "start_in": start_in, "if_running": if_running, "if_ended": if_ended,
+    }  # fmt: skip
+    send, recorded = _position(ctx, f"start:{workflow}", spec)
+
+    async def work() -> str:
+        if recorded is not None:
+            return str(send.replayed(recorded))
+        new = new_instance(
+            session, send.seq, ctx._registry, workflow, input, key=key, version=version,
+            start_in=start_in, if_running=if_running, if_ended=if_ended,
+        )  # fmt: skip
+        return str(await send.commit(StartInstance(new=new), answer=new.instance_id))
+
+    return InstanceId(await ctx._branches.call(send.seq, work()))
+
+
+def _position(
+    ctx: SenderContext, name: str, spec: dict[str, Any]
+) -> tuple[Send, StepRecord | None]:
+    """The send's position (taken in call order, as a step's: runtime/branches.py) and what
+    the journal holds there. Everything that may fail after the position is taken runs inside
+    the branch's call, so a refusal is handed back in position order too."""
+    session = ctx._session
+    input_text = session.codec.encode(spec)
+
+    def check() -> tuple[StepSeq, StepRecord | None]:
+        seq = ctx._next_seq()
+        recorded = ctx._replayed(seq, kind=StepKind.SEND, name=name, input_text=input_text)
+        ctx._stop_if_cancelled(seq, name, recorded)
+        return seq, recorded
+
+    seq, recorded = ctx._checked(name, check)
+    ctx._branches.take(seq)
+    return Send(session=session, seq=seq, name=name, input_text=input_text), recorded

@@ -7,6 +7,7 @@ work on the instance at once (:class:`~ledgerflow.runtime.control.LostOwnership`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from ledgerflow.ledger.records import (
     InstanceWrite,
     Journal,
     KeepTraceContext,
+    NoCancelRequest,
     Release,
     StepRecord,
     StepWrite,
@@ -46,7 +48,7 @@ from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime import child_endings, journal_log
 from ledgerflow.runtime.clock import Clock
-from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Suspend
+from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend
 from ledgerflow.runtime.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -106,6 +108,16 @@ class Session:
     # Writes that ride with the next commit: a patch marker (``ctx.patched``) is decided at
     # once, in program order, and made durable no later than anything after it.
     riders: list[Write] = field(init=False, default_factory=list)
+    # Whether parallel branches of the run are live (the workflow context answers): their
+    # intents are grouped into one commit, and nothing may release the instance meanwhile.
+    branches_live: Callable[[], bool] = field(init=False, default=lambda: False)
+    # Commits of one session go to the store one at a time: branches commit concurrently.
+    _one_at_a_time: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    # Intents queued by branches in this turn of the loop, committed together.
+    _intents: list[tuple[tuple[Write, ...], asyncio.Future[None]]] = field(
+        init=False, default_factory=list
+    )
+    _intents_commit: asyncio.Task[None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.status = self.instance.status
@@ -131,9 +143,60 @@ class Session:
 
         ``beside``: writes to other instances (a child's start, an event for a parent) made in
         the same transaction, each on an instance ``fences`` checks from outside or one the
-        write itself creates."""
+        write itself creates.
+
+        While parallel branches run, commits are made one at a time, and the write-ahead
+        intents the branches queue in one turn of the loop are made in one commit (all of
+        them refused together when a cancel request won: none was dispatched)."""
         if not self.alive():
             raise Abandon("this worker is dead")
+        if self.branches_live():
+            if any(_releases(w) for w in writes):
+                raise Park(
+                    "concurrent_waits",
+                    "the instance would be released (a wait for an asynchronous effect's "
+                    "callback) while parallel branches run: an asynchronous effect's callback "
+                    "wait inside branches is not supported yet; call it before or after them",
+                )
+            if not beside and not fences and _intent(writes):
+                await self._grouped(writes)
+                return
+        async with self._one_at_a_time:
+            await self._commit_now(writes, beside=beside, fences=fences)
+
+    async def _grouped(self, writes: tuple[Write, ...]) -> None:
+        """Queue an intent; the first of a turn commits every intent queued by then."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Read even when its branch was cancelled meanwhile (the refusal reached the others).
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._intents.append((writes, future))
+        if len(self._intents) == 1:
+            # Not awaited by the caller: a cancelled branch must not stop the commit that
+            # carries its siblings' intents.
+            self._intents_commit = asyncio.ensure_future(self._commit_intents())
+        await asyncio.shield(future)
+
+    async def _commit_intents(self) -> None:
+        await asyncio.sleep(0)  # the other branches of this turn queue theirs meanwhile
+        async with self._one_at_a_time:
+            queued, self._intents = self._intents, []
+            merged = tuple(w for writes, _ in queued for w in writes if not _no_cancel(w))
+            try:
+                await self._commit_now((*merged, NoCancelRequest()))
+            except BaseException as exc:  # noqa: BLE001 - each branch gets the refusal.
+                for _, future in queued:
+                    future.set_exception(exc)
+            else:
+                for _, future in queued:
+                    future.set_result(None)
+
+    async def _commit_now(
+        self,
+        writes: tuple[Write, ...],
+        *,
+        beside: tuple[OutsideWrite, ...] = (),
+        fences: tuple[FromOutside, ...] = (),
+    ) -> None:
         riding = len(self.riders)
         writes = (*writes, *self.riders)
         if self.trace_to_keep is not None:
@@ -237,3 +300,18 @@ class Session:
 
     def confirmed_effects(self) -> list[EffectRecord]:
         return [e for e in self.journal.effects.values() if e.state is EffectState.CONFIRMED]
+
+
+def _releases(write: Write) -> bool:
+    return isinstance(write, Release) or (isinstance(write, InstanceWrite) and write.release)
+
+
+def _no_cancel(write: Write) -> bool:
+    return isinstance(write, NoCancelRequest)
+
+
+def _intent(writes: tuple[Write, ...]) -> bool:
+    """A write-ahead intent (or a start): steps and effects guarded by no cancel request."""
+    return any(_no_cancel(w) for w in writes) and all(
+        isinstance(w, (StepWrite, EffectWrite, NoCancelRequest)) for w in writes
+    )

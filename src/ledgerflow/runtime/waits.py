@@ -10,7 +10,7 @@ event is pending, so exactly one of the two wins, whichever process each came fr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ledgerflow import limits
@@ -34,6 +34,12 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Cancelled, Waiting
 from ledgerflow.runtime.session import Session
 
+# (position, name, writes, due, how to park the instance) -> whether the wait was held.
+Parks = Callable[
+    [StepSeq, str, list[Write], float, Callable[[list[Write], float, str], Awaitable[None]]],
+    Awaitable[bool],
+]
+
 
 @dataclass(slots=True, kw_only=True)
 class WaitDriver:
@@ -43,6 +49,10 @@ class WaitDriver:
     name: str
     input_text: str
     recorded: StepRecord | None
+
+    # While parallel branches run, the wait is held until every branch is blocked, and the
+    # instance parked for all of them at once (runtime/branches.py): False when none runs.
+    parks: Parks | None = None
 
     # The step's first write, when this wait starts it (it may be committed together with the
     # write that closes it, so the close builds on it rather than on the journal).
@@ -93,18 +103,25 @@ class WaitDriver:
             faults.point(
                 "wait.before_suspend", instance=self.session.instance.business_key, seq=self.seq
             )
+        if self.parks is not None and await self.parks(
+            self.seq, self.name, pending, due, self._waiting
+        ):
+            raise Waiting  # never reached: parks raises it once the instance is WAITING
+        await self._waiting(pending, due, f"step {self.seq} ({self.name})")
+        raise Waiting
+
+    async def _waiting(self, pending: list[Write], due: float, reason: str) -> None:
         await self.session.commit(
             *pending,
             instance_change(
                 self.session.status,
                 InstanceEvent.SUSPEND,
                 reason_code="waiting",
-                reason=f"step {self.seq} ({self.name})",
+                reason=reason,
                 release=True,
                 available_at=due,
             ),
         )
-        raise Waiting
 
     async def _stop_if_cancelled(self, pending: list[Write]) -> None:
         if self.session.cancel_requested:

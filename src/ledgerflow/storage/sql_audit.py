@@ -154,9 +154,9 @@ class AuditStore(SqlSeam):
         """Pin the instance to another definition; move the journal positions a migration
         declares (through positions no step can take, so that two may trade places)."""
         where = {"instance_id": current.instance_id, "run": current.run}
-        for passing, moves in (
-            ("out", [(m.from_seq, m.from_seq + _MOVE_OFFSET, m) for m in repin.moves]),
-            ("in", [(m.from_seq + _MOVE_OFFSET, m.to_seq, m) for m in repin.moves]),
+        for moves in (
+            [(m.from_seq, m.from_seq + _MOVE_OFFSET, m) for m in repin.moves],  # out
+            [(m.from_seq + _MOVE_OFFSET, m.to_seq, m) for m in repin.moves],  # in
         ):
             for source, target, move in moves:
                 _, stepped = self._run("move_step", {**where, "from_seq": source, "to_seq": target})
@@ -165,12 +165,14 @@ class AuditStore(SqlSeam):
                         f"journal position {move.from_seq} holds no step to move",
                         instance_id=current.instance_id,
                     )
-                if move.effect_id is not None and passing == "in":
+                if move.effect_id is not None:
+                    # In the same two passes as its step: two effects may trade places too
+                    # (a gather whose calls a new version makes in another order).
                     self._run(
                         "move_effect",
                         {
                             **where,
-                            "from_seq": move.from_seq,
+                            "from_seq": source,
                             "to_seq": target,
                             "effect_id": move.effect_id,
                             "idempotency_key": move.idempotency_key,

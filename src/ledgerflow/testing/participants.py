@@ -116,6 +116,10 @@ class World:
     lookup_misses: dict[tuple[str, str], int] = field(default_factory=dict)
     lookup_attempts_max: dict[str, int] = field(default_factory=dict)
     lookups_refused: int = 0
+    # The scenario's workflows run effects in parallel branches (asyncio.gather): calls of one
+    # instance under different keys may then be in flight at once, and may reach their
+    # participants in any order; two calls under one key at once are still two copies.
+    branches: bool = False
 
     def record(
         self, participant: str, operation: str, key: str, attempt: int, payload: Any
@@ -127,11 +131,13 @@ class World:
         )
 
     @contextlib.contextmanager
-    def call(self, instance_id: str, what: str) -> Iterator[None]:
-        """A call of the engine for ``instance_id`` is in flight within the block."""
+    def call(self, instance_id: str, what: str, *, key: str = "") -> Iterator[None]:
+        """A call of the engine for ``instance_id`` (under idempotency key ``key``) is in
+        flight within the block."""
         calls = self.in_flight.setdefault(instance_id, [])
-        if calls:
-            self.overlaps.append(Overlap(instance_id, calls[0], what))
+        clashing = [c for c in calls if not self.branches or (key and key in c)]
+        if clashing:
+            self.overlaps.append(Overlap(instance_id, clashing[0], what))
         calls.append(what)
         try:
             yield
@@ -347,7 +353,7 @@ class ScriptedParticipant:
     async def _deliver(self, call: EffectCall) -> dict[str, Any]:
         what = f"{self.name}.{call.operation} {call.idempotency_key} attempt {call.attempt}"
         self.instance_of[call.idempotency_key] = call.instance_id
-        with self.world.call(call.instance_id, what):
+        with self.world.call(call.instance_id, what, key=call.idempotency_key):
             return await self._respond(call, what)
 
     async def _respond(self, call: EffectCall, what: str) -> dict[str, Any]:
@@ -437,7 +443,7 @@ class ScriptedParticipant:
     async def lookup(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
         """The participant's lookup: applied (with evidence), not applied (fencing the attempts
         asked about) or unknown."""
-        with self.world.call(self.instance_of.get(key, key), f"{self.name} lookup {key}"):
+        with self.world.call(self.instance_of.get(key, key), f"{self.name} lookup {key}", key=key):
             return self._look_up(key, attempt)
 
     def _look_up(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:

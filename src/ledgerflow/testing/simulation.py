@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ledgerflow import limits
 from ledgerflow.errors import FencedOutError
 from ledgerflow.ledger.records import Commit, Release
 from ledgerflow.ledger.transaction import Deliver, RequestCancel
+from ledgerflow.model.codec import JSON
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.examples import Events, Example
@@ -40,7 +42,7 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.engine import Engine
 from ledgerflow.runtime.faults import SimulatedCrash
-from ledgerflow.runtime.replay import ReplayContext
+from ledgerflow.runtime.replay import ReplayContext, replay
 from ledgerflow.runtime.worker import Worker
 from ledgerflow.storage import open_store
 from ledgerflow.testing import oracle
@@ -83,6 +85,36 @@ class Scenario:
 
 
 ScenarioFactory = Callable[[], Scenario]
+
+POSITIONS_REPLAY = "positions-replay"
+
+
+async def replayed_positions(url: str, scenario: Scenario) -> list[oracle.Violation]:
+    """In a scenario with parallel branches, every history replays at its own positions
+    against its own code: the calls of the branches take, on a replay, the positions the run
+    journaled, whatever order they finished in before or after each crash (the replay
+    checker, nothing dispatched)."""
+    if not scenario.world.branches:
+        return []
+    registry = scenario.registry
+    store = open_store(url)
+    try:
+        found = []
+        for instance in store.list_instances(limit=limits.READ_BATCH_MAX):
+            journal = store.journal(instance.instance_id, instance.run)
+            definition = registry.get(instance.workflow_name, instance.workflow_version)
+            verdict = await replay(definition, instance, journal, codec=JSON)
+            if not verdict.compatible:
+                found.append(
+                    oracle.Violation(
+                        POSITIONS_REPLAY,
+                        instance.instance_id,
+                        f"its journal does not replay at its positions: {verdict.reason}",
+                    )
+                )
+        return found
+    finally:
+        store.close()
 
 
 def scenario_for(
@@ -245,13 +277,13 @@ async def simulate(
             undo()
     run.touched.update(_instances_with_misbehaviour(snapshot))
     terminal = {i.instance_id for i in snapshot.instances if i.status in TERMINAL_STATUSES}
-    world = scenario.world
     return RunResult(
         label=label,
         violations=[
-            *oracle.check(snapshot, world),
+            *oracle.check(snapshot, scenario.world),
+            *await replayed_positions(run.url, scenario),
             *run.left_behind(),
-            *await run.drift.judge(run.url, world),
+            *await run.drift.judge(run.url, scenario.world),
         ],
         statuses=Counter(i.status.value for i in snapshot.instances),
         crashes=run.crashes,
@@ -279,8 +311,8 @@ async def simulate(
             cancels=sum(1 for kind, _ in plan.arrivals if kind == CANCEL),
             signals=sum(1 for kind, _ in plan.arrivals if kind != CANCEL),
             stalls=run.stalls,
-            late_answers=len(world.late_answers),
-            lookup_misses=world.lookups_refused,
+            late_answers=len(scenario.world.late_answers),
+            lookup_misses=scenario.world.lookups_refused,
             store_drops=run.store_drops,
             deliveries=run.driver.delivered,
             callbacks=run.driver.callbacks,

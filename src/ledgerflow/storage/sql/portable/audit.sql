@@ -33,8 +33,8 @@ UPDATE lf_steps SET seq = :to_seq
 WHERE instance_id = :instance_id AND run = :run AND seq = :from_seq;
 
 -- name: move_effect
--- The effect at a moved position goes with it, written with the id and key it is given (its
--- original ones: a key is never minted again).
+-- The effect at a moved position goes with it, in the same two passes as its step, written
+-- with the id and key it is given (its original ones: a key is never minted again).
 UPDATE lf_effects
 SET seq = :to_seq, effect_id = :effect_id, idempotency_key = :idempotency_key
 WHERE instance_id = :instance_id AND run = :run AND seq = :from_seq;
