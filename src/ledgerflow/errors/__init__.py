@@ -38,11 +38,13 @@
     │   ├── CancelArrivedError        a new step lost the race to a cancel request
     │   ├── IdempotencyKeyReusedError an Idempotency-Key sent again with another request
     │   ├── EventRefusedError         an event kept but refused: too late, or the instance ended
-    │   └── RetryTransactionError     the caller's transaction lost a conflict: run it again
+    │   ├── RetryTransactionError     the caller's transaction lost a conflict: run it again
+    │   └── SlotTakenError            another worker decided a schedule's slots first
     ├── IllegalTransitionError        a state change the state machine does not allow
     │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
     ├── InstanceNotFoundError
     │   └── NotCommittedError         written in a caller's transaction that has not committed
+    ├── ScheduleNotFoundError         no schedule has this name (or it was deleted)
     ├── ResultTimeoutError            waited for a result that did not come in time
     │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
     ├── WorkflowError                 the instance ended without a result
@@ -117,6 +119,8 @@ from ledgerflow.errors.ledger import (
     NotCommittedError,
     ResultTimeoutError,
     RetryTransactionError,
+    ScheduleNotFoundError,
+    SlotTakenError,
     StepError,
     StepFailedError,
     UnsettledEffectsError,
@@ -182,6 +186,8 @@ __all__ = [
     "ReservedNameError",
     "ResultTimeoutError",
     "RetryTransactionError",
+    "ScheduleNotFoundError",
+    "SlotTakenError",
     "RouteNotFoundError",
     "SchemaVersionError",
     "ServerBusyError",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.delivery import DeliveryState
 from ledgerflow.ledger.records import Commit, Delivery, InstanceRecord, StartInstance
+from ledgerflow.ledger.schedules import ScheduleWrite
 from ledgerflow.model.ids import InstanceId
 
 
@@ -121,7 +122,9 @@ class Started:
     new: bool
 
 
-OutsideWrite = Deliver | RequestCancel | AppendAudit | Audited | RaiseFlag | StartInstance
+OutsideWrite = (
+    Deliver | RequestCancel | AppendAudit | Audited | RaiseFlag | StartInstance | ScheduleWrite
+)
 Answer = Delivered | CancelAsked | Started | int | bool
 
 

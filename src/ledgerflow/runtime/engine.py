@@ -43,6 +43,7 @@ from ledgerflow.runtime.core import (
 from ledgerflow.runtime.detection import bounds_from_environment, detection_task
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, PeriodicTask
+from ledgerflow.runtime.schedules import Scheduler, schedules_task
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.unserved import (
@@ -402,6 +403,11 @@ class Engine:
             if not watchers:
                 self._watchers.pop(instance_id, None)
 
+    def _wake(self) -> None:
+        """A schedule started instances: this engine's workers look for them now."""
+        for worker in self._workers:
+            worker.wake()
+
     def _released(self, instance_id: InstanceId) -> None:
         for released in self._watchers.get(instance_id, ()):
             released.set()
@@ -446,6 +452,11 @@ class Engine:
         if self.metrics is not None:
             periodic = (*periodic, signals_task(runtime.store, self.store, self.metrics))
         periodic = (*periodic, unserved_task(runtime, self.store, bounds))
+        if self.registry.schedules:
+            scheduler = Scheduler(
+                runtime=runtime, registry=self.registry, journal=self.store, on_fired=self._wake
+            )
+            periodic = (*periodic, schedules_task(scheduler))
         adopter = Adopter(
             runtime=runtime,
             registry=self.registry,
