@@ -211,9 +211,7 @@ def plan_tick(
             if spec.catch_up is CatchUp.SKIP:
                 row(nominal, SlotOutcome.MISSED, "late: catch_up=skip", spec_version=version)
                 continue
-            if spec.catch_up is CatchUp.LATEST and not (
-                catching_up_one and nominal == newest_late
-            ):
+            if spec.catch_up is CatchUp.LATEST and not (catching_up_one and nominal == newest_late):
                 row(nominal, SlotOutcome.MISSED, "late: a later slot is due", spec_version=version)
                 continue
             if (
@@ -233,7 +231,9 @@ def plan_tick(
                 row(nominal, SlotOutcome.BUFFERED, reason, spec_version=version)
                 buffered_at, buffered_version = nominal, version
             else:
-                extra = "; one slot is buffered already" if spec.overlap is Overlap.BUFFER_ONE else ""
+                extra = (
+                    "; one slot is buffered already" if spec.overlap is Overlap.BUFFER_ONE else ""
+                )
                 row(nominal, SlotOutcome.SKIPPED, reason + extra, spec_version=version)
             continue
         row(nominal, SlotOutcome.FIRED, "due", spec_version=version)

@@ -569,9 +569,11 @@ class Registry:
         """
         if name in self.schedules:
             raise RegistrationError(f"schedule {name!r} is declared twice")
-        window = {} if catch_up_window_seconds is None else {
-            "catch_up_window_seconds": catch_up_window_seconds
-        }
+        window = (
+            {}
+            if catch_up_window_seconds is None
+            else {"catch_up_window_seconds": catch_up_window_seconds}
+        )
         spec = ScheduleSpec(
             name=name,
             workflow=self._workflow_name(workflow),

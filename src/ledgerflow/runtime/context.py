@@ -29,6 +29,7 @@ from ledgerflow.model.definition import EffectDeclaration, WorkflowDefinition
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
+from ledgerflow.model.schedule import ScheduledBy, scheduled_by
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
@@ -88,6 +89,13 @@ class WorkflowContext:
     def tenant(self) -> TenantId:
         """The tenant the instance belongs to."""
         return self._session.instance.tenant
+
+    @property
+    def scheduled(self) -> ScheduledBy | None:
+        """Why a schedule started this instance: the schedule's name and its slot's nominal
+        instant (UTC; None with the request id for a manual trigger), read from the business
+        key the slot derived. None for an instance no schedule started."""
+        return scheduled_by(self._session.instance.business_key)
 
     @property
     def steps_taken(self) -> int:

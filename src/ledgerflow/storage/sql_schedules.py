@@ -18,7 +18,6 @@ from ledgerflow.ledger.schedules import (
     RecordSlots,
     ScheduleRecord,
     ScheduleWrite,
-    SetSchedule,
     SlotOutcome,
     SlotRecord,
 )
