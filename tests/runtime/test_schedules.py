@@ -287,12 +287,12 @@ def test_backfill_twice_adds_nothing_and_a_trigger_takes_no_slot(journal_url: st
             commands = operations.schedules("local:test")
             first = commands.backfill("every-minute", start=T0 - 10 * MINUTE, end=T0 + 3600,
                                       reason="before it existed")  # fmt: skip
-            assert len(first.fired) == 10 and first.kept == 0
+            assert (len(first.fired), first.kept) == (10, 0)
             again = commands.backfill("every-minute", start=T0 - 10 * MINUTE, end=T0 + 3600)
-            assert again.fired == [] and again.kept == 10
+            assert (again.fired, again.kept) == ([], 10)
             one = commands.trigger("every-minute", request_id="ops-1", reason="now please")
             same = commands.trigger("every-minute", request_id="ops-1")
-            assert one.new and not same.new
+            assert (one.new, same.new) == (True, False)
             assert one.instance.instance_id == same.instance.instance_id
             assert one.instance.business_key == "schedule:every-minute:trigger:ops-1"
             with pytest.raises(ScheduleNotFoundError):
@@ -342,7 +342,8 @@ def test_jitter_is_derived_from_the_slot_and_declarations_are_checked() -> None:
 
     delays = [jitter(spec, T0 + 60 * i) for i in range(50)]
     assert delays == [jitter(spec, T0 + 60 * i) for i in range(50)]
-    assert all(0 <= d < 30 for d in delays) and len(set(delays)) == 50
+    assert all(0 <= d < 30 for d in delays)
+    assert len(set(delays)) == 50
     registry = lf.Registry()
     for bad in (
         {"every": 60, "cron": "* * * * *"},
