@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import signal
+import subprocess
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import ledgerflow as lf
+import schedule_racing
+from conditions import eventually
 from ledgerflow.errors import RegistrationError, ScheduleNotFoundError
 from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.ledger.schedules import SlotOutcome, SlotRecord
@@ -28,6 +34,7 @@ from ledgerflow.model.schedule import ScheduleSpec, iso_utc, jitter, next_slot, 
 from ledgerflow.operators.service import Operations
 from ledgerflow.runtime.schedules import Scheduler
 from ledgerflow.testing import FakeClock, oracle
+from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
 
 T0 = 1_800_000_000.0  # a whole minute, UTC
 MINUTE = 60.0
@@ -355,3 +362,69 @@ def test_jitter_is_derived_from_the_slot_and_declarations_are_checked() -> None:
     ):
         with pytest.raises(RegistrationError):
             registry.schedule("bad", workflow="w", **bad)  # type: ignore[arg-type]
+
+
+# -- real worker processes: SIGKILLed at a firing, then several racing -------------------------
+
+KILLS = {
+    "before the tick commits": "schedule.before_fire",
+    "after the tick committed": "schedule.after_fire",
+}
+
+
+def _worker(url: str, log: Path, *, faults: list[dict[str, Any]] | None = None) -> Any:
+    command = [
+        *LEDGERFLOW,
+        *("worker", "schedule_racing:registry", "--db", url),
+        *("--lease-seconds", "2", "--poll-seconds", "0.05"),
+    ]
+    env = child_environment(TESTS)
+    env.pop("LEDGERFLOW_FAULTS", None)
+    if faults is not None:
+        env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", list(KILLS))
+def test_a_worker_killed_at_a_firing_then_three_racing_fire_each_slot_once(
+    journal_url: str, tmp_path: Path, kill: str
+) -> None:
+    """SIGKILL a real worker process at its first firing, just before its tick's transaction
+    commits or just after; then three worker processes race on the schedule (a slot a
+    second) until eight more slots are decided. Every slot the cursor passed has one row, each
+    FIRED slot one instance whose result names that slot, and the killed tick's slot, if it
+    committed, was never fired again."""
+    log = tmp_path / "workers.log"
+    killed = _worker(journal_url, log, faults=[{"point": KILLS[kill], "action": "kill"}])
+    assert killed.wait(timeout=WAIT_SECONDS_MAX) == -signal.SIGKILL
+    outside = lf.SyncEngine(journal_url, schedule_racing.registry)
+    try:
+        before = outside.store.schedule_slots("heartbeat", limit=1000)
+        assert len(before) == (0 if KILLS[kill] == "schedule.before_fire" else 1)
+        racing = [_worker(journal_url, log) for _ in range(3)]
+        try:
+            eventually(
+                lambda: len(outside.store.schedule_slots("heartbeat", limit=1000)) >= 9,
+                what="nine slots decided",
+            )
+        finally:
+            for process in racing:
+                process.terminate()
+            for process in racing:
+                process.wait(timeout=WAIT_SECONDS_MAX)
+        slots = outside.store.schedule_slots("heartbeat", limit=1000)
+        if before:
+            (first,) = [s for s in slots if s.nominal_at == before[0].nominal_at]
+            assert first == before[0]
+        instances = outside.store.list_instances(workflow_name="beat", limit=1000)
+        fired = {s.instance_id: s for s in slots if s.outcome is SlotOutcome.FIRED}
+        assert sorted(fired) == sorted(i.instance_id for i in instances)
+        for instance in instances:
+            if instance.status is lf.InstanceStatus.SUCCEEDED:
+                nominal = fired[instance.instance_id].nominal_at
+                assert instance.result_value == datetime.fromtimestamp(nominal, UTC).isoformat()
+        assert oracle.one_firing_per_slot(outside.store) == []
+    finally:
+        outside.close()

@@ -33,6 +33,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``run.before_switch`` / ``run.after_switch``: the workflow called ``continue_as_new`` and
   the switch to the next run is not yet durable / is durable and the next run has not started
   (``run`` is the run closing / the run opened)
+- ``schedule.before_fire`` / ``schedule.after_fire``: a worker planned a schedule's tick (its
+  slots' outcomes and starts) and its transaction is not yet durable / is durable and the
+  worker has not counted it (``schedule`` is the schedule's name, ``slots`` how many)
 """
 
 from __future__ import annotations
