@@ -19,39 +19,8 @@ from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.options import db_option, echo_json, json_option
 from ledgerflow.cli.render import cell, console, print_table
 from ledgerflow.errors import CommandLineError
-from ledgerflow.ledger.schedules import ScheduleRecord, SlotRecord
-from ledgerflow.model.schedule import iso_utc
+from ledgerflow.operators.schedules import iso_utc, schedule_json, slot_json
 from ledgerflow.operators.service import Operations, local_actor
-
-
-def schedule_json(record: ScheduleRecord) -> dict[str, Any]:
-    spec = record.parsed
-    return {
-        "name": record.name,
-        "tenant": record.tenant,
-        "workflow": spec.workflow,
-        "cron": spec.cron,
-        "every_seconds": spec.every_seconds,
-        "tz": spec.tz,
-        "overlap": spec.overlap.value,
-        "catch_up": spec.catch_up.value,
-        "spec_version": record.spec_version,
-        "next_slot": iso_utc(record.cursor),
-        "paused": record.paused,
-        "buffered": None if record.buffered_at is None else iso_utc(record.buffered_at),
-        "last_instance_id": record.last_instance_id,
-    }
-
-
-def slot_json(slot: SlotRecord) -> dict[str, Any]:
-    return {
-        "nominal_at": iso_utc(slot.nominal_at),
-        "spec_version": slot.spec_version,
-        "outcome": slot.outcome.value,
-        "reason": slot.reason,
-        "instance_id": slot.instance_id,
-        "lateness_seconds": round(slot.lateness, 3),
-    }
 
 
 def _instant(text: str, option: str) -> float:

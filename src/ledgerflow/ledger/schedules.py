@@ -156,7 +156,6 @@ def plan_tick(
     or None when nothing is due. ``instance_for`` names the instance a slot's nominal instant
     would start (the caller derives it from the slot's business key)."""
     spec = record.parsed
-    version = record.spec_version
     due: list[float] = []
     cursor = record.cursor
     while len(due) < SLOTS_PER_TICK_MAX and due_at(spec, cursor) <= now:
@@ -165,91 +164,105 @@ def plan_tick(
     buffered_fires = record.buffered_at is not None and not last_running and not record.paused
     if not due and not buffered_fires:
         return None
-
-    slots: list[SlotRecord] = []
-    firings: list[Firing] = []
-    running = last_running
-    last = record.last_instance_id
-    buffered_at, buffered_version = record.buffered_at, record.buffered_version
-
-    def row(nominal: float, outcome: SlotOutcome, reason: str, *, spec_version: int) -> None:
-        instance = instance_for(nominal) if outcome is SlotOutcome.FIRED else None
-        slots.append(
-            SlotRecord(
-                name=record.name,
-                spec_version=spec_version,
-                nominal_at=nominal,
-                outcome=outcome,
-                reason=reason,
-                instance_id=instance,
-                decided_at=now,
-                lateness=max(0.0, now - due_at(spec, nominal)),
-            )
-        )
-
-    if buffered_fires and buffered_at is not None and buffered_version is not None:
-        row(
-            buffered_at,
-            SlotOutcome.FIRED,
-            "buffered: the overlap ended",
-            spec_version=buffered_version,
-        )
-        firings.append(Firing(spec_version=buffered_version, nominal_at=buffered_at))
-        last, running = instance_for(buffered_at), True
-        buffered_at = buffered_version = None
-
+    tick = _Tick(record, spec, now, last_running, instance_for)
+    if buffered_fires:
+        tick.fire_buffered()
     late = [n for n in due if now - due_at(spec, n) > LATE_AFTER_SECONDS]
-    newest_late = late[-1] if late else None
     # The newest late slot is the "latest" to catch up only when no slot after it is on time
     # and it is the last this tick sees (a longer backlog: a later tick reaches the latest).
-    catching_up_one = newest_late is not None and newest_late == due[-1] and cursor > now
+    latest = late[-1] if late and late[-1] == due[-1] and cursor > now else None
     for nominal in due:
         if record.paused:
-            row(nominal, SlotOutcome.SKIPPED, "paused", spec_version=version)
-            continue
-        if nominal in late:
-            if spec.catch_up is CatchUp.SKIP:
-                row(nominal, SlotOutcome.MISSED, "late: catch_up=skip", spec_version=version)
-                continue
-            if spec.catch_up is CatchUp.LATEST and not (catching_up_one and nominal == newest_late):
-                row(nominal, SlotOutcome.MISSED, "late: a later slot is due", spec_version=version)
-                continue
-            if (
-                spec.catch_up is CatchUp.ALL
-                and now - due_at(spec, nominal) > spec.catch_up_window_seconds
-            ):
-                row(
-                    nominal,
-                    SlotOutcome.MISSED,
-                    "late: outside the catch-up window",
-                    spec_version=version,
-                )
-                continue
-        if running and spec.overlap is not Overlap.ALLOW_ALL:
-            reason = f"overlap: {last} is still running"
-            if spec.overlap is Overlap.BUFFER_ONE and buffered_at is None:
-                row(nominal, SlotOutcome.BUFFERED, reason, spec_version=version)
-                buffered_at, buffered_version = nominal, version
-            else:
-                extra = (
-                    "; one slot is buffered already" if spec.overlap is Overlap.BUFFER_ONE else ""
-                )
-                row(nominal, SlotOutcome.SKIPPED, reason + extra, spec_version=version)
-            continue
-        row(nominal, SlotOutcome.FIRED, "due", spec_version=version)
-        firings.append(Firing(spec_version=version, nominal_at=nominal))
-        last, running = instance_for(nominal), True
-
+            tick.row(nominal, SlotOutcome.SKIPPED, "paused")
+        elif nominal in late and (missed := tick.missed(nominal, latest)) is not None:
+            tick.row(nominal, SlotOutcome.MISSED, missed)
+        else:
+            tick.decide(nominal)
     return TickPlan(
         advance=AdvanceSchedule(
             name=record.name,
             expected_cursor=record.cursor,
             expected_buffered_at=record.buffered_at,
             cursor=cursor,
-            buffered_at=buffered_at,
-            buffered_version=buffered_version,
-            last_instance_id=last,
-            slots=tuple(slots),
+            buffered_at=tick.buffered_at,
+            buffered_version=tick.buffered_version,
+            last_instance_id=tick.last,
+            slots=tuple(tick.slots),
         ),
-        firings=tuple(firings),
+        firings=tuple(tick.firings),
     )
+
+
+class _Tick:
+    """The decisions of one tick so far: its rows, its firings, and what runs after them."""
+
+    def __init__(
+        self,
+        record: ScheduleRecord,
+        spec: ScheduleSpec,
+        now: float,
+        running: bool,
+        instance_for: Callable[[float], str],
+    ) -> None:
+        self.record, self.spec, self.now = record, spec, now
+        self.running, self.instance_for = running, instance_for
+        self.last = record.last_instance_id
+        self.buffered_at, self.buffered_version = record.buffered_at, record.buffered_version
+        self.slots: list[SlotRecord] = []
+        self.firings: list[Firing] = []
+
+    def row(
+        self, nominal: float, outcome: SlotOutcome, reason: str, *, version: int | None = None
+    ) -> None:
+        spec_version = self.record.spec_version if version is None else version
+        fired = outcome is SlotOutcome.FIRED
+        self.slots.append(
+            SlotRecord(
+                name=self.record.name,
+                spec_version=spec_version,
+                nominal_at=nominal,
+                outcome=outcome,
+                reason=reason,
+                instance_id=self.instance_for(nominal) if fired else None,
+                decided_at=self.now,
+                lateness=max(0.0, self.now - due_at(self.spec, nominal)),
+            )
+        )
+        if fired:
+            self.firings.append(Firing(spec_version=spec_version, nominal_at=nominal))
+            self.last, self.running = self.instance_for(nominal), True
+
+    def fire_buffered(self) -> None:
+        """The buffered slot fires first, under the spec version it was buffered under."""
+        nominal, version = self.buffered_at, self.buffered_version
+        assert nominal is not None
+        assert version is not None
+        self.row(nominal, SlotOutcome.FIRED, "buffered: the overlap ended", version=version)
+        self.buffered_at = self.buffered_version = None
+
+    def missed(self, nominal: float, latest: float | None) -> str | None:
+        """Why a late slot is MISSED under the catch-up policy (None: it may fire)."""
+        catch_up = self.spec.catch_up
+        if catch_up is CatchUp.SKIP:
+            return "late: catch_up=skip"
+        if catch_up is CatchUp.LATEST and nominal != latest:
+            return "late: a later slot is due"
+        window = self.spec.catch_up_window_seconds
+        if catch_up is CatchUp.ALL and self.now - due_at(self.spec, nominal) > window:
+            return "late: outside the catch-up window"
+        return None
+
+    def decide(self, nominal: float) -> None:
+        """A slot that may fire: fired, or held back by the overlap policy."""
+        overlap = self.spec.overlap
+        if not self.running or overlap is Overlap.ALLOW_ALL:
+            self.row(nominal, SlotOutcome.FIRED, "due")
+            return
+        reason = f"overlap: {self.last} is still running"
+        if overlap is Overlap.BUFFER_ONE and self.buffered_at is None:
+            self.row(nominal, SlotOutcome.BUFFERED, reason)
+            self.buffered_at, self.buffered_version = nominal, self.record.spec_version
+        elif overlap is Overlap.BUFFER_ONE:
+            self.row(nominal, SlotOutcome.SKIPPED, reason + "; one slot is buffered already")
+        else:
+            self.row(nominal, SlotOutcome.SKIPPED, reason)

@@ -33,7 +33,7 @@ from ledgerflow.model.retry import (
     RetryPolicy,
 )
 from ledgerflow.model.routing import OnNewCode, Served
-from ledgerflow.model.schedule import CatchUp, Overlap, ScheduleSpec, checked_choice
+from ledgerflow.model.schedule import ScheduleDeclarations, ScheduleSpec
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -435,8 +435,9 @@ class WorkflowDefinition:
         )
 
 
-class Registry:
-    """The workflows and participants a process knows; what ``ledgerflow worker`` loads.
+class Registry(ScheduleDeclarations):
+    """The workflows, participants and schedules a process knows; what ``ledgerflow worker``
+    loads.
 
     Example::
 
@@ -536,68 +537,6 @@ class Registry:
             return function
 
         return register
-
-    def schedule(
-        self,
-        name: str,
-        *,
-        workflow: str | WorkflowFunction,
-        cron: str | None = None,
-        every: float | None = None,
-        input: Any = None,
-        tz: str = "UTC",
-        overlap: Overlap | str = Overlap.SKIP,
-        catch_up: CatchUp | str = CatchUp.LATEST,
-        catch_up_window_seconds: float | None = None,
-        jitter_seconds: float = 0.0,
-        tenant: str | None = None,
-    ) -> ScheduleSpec:
-        """Declare a schedule that starts ``workflow`` (its newest version) with ``input`` at
-        each slot: every ``every`` seconds, or each match of ``cron`` in time zone ``tz``.
-
-        ``overlap`` says what a slot does while the instance fired last still runs
-        (``"skip"``, ``"buffer_one"``, ``"allow_all"``); ``catch_up`` what late slots do
-        after downtime (``"skip"``, ``"latest"``: fire the newest once, ``"all"``: fire
-        those within ``catch_up_window_seconds``); every slot that does not fire is recorded
-        with its reason. ``jitter_seconds`` delays each slot by an amount derived from its
-        identity. Workers keep the journal's copy of the spec in step with this one.
-
-        Example::
-
-            registry.schedule("nightly-report", cron="0 2 * * *", tz="Europe/Berlin",
-                              workflow="report", input={"kind": "daily"})
-        """
-        if name in self.schedules:
-            raise RegistrationError(f"schedule {name!r} is declared twice")
-        window = (
-            {}
-            if catch_up_window_seconds is None
-            else {"catch_up_window_seconds": catch_up_window_seconds}
-        )
-        spec = ScheduleSpec(
-            name=name,
-            workflow=self._workflow_name(workflow),
-            cron=cron,
-            every_seconds=None if every is None else float(every),
-            input=input,
-            tz=tz,
-            overlap=checked_choice(name, "overlap", Overlap, overlap),
-            catch_up=checked_choice(name, "catch_up", CatchUp, catch_up),
-            jitter_seconds=float(jitter_seconds),
-            tenant=tenant,
-            **window,
-        )
-        self.schedules[name] = spec
-        return spec
-
-    def _workflow_name(self, workflow: str | WorkflowFunction) -> str:
-        if isinstance(workflow, str):
-            return workflow
-        registered = workflow.__dict__.get("__ledgerflow__", [])
-        return next(
-            (name for registry, name, _ in registered if registry is self),
-            getattr(workflow, "__name__", ""),
-        )
 
     def get(self, name: str, version: int | None = None) -> WorkflowDefinition:
         """The definition of workflow ``name`` at ``version`` (the newest when ``None``);

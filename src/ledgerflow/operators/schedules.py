@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ledgerflow.errors import ScheduleNotFoundError
 from ledgerflow.ledger.records import StartInstance
@@ -31,12 +32,15 @@ from ledgerflow.ledger.transaction import AppendAudit, Started, Transaction
 from ledgerflow.model.authority import ApiRole
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.schedule import ScheduleSpec, iso_utc, slot_key, slots_between, trigger_key
+
 from ledgerflow.operators import actions
 from ledgerflow.operators.commands import Caller, Operation
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.schedules import start_of
 from ledgerflow.runtime.sync_engine import SyncEngine
 from ledgerflow.storage.store import Store
+
+__all__ = ["Backfill", "ScheduleCommands", "ScheduleView", "iso_utc", "schedule_json", "slot_json"]
 
 # The audit kinds of schedule changes.
 SCHEDULE_PAUSE = "schedule-pause"
@@ -208,3 +212,33 @@ class ScheduleCommands:
             found.extend((version, spec, n) for n in slots_between(spec, after=low, until=high,
                                                                   limit=limit))  # fmt: skip
         return found
+
+
+def schedule_json(record: ScheduleRecord) -> dict[str, Any]:
+    spec = record.parsed
+    return {
+        "name": record.name,
+        "tenant": record.tenant,
+        "workflow": spec.workflow,
+        "cron": spec.cron,
+        "every_seconds": spec.every_seconds,
+        "tz": spec.tz,
+        "overlap": spec.overlap.value,
+        "catch_up": spec.catch_up.value,
+        "spec_version": record.spec_version,
+        "next_slot": iso_utc(record.cursor),
+        "paused": record.paused,
+        "buffered": None if record.buffered_at is None else iso_utc(record.buffered_at),
+        "last_instance_id": record.last_instance_id,
+    }
+
+
+def slot_json(slot: SlotRecord) -> dict[str, Any]:
+    return {
+        "nominal_at": iso_utc(slot.nominal_at),
+        "spec_version": slot.spec_version,
+        "outcome": slot.outcome.value,
+        "reason": slot.reason,
+        "instance_id": slot.instance_id,
+        "lateness_seconds": round(slot.lateness, 3),
+    }
