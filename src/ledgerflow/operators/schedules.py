@@ -32,7 +32,6 @@ from ledgerflow.ledger.transaction import AppendAudit, Started, Transaction
 from ledgerflow.model.authority import ApiRole
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.schedule import ScheduleSpec, iso_utc, slot_key, slots_between, trigger_key
-
 from ledgerflow.operators import actions
 from ledgerflow.operators.commands import Caller, Operation
 from ledgerflow.runtime.clock import Clock
