@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import ledgerflow as lf
 import schedule_racing
 from conditions import eventually
+from ledgerflow.cli.main import cli
 from ledgerflow.errors import RegistrationError, ScheduleNotFoundError
 from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.ledger.schedules import SlotOutcome, SlotRecord
@@ -428,3 +430,42 @@ def test_a_worker_killed_at_a_firing_then_three_racing_fire_each_slot_once(
         assert oracle.one_firing_per_slot(outside.store) == []
     finally:
         outside.close()
+
+
+def test_the_command_line_lists_shows_pauses_and_triggers(tmp_path: Path) -> None:
+    """``ledgerflow schedule``: list and show read the journal (show --json names each slot's
+    outcome and reason), pause and resume say whether they changed anything, trigger starts
+    under its own key and a repeat with its request id is the same instance."""
+    url = f"sqlite:///{tmp_path}/journal.db"
+
+    async def declare() -> None:
+        clock = FakeClock(T0, autojump=False)
+        async with _engine(url, schedule_racing.registry, clock) as (_, scheduler):
+            await scheduler.tick()
+            clock.advance(3.5)
+            await scheduler.tick()
+
+    asyncio.run(declare())
+    runner = CliRunner()
+
+    def run(*args: str) -> str:
+        result = runner.invoke(cli, ["schedule", *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "heartbeat" in run("list", "--db", url)
+    shown = json.loads(run("show", "heartbeat", "--db", url, "--json"))
+    assert shown["every_seconds"] == 1.0
+    assert [s["outcome"] for s in shown["slots"]] == ["FIRED", "FIRED", "FIRED"]
+    assert (
+        run("pause", "heartbeat", "--db", url, "--reason", "test") == "schedule heartbeat: paused\n"
+    )
+    assert run("pause", "heartbeat", "--db", url) == "schedule heartbeat: no change\n"
+    assert run("resume", "heartbeat", "--db", url) == "schedule heartbeat: resumed\n"
+    args = ("trigger", "schedule_racing:registry", "heartbeat", "--db", url, "--request-id", "r1")
+    first = json.loads(run(*args, "--json"))
+    again = json.loads(run(*args, "--json"))
+    assert (first["created"], again["created"]) == (True, False)
+    assert first["instance_id"] == again["instance_id"]
+    missing = runner.invoke(cli, ["schedule", "show", "nope", "--db", url])
+    assert isinstance(missing.exception, ScheduleNotFoundError)
