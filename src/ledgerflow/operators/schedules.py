@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ledgerflow.errors import ScheduleNotFoundError
+from ledgerflow.errors import NotAuthorizedError, ScheduleNotFoundError
 from ledgerflow.ledger.records import StartInstance
 from ledgerflow.ledger.schedules import (
     RecordSlots,
@@ -30,7 +30,6 @@ from ledgerflow.ledger.schedules import (
 )
 from ledgerflow.ledger.transaction import AppendAudit, Started, Transaction
 from ledgerflow.model.authority import ApiRole
-from ledgerflow.model.codec import Codec
 from ledgerflow.model.schedule import ScheduleSpec, iso_utc, slot_key, slots_between, trigger_key
 from ledgerflow.operators import actions
 from ledgerflow.operators.commands import Caller, Operation
@@ -41,12 +40,12 @@ from ledgerflow.storage.store import Store
 
 __all__ = ["Backfill", "ScheduleCommands", "ScheduleView", "iso_utc", "schedule_json", "slot_json"]
 
-# The audit kinds of schedule changes.
-SCHEDULE_PAUSE = "schedule-pause"
-SCHEDULE_RESUME = "schedule-resume"
-SCHEDULE_DELETE = "schedule-delete"
-SCHEDULE_TRIGGER = "schedule-trigger"
-SCHEDULE_BACKFILL = "schedule-backfill"
+# The audit kinds of schedule changes (listed among the actions' kinds).
+SCHEDULE_PAUSE = actions.SCHEDULE_PAUSE
+SCHEDULE_RESUME = actions.SCHEDULE_RESUME
+SCHEDULE_DELETE = actions.SCHEDULE_DELETE
+SCHEDULE_TRIGGER = actions.SCHEDULE_TRIGGER
+SCHEDULE_BACKFILL = actions.SCHEDULE_BACKFILL
 # Every change of a schedule takes the operator's role; a local actor needs no grant.
 SCHEDULE_CHANGE = Operation("schedule", ApiRole.OPERATOR, None)
 # Slots one backfill fires at most (a longer range is backfilled in parts).
@@ -72,18 +71,23 @@ class Backfill:
 class ScheduleCommands:
     """The schedule commands on one store, for one caller (see module)."""
 
-    def __init__(
-        self, store: Store, engine: SyncEngine, clock: Clock, caller: Caller, codec: Codec
-    ) -> None:
+    def __init__(self, store: Store, engine: SyncEngine, clock: Clock, caller: Caller) -> None:
         self._store = store
-        self._codec = codec
+        self._codec = engine.codec
         self._engine = engine
         self._clock = clock
         self._caller = caller
 
     def every(self) -> list[ScheduleRecord]:
         """The journal's schedules (not the deleted ones), by name."""
-        return [s for s in self._store.schedules() if not s.deleted]
+        return [s for s in self._store.schedules() if not s.deleted and self._sees(s)]
+
+    def _sees(self, record: ScheduleRecord) -> bool:
+        try:
+            self._caller.acts_in(record.tenant)
+        except NotAuthorizedError:
+            return False
+        return True
 
     def show(self, name: str, *, slots: int = SHOWN_SLOTS) -> ScheduleView:
         return ScheduleView(
@@ -92,7 +96,7 @@ class ScheduleCommands:
 
     def _found(self, name: str) -> ScheduleRecord:
         record = self._store.schedule(name)
-        if record is None or record.deleted:
+        if record is None or record.deleted or not self._sees(record):
             raise ScheduleNotFoundError(f"no schedule named {name!r}", schedule=name)
         return record
 

@@ -312,7 +312,7 @@ class Operations:
         pause, resume, trigger, backfill, delete, each audited (trigger and backfill start
         workflows of this service's registry)."""
         caller = LocalCaller(actor or local_actor(), self._engine, lambda: self.authority)
-        return ScheduleCommands(self._store, self._engine, self._clock, caller, self._codec)
+        return ScheduleCommands(self._store, self._engine, self._clock, caller)
 
     def _writer(self, actor: str | None) -> Writer:
         """The changes from outside as ``actor`` (default: :func:`local_actor`) asks them."""
