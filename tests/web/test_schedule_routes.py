@@ -86,6 +86,8 @@ def test_schedule_routes(client: tuple[TestClient, dict[str, str]], journal_url:
     assert first.json()["instance_id"] == repeat.json()["instance_id"]
     with Operations(journal_url) as operations:
         kinds = [(a.kind, a.outcome) for a in operations.audit(AuditQuery(actor="olga"))]
+        (refusal,) = operations.audit(AuditQuery(actor="vera"))
+    assert (refusal.kind, refusal.outcome, refusal.role) == ("schedule-pause", "refused", "viewer")
     assert kinds == [
         ("schedule-pause", "applied"),
         ("schedule-pause", "no-op"),

@@ -108,10 +108,22 @@ class ScheduleCommands:
             arguments=arguments,
         )  # fmt: skip
 
-    def _set(self, kind: str, name: str, write: SetSchedule, reason: str) -> bool:
+    def _authorized(self, kind: str, name: str, reason: str) -> tuple[ScheduleRecord, str | None]:
+        """The schedule, and the role the change is recorded under; a refusal is recorded
+        (with the caller's name and role), then raised."""
         record = self._found(name)
-        self._caller.acts_in(record.tenant)
-        role = self._caller.authorize(SCHEDULE_CHANGE)
+        try:
+            return record, self._caller.authorize(SCHEDULE_CHANGE)
+        except NotAuthorizedError as exc:
+            actions.record_refusal(
+                self._store, self._clock, actor=self._caller.actor, role=self._caller.role,
+                kind=kind, instance_id=None, target=f"schedule:{name}", reason=reason,
+                arguments={}, error=exc,
+            )  # fmt: skip
+            raise
+
+    def _set(self, kind: str, name: str, write: SetSchedule, reason: str) -> bool:
+        _, role = self._authorized(kind, name, reason)
         with self._store.transaction():
             (changed,) = self._store.apply(Transaction(writes=(write,)), now=self._clock.now())
             self._audit(
@@ -133,9 +145,7 @@ class ScheduleCommands:
 
     def trigger(self, name: str, *, request_id: str, reason: str = "") -> Started:
         """Start the schedule's workflow now under the trigger's own key (see module)."""
-        record = self._found(name)
-        self._caller.acts_in(record.tenant)
-        role = self._caller.authorize(SCHEDULE_CHANGE)
+        record, role = self._authorized(SCHEDULE_TRIGGER, name, reason)
         spec = record.parsed
         new = start_of(
             self._engine.registry, self._codec.encode, spec,
@@ -155,9 +165,7 @@ class ScheduleCommands:
 
     def backfill(self, name: str, *, start: float, end: float, reason: str = "") -> Backfill:
         """Fire the slots in (start, end] no tick fired, each by the spec in force then."""
-        record = self._found(name)
-        self._caller.acts_in(record.tenant)
-        role = self._caller.authorize(SCHEDULE_CHANGE)
+        record, role = self._authorized(SCHEDULE_BACKFILL, name, reason)
         end = min(end, record.cursor - 1e-6)  # the cursor's slots are the ticks'
         decided = {s.nominal_at: s for s in self._store.schedule_slots(name, limit=2**31 - 1)}
         now = self._clock.now()
