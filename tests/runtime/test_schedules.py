@@ -469,3 +469,43 @@ def test_the_command_line_lists_shows_pauses_and_triggers(tmp_path: Path) -> Non
     assert first["instance_id"] == again["instance_id"]
     missing = runner.invoke(cli, ["schedule", "show", "nope", "--db", url])
     assert isinstance(missing.exception, ScheduleNotFoundError)
+
+
+def test_a_changed_spec_is_the_next_version_and_backfill_uses_the_spec_in_force(
+    journal_url: str,
+) -> None:
+    """Every minute from T0, then (a deploy ten minutes later) every two minutes: the journal
+    holds spec versions 1 and 2, the ticks after the change decide by version 2, and a
+    backfill over the whole range fires the undecided slots before the change by version 1
+    (each minute) and none after it twice."""
+
+    async def main() -> None:
+        clock = FakeClock(T0, autojump=False)
+        async with _engine(journal_url, _registry(overlap="allow_all"), clock) as (_, first):
+            await first.tick()
+        clock.advance(10 * MINUTE)
+        changed = _registry(overlap="allow_all", every=2 * MINUTE)
+        async with _engine(journal_url, changed, clock) as (engine, second):
+            await second.tick()
+            for _ in range(3):
+                clock.advance(2 * MINUTE)
+                await second.tick()
+            schedule = engine.store.schedule("every-minute")
+            assert schedule is not None
+            assert schedule.spec_version == 2
+            assert [v for v, _, _ in engine.store.schedule_specs("every-minute")] == [1, 2]
+            assert {s.spec_version for s in _slots(engine)} == {2}
+            with Operations(journal_url, registry=changed, clock=clock) as operations:
+                done = operations.schedules().backfill(
+                    "every-minute", start=T0 - 1, end=T0 + 20 * MINUTE
+                )
+                again = operations.schedules().backfill(
+                    "every-minute", start=T0 - 1, end=T0 + 20 * MINUTE
+                )
+            assert [n - T0 for n in done.fired] == [MINUTE * k for k in range(0, 11)]
+            assert again.fired == []
+            by_version = Counter(s.spec_version for s in _slots(engine))
+            assert by_version == {1: 11, 2: 3}
+            _clean(engine)
+
+    asyncio.run(main())
