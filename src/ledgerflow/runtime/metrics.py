@@ -273,6 +273,7 @@ class Metrics:
             self._child(self.schedule_late, schedule).inc()
 
     def tick_lost(self, schedule: str) -> None:
+        """Count a tick that another worker's decided first (rolled back whole)."""
         self._child(self.schedule_races, schedule).inc()
 
     def started(self, workflow: str, version: int) -> None:
