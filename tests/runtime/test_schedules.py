@@ -509,3 +509,29 @@ def test_a_changed_spec_is_the_next_version_and_backfill_uses_the_spec_in_force(
             _clean(engine)
 
     asyncio.run(main())
+
+
+def test_metrics_count_fired_missed_and_late_slots(tmp_path: Path) -> None:
+    """After a 78-minute pause: one slot fired, 77 missed and late (decided more than a minute
+    after they were due), and the lateness of all 78 observed, by schedule and outcome."""
+    from prometheus_client import CollectorRegistry
+
+    async def main() -> None:
+        metrics = lf.Metrics(CollectorRegistry())
+        clock = FakeClock(T0, autojump=False)
+        registry = _registry()
+        url = f"sqlite:///{tmp_path}/journal.db"
+        async with lf.Engine(url, registry, clock=clock, metrics=metrics) as engine:
+            await engine.tick_schedules()
+            clock.advance(78 * MINUTE + 1)
+            await engine.tick_schedules()
+
+        def value(name: str, **labels: str) -> float | None:
+            return metrics.registry.get_sample_value(name, {"schedule": "every-minute", **labels})
+
+        assert value("ledgerflow_schedule_slots_total", outcome="fired") == 1
+        assert value("ledgerflow_schedule_slots_total", outcome="missed") == 77
+        assert value("ledgerflow_schedule_late_slots_total") == 77
+        assert value("ledgerflow_schedule_slot_lateness_seconds_count") == 78
+
+    asyncio.run(main())
