@@ -179,6 +179,7 @@ def test_catch_up_skip_and_all_within_the_window(
     [
         ("skip", ["FIRED", "SKIPPED", "SKIPPED", "SKIPPED"], ["FIRED"]),
         ("buffer_one", ["FIRED", "BUFFERED", "SKIPPED", "SKIPPED"], ["BUFFERED"]),
+        ("buffer_all", ["FIRED", "BUFFERED", "BUFFERED", "BUFFERED"], ["BUFFERED"]),
         ("allow_all", ["FIRED", "FIRED", "FIRED", "FIRED"], ["FIRED"]),
     ],
 )
@@ -187,7 +188,8 @@ def test_each_overlap_policy_against_a_run_lasting_three_periods(
 ) -> None:
     """The first instance waits for a signal over three more periods; then it ends and the
     next period's tick decides. buffer_one fires its buffered slot first (its row goes from
-    BUFFERED to FIRED) and buffers the new one behind it."""
+    BUFFERED to FIRED) and buffers the new one behind it; buffer_all holds every overlapping
+    slot and fires them one run after another, oldest first."""
 
     async def main() -> None:
         clock = FakeClock(T0, autojump=False)
@@ -207,13 +209,28 @@ def test_each_overlap_policy_against_a_run_lasting_three_periods(
             clock.advance(MINUTE)
             await scheduler.tick()
             decided = _slots(engine)
-            if overlap == "buffer_one":
-                assert decided[1].outcome is SlotOutcome.FIRED  # the buffered one fired
+            if overlap.startswith("buffer"):
+                assert decided[1].outcome is SlotOutcome.FIRED  # the oldest buffered one fired
                 assert decided[1].reason == "buffered: the overlap ended"
+            if overlap == "buffer_all":  # the others wait their turn, oldest first
+                assert [s.outcome.value for s in decided[2:4]] == ["BUFFERED", "BUFFERED"]
+                await _drain(engine, scheduler, clock)
+                assert all(s.outcome is SlotOutcome.FIRED for s in _slots(engine)[:5])
             assert [s.outcome.value for s in decided[4:]] == after
             _clean(engine)
 
     asyncio.run(main())
+
+
+async def _drain(engine: lf.Engine, scheduler: Scheduler, clock: FakeClock) -> None:
+    """Let each buffered slot's run end and the next tick fire the next one (bounded)."""
+    for _ in range(8):
+        for instance in await engine.list(workflow="job"):
+            if instance.status not in FINAL_STATUSES:
+                await engine.signal(instance.instance_id, "done", event_id="done-1")
+        await _finish(engine)
+        clock.advance(1)  # within the period: no new slot is due, only the buffered ones
+        await scheduler.tick()
 
 
 def _utc(*parts: int) -> float:

@@ -17,10 +17,11 @@ instance still runs in, the slots' outcomes and the new cursor out.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ledgerflow.model.schedule import (
+    BUFFERED_SLOTS_MAX,
     LATE_AFTER_SECONDS,
     CatchUp,
     Overlap,
@@ -151,10 +152,13 @@ def plan_tick(
     now: float,
     last_running: bool,
     instance_for: Callable[[float], str],
+    buffered: Sequence[tuple[float, int]] = (),
 ) -> TickPlan | None:
     """Decide every slot of ``record`` due by ``now`` (at most :data:`SLOTS_PER_TICK_MAX`),
     or None when nothing is due. ``instance_for`` names the instance a slot's nominal instant
-    would start (the caller derives it from the slot's business key)."""
+    would start (the caller derives it from the slot's business key); ``buffered`` is the
+    slots BUFFERED now, (nominal instant, spec version) oldest first: the row holds the
+    oldest."""
     spec = record.parsed
     due: list[float] = []
     cursor = record.cursor
@@ -164,7 +168,7 @@ def plan_tick(
     buffered_fires = record.buffered_at is not None and not last_running and not record.paused
     if not due and not buffered_fires:
         return None
-    tick = _Tick(record, spec, now, last_running, instance_for)
+    tick = _Tick(record, spec, now, last_running, instance_for, buffered)
     if buffered_fires:
         tick.fire_buffered()
     late = [n for n in due if now - due_at(spec, n) > LATE_AFTER_SECONDS]
@@ -184,8 +188,8 @@ def plan_tick(
             expected_cursor=record.cursor,
             expected_buffered_at=record.buffered_at,
             cursor=cursor,
-            buffered_at=tick.buffered_at,
-            buffered_version=tick.buffered_version,
+            buffered_at=tick.queue[0][0] if tick.queue else None,
+            buffered_version=tick.queue[0][1] if tick.queue else None,
             last_instance_id=tick.last,
             slots=tuple(tick.slots),
         ),
@@ -203,11 +207,16 @@ class _Tick:
         now: float,
         running: bool,
         instance_for: Callable[[float], str],
+        buffered: Sequence[tuple[float, int]],
     ) -> None:
         self.record, self.spec, self.now = record, spec, now
         self.running, self.instance_for = running, instance_for
         self.last = record.last_instance_id
-        self.buffered_at, self.buffered_version = record.buffered_at, record.buffered_version
+        # The buffered slots, oldest first (the row names the oldest, if the read is older).
+        self.queue = list(buffered)
+        if record.buffered_at is not None and not self.queue:
+            assert record.buffered_version is not None
+            self.queue = [(record.buffered_at, record.buffered_version)]
         self.slots: list[SlotRecord] = []
         self.firings: list[Firing] = []
 
@@ -233,12 +242,10 @@ class _Tick:
             self.last, self.running = self.instance_for(nominal), True
 
     def fire_buffered(self) -> None:
-        """The buffered slot fires first, under the spec version it was buffered under."""
-        nominal, version = self.buffered_at, self.buffered_version
-        assert nominal is not None
-        assert version is not None
+        """The oldest buffered slot fires first, under the spec version it was buffered
+        under."""
+        nominal, version = self.queue.pop(0)
         self.row(nominal, SlotOutcome.FIRED, "buffered: the overlap ended", version=version)
-        self.buffered_at = self.buffered_version = None
 
     def missed(self, nominal: float, latest: float | None) -> str | None:
         """Why a late slot is MISSED under the catch-up policy (None: it may fire)."""
@@ -259,10 +266,13 @@ class _Tick:
             self.row(nominal, SlotOutcome.FIRED, "due")
             return
         reason = f"overlap: {self.last} is still running"
-        if overlap is Overlap.BUFFER_ONE and self.buffered_at is None:
+        bound = {Overlap.BUFFER_ONE: 1, Overlap.BUFFER_ALL: BUFFERED_SLOTS_MAX}.get(overlap, 0)
+        if len(self.queue) < bound:
             self.row(nominal, SlotOutcome.BUFFERED, reason)
-            self.buffered_at, self.buffered_version = nominal, self.record.spec_version
+            self.queue.append((nominal, self.record.spec_version))
         elif overlap is Overlap.BUFFER_ONE:
             self.row(nominal, SlotOutcome.SKIPPED, reason + "; one slot is buffered already")
+        elif overlap is Overlap.BUFFER_ALL:
+            self.row(nominal, SlotOutcome.SKIPPED, reason + f"; the buffer is full ({bound})")
         else:
             self.row(nominal, SlotOutcome.SKIPPED, reason)

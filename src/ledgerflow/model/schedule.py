@@ -42,6 +42,8 @@ EVERY_SECONDS_MIN = 1.0
 JITTER_SECONDS_MAX = 3600.0
 # How far back catch_up="all" fires late slots by default; older late slots are MISSED.
 CATCH_UP_WINDOW_SECONDS = 3600.0
+# Slots buffer_all holds at most; a slot past it is SKIPPED ("the buffer is full").
+BUFFERED_SLOTS_MAX = 16
 # A slot decided more than this after its due instant is late: the catch-up policy decides it.
 LATE_AFTER_SECONDS = 60.0
 # Cron matches looked at to find one slot (a cron expression that never matches ends here).
@@ -53,6 +55,8 @@ class Overlap(enum.Enum):
 
     SKIP = "skip"
     BUFFER_ONE = "buffer_one"
+    # Buffer every overlapping slot, up to BUFFERED_SLOTS_MAX; they fire one run after another.
+    BUFFER_ALL = "buffer_all"
     ALLOW_ALL = "allow_all"
 
 
@@ -297,7 +301,8 @@ class ScheduleDeclarations:
         each slot: every ``every`` seconds, or each match of ``cron`` in time zone ``tz``.
 
         ``overlap`` says what a slot does while the instance fired last still runs
-        (``"skip"``, ``"buffer_one"``, ``"allow_all"``); ``catch_up`` what late slots do
+        (``"skip"``, ``"buffer_one"``, ``"buffer_all"``: up to :data:`BUFFERED_SLOTS_MAX`, each
+        fired when the run before it ends, ``"allow_all"``); ``catch_up`` what late slots do
         after downtime (``"skip"``, ``"latest"``: fire the newest once, ``"all"``: fire
         those within ``catch_up_window_seconds``); every slot that does not fire is recorded
         with its reason. ``jitter_seconds`` delays each slot by an amount derived from its

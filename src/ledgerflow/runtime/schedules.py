@@ -160,8 +160,15 @@ class Scheduler:
         def start(nominal: float) -> NewInstance:
             return start_of(self.registry, encode, spec, key=slot_key(spec.name, nominal))
 
+        buffered = []
+        if row.buffered_at is not None:
+            buffered = await self.runtime.store.call(self.journal.buffered_slots, row.name)
         plan = plan_tick(
-            row, now=now, last_running=last_running, instance_for=lambda n: start(n).instance_id
+            row,
+            now=now,
+            last_running=last_running,
+            instance_for=lambda n: start(n).instance_id,
+            buffered=buffered,
         )
         if plan is None:
             return TickReport()

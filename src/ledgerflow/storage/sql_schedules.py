@@ -21,6 +21,7 @@ from ledgerflow.ledger.schedules import (
     SlotOutcome,
     SlotRecord,
 )
+from ledgerflow.model.schedule import BUFFERED_SLOTS_MAX
 from ledgerflow.storage.rows import Row, fields, record_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
@@ -111,6 +112,15 @@ class ScheduleStore(SqlSeam):
         with self._read():
             rows, _ = self._run("select_slots", {"name": name, "limit": limit})
         return [record_from_row(SlotRecord, r) for r in rows]
+
+    def buffered_slots(self, name: str) -> list[tuple[float, int]]:
+        """The slots the schedule holds BUFFERED: (nominal instant, spec version), oldest
+        first."""
+        with self._read():
+            rows, _ = self._run(
+                "select_buffered_slots", {"name": name, "limit": BUFFERED_SLOTS_MAX}
+            )
+        return [(float(r["nominal_at"]), int(r["spec_version"])) for r in rows]
 
     def schedule_specs(self, name: str) -> list[tuple[int, str, float]]:
         """Every spec the schedule has had: (version, spec, in force from), oldest first."""

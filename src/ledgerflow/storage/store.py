@@ -138,6 +138,11 @@ class LedgerReads(Protocol):
         """The latest ``limit`` decided slots of a schedule, newest first."""
         ...
 
+    def buffered_slots(self, name: str) -> list[tuple[float, int]]:
+        """The slots the schedule holds BUFFERED: (nominal instant, spec version), oldest
+        first."""
+        ...
+
     def schedule_specs(self, name: str) -> list[tuple[int, str, float]]:
         """Every spec the schedule has had: (version, spec, in force from), oldest first."""
         ...

@@ -8,7 +8,8 @@ Read from the store's own rows after quiescence, for every schedule:
 - a FIRED row names the one instance its slot's business key starts, and that instance is on
   the journal; an instance under a slot's key has its FIRED row (no firing off the record);
 - a manual trigger's instance takes no slot;
-- at most one slot is BUFFERED, the one the schedule's row holds.
+- at most :data:`~ledgerflow.model.schedule.BUFFERED_SLOTS_MAX` slots are BUFFERED, the
+  oldest the one the schedule's row holds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from typing import Protocol
 
 from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.ledger.schedules import ScheduleRecord, SlotOutcome, SlotRecord
-from ledgerflow.model.schedule import ScheduleSpec, iso_utc, scheduled_by, slot_key, slots_between
+from ledgerflow.model.schedule import (
+    BUFFERED_SLOTS_MAX,
+    ScheduleSpec,
+    iso_utc,
+    scheduled_by,
+    slot_key,
+    slots_between,
+)
 from ledgerflow.testing.violations import Violation
 
 # Slots of one schedule the check walks at most (a test's schedules have far fewer).
@@ -72,7 +80,9 @@ def _check(
             yield Violation(INVARIANT, instance.instance_id, f"{name}: an instance under slot "
                             f"key {key} with no FIRED row")  # fmt: skip
     buffered = [r for r in rows if r.outcome is SlotOutcome.BUFFERED]
-    if len(buffered) > 1 or (buffered and buffered[0].nominal_at != schedule.buffered_at):
+    if len(buffered) > BUFFERED_SLOTS_MAX or (
+        buffered and min(r.nominal_at for r in buffered) != schedule.buffered_at
+    ):
         yield Violation(INVARIANT, None, f"{name}: {len(buffered)} slots BUFFERED, the schedule "
                         f"holds {schedule.buffered_at}")  # fmt: skip
     yield from _no_gap(store, schedule, by_nominal)

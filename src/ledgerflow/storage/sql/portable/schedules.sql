@@ -74,3 +74,10 @@ SELECT * FROM lf_schedule_slots WHERE name = :name ORDER BY nominal_at DESC LIMI
 
 -- name: select_schedule_specs
 SELECT * FROM lf_schedule_specs WHERE name = :name ORDER BY spec_version;
+
+-- name: select_buffered_slots
+-- The slots a schedule holds BUFFERED, oldest first (the schedule's row names the oldest).
+SELECT nominal_at, spec_version FROM lf_schedule_slots
+WHERE name = :name AND outcome = 'BUFFERED'
+ORDER BY nominal_at
+LIMIT :limit;
