@@ -50,6 +50,9 @@ DRIVERS = {"sqlite3", "psycopg", "psycopg2", "psycopg_pool", "asyncpg"}
 # What the pure domain model may import: itself, errors, limits and side-effect-free stdlib.
 MODEL_IMPORTS_ALLOWED = {
     "__future__",
+    # A schedule's slots: cron expressions (a pure evaluator) and time zones (the tz database).
+    "cronsim",
+    "zoneinfo",
     "abc",
     "ast",  # parses the workflow's source to fingerprint its code, not its formatting
     "collections",

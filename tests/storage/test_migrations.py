@@ -222,6 +222,31 @@ DECLARED_TABLES: dict[str, list[str]] = {
     ],
     # The closed runs of instances that continued as new (0015).
     "lf_runs": ["instance_id", "run", "input", "steps", "generation", "closed_at", "ended"],
+    # Schedules, every spec they had, and one row per decided slot (0018).
+    "lf_schedules": [
+        "name",
+        "tenant",
+        "spec",
+        "spec_version",
+        "cursor",
+        "paused",
+        "buffered_at",
+        "buffered_version",
+        "last_instance_id",
+        "deleted",
+        "updated_at",
+    ],
+    "lf_schedule_specs": ["name", "spec_version", "spec", "in_force_from"],
+    "lf_schedule_slots": [
+        "name",
+        "nominal_at",
+        "spec_version",
+        "outcome",
+        "reason",
+        "instance_id",
+        "decided_at",
+        "lateness",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -270,6 +295,10 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_inbox_refusals": {("instance_id",)},
     # A run closes once.
     "lf_runs": {("instance_id", "run")},
+    # One schedule per name, one spec per version, and one decision per slot.
+    "lf_schedules": {("name",)},
+    "lf_schedule_specs": {("name", "spec_version")},
+    "lf_schedule_slots": {("name", "nominal_at")},
     "lf_schema_migrations": {("version",)},
 }
 

@@ -21,6 +21,7 @@ from ledgerflow.cli.migrate import register as register_migrate
 from ledgerflow.cli.reconcile import register as register_reconcile
 from ledgerflow.cli.render import inert
 from ledgerflow.cli.repairs import register as register_repairs
+from ledgerflow.cli.schedules import register as register_schedules
 from ledgerflow.cli.serve import register as register_serve
 from ledgerflow.cli.signals import register as register_signals
 from ledgerflow.cli.tokens import register as register_tokens
@@ -57,6 +58,7 @@ register_tokens(cli)
 register_versions(cli)
 register_upgrades(cli)
 register_workers(cli)
+register_schedules(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:

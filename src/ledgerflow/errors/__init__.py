@@ -40,11 +40,13 @@
     │   ├── EventRefusedError         an event kept but refused: too late, or the instance ended
     │   ├── RetryTransactionError     the caller's transaction lost a conflict: run it again
     │   ├── ChildKeyConflictError     a child's explicit key is held by an unrelated instance
-    │   └── KeyInUseError             a business key's instance this start may not return
+    │   ├── KeyInUseError             a business key's instance this start may not return
+    │   └── SlotTakenError            another worker decided a schedule's slots first
     ├── IllegalTransitionError        a state change the state machine does not allow
     │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
     ├── InstanceNotFoundError
     │   └── NotCommittedError         written in a caller's transaction that has not committed
+    ├── ScheduleNotFoundError         no schedule has this name (or it was deleted)
     ├── ResultTimeoutError            waited for a result that did not come in time
     │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
     ├── WorkflowError                 the instance ended without a result
@@ -137,6 +139,8 @@ from ledgerflow.errors.ledger import (
     NotCommittedError,
     ResultTimeoutError,
     RetryTransactionError,
+    ScheduleNotFoundError,
+    SlotTakenError,
     StepError,
     StepFailedError,
     TargetNotFoundError,
@@ -211,6 +215,8 @@ __all__ = [
     "ReservedNameError",
     "ResultTimeoutError",
     "RetryTransactionError",
+    "ScheduleNotFoundError",
+    "SlotTakenError",
     "RouteNotFoundError",
     "SchemaVersionError",
     "ServerBusyError",

@@ -271,3 +271,25 @@ class TargetNotFoundError(StepError):
 
     # The instance the signal was meant for.
     target: str | None = None
+
+
+@identities
+class SlotTakenError(ConcurrencyError):
+    """A schedule's tick lost the race: another worker decided these slots first (the
+    schedule's cursor or buffered slot moved since the tick was planned). Nothing of the
+    losing tick is durable, its starts included; the next tick plans from the new cursor."""
+
+    code = "LF540"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("schedule",)
+
+    schedule: str | None = None
+
+
+@identities
+class ScheduleNotFoundError(LedgerflowError):
+    """No schedule has this name (or it was deleted)."""
+
+    code = "LF541"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("schedule",)
+
+    schedule: str | None = None

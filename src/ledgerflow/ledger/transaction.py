@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.delivery import DeliveryState
 from ledgerflow.ledger.records import Commit, Delivery, InstanceRecord, StartInstance
+from ledgerflow.ledger.schedules import ScheduleWrite
 from ledgerflow.model.ids import InstanceId, TenantId
 
 
@@ -136,7 +137,14 @@ class StartNow:
 
 
 OutsideWrite = (
-    Deliver | RequestCancel | AppendAudit | Audited | RaiseFlag | StartInstance | StartNow
+    Deliver
+    | RequestCancel
+    | AppendAudit
+    | Audited
+    | RaiseFlag
+    | StartInstance
+    | StartNow
+    | ScheduleWrite
 )
 Answer = Delivered | CancelAsked | Started | int | bool
 

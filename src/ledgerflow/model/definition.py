@@ -33,6 +33,7 @@ from ledgerflow.model.retry import (
     RetryPolicy,
 )
 from ledgerflow.model.routing import OnNewCode, Served
+from ledgerflow.model.schedule import ScheduleDeclarations, ScheduleSpec
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -434,8 +435,9 @@ class WorkflowDefinition:
         )
 
 
-class Registry:
-    """The workflows and participants a process knows; what ``ledgerflow worker`` loads.
+class Registry(ScheduleDeclarations):
+    """The workflows, participants and schedules a process knows; what ``ledgerflow worker``
+    loads.
 
     Example::
 
@@ -449,6 +451,7 @@ class Registry:
     def __init__(self) -> None:
         self._workflows: dict[str, dict[int, WorkflowDefinition]] = {}
         self.participants: dict[str, Participant] = {}
+        self.schedules: dict[str, ScheduleSpec] = {}
 
     def add_participant(self, participant: Participant) -> Participant:
         """Add a participant the workflows of this registry change; return it."""

@@ -48,6 +48,12 @@ MIGRATE = VersionCommand.MIGRATE.value
 RETIRE_VERSION = VersionCommand.RETIRE.value
 # Written by a worker's adoption, in the claim's transaction (runtime/adoption.py).
 ADOPT = adoption.ADOPT
+# A schedule's changes (ledgerflow.operators.schedules).
+SCHEDULE_PAUSE = "schedule-pause"
+SCHEDULE_RESUME = "schedule-resume"
+SCHEDULE_DELETE = "schedule-delete"
+SCHEDULE_TRIGGER = "schedule-trigger"
+SCHEDULE_BACKFILL = "schedule-backfill"
 ACTION_KINDS = (
     START,
     CANCEL,
@@ -59,6 +65,11 @@ ACTION_KINDS = (
     MIGRATE,
     RETIRE_VERSION,
     ADOPT,
+    SCHEDULE_PAUSE,
+    SCHEDULE_RESUME,
+    SCHEDULE_DELETE,
+    SCHEDULE_TRIGGER,
+    SCHEDULE_BACKFILL,
 )
 # An action's reason and refusal are kept to this many characters.
 ACTION_TEXT_MAX = 1000

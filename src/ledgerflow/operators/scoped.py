@@ -67,6 +67,7 @@ from ledgerflow.operators.paging import (
     page_timeline,
 )
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
+from ledgerflow.operators.schedules import ScheduleCommands
 from ledgerflow.operators.versions import (
     Retirement,
     VersionSummary,
@@ -330,6 +331,10 @@ class ScopedOperations:
         return tenant
 
     # -- changing: the one implementation of each (operators/commands.py), as this principal -
+
+    def schedules(self) -> ScheduleCommands:
+        """The schedules of this principal's tenant, changed in its name (each audited)."""
+        return ScheduleCommands(self._store, self._engine, self._clock, self)
 
     def _writer(self) -> Writer:
         return Writer(self._store, self._engine, self._clock, self)

@@ -73,6 +73,7 @@ from ledgerflow.operators.readiness import Readiness, migrate_journal
 from ledgerflow.operators.reconcile import reconcile
 from ledgerflow.operators.repairs import RepairRequest, RepairResult, Repairs
 from ledgerflow.operators.reports import InstanceReport, instance_report
+from ledgerflow.operators.schedules import ScheduleCommands
 from ledgerflow.operators.scoped import ScopedOperations
 from ledgerflow.operators.upgrades import (
     MigrationPlan,
@@ -309,6 +310,13 @@ class Operations:
         callback's transaction."""
         request = CompleteEffectRequest(idempotency_key, applied, evidence, reason, event_id)
         return self._writer(actor).complete_effect(request)
+
+    def schedules(self, actor: str | None = None) -> ScheduleCommands:
+        """The journal's schedules, changed as ``actor`` (default: :func:`local_actor`) asks:
+        pause, resume, trigger, backfill, delete, each audited (trigger and backfill start
+        workflows of this service's registry)."""
+        caller = LocalCaller(actor or local_actor(), self._engine, lambda: self.authority)
+        return ScheduleCommands(self._store, self._engine, self._clock, caller)
 
     def _writer(self, actor: str | None) -> Writer:
         """The changes from outside as ``actor`` (default: :func:`local_actor`) asks them."""

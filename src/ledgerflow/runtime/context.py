@@ -36,6 +36,7 @@ from ledgerflow.model.definition import (
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
+from ledgerflow.model.schedule import ScheduledBy, scheduled_by
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import children, sends
@@ -108,6 +109,11 @@ class WorkflowContext:
     def tenant(self) -> TenantId:
         """The tenant the instance belongs to."""
         return self._session.instance.tenant
+
+    @property
+    def scheduled(self) -> ScheduledBy | None:
+        """The schedule slot (or manual trigger) that started this instance, else None."""
+        return scheduled_by(self._session.instance.business_key)
 
     @property
     def steps_taken(self) -> int:

@@ -44,6 +44,7 @@ from ledgerflow.runtime.core import (
 from ledgerflow.runtime.detection import bounds_from_environment, detection_task
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, PeriodicTask
+from ledgerflow.runtime.schedules import Scheduler, TickReport, schedules_task
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.store_thread import AsyncStore
 from ledgerflow.runtime.unserved import (
@@ -132,6 +133,8 @@ class Engine:
         self.clock = clock
         self.metrics = metrics
         self._workers: list[Worker] = []
+        # The schedules' part of this engine's workers (built when first needed).
+        self._scheduler: Scheduler | None = None
         # Result waiters by instance: a worker of this engine sets them when it lets an
         # instance go, so a result is seen at once; other processes' work is seen by polling.
         self._watchers: dict[str, set[asyncio.Event]] = {}
@@ -444,6 +447,27 @@ class Engine:
             if not watchers:
                 self._watchers.pop(instance_id, None)
 
+    def _schedules(self) -> Scheduler:
+        scheduler = self._scheduler
+        if scheduler is None:
+            scheduler = self._scheduler = Scheduler(
+                runtime=self.runtime, registry=self.registry, journal=self.store,
+                on_fired=self._wake,
+            )  # fmt: skip
+        return scheduler
+
+    async def tick_schedules(self) -> TickReport:
+        """Decide the due slots of the journal's schedules now, as every worker of an engine
+        whose registry declares schedules does each second: keep the declared specs on the
+        journal, then, per schedule, one transaction that records each due slot and starts
+        the fired ones (see ``docs/programming-model.md#schedules``)."""
+        return await self._schedules().tick()
+
+    def _wake(self) -> None:
+        """A schedule started instances: this engine's workers look for them now."""
+        for worker in self._workers:
+            worker.wake()
+
     def _released(self, instance_id: InstanceId) -> None:
         for released in self._watchers.get(instance_id, ()):
             released.set()
@@ -488,6 +512,8 @@ class Engine:
         if self.metrics is not None:
             periodic = (*periodic, signals_task(runtime.store, self.store, self.metrics))
         periodic = (*periodic, unserved_task(runtime, self.store, bounds))
+        if self.registry.schedules:
+            periodic = (*periodic, schedules_task(self._schedules()))
         adopter = Adopter(
             runtime=runtime,
             registry=self.registry,

@@ -36,6 +36,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``send.before_commit`` / ``send.after_commit``: a workflow's send to another instance
   (``ctx.signal_instance``, ``ctx.start_workflow``) is decided, its step and delivery not yet
   committed / committed together (``seq`` is the send's position)
+- ``schedule.before_fire`` / ``schedule.after_fire``: a worker planned a schedule's tick (its
+  slots' outcomes and starts) and its transaction is not yet durable / is durable and the
+  worker has not counted it (``schedule`` is the schedule's name, ``slots`` how many)
 """
 
 from __future__ import annotations

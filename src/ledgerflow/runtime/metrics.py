@@ -92,6 +92,7 @@ class Metrics:
             self._declare_effects(self.registry)
             self._declare_machinery(self.registry)
             self._declare_journal_gauges(self.registry)
+            self._declare_schedules(self.registry)
         except ValueError as exc:  # prometheus_client: a name already in that registry.
             raise ConfigurationError(
                 "this registry already holds Ledgerflow's metrics: share one Metrics between "
@@ -240,6 +241,40 @@ class Metrics:
         )  # fmt: skip
 
     # -- what the runtime reports ------------------------------------------------------------
+
+    def _declare_schedules(self, r: CollectorRegistry) -> None:
+        self.schedule_slots = Counter(
+            "ledgerflow_schedule_slots_total",
+            "Schedule slots decided, by outcome: fired, skipped, missed, buffered.",
+            ("schedule", "outcome"), registry=r,
+        )  # fmt: skip
+        self.schedule_lateness = Histogram(
+            "ledgerflow_schedule_slot_lateness_seconds",
+            "Time from a slot being due (nominal instant plus jitter) to its decision.",
+            ("schedule",), buckets=_LAG_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.schedule_late = Counter(
+            "ledgerflow_schedule_late_slots_total",
+            "Slots decided later than the late bound after they were due (the catch-up "
+            "policy decided them).",
+            ("schedule",), registry=r,
+        )  # fmt: skip
+        self.schedule_races = Counter(
+            "ledgerflow_schedule_ticks_lost_total",
+            "Ticks a worker planned and another worker's tick decided first (rolled back).",
+            ("schedule",), registry=r,
+        )  # fmt: skip
+
+    def slot_decided(self, schedule: str, outcome: str, lateness: float, *, late: bool) -> None:
+        """Count a slot as its tick made it durable."""
+        self._child(self.schedule_slots, schedule, outcome.lower()).inc()
+        self._child(self.schedule_lateness, schedule).observe(lateness)
+        if late:
+            self._child(self.schedule_late, schedule).inc()
+
+    def tick_lost(self, schedule: str) -> None:
+        """Count a tick that another worker's decided first (rolled back whole)."""
+        self._child(self.schedule_races, schedule).inc()
 
     def started(self, workflow: str, version: int) -> None:
         """Count an instance started (called by the engine)."""

@@ -64,6 +64,7 @@ class SyncEngine:
         self.no_worker_hint = no_worker_hint
         self._core = EngineCore(self.store, registry, codec, metrics)
         self.registry = registry
+        self.codec = codec
         # Starts and deliveries are counted here (the operators' service, ``serve``).
         self.metrics = metrics
 

@@ -62,6 +62,7 @@ from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
 from ledgerflow.storage.sql_runs import RunStore
+from ledgerflow.storage.sql_schedules import ScheduleStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
 from ledgerflow.storage.sql_transaction import apply_transaction
@@ -111,6 +112,7 @@ class SqlStore(
     AccessStore,
     VersionStore,
     RunStore,
+    ScheduleStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 

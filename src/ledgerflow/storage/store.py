@@ -55,6 +55,7 @@ from ledgerflow.ledger.records import (
     StartedCount,
     TimelineEntry,
 )
+from ledgerflow.ledger.schedules import ScheduleRecord, SlotRecord
 from ledgerflow.ledger.transaction import (
     Answer,
     CancelAsked,
@@ -130,6 +131,29 @@ class LedgerReads(Protocol):
         ...
 
     def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...
+
+    def schedules(self) -> list[ScheduleRecord]:
+        """Every schedule the journal holds (deleted ones too), by name."""
+        ...
+
+    def schedule(self, name: str) -> ScheduleRecord | None: ...
+
+    def schedule_slots(self, name: str, *, limit: int) -> list[SlotRecord]:
+        """The latest ``limit`` decided slots of a schedule, newest first."""
+        ...
+
+    def buffered_slots(self, name: str) -> list[tuple[float, int]]:
+        """The slots the schedule holds BUFFERED: (nominal instant, spec version), oldest
+        first."""
+        ...
+
+    def schedule_specs(self, name: str) -> list[tuple[int, str, float]]:
+        """Every spec the schedule has had: (version, spec, in force from), oldest first."""
+        ...
+
+    def database_now(self) -> float:
+        """The database's clock, seconds since the epoch: what a schedule's tick decides by."""
+        ...
 
     def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]:
         """The instance's timeline: every change of state, oldest first."""

@@ -41,6 +41,7 @@ from ledgerflow.testing.run_checks import (
     no_event_lost_or_duplicated_across_a_switch,
     one_open_run,
 )
+from ledgerflow.testing.schedule_checks import one_firing_per_slot as one_firing_per_slot
 from ledgerflow.testing.violations import Violation as Violation
 
 COMPENSATION_PREFIX = "compensate:"

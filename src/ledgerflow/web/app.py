@@ -40,7 +40,7 @@ from ledgerflow.errors import (
 from ledgerflow.model.definition import Registry
 from ledgerflow.operators.service import ApiRole, Operations
 from ledgerflow.runtime.metrics import Metrics
-from ledgerflow.web import console, instance_routes, operator_routes
+from ledgerflow.web import console, instance_routes, operator_routes, schedule_routes
 from ledgerflow.web.declare import Server, authorized
 from ledgerflow.web.hosts import AllowedHosts
 from ledgerflow.web.models import Health
@@ -108,6 +108,7 @@ def create_app(
     app.state.server = server
     app.include_router(instance_routes.router)
     app.include_router(operator_routes.router)
+    app.include_router(schedule_routes.router)
     console.install(app)
     _health(app)
     _openapi(app)
@@ -254,5 +255,9 @@ def _error_answers(app: FastAPI) -> None:
 
 def _api_routes() -> list[APIRoute]:
     """Every API route (the app includes each router's routes under its prefix)."""
-    routes = [*instance_routes.router.routes, *operator_routes.router.routes]
+    routes = [
+        *instance_routes.router.routes,
+        *operator_routes.router.routes,
+        *schedule_routes.router.routes,
+    ]
     return [r for r in routes if isinstance(r, APIRoute)]
