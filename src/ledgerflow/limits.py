@@ -201,3 +201,9 @@ EXPLORER_DECISIONS_PER_INSTANCE_MAX = 100
 # their commit is proven, to answer NotCommittedError for them; past it the oldest is forgotten
 # (a read of it then says InstanceNotFoundError, as any other process's would).
 WITHIN_UNCOMMITTED_MAX = 1_000
+# Durable locks (``ctx.lock``). A released lock is offered to at most this many waiters in its
+# release's transaction (a waiter whose inbox refuses the grant, ended or closed, is skipped);
+# past it the lock stays free and the next acquiring takes it.
+LOCK_HAND_ON_TRIES_MAX = 100
+# Held locks (and as many queued waiters) one listing shows (``ledgerflow locks``, the API).
+LOCKS_SHOWN_MAX = 1_000

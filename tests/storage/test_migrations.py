@@ -217,6 +217,24 @@ DECLARED_TABLES: dict[str, list[str]] = {
     ],
     # The closed runs of instances that continued as new (0015).
     "lf_runs": ["instance_id", "run", "input", "steps", "generation", "closed_at"],
+    # Durable locks: the holder of each (name, tenant) and each lock's queue (0016).
+    "lf_locks": [
+        "name",
+        "tenant",
+        "holder_instance",
+        "holder_run",
+        "holder_seq",
+        "granted_at",
+    ],
+    "lf_lock_waiters": [
+        "position",
+        "name",
+        "tenant",
+        "instance_id",
+        "run",
+        "seq",
+        "enqueued_at",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -237,6 +255,8 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_instances_created": ("lf_instances", ["created_at", "instance_id"]),
     "lf_effects_unknown": ("lf_effects", ["updated_at"]),
     "lf_workers_heartbeat": ("lf_workers", ["heartbeat_at"]),
+    "lf_locks_holder": ("lf_locks", ["holder_instance"]),
+    "lf_lock_waiters_queue": ("lf_lock_waiters", ["name", "tenant", "position"]),
     "lf_worker_definitions_served": (
         "lf_worker_definitions",
         ["workflow_name", "workflow_version", "fingerprint"],
@@ -264,6 +284,9 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_inbox_refusals": {("instance_id",)},
     # A run closes once.
     "lf_runs": {("instance_id", "run")},
+    # One holder per lock; one queue place per acquiring position.
+    "lf_locks": {("name", "tenant")},
+    "lf_lock_waiters": {("position",), ("instance_id", "run", "seq")},
     "lf_schema_migrations": {("version",)},
 }
 

@@ -49,7 +49,8 @@
     ├── StepError                     raised into workflow code
     │   ├── StepFailedError           a local step used up its attempts
     │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
-    │   └── WaitTimeoutError          a wait's timeout came before its event
+    │   ├── WaitTimeoutError          a wait's timeout came before its event
+    │   └── LockTimeoutError          a durable lock was not granted before its timeout
     └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
@@ -113,6 +114,7 @@ from ledgerflow.errors.ledger import (
     IdempotencyKeyReusedError,
     IllegalTransitionError,
     InstanceNotFoundError,
+    LockTimeoutError,
     NoCapableWorkerError,
     NotCommittedError,
     ResultTimeoutError,
@@ -164,6 +166,7 @@ __all__ = [
     "InboxFullError",
     "InstanceNotFoundError",
     "InvalidCursorError",
+    "LockTimeoutError",
     "LedgerflowError",
     "MethodNotAllowedError",
     "MissingExtraError",

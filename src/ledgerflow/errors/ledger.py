@@ -212,6 +212,18 @@ class WaitTimeoutError(StepError):
     code = "LF503"
 
 
+@identities
+class LockTimeoutError(StepError):
+    """A durable lock (``ctx.lock``) was not granted before its ``timeout``: the instance left
+    the lock's queue in the commit that recorded the timeout, so it holds nothing of it."""
+
+    code = "LF550"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "seq", "lock")
+
+    # The lock's name.
+    lock: str | None = None
+
+
 class BusinessFailure(LedgerflowError):  # noqa: N818 - an outcome the workflow means, not an error of its code
     """A failure the workflow raises on purpose; it compensates (or fails) the instance.
 

@@ -22,6 +22,9 @@ class StepKind(enum.Enum):
     # A patch marker (``ctx.patched``): journaled complete, it records that the run took the
     # patched branch at this position.
     MARKER = "marker"
+    # A durable lock (``ctx.lock``): its acquiring is a wait for the grant (COMPLETED once
+    # granted, FAILED at its timeout), its release a position journaled complete.
+    LOCK = "lock"
 
 
 class StepStatus(enum.Enum):

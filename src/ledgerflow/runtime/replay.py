@@ -136,7 +136,7 @@ def _settled(session: Session, recorded: StepRecord) -> bool:
             EffectState.SATISFIED,
             EffectState.FAILED,
         )
-    if recorded.kind in (StepKind.LOCAL, StepKind.WAIT):
+    if recorded.kind in (StepKind.LOCAL, StepKind.WAIT, StepKind.LOCK):
         return recorded.status in (StepStatus.COMPLETED, StepStatus.FAILED)
     return recorded.status is StepStatus.COMPLETED
 

@@ -43,6 +43,10 @@ class WaitDriver:
     name: str
     input_text: str
     recorded: StepRecord | None
+    # Writes that ride with the wait's start, and with its timeout (a lock's queueing, and its
+    # leaving the queue: see ledgerflow.runtime.locks).
+    joins: tuple[Write, ...] = ()
+    leaves: tuple[Write, ...] = ()
 
     # The step's first write, when this wait starts it (it may be committed together with the
     # write that closes it, so the close builds on it rather than on the journal).
@@ -66,7 +70,7 @@ class WaitDriver:
         )
         # A wait or timer does not start once a cancel request is accepted: the store refuses
         # the start then, and the instance cancels instead.
-        return [self._started, NoCancelRequest()], due
+        return [self._started, NoCancelRequest(), *self.joins], due
 
     def _close(
         self, event: StepEvent, *, output: str | None = None, error: str | None = None
@@ -171,6 +175,7 @@ class WaitDriver:
                     *refused,
                     NoPendingDelivery(name=event),
                     self._close(StepEvent.FAIL, error=error),
+                    *self.leaves,
                 )
             except EventArrivedError:
                 continue  # The event won the race: take it on the next turn.

@@ -32,6 +32,7 @@ from ledgerflow.ledger.records import (
     InstanceWrite,
     StepWrite,
 )
+from ledgerflow.ledger.transaction import Deliver, Delivered
 from ledgerflow.model.ids import Generation, InstanceId, WorkerId
 from ledgerflow.storage.rows import Row
 
@@ -128,6 +129,11 @@ class SqlSeam(abc.ABC):
     ) -> bool:
         """Open a flag in the current transaction; False when one of that reason is open
         (attention; a claim that sets a damaged row aside uses it too)."""
+
+    @abc.abstractmethod
+    def deliver(self, write: Deliver, *, now: float) -> Delivered | None:
+        """Keep an event in an instance's inbox, in the current write transaction when one is
+        open (inbox; a lock's grant is delivered with the write that makes its holder)."""
 
     @abc.abstractmethod
     def _insert_audit(self, entry: AuditEntry, now: float) -> int:

@@ -1,0 +1,115 @@
+"""A durable named lock as workflow code holds it: ``async with ctx.lock(name)`` (internal).
+
+Acquiring is a journal position of kind LOCK: its start carries the store's
+:class:`~ledgerflow.ledger.locks.AcquireLock` (granted at once if nobody holds the lock, else
+queued), and the grant always arrives as an event in the instance's inbox, which the position
+takes as a wait takes a signal (:class:`~ledgerflow.runtime.waits.WaitDriver`): while queued the
+instance is WAITING, holding no lease and no memory, and the release that hands it the lock
+makes it due in the same transaction. A timeout is recorded only in a commit that proves no
+grant is pending, and leaves the queue in that commit.
+
+Leaving the block normally, or by an exception of the workflow's, journals a release position
+whose commit gives the lock up and hands it on. Leaving it because the engine stopped the run
+(a wait that parks the instance, a crash, lost ownership, a cancel, a park) releases nothing:
+the lock is held across waits and crashes, and an instance's final ending releases every lock it
+holds in the ending's own transaction. Replayed, both positions answer from the journal: the
+lock is not acquired again, nor released twice.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ledgerflow import limits
+from ledgerflow.errors import LockTimeoutError, RegistrationError, WaitTimeoutError
+from ledgerflow.ledger.locks import (
+    GRANT_SENDER,
+    AcquireLock,
+    LeaveLockQueue,
+    ReleaseLock,
+    grant_event,
+)
+from ledgerflow.ledger.transitions import new_step
+from ledgerflow.model.ids import StepSeq
+from ledgerflow.model.retry import DEFAULT_STEP_RETRY
+from ledgerflow.model.step import StepEvent, StepKind
+
+if TYPE_CHECKING:
+    from ledgerflow.runtime.context import WorkflowContext
+
+LOCK_NAME_LENGTH_MAX = 200
+
+
+class DurableLock:
+    """What ``ctx.lock(name, timeout=...)`` returns: an async context manager (see module)."""
+
+    def __init__(self, ctx: WorkflowContext, name: str, *, timeout: float | None) -> None:
+        if not isinstance(name, str) or not 0 < len(name) <= LOCK_NAME_LENGTH_MAX:
+            raise RegistrationError(
+                f"a lock's name is a text of 1 to {LOCK_NAME_LENGTH_MAX} characters, got {name!r}"
+            )
+        self._ctx = ctx
+        self.name = name
+        self.timeout = timeout
+        # The acquiring position, once granted.
+        self.seq: StepSeq | None = None
+
+    async def __aenter__(self) -> DurableLock:
+        ctx = self._ctx
+        session = ctx._session
+        spec = {"lock": self.name, "timeout": self.timeout}
+        driver = ctx._wait_driver(StepKind.LOCK, f"lock:{self.name}", spec)
+        driver.joins = (AcquireLock(name=self.name, seq=driver.seq),)
+        driver.leaves = (LeaveLockQueue(name=self.name, seq=driver.seq),)
+        now = session.clock.now()
+        due = now + self.timeout if self.timeout is not None else limits.WAIT_FOREVER_AT
+        try:
+            with ctx._wait_span(driver):
+                await driver.wait_for(grant_event(self.name), due, (GRANT_SENDER,))
+        except WaitTimeoutError:
+            raise LockTimeoutError(
+                f"lock {self.name!r} was not granted before the timeout",
+                instance_id=session.instance_id,
+                seq=driver.seq,
+                lock=self.name,
+            ) from None
+        self.seq = driver.seq
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None and not isinstance(exc, Exception):
+            # The engine stopped the run here (waiting, a crash, a cancel, a park): the lock
+            # stays held; the instance's final ending releases it.
+            return
+        await self._release()
+
+    async def _release(self) -> None:
+        ctx = self._ctx
+        session = ctx._session
+        assert self.seq is not None, "a lock released before it was granted"
+        name = f"unlock:{self.name}"
+        ctx._in_program_order(name)
+        seq = ctx._next_seq()
+        input_text = session.codec.encode({"lock": self.name, "seq": self.seq})
+        if ctx._replayed(seq, kind=StepKind.LOCK, name=name, input_text=input_text) is not None:
+            return
+        await session.commit(
+            new_step(
+                session.instance,
+                seq,
+                StepEvent.COMPLETE,
+                kind=StepKind.LOCK,
+                name=name,
+                input=input_text,
+                retry_policy=session.codec.encode(DEFAULT_STEP_RETRY.to_record()),
+                now=session.clock.now(),
+                output="null",
+            ),
+            ReleaseLock(name=self.name, seq=self.seq, run=session.instance.run),
+        )
