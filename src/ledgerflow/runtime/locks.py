@@ -8,9 +8,10 @@ instance is WAITING, holding no lease and no memory, and the release that hands 
 makes it due in the same transaction. A timeout is recorded only in a commit that proves no
 grant is pending, and leaves the queue in that commit.
 
-Leaving the block normally, or by an exception of the workflow's, journals a release position
-whose commit gives the lock up and hands it on. Leaving it because the engine stopped the run
-(a wait that parks the instance, a crash, lost ownership, a cancel, a park) releases nothing:
+Leaving the block normally, or by a business failure of the workflow's, journals a release
+position whose commit gives the lock up and hands it on. Leaving it because the engine stopped
+the run (a wait that parks the instance, a crash, lost ownership, a cancel, a park) or by a
+defect of the code (the instance parks: what the lock protects is in doubt) releases nothing:
 the lock is held across waits and crashes, and an instance's final ending releases every lock it
 holds in the ending's own transaction. Replayed, both positions answer from the journal: the
 lock is not acquired again, nor released twice.
@@ -83,9 +84,10 @@ class DurableLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is not None and not isinstance(exc, Exception):
-            # The engine stopped the run here (waiting, a crash, a cancel, a park): the lock
-            # stays held; the instance's final ending releases it.
+        if exc is not None and not self._ctx._definition.is_business_failure(exc):
+            # The engine stopped the run here (waiting, a crash, a cancel, a park), or a defect
+            # of the code left the protected state in doubt (the instance parks, holding the
+            # lock visibly): the lock stays held, and the instance's final ending releases it.
             return
         await self._release()
 

@@ -31,6 +31,7 @@ from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.storage.rows import instance_from_row
 from ledgerflow.storage.sql_seam import SqlSeam
 
+
 class LockStore(SqlSeam):
     def _write_lock(
         self, write: AcquireLock | ReleaseLock | LeaveLockQueue, commit: Commit, now: float

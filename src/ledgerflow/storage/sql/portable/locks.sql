@@ -1,10 +1,16 @@
 -- Durable locks: holders, queues and the listing (ctx.lock; ledgerflow locks).
 
 -- name: insert_lock_holder
--- Make an instance the holder of a lock nobody holds; changes no row when someone does.
+-- Make an instance the holder of a lock nobody holds; changes no row when another instance
+-- holds it. An instance asking again for a lock it holds (its code caught a defect that left
+-- the block holding it) takes it over at the new position: a lock is never waited for by its
+-- own holder.
 INSERT INTO lf_locks (name, tenant, holder_instance, holder_run, holder_seq, granted_at)
 VALUES (:name, :tenant, :instance_id, :run, :seq, :now)
-ON CONFLICT (name, tenant) DO NOTHING;
+ON CONFLICT (name, tenant) DO UPDATE
+SET holder_run = excluded.holder_run, holder_seq = excluded.holder_seq,
+    granted_at = excluded.granted_at
+WHERE lf_locks.holder_instance = excluded.holder_instance;
 
 -- name: enqueue_lock_waiter
 -- Put an instance at the end of a lock's queue.

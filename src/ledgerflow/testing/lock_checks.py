@@ -1,0 +1,49 @@
+"""The oracle's checks of durable locks (internal: ``ledgerflow.testing`` users call
+:func:`lock_violations`; the oracle's own module stays within its length bound).
+
+What the store holds must say: at most one holder per lock (the holder row's key makes two
+impossible; the check reads it back all the same), no lock held by an instance that ended for
+good, and no instance that ended for good still queued. A parked holder (MANUAL_INTERVENTION,
+FORWARD_RECOVERY_REQUIRED) keeping its lock is no violation: it is what a person must decide.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ledgerflow.model.instance import FINAL_STATUSES
+from ledgerflow.storage.store import Store
+from ledgerflow.testing.violations import Violation
+
+ONE_HOLDER = "lock_one_holder"
+ENDED_HOLDS = "lock_held_by_ended"
+ENDED_WAITS = "lock_waited_by_ended"
+
+
+def lock_violations(store: Store) -> list[Violation]:
+    """Every lock invariant the store's rows break, read in one listing."""
+    found: list[Violation] = []
+    locks = store.locks()
+    holders = Counter((lock.name, lock.tenant) for lock in locks)
+    for (name, tenant), count in holders.items():
+        if count > 1:
+            found.append(Violation(ONE_HOLDER, None, f"{name!r} ({tenant}) has {count} holders"))
+    for lock in locks:
+        if lock.holder_status in FINAL_STATUSES:
+            found.append(
+                Violation(
+                    ENDED_HOLDS,
+                    lock.holder_instance,
+                    f"holds {lock.name!r} though it ended {lock.holder_status.value}",
+                )
+            )
+        for waiter in lock.waiters:
+            if waiter.status in FINAL_STATUSES:
+                found.append(
+                    Violation(
+                        ENDED_WAITS,
+                        waiter.instance_id,
+                        f"queued for {lock.name!r} though it ended {waiter.status.value}",
+                    )
+                )
+    return found
