@@ -28,6 +28,7 @@ from ledgerflow.model.repair import RepairKind
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import RepairRequest, Repairs
+from ledgerflow.operators.service import Operations
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
 from ledgerflow.storage import open_store
@@ -370,3 +371,51 @@ def test_many_instances_contending_for_few_locks_never_overlap(
             assert lock_violations(engine.store) == []
 
     asyncio.run(main())
+
+
+def test_the_replay_checker_answers_lock_positions_from_the_journal(
+    journal_url: str, bank: Bank
+) -> None:
+    """A history that took and released a lock, and one still queued for it, replay clean
+    against the same code without acquiring anything (the replay's store refuses every write);
+    code that now asks for another lock at that position diverges there."""
+
+    async def main() -> tuple[InstanceId, InstanceId]:
+        async with lf.Engine(journal_url, bank.registry) as engine:
+            a = await _start(engine, "a", wait=True)
+            await _idle(engine)
+            b = await _start(engine, "b")
+            await _idle(engine)
+            return a, b
+
+    a, b = asyncio.run(main())
+    with Operations(journal_url) as operations:
+        verdicts = {v.instance_id: v for v in operations.replay(bank.registry)}
+    assert verdicts[a].compatible
+    assert verdicts[b].compatible
+    assert verdicts[a].replayed == 2  # the lock and the first step; the wait is open
+
+    async def finish() -> None:
+        async with lf.Engine(journal_url, bank.registry) as engine:
+            await engine.signal(a, "go", event_id="go-a")
+            await _idle(engine)
+
+    asyncio.run(finish())
+    with Operations(journal_url) as operations:
+        done = {v.instance_id: v for v in operations.replay(bank.registry)}
+    assert done[a].compatible
+    assert done[a].replayed == 5  # lock, enter, wait, leave, unlock
+
+    other = Bank()
+    definition = other.registry.get("guarded", 1)
+
+    async def renamed(ctx: lf.WorkflowContext, job: dict[str, Any]) -> str:
+        async with ctx.lock("account:43"):
+            return "renamed"
+
+    object.__setattr__(definition, "function", renamed)
+    with Operations(journal_url) as operations:
+        changed = {v.instance_id: v for v in operations.replay(other.registry)}
+    assert not changed[a].compatible
+    assert changed[a].position == 1
+    assert "account:43" in (changed[a].asks or "")
