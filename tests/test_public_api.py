@@ -116,6 +116,7 @@ ERRORS = [
     "InstanceNotFoundError",
     "InvalidCursorError",
     "LedgerflowError",
+    "LockTimeoutError",
     "MethodNotAllowedError",
     "MissingExtraError",
     "NoCapableWorkerError",

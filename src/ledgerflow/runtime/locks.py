@@ -19,8 +19,9 @@ lock is not acquired again, nor released twice.
 
 from __future__ import annotations
 
+import contextlib
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ledgerflow import limits
 from ledgerflow.errors import LockTimeoutError, RegistrationError, WaitTimeoutError
@@ -31,21 +32,42 @@ from ledgerflow.ledger.locks import (
     ReleaseLock,
     grant_event,
 )
+from ledgerflow.ledger.records import StepRecord
 from ledgerflow.ledger.transitions import new_step
+from ledgerflow.model.definition import WorkflowDefinition
 from ledgerflow.model.ids import StepSeq
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.step import StepEvent, StepKind
-
-if TYPE_CHECKING:
-    from ledgerflow.runtime.context import WorkflowContext
+from ledgerflow.runtime.session import Session
+from ledgerflow.runtime.waits import WaitDriver
 
 LOCK_NAME_LENGTH_MAX = 200
+
+
+class LockingContext(Protocol):
+    """What a lock takes of the workflow context that holds it (its positions and waits:
+    :class:`~ledgerflow.runtime.context.WorkflowContext`)."""
+
+    _session: Session
+    _definition: WorkflowDefinition
+
+    def _in_program_order(self, what: str) -> None: ...
+
+    def _next_seq(self) -> StepSeq: ...
+
+    def _replayed(
+        self, seq: StepSeq, *, kind: StepKind, name: str, input_text: str | None
+    ) -> StepRecord | None: ...
+
+    def _wait_driver(self, kind: StepKind, name: str, spec: dict[str, Any]) -> WaitDriver: ...
+
+    def _wait_span(self, driver: WaitDriver) -> contextlib.AbstractContextManager[None]: ...
 
 
 class DurableLock:
     """What ``ctx.lock(name, timeout=...)`` returns: an async context manager (see module)."""
 
-    def __init__(self, ctx: WorkflowContext, name: str, *, timeout: float | None) -> None:
+    def __init__(self, ctx: LockingContext, name: str, *, timeout: float | None) -> None:
         if not isinstance(name, str) or not 0 < len(name) <= LOCK_NAME_LENGTH_MAX:
             raise RegistrationError(
                 f"a lock's name is a text of 1 to {LOCK_NAME_LENGTH_MAX} characters, got {name!r}"

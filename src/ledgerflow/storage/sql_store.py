@@ -473,7 +473,6 @@ class SqlStore(
         }
         if write.status in FINAL_STATUSES:
             self._settle_requests(ending)
-            # Every lock it holds is handed on, and every queue it is in left, with the ending.
             self._end_locks(commit.instance_id, now)
         self._send(
             "set_status",
