@@ -312,6 +312,36 @@ def test_a_parked_holder_keeps_its_lock_visibly_until_an_operator_ends_it(
     asyncio.run(main())
 
 
+def test_a_cancelled_waiter_leaves_the_queue_and_is_never_granted(
+    journal_url: str, bank: Bank
+) -> None:
+    """B and C queue behind A; B is cancelled while it waits: its ending takes it out of the
+    queue in the ending's transaction, so A's release goes to C, and B never entered."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, bank.registry) as engine:
+            a = await _start(engine, "a", wait=True)
+            await _idle(engine)
+            b = await _start(engine, "b")
+            await _idle(engine)
+            c = await _start(engine, "c")
+            await _idle(engine)
+            await engine.cancel(b, reason="the customer withdrew")
+            await _idle(engine)
+            assert (await engine.get(b)).status is InstanceStatus.CANCELLED
+            held = _one_lock(engine)
+            assert held is not None
+            assert [w.instance_id for w in held.waiters] == [c]
+            await engine.signal(a, "go", event_id="go-a")
+            await _idle(engine)
+            assert bank.entered == ["a", "c"]
+            assert (await engine.get(c)).status is InstanceStatus.SUCCEEDED
+            assert engine.store.locks() == []
+            assert lock_violations(engine.store) == []
+
+    asyncio.run(main())
+
+
 def test_an_acquiring_that_times_out_leaves_the_queue(journal_url: str, bank: Bank) -> None:
     """While A holds the lock, B asks with a 0.2 s timeout: B parks WAITING until then, records
     the timeout (LockTimeoutError into its code) and leaves the queue in the same commit; A's
@@ -352,20 +382,20 @@ def test_a_signal_may_not_forge_a_grant(journal_url: str, bank: Bank) -> None:
 def test_many_instances_contending_for_few_locks_never_overlap(
     journal_url: str, bank: Bank
 ) -> None:
-    """40 instances, 5 locks, three workers at once: no participant ever saw two instances
+    """100 instances, 5 locks, three workers at once: no participant ever saw two instances
     inside one lock's section, every instance succeeded, and every lock is free at the end."""
     names = [f"account:{n}" for n in range(5)]
 
     async def main() -> None:
         async with lf.Engine(journal_url, bank.registry) as engine:
             ids = []
-            for n, name in zip(range(40), itertools.cycle(names), strict=False):
+            for n, name in zip(range(100), itertools.cycle(names), strict=False):
                 ids.append(await _start(engine, f"c-{n}", lock=name))
             workers = [engine.worker(lease_seconds=5, poll_seconds=0.01) for _ in range(3)]
             await asyncio.gather(*(w.run(until_idle=True) for w in workers))
             statuses = Counter([(await engine.get(i)).status for i in ids])
-            assert statuses == Counter({InstanceStatus.SUCCEEDED: 40})
-            assert sorted(bank.entered) == sorted(f"c-{n}" for n in range(40))
+            assert statuses == Counter({InstanceStatus.SUCCEEDED: 100})
+            assert sorted(bank.entered) == sorted(f"c-{n}" for n in range(100))
             assert bank.overlaps == []
             assert engine.store.locks() == []
             assert lock_violations(engine.store) == []

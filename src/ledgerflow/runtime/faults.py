@@ -33,6 +33,8 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``run.before_switch`` / ``run.after_switch``: the workflow called ``continue_as_new`` and
   the switch to the next run is not yet durable / is durable and the next run has not started
   (``run`` is the run closing / the run opened)
+- ``lock.before_release``: the workflow left a durable lock's block, the release (and the
+  hand-over to the first waiter) is not yet durable (``seq`` is the release's position)
 """
 
 from __future__ import annotations

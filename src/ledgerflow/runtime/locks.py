@@ -38,6 +38,7 @@ from ledgerflow.model.definition import WorkflowDefinition
 from ledgerflow.model.ids import StepSeq
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.step import StepEvent, StepKind
+from ledgerflow.runtime import faults
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.waits import WaitDriver
 
@@ -87,6 +88,12 @@ class DurableLock:
         driver.leaves = (LeaveLockQueue(name=self.name, seq=driver.seq),)
         now = session.clock.now()
         due = now + self.timeout if self.timeout is not None else limits.WAIT_FOREVER_AT
+        if driver.recorded is None:
+            # Ask first, in a commit of its own: a free lock is granted in it, and the grant is
+            # then taken at once, without parking the instance to be woken by its own grant.
+            asking, due = driver._start(due)
+            await session.commit(*asking)
+            driver.recorded = session.step(driver.seq)
         try:
             with ctx._wait_span(driver):
                 await driver.wait_for(grant_event(self.name), due, (GRANT_SENDER,))
@@ -123,6 +130,8 @@ class DurableLock:
         input_text = session.codec.encode({"lock": self.name, "seq": self.seq})
         if ctx._replayed(seq, kind=StepKind.LOCK, name=name, input_text=input_text) is not None:
             return
+        if faults.plan is not None:
+            faults.point("lock.before_release", instance=session.instance.business_key, seq=seq)
         await session.commit(
             new_step(
                 session.instance,
