@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import signal
+import subprocess
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -20,10 +23,11 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
+import lock_contention
 from ledgerflow.errors import LockTimeoutError, ReservedNameError
 from ledgerflow.ledger.locks import LockRecord
 from ledgerflow.model.ids import InstanceId
-from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.operators.authority import Authority
@@ -33,6 +37,7 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
 from ledgerflow.storage import open_store
 from ledgerflow.testing.lock_checks import lock_violations
+from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
 
 QUICK = lf.RetryPolicy(attempts_max=1, backoff_initial=timedelta(milliseconds=1))
 POLICY = """
@@ -449,3 +454,83 @@ def test_the_replay_checker_answers_lock_positions_from_the_journal(
     assert not changed[a].compatible
     assert changed[a].position == 1
     assert "account:43" in (changed[a].asks or "")
+
+
+# -- real worker processes SIGKILLed among 100 contenders ----------------------------------------
+
+KILL_POINTS = [
+    {"point": "step.before_execute", "match": {"seq": 2}},  # granted, nothing entered yet
+    {"point": "step.after_execute", "match": {"seq": 3}},  # left the section, not journaled
+    {"point": "lock.before_release"},  # the block is left, the release not yet durable
+    {"point": "wait.before_suspend"},  # queued, the park not yet durable
+    {"point": "step.after_execute", "match": {"seq": 2}},  # inside, the entry not journaled
+]
+
+
+def _contender(url: str, log: Path, *, kill: dict[str, Any] | None) -> subprocess.Popen[bytes]:
+    command = [
+        *LEDGERFLOW,
+        *("worker", "lock_contention:registry", "--db", url),
+        *("--lease-seconds", "1", "--poll-seconds", "0.01", "--until-idle"),
+    ]
+    env = child_environment(TESTS)
+    env.pop("LEDGERFLOW_FAULTS", None)
+    if kill is not None:
+        env["LEDGERFLOW_FAULTS"] = json.dumps([{**kill, "action": "kill"}])
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+
+
+def _overlaps(lines: list[str]) -> list[str]:
+    """Every entry into a lock's section while another instance was inside it, by the
+    participant's log (a repeated entry or exit of the same instance is a step run again)."""
+    inside: dict[str, set[str]] = {}
+    found = []
+    for line in lines:
+        what, lock, who = line.split()
+        holders = inside.setdefault(lock, set())
+        if what == "enter":
+            if holders - {who}:
+                found.append(f"{who} entered {lock} while {sorted(holders)} were inside")
+            holders.add(who)
+        else:
+            holders.discard(who)
+    return found
+
+
+@pytest.mark.slow
+def test_a_hundred_contenders_under_sigkills_never_overlap(
+    journal_url: str, tmp_path: Path
+) -> None:
+    """100 instances contend for 5 locks while real worker processes are SIGKILLed at every
+    point of a lock's life (granted, inside, leaving, releasing, queued): each of five rounds
+    starts 20 more and runs a worker killed at that round's point, then two workers at once
+    that take over what it held once its lease lapses. The participant's own log shows no two
+    instances ever inside one lock's section, every instance succeeded and entered once at
+    least, and every lock is free at the end (the oracle's lock checks find nothing)."""
+    participant_log = tmp_path / "sections.log"
+    outside = lf.SyncEngine(journal_url, lock_contention.registry)
+    try:
+        ids: list[str] = []
+        killed = []
+        for round_, kill in enumerate([*KILL_POINTS, None, None, None]):
+            for n in range(20 * round_, 20 * round_ + 20) if kill is not None else ():
+                job = {"lock": f"account:{n % 5}", "who": f"c-{n}", "log": str(participant_log)}
+                ids.append(outside.start("contend", key=f"c-{n}", input=job).instance_id)
+            if kill is not None:  # alone, so that it is the one to reach its point
+                doomed = _contender(journal_url, tmp_path / "workers.log", kill=kill)
+                killed.append(doomed.wait(timeout=WAIT_SECONDS_MAX * 4) == -signal.SIGKILL)
+            workers = [_contender(journal_url, tmp_path / "workers.log", kill=None) for _ in "ab"]
+            assert [w.wait(timeout=WAIT_SECONDS_MAX * 4) for w in workers] == [0, 0]
+            if kill is None and all(outside.get(i).status in TERMINAL_STATUSES for i in ids):
+                break
+        assert killed == [True] * len(KILL_POINTS)
+        statuses = Counter(outside.get(i).status for i in ids)
+        assert statuses == Counter({InstanceStatus.SUCCEEDED: 100})
+        lines = participant_log.read_text().splitlines()
+        assert _overlaps(lines) == []
+        assert {line.split()[2] for line in lines} == {f"c-{n}" for n in range(100)}
+        assert outside.store.locks() == []
+        assert lock_violations(outside.store) == []
+    finally:
+        outside.close()
