@@ -10,7 +10,9 @@ FORWARD_RECOVERY_REQUIRED) keeping its lock is no violation: it is what a person
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
+from ledgerflow.ledger.locks import LockRecord
 from ledgerflow.model.instance import FINAL_STATUSES
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.violations import Violation
@@ -22,8 +24,13 @@ ENDED_WAITS = "lock_waited_by_ended"
 
 def lock_violations(store: Store) -> list[Violation]:
     """Every lock invariant the store's rows break, read in one listing."""
+    return locks_held_rightly(store.locks())
+
+
+def locks_held_rightly(locks: Sequence[LockRecord]) -> list[Violation]:
+    """Every lock invariant a listing of the held locks breaks (the oracle's snapshot holds
+    one)."""
     found: list[Violation] = []
-    locks = store.locks()
     holders = Counter((lock.name, lock.tenant) for lock in locks)
     for (name, tenant), count in holders.items():
         if count > 1:

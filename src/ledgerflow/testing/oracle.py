@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ledgerflow import limits
 from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.ledger.delivery import DeliveryState
+from ledgerflow.ledger.locks import LockRecord
 from ledgerflow.ledger.records import (
     Delivery,
     EffectRecord,
@@ -36,6 +37,7 @@ from ledgerflow.model.machine import Machine
 from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
 from ledgerflow.operators import actions
 from ledgerflow.storage.store import Store
+from ledgerflow.testing.lock_checks import locks_held_rightly
 from ledgerflow.testing.participants import World
 from ledgerflow.testing.run_checks import (
     no_event_lost_or_duplicated_across_a_switch,
@@ -57,6 +59,8 @@ class Snapshot:
     # Every run's steps (oldest run first) and the closed runs' rows of history.
     steps: dict[InstanceId, list[StepRecord]] = field(default_factory=dict)
     runs: dict[InstanceId, list[RunRecord]] = field(default_factory=dict)
+    # The held durable locks, each with its holder's status and its queue.
+    locks: list[LockRecord] = field(default_factory=list)
 
     @classmethod
     def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
@@ -68,6 +72,7 @@ class Snapshot:
             inbox={i.instance_id: store.inbox(i.instance_id) for i in instances},
             steps={i.instance_id: _every_run_steps(store, i) for i in instances},
             runs={i.instance_id: store.runs(i.instance_id) for i in instances},
+            locks=store.locks(),
         )
 
 
@@ -107,6 +112,7 @@ def check(snapshot: Snapshot, world: World) -> list[Violation]:
         *doubt_parked_only_when_lookups_are_spent(snapshot, world),
         *one_open_run(snapshot),
         *no_event_lost_or_duplicated_across_a_switch(snapshot),
+        *locks_held_rightly(snapshot.locks),
     ]
 
 
