@@ -17,9 +17,9 @@ from ledgerflow.model.instance import FINAL_STATUSES
 from ledgerflow.storage.store import Store
 from ledgerflow.testing.violations import Violation
 
-ONE_HOLDER = "lock_one_holder"
-ENDED_HOLDS = "lock_held_by_ended"
-ENDED_WAITS = "lock_waited_by_ended"
+ONE_HOLDER = "lock-one-holder"
+ENDED_HOLDS = "lock-held-by-ended"
+ENDED_WAITS = "lock-waited-by-ended"
 
 
 def lock_violations(store: Store) -> list[Violation]:
