@@ -34,6 +34,7 @@ from ledgerflow.model.instance import (
     InstanceStatus,
 )
 from ledgerflow.model.machine import Machine
+from ledgerflow.model.signal import LOCK_GRANT_PREFIX
 from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
 from ledgerflow.operators import actions
 from ledgerflow.storage.store import Store
@@ -501,6 +502,10 @@ def lost_wakeups(store: Store, *, now: float) -> list[Violation]:
             f"complete:{e.effect_id}"
             for e in journal.effects.values()
             if e.state is EffectState.ACCEPTED
+        } | {
+            LOCK_GRANT_PREFIX + s.name.removeprefix("lock:")
+            for s in journal.steps.values()
+            if s.status is StepStatus.STARTED and s.kind is StepKind.LOCK
         }
         for delivery in store.inbox(instance.instance_id):
             if delivery.state is not DeliveryState.PENDING:
