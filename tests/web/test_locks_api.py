@@ -3,6 +3,7 @@ scoped to the principal's tenant like every read, a parked holder marked as such
 
 from __future__ import annotations
 
+import re
 import warnings
 
 from starlette.exceptions import StarletteDeprecationWarning
@@ -49,3 +50,27 @@ def test_the_locks_are_listed_to_a_viewer_of_their_tenant(journal_url: str) -> N
             world.parked,
         ]
         assert client.get("/v1/locks").status_code == 401
+
+
+def test_the_console_lists_the_locks_and_marks_the_parked_holder(journal_url: str) -> None:
+    """Goal: the console's Locks page shows acme's locks to acme's viewer, the parked holder
+    marked, the waiter in turn, and nothing of globex's.
+
+    Method: sign in with the viewer's token and read /console/locks.
+    """
+    world = build(journal_url)
+    with TestClient(create_app(world.url), follow_redirects=False) as client:
+        form = client.get("/console/sign-in")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None
+        signed_in = client.post(
+            "/console/sign-in", data={"token": world.tokens["victor"], "csrf": csrf.group(1)}
+        )
+        assert signed_in.status_code == 303
+        page = client.get("/console/locks")
+        assert page.status_code == 200, page.text
+        assert world.holder in page.text
+        assert world.waiter in page.text
+        assert world.parked in page.text
+        assert "parked: keeps the lock" in page.text
+        assert world.foreign not in page.text
