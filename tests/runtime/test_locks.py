@@ -15,6 +15,7 @@ import itertools
 import json
 import signal
 import subprocess
+import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -24,9 +25,10 @@ import pytest
 
 import ledgerflow as lf
 import lock_contention
-from ledgerflow.errors import LockTimeoutError, ReservedNameError
-from ledgerflow.ledger.locks import LockRecord
-from ledgerflow.model.ids import InstanceId
+from ledgerflow.errors import FencedOutError, LockTimeoutError, ReservedNameError
+from ledgerflow.ledger.locks import LockRecord, ReleaseLock
+from ledgerflow.ledger.records import Commit
+from ledgerflow.model.ids import InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.repair import RepairKind
 from ledgerflow.model.step import StepKind, StepStatus
@@ -368,6 +370,36 @@ def test_an_acquiring_that_times_out_leaves_the_queue(journal_url: str, bank: Ba
             await engine.signal(a, "go", event_id="go-a")
             await _idle(engine)
             assert engine.store.locks() == []
+
+    asyncio.run(main())
+
+
+def test_a_release_from_an_owner_that_lost_the_instance_is_refused(
+    journal_url: str, bank: Bank
+) -> None:
+    """A holds the lock and waits (released, no owner); a commit that releases it from a
+    worker at A's generation, as a zombie would send it, is fenced out by the store: the lock
+    stays A's and B still waits."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, bank.registry) as engine:
+            a = await _start(engine, "a", wait=True)
+            await _idle(engine)
+            b = await _start(engine, "b")
+            await _idle(engine)
+            record = await engine.get(a)
+            zombie = Commit(
+                instance_id=a,
+                owner=WorkerId("zombie"),
+                generation=record.generation,
+                writes=(ReleaseLock(name="account:42", seq=StepSeq(1), run=1),),
+            )
+            [refused] = engine.store.commit([zombie], now=time.time())
+            assert isinstance(refused, FencedOutError)
+            held = _one_lock(engine)
+            assert held is not None
+            assert held.holder_instance == a
+            assert [w.instance_id for w in held.waiters] == [b]
 
     asyncio.run(main())
 

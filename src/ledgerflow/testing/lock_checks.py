@@ -1,5 +1,6 @@
-"""The oracle's checks of durable locks (internal: ``ledgerflow.testing`` users call
-:func:`lock_violations`; the oracle's own module stays within its length bound).
+"""The oracle's checks of durable locks (internal: the oracle's ``check`` runs them on its
+snapshot, and tests call :func:`lock_violations` on a store; a module of its own so that the
+oracle's stays within its length bound).
 
 What the store holds must say: at most one holder per lock (the holder row's key makes two
 impossible; the check reads it back all the same), no lock held by an instance that ended for
