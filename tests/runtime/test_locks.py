@@ -38,6 +38,7 @@ from ledgerflow.operators.service import Operations
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
 from ledgerflow.storage import open_store
+from ledgerflow.storage.sql_locks import LockStore
 from ledgerflow.testing.lock_checks import lock_violations
 from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
 
@@ -400,6 +401,32 @@ def test_a_release_from_an_owner_that_lost_the_instance_is_refused(
             assert held is not None
             assert held.holder_instance == a
             assert [w.instance_id for w in held.waiters] == [b]
+
+    asyncio.run(main())
+
+
+def test_a_lost_hand_over_is_listed_and_found_by_the_oracle(
+    journal_url: str, bank: Bank, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the hand-over to the first waiter reverted (a release that frees the lock and
+    wakes nobody), the listing shows the queue behind a lock nobody holds and the oracle's
+    lock checks call it a lost hand-over: such a bug cannot hide in an idle-looking journal."""
+    monkeypatch.setattr(LockStore, "_hand_on", lambda self, name, tenant, now: None)
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, bank.registry) as engine:
+            a = await _start(engine, "a", wait=True)
+            await _idle(engine)
+            b = await _start(engine, "b")
+            await _idle(engine)
+            await engine.signal(a, "go", event_id="go-a")
+            await _idle(engine)
+            assert (await engine.get(b)).status is InstanceStatus.WAITING
+            [free] = engine.store.locks()
+            assert free.holder_instance is None
+            assert [w.instance_id for w in free.waiters] == [b]
+            found = lock_violations(engine.store)
+            assert [(v.invariant, v.instance_id) for v in found] == [("lock-free-with-waiters", b)]
 
     asyncio.run(main())
 

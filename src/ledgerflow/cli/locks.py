@@ -24,7 +24,13 @@ def _table(found: list[dict[str, Any]]) -> Table:
     for name in ("lock", "tenant", "holder", "status", "held", "waiters (in turn)"):
         table.add_column(name, overflow="fold")
     for lock in found:
-        holder = lock["holder"]
+        holder = lock["holder"] or {
+            "instance_id": "(nobody: free, yet waited for)",
+            "seq": "-",
+            "status": "-",
+            "parked": False,
+            "held_seconds": 0.0,
+        }
         status = holder["status"] + (" (parked: keeps the lock)" if holder["parked"] else "")
         table.add_row(
             cell(lock["name"]),

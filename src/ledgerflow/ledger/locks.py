@@ -77,16 +77,18 @@ class LockWaiter:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LockRecord:
-    """A held lock as operators see it: its holder, since when, the holder's status, and the
-    queue in the order the lock will be handed on."""
+    """A lock as operators see it: its holder, since when, the holder's status, and the queue
+    in the order the lock will be handed on. A queue with no holder (every ``holder_*`` None)
+    is listed too: a release always hands the lock on, so a free lock with waiters is a lost
+    hand-over, shown rather than hidden (the oracle's lock checks call it a violation)."""
 
     name: str
     tenant: TenantId
-    holder_instance: InstanceId
-    holder_run: int
-    holder_seq: int
-    granted_at: float
-    holder_status: InstanceStatus
+    holder_instance: InstanceId | None
+    holder_run: int | None
+    holder_seq: int | None
+    granted_at: float | None
+    holder_status: InstanceStatus | None
     waiters: tuple[LockWaiter, ...] = ()
 
     @property

@@ -1,6 +1,7 @@
 """Durable locks as operators see them: each held lock, its holder (marked when the holder is
 parked, so a lock kept for a person's decision is never mistaken for one in use), since when,
-and its queue in the order it will be handed on (``ledgerflow locks``, ``GET /v1/locks``).
+and its queue in the order it will be handed on (``ledgerflow locks``, ``GET /v1/locks``). A
+queue behind a lock nobody holds (a lost hand-over) is listed with ``"holder": null``.
 
 Example::
 
@@ -20,7 +21,9 @@ def lock_json(lock: LockRecord, *, now: float) -> dict[str, Any]:
     return {
         "name": lock.name,
         "tenant": lock.tenant,
-        "holder": {
+        "holder": None
+        if lock.holder_instance is None or lock.holder_status is None or lock.granted_at is None
+        else {
             "instance_id": lock.holder_instance,
             "run": lock.holder_run,
             "seq": lock.holder_seq,

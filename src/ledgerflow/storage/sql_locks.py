@@ -118,8 +118,9 @@ class LockStore(SqlSeam):
                 self._hand_on(str(row["name"]), str(row["tenant"]), now)
 
     def locks(self, *, tenant: TenantId | None = None) -> list[LockRecord]:
-        """Every held lock (of ``tenant``, when given) with its holder and queue, by name; at
-        most ``limits.LOCKS_SHOWN_MAX`` locks and as many waiters."""
+        """Every held lock (of ``tenant``, when given) with its holder and queue, and every
+        queue of a lock nobody holds, by name; at most ``limits.LOCKS_SHOWN_MAX`` locks and as
+        many waiters."""
         params = {"tenant": tenant, "limit": limits.LOCKS_SHOWN_MAX}
         with self._read():
             held, _ = self._run("select_locks", params)
@@ -136,7 +137,7 @@ class LockStore(SqlSeam):
                     status=InstanceStatus(w["status"]),
                 )
             )
-        return [
+        found = [
             LockRecord(
                 name=str(r["name"]),
                 tenant=TenantId(r["tenant"]),
@@ -145,7 +146,22 @@ class LockStore(SqlSeam):
                 holder_seq=int(r["holder_seq"]),
                 granted_at=float(r["granted_at"]),
                 holder_status=InstanceStatus(r["holder_status"]),
-                waiters=tuple(waiters.get((r["name"], r["tenant"]), ())),
+                waiters=tuple(waiters.pop((r["name"], r["tenant"]), ())),
             )
             for r in held
         ]
+        # Queues of a lock nobody holds: a lost hand-over, listed rather than hidden.
+        found += [
+            LockRecord(
+                name=name,
+                tenant=TenantId(tenant),
+                holder_instance=None,
+                holder_run=None,
+                holder_seq=None,
+                granted_at=None,
+                holder_status=None,
+                waiters=tuple(queue),
+            )
+            for (name, tenant), queue in waiters.items()
+        ]
+        return sorted(found, key=lambda lock: (lock.name, lock.tenant))
