@@ -116,6 +116,7 @@ ERRORS = [
     "InstanceNotFoundError",
     "InvalidCursorError",
     "LedgerflowError",
+    "LockDeadlockError",
     "LockTimeoutError",
     "MethodNotAllowedError",
     "MissingExtraError",

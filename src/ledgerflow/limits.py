@@ -205,5 +205,8 @@ WITHIN_UNCOMMITTED_MAX = 1_000
 # release's transaction (a waiter whose inbox refuses the grant, ended or closed, is skipped);
 # past it the lock stays free and the next acquiring takes it.
 LOCK_HAND_ON_TRIES_MAX = 100
+# Hops of the wait-for graph (a holder waiting for a lock another holds...) an acquiring
+# follows to find the cycle its queueing would close; a longer chain is taken as no cycle.
+LOCK_WAIT_CHAIN_MAX = 100
 # Held locks (and as many queued waiters) one listing shows (``ledgerflow locks``, the API).
 LOCKS_SHOWN_MAX = 1_000

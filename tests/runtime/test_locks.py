@@ -101,6 +101,15 @@ class Bank:
                 await ctx.step("leave", leave, lock, job["who"])
             return str(job["who"])
 
+        @self.registry.workflow(name="nested", version=1)
+        async def nested(ctx: lf.WorkflowContext, job: dict[str, Any]) -> str:
+            async with ctx.lock(job["first"]):
+                await ctx.wait_for("go")
+                async with ctx.lock(job["second"]):
+                    await ctx.step("enter", enter, job["second"], job["who"])
+                    await ctx.step("leave", leave, job["second"], job["who"])
+            return str(job["who"])
+
         @self.registry.workflow(name="patient", version=1)
         async def patient(ctx: lf.WorkflowContext, job: dict[str, Any]) -> str:
             try:
@@ -427,6 +436,43 @@ def test_a_lost_hand_over_is_listed_and_found_by_the_oracle(
             assert [w.instance_id for w in free.waiters] == [b]
             found = lock_violations(engine.store)
             assert [(v.invariant, v.instance_id) for v in found] == [("lock-free-with-waiters", b)]
+
+    asyncio.run(main())
+
+
+def test_a_cycle_of_waits_is_refused_to_the_instance_that_would_close_it(
+    journal_url: str, bank: Bank
+) -> None:
+    """A holds x and B holds y; B asks for x and queues; A then asks for y, which would close
+    the cycle: A's acquiring is answered LockDeadlockError (naming both hops) in its own
+    transaction, A fails and its ending hands x to B, which finishes. No one waits for ever."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, bank.registry) as engine:
+            a = (
+                await engine.start(
+                    "nested", key="a", input={"who": "a", "first": "x", "second": "y"}
+                )
+            ).instance_id
+            b = (
+                await engine.start(
+                    "nested", key="b", input={"who": "b", "first": "y", "second": "x"}
+                )
+            ).instance_id
+            await _idle(engine)
+            await engine.signal(b, "go", event_id="go-b")
+            await _idle(engine)
+            assert (await engine.get(b)).status is InstanceStatus.WAITING  # queued for x
+            await engine.signal(a, "go", event_id="go-a")
+            await _idle(engine)
+            ended = await engine.get(a)
+            assert ended.status is InstanceStatus.FAILED
+            assert "LF551" in (ended.reason or "") or "cycle" in (ended.reason or "")
+            assert f"{b} holds y" in (ended.reason or "")
+            assert (await engine.get(b)).status is InstanceStatus.SUCCEEDED
+            assert bank.entered == ["b"]
+            assert engine.store.locks() == []
+            assert lock_violations(engine.store) == []
 
     asyncio.run(main())
 

@@ -50,7 +50,8 @@
     │   ├── StepFailedError           a local step used up its attempts
     │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
     │   ├── WaitTimeoutError          a wait's timeout came before its event
-    │   └── LockTimeoutError          a durable lock was not granted before its timeout
+    │   ├── LockTimeoutError          a durable lock was not granted before its timeout
+    │   └── LockDeadlockError         waiting for a durable lock would close a cycle
     └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
@@ -114,6 +115,7 @@ from ledgerflow.errors.ledger import (
     IdempotencyKeyReusedError,
     IllegalTransitionError,
     InstanceNotFoundError,
+    LockDeadlockError,
     LockTimeoutError,
     NoCapableWorkerError,
     NotCommittedError,
@@ -167,6 +169,7 @@ __all__ = [
     "InstanceNotFoundError",
     "InvalidCursorError",
     "LedgerflowError",
+    "LockDeadlockError",
     "LockTimeoutError",
     "MethodNotAllowedError",
     "MissingExtraError",

@@ -24,7 +24,12 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ledgerflow import limits
-from ledgerflow.errors import LockTimeoutError, RegistrationError, WaitTimeoutError
+from ledgerflow.errors import (
+    LockDeadlockError,
+    LockTimeoutError,
+    RegistrationError,
+    WaitTimeoutError,
+)
 from ledgerflow.ledger.locks import (
     GRANT_SENDER,
     AcquireLock,
@@ -96,7 +101,7 @@ class DurableLock:
             driver.recorded = session.step(driver.seq)
         try:
             with ctx._wait_span(driver):
-                await driver.wait_for(grant_event(self.name), due, (GRANT_SENDER,))
+                answer = await driver.wait_for(grant_event(self.name), due, (GRANT_SENDER,))
         except WaitTimeoutError:
             raise LockTimeoutError(
                 f"lock {self.name!r} was not granted before the timeout",
@@ -104,6 +109,15 @@ class DurableLock:
                 seq=driver.seq,
                 lock=self.name,
             ) from None
+        if isinstance(answer.payload, dict) and "deadlock" in answer.payload:
+            hops = [str(hop) for hop in answer.payload["deadlock"]]
+            raise LockDeadlockError(
+                f"waiting for lock {self.name!r} would close a cycle: {'; '.join(hops)}",
+                instance_id=session.instance_id,
+                seq=driver.seq,
+                lock=self.name,
+                cycle="; ".join(hops),
+            )
         self.seq = driver.seq
         return self
 

@@ -24,7 +24,7 @@ from ledgerflow.ledger.locks import (
     ReleaseLock,
     grant_event,
 )
-from ledgerflow.ledger.records import Commit
+from ledgerflow.ledger.records import Commit, InstanceRecord
 from ledgerflow.ledger.transaction import Deliver
 from ledgerflow.model.ids import InstanceId, TenantId
 from ledgerflow.model.instance import InstanceStatus
@@ -44,9 +44,13 @@ class LockStore(SqlSeam):
         if isinstance(write, AcquireLock):
             mine = {**lock, "instance_id": commit.instance_id, "run": instance.run, "now": now}
             _, granted = self._run("insert_lock_holder", {**mine, "seq": write.seq})
+            cycle = None if granted else self._wait_cycle(write.name, instance)
             if granted:
                 self._grant(write.name, commit.instance_id, instance.run, write.seq, now)
                 what = "granted"
+            elif cycle is not None:
+                self._refuse_deadlock(write, instance, cycle, now)
+                what = "deadlock"
             else:
                 self._run("enqueue_lock_waiter", {**mine, "seq": write.seq})
                 what = "queued"
@@ -66,6 +70,48 @@ class LockStore(SqlSeam):
         else:
             mine = {"instance_id": commit.instance_id, "run": instance.run, "seq": write.seq}
             self._run("delete_lock_waiter", mine)
+
+    def _wait_cycle(self, name: str, instance: InstanceRecord) -> list[str] | None:
+        """The cycle queueing ``instance`` for lock ``name`` would close, as "holder holds
+        lock" hops from that lock's holder back to ``instance``; None when there is none. The
+        wait-for graph is read under one lock per tenant (``serialise_lock`` of no name), so two
+        acquirings that would close one cycle between them are decided one after the other."""
+        tenant = str(instance.tenant)
+        self._run("serialise_lock", {"name": "", "tenant": tenant})
+        rows, _ = self._run("lock_holder", {"name": name, "tenant": tenant})
+        if not rows:
+            return None
+        holder, hops = (
+            str(rows[0]["holder_instance"]),
+            [f"{rows[0]['holder_instance']} holds {name}"],
+        )
+        for _ in range(limits.LOCK_WAIT_CHAIN_MAX):
+            if holder == instance.instance_id:
+                return hops
+            waited, _ = self._run("lock_waited_for", {"instance_id": holder})
+            if not waited or waited[0]["holder_instance"] is None:
+                return None
+            holder = str(waited[0]["holder_instance"])
+            hops.append(f"{holder} holds {waited[0]['name']}")
+        return None
+
+    def _refuse_deadlock(
+        self, write: AcquireLock, instance: InstanceRecord, cycle: list[str], now: float
+    ) -> None:
+        """Answer the acquiring with the cycle instead of a place in the queue: delivered as its
+        grant would be, so the lock step takes it, journals it and raises it on every replay."""
+        self.deliver(
+            Deliver(
+                instance_id=instance.instance_id,
+                event_id=f"lock-deadlock:{write.name}:{instance.run}:{write.seq}",
+                name=grant_event(write.name),
+                payload=json.dumps({"lock": write.name, "deadlock": cycle}),
+                sender=GRANT_SENDER,
+                for_seq=write.seq,
+                run=instance.run,
+            ),
+            now=now,
+        )
 
     def _grant(self, name: str, instance_id: InstanceId, run: int, seq: int, now: float) -> bool:
         """Deliver the grant to the instance now its holder; False when its inbox refused it

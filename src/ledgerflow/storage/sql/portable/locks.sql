@@ -58,3 +58,16 @@ JOIN lf_instances i ON i.instance_id = w.instance_id
 WHERE (CAST(:tenant AS text) IS NULL OR w.tenant = :tenant)
 ORDER BY w.name, w.tenant, w.position
 LIMIT :limit;
+
+-- name: lock_holder
+-- Who holds a lock (the wait-for graph's first hop).
+SELECT holder_instance FROM lf_locks WHERE name = :name AND tenant = :tenant;
+
+-- name: lock_waited_for
+-- The lock an instance is queued for and its holder (an instance waits for one at a time; a
+-- lock nobody holds has a NULL holder).
+SELECT w.name, l.holder_instance FROM lf_lock_waiters w
+LEFT JOIN lf_locks l ON l.name = w.name AND l.tenant = w.tenant
+WHERE w.instance_id = :instance_id
+ORDER BY w.position
+LIMIT 1;
