@@ -126,6 +126,8 @@ ERRORS = [
     "InvalidCursorError",
     "KeyInUseError",
     "LedgerflowError",
+    "LockDeadlockError",
+    "LockTimeoutError",
     "MethodNotAllowedError",
     "MissingExtraError",
     "NoCapableWorkerError",

@@ -213,3 +213,12 @@ START_DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600.0
 # and waits for that at most this many turns.
 BRANCH_QUIET_TURNS = 16
 BRANCH_SETTLE_TURNS_MAX = 10_000
+# Durable locks (``ctx.lock``). A released lock is offered to at most this many waiters in its
+# release's transaction (a waiter whose inbox refuses the grant, ended or closed, is skipped);
+# past it the lock stays free and the next acquiring takes it.
+LOCK_HAND_ON_TRIES_MAX = 100
+# Hops of the wait-for graph (a holder waiting for a lock another holds...) an acquiring
+# follows to find the cycle its queueing would close; a longer chain is taken as no cycle.
+LOCK_WAIT_CHAIN_MAX = 100
+# Held locks (and as many queued waiters) one listing shows (``ledgerflow locks``, the API).
+LOCKS_SHOWN_MAX = 1_000

@@ -247,6 +247,24 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "decided_at",
         "lateness",
     ],
+    # Durable locks: the holder of each (name, tenant) and each lock's queue (0019).
+    "lf_locks": [
+        "name",
+        "tenant",
+        "holder_instance",
+        "holder_run",
+        "holder_seq",
+        "granted_at",
+    ],
+    "lf_lock_waiters": [
+        "position",
+        "name",
+        "tenant",
+        "instance_id",
+        "run",
+        "seq",
+        "enqueued_at",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -268,6 +286,8 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_instances_parent": ("lf_instances", ["parent_instance_id"]),
     "lf_effects_unknown": ("lf_effects", ["updated_at"]),
     "lf_workers_heartbeat": ("lf_workers", ["heartbeat_at"]),
+    "lf_locks_holder": ("lf_locks", ["holder_instance"]),
+    "lf_lock_waiters_queue": ("lf_lock_waiters", ["name", "tenant", "position"]),
     "lf_worker_definitions_served": (
         "lf_worker_definitions",
         ["workflow_name", "workflow_version", "fingerprint"],
@@ -299,6 +319,9 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     "lf_schedules": {("name",)},
     "lf_schedule_specs": {("name", "spec_version")},
     "lf_schedule_slots": {("name", "nominal_at")},
+    # One holder per lock; one queue place per acquiring position.
+    "lf_locks": {("name", "tenant")},
+    "lf_lock_waiters": {("position",), ("instance_id", "run", "seq")},
     "lf_schema_migrations": {("version",)},
 }
 

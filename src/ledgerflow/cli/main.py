@@ -17,6 +17,7 @@ import click
 from ledgerflow.cli.attention import register as register_attention
 from ledgerflow.cli.demo import register as register_demo
 from ledgerflow.cli.instances import register as register_instances
+from ledgerflow.cli.locks import register as register_locks
 from ledgerflow.cli.migrate import register as register_migrate
 from ledgerflow.cli.reconcile import register as register_reconcile
 from ledgerflow.cli.render import inert
@@ -59,6 +60,7 @@ register_versions(cli)
 register_upgrades(cli)
 register_workers(cli)
 register_schedules(cli)
+register_locks(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:

@@ -55,12 +55,14 @@
     │   ├── EffectFailedError         an effect is proven not applied and no attempt is left
     │   ├── WaitTimeoutError          a wait's timeout came before its event
     │   ├── TargetNotFoundError       a workflow signalled an instance that does not exist
-    │   └── ChildWorkflowError        a child workflow ended without a result
-    │       ├── ChildFailedError      ... FAILED: nothing of it was committed
-    │       ├── ChildCompensatedError ... COMPENSATED: it undid what it did
-    │       ├── ChildCancelledError   ... CANCELLED, with the effects that stay
-    │       ├── ChildNeedsInterventionError  ... MANUAL_INTERVENTION: a person decides
-    │       └── ChildForwardRecoveryRequiredError  ... after a pivot: only forward steps
+    │   ├── ChildWorkflowError        a child workflow ended without a result
+    │   │   ├── ChildFailedError      ... FAILED: nothing of it was committed
+    │   │   ├── ChildCompensatedError ... COMPENSATED: it undid what it did
+    │   │   ├── ChildCancelledError   ... CANCELLED, with the effects that stay
+    │   │   ├── ChildNeedsInterventionError  ... MANUAL_INTERVENTION: a person decides
+    │   │   └── ChildForwardRecoveryRequiredError  ... after a pivot: only forward steps
+    │   ├── LockTimeoutError          a durable lock was not granted before its timeout
+    │   └── LockDeadlockError         waiting for a durable lock would close a cycle
     └── BusinessFailure               raised by workflow code on purpose: a declared failure
 
     OperatorError                 an operator command could not be carried out; nothing changed
@@ -135,6 +137,8 @@ from ledgerflow.errors.ledger import (
     IllegalTransitionError,
     InstanceNotFoundError,
     KeyInUseError,
+    LockDeadlockError,
+    LockTimeoutError,
     NoCapableWorkerError,
     NotCommittedError,
     ResultTimeoutError,
@@ -198,6 +202,8 @@ __all__ = [
     "InvalidCursorError",
     "KeyInUseError",
     "LedgerflowError",
+    "LockDeadlockError",
+    "LockTimeoutError",
     "MethodNotAllowedError",
     "MissingExtraError",
     "NoCapableWorkerError",

@@ -212,6 +212,34 @@ class WaitTimeoutError(StepError):
     code = "LF503"
 
 
+@identities
+class LockTimeoutError(StepError):
+    """A durable lock (``ctx.lock``) was not granted before its ``timeout``: the instance left
+    the lock's queue in the commit that recorded the timeout, so it holds nothing of it."""
+
+    code = "LF550"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "seq", "lock")
+
+    # The lock's name.
+    lock: str | None = None
+
+
+@identities
+class LockDeadlockError(StepError):
+    """Queueing for a durable lock would close a cycle of instances each waiting for a lock the
+    next holds: the acquiring is answered with this instead of a place in the queue (decided
+    in the acquiring's own transaction, so exactly one of the instances closing the cycle gets
+    it), and the instance holds nothing of that lock."""
+
+    code = "LF551"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "seq", "lock", "cycle")
+
+    # The lock asked for.
+    lock: str | None = None
+    # The cycle, as "instance holds lock" hops from the holder of the lock asked for.
+    cycle: str | None = None
+
+
 class BusinessFailure(LedgerflowError):  # noqa: N818 - an outcome the workflow means, not an error of its code
     """A failure the workflow raises on purpose; it compensates (or fails) the instance.
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, overload
 
 from ledgerflow.deprecation import renamed
 from ledgerflow.ledger.delivery import DeliveryEvent, DeliveryState
+from ledgerflow.ledger.locks import AcquireLock, LeaveLockQueue, ReleaseLock
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.ids import (
@@ -379,6 +380,9 @@ Write = (
     | KeepTraceContext
     | StartInstance
     | ContinueRun
+    | AcquireLock
+    | ReleaseLock
+    | LeaveLockQueue
 )
 
 

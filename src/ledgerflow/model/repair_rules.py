@@ -284,6 +284,10 @@ def _plan_retry_step(ledger: Ledger, args: RepairArgs) -> RepairPlan:
         raise _refuse(ledger, "that is a compensation: use run-compensation")
     if step.kind in (StepKind.TIMER, StepKind.WAIT):
         raise _refuse(ledger, f"step {step.seq} is a {step.kind.value}: deliver its event instead")
+    if step.kind is StepKind.LOCK:
+        raise _refuse(
+            ledger, f"step {step.seq} is a lock: its grant comes from its holder's release"
+        )
     _last_step(ledger, step.seq)
     effect = ledger.effects.get(step.seq) if step.kind is StepKind.EFFECT else None
     steps, effects = _retry_changes(ledger, step, effect)

@@ -14,6 +14,10 @@ from ledgerflow.errors import ReservedNameError
 # only: the participant's callback by the effect's idempotency key, audited as such. A signal
 # under that name would confirm the effect with whatever evidence its sender chose.
 COMPLETION_PREFIX = "complete:"
+# A durable lock's grant is delivered to its waiter under "lock-granted:" and the lock's name,
+# by the store, in the transaction that makes it the holder (ledgerflow.runtime.locks): a
+# signal under that name would let its sender hand out a lock nobody released.
+LOCK_GRANT_PREFIX = "lock-granted:"
 
 
 def signal_name(name: str) -> str:
@@ -24,6 +28,12 @@ def signal_name(name: str) -> str:
             "asynchronous effect's completion: a participant completes an effect by its "
             "idempotency key (engine.complete_effect, POST /v1/effects/completion), never by "
             "a signal",
+            name=name,
+        )
+    if name.startswith(LOCK_GRANT_PREFIX):
+        raise ReservedNameError(
+            f"signal names starting with {LOCK_GRANT_PREFIX!r} are reserved for a durable "
+            "lock's grant, which only the store delivers",
             name=name,
         )
     return name

@@ -28,6 +28,9 @@ class StepKind(enum.Enum):
     # A send to another instance (``ctx.signal_instance``, ``ctx.start_workflow``): journaled
     # complete in the same transaction as the event it delivers or the instance it starts.
     SEND = "send"
+    # A durable lock (``ctx.lock``): its acquiring is a wait for the grant (COMPLETED once
+    # granted, FAILED at its timeout), its release a position journaled complete.
+    LOCK = "lock"
 
 
 class StepStatus(enum.Enum):

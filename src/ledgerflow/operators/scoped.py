@@ -57,6 +57,7 @@ from ledgerflow.operators.commands import (
     Writer,
 )
 from ledgerflow.operators.dashboard import Dashboard, dashboard
+from ledgerflow.operators.locks import lock_json
 from ledgerflow.operators.paging import (
     InstanceOverview,
     InstancePage,
@@ -323,6 +324,15 @@ class ScopedOperations:
         now = self._clock.now()
         found = live_workers(self._store, now=now, bounds=bounds_from_environment())
         return [worker_json(w, now=now) for w in found]
+
+    def locks(self) -> list[dict[str, Any]]:
+        """The held durable locks of the principal's tenant (every tenant's for one that sees
+        them all), each with its holder and queue."""
+        self.require(ApiRole.VIEWER)
+        now = self._clock.now()
+        scope = self.principal.tenant_filter
+        found = self._store.locks(tenant=TenantId(scope) if scope is not None else None)
+        return [lock_json(lock, now=now) for lock in found]
 
     def _tenant(self, tenant: str | None) -> str:
         if tenant is None:

@@ -68,6 +68,7 @@ from ledgerflow.operators.commands import (
     Writer,
 )
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
+from ledgerflow.operators.locks import lock_json
 from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
 from ledgerflow.operators.readiness import Readiness, migrate_journal
 from ledgerflow.operators.reconcile import reconcile
@@ -382,6 +383,13 @@ class Operations:
         ``LEDGERFLOW_DETECTION``), oldest first, with what each serves."""
         bounds = bounds or bounds_from_environment()
         return live_workers(self._store, now=self._clock.now(), bounds=bounds)
+
+    def locks(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The held durable locks (of one tenant, or of all): holder (parked or not), since
+        when, and each lock's queue in order."""
+        now = self._clock.now()
+        found = self._store.locks(tenant=TenantId(tenant) if tenant is not None else None)
+        return [lock_json(lock, now=now) for lock in found]
 
     # -- repairs and their audit -------------------------------------------------------------
 

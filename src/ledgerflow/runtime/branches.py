@@ -325,3 +325,27 @@ def deciding(exc: BaseException, *, business: Callable[[BaseException], bool]) -
     if len(errors) == 1 or (errors and all(business(e) for e in errors)):
         return errors[0]
     return exc
+
+
+async def gather(calls: tuple[Awaitable[Any], ...]) -> list[Any]:
+    """``ctx.gather``: the calls as a ``TaskGroup``'s tasks, their values in argument order; of
+    several failures, a control-flow signal first (it ends the run), else the first in argument
+    order (not an exception group)."""
+    tasks: list[asyncio.Task[Any]] = []
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks.extend(group.create_task(_awaited(c)) for c in calls)
+    except BaseExceptionGroup as failed:
+        decided = deciding(failed, business=lambda _: True)
+        if isinstance(decided, CONTROL):
+            raise decided from None
+        errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+        first = next((e for e in errors if e is not None), None)
+        if first is None:
+            raise
+        raise first from None
+    return [task.result() for task in tasks]
+
+
+async def _awaited(call: Awaitable[T]) -> T:
+    return await call

@@ -17,7 +17,6 @@ only (the replay checker).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
@@ -40,11 +39,12 @@ from ledgerflow.model.schedule import ScheduledBy, scheduled_by
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import children, sends
-from ledgerflow.runtime.branches import CONTROL, Branches, deciding
+from ledgerflow.runtime.branches import CONTROL, Branches, gather
 from ledgerflow.runtime.children import ChildHandle, OnParentEnd
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
+from ledgerflow.runtime.locks import DurableLock
 from ledgerflow.runtime.session import Session
 from ledgerflow.runtime.waits import WaitDriver
 
@@ -177,7 +177,7 @@ class WorkflowContext:
             return False
         if kind is StepKind.TIMER:
             return True
-        if kind is StepKind.WAIT:
+        if kind in (StepKind.WAIT, StepKind.LOCK):
             return bool(self._without_timeout(recorded.input) == self._without_timeout(input_text))
         return recorded.input == input_text
 
@@ -327,6 +327,22 @@ class WorkflowContext:
         due = self._session.clock.now() + timeout if timeout is not None else limits.WAIT_FOREVER_AT
         with self._wait_span(driver):
             return await self._branches.call(driver.seq, driver.wait_for(event, due, approvers))
+
+    def lock(self, name: str, *, timeout: float | None = None) -> DurableLock:
+        """A durable named lock, held by one instance of the tenant at a time::
+
+            async with ctx.lock("account:42", timeout=None):
+                balance = await ctx.effect(read_balance, {"account": 42})
+                await ctx.wait_for("approved")  # still held: across waits and crashes
+                await ctx.effect(debit, {"account": 42, "amount": 10})
+
+        Acquiring takes a journal position: granted at once if the lock is free, else the
+        instance queues (first come, first served) and waits holding nothing else. The release
+        (leaving the block, or a final ending of the instance) hands the lock to the first
+        waiter in the same transaction. Raises :class:`~ledgerflow.errors.LockTimeoutError`
+        when ``timeout`` seconds pass before the grant (the instance leaves the queue).
+        See :mod:`ledgerflow.runtime.locks`."""
+        return DurableLock(self, name, timeout=timeout)
 
     def _wait_driver(self, kind: StepKind, name: str, spec: dict[str, Any]) -> WaitDriver:
         """The driver of the wait or timer at the next position, checked against the journal
@@ -580,21 +596,4 @@ class WorkflowContext:
                 ctx.effect(book_hotel, trip), ctx.effect(book_car, trip)
             )
         """
-        tasks: list[asyncio.Task[Any]] = []
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks.extend(group.create_task(_awaited(c)) for c in calls)
-        except BaseExceptionGroup as failed:
-            decided = deciding(failed, business=lambda _: True)
-            if isinstance(decided, CONTROL):
-                raise decided from None
-            errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
-            first = next((e for e in errors if e is not None), None)
-            if first is None:
-                raise
-            raise first from None
-        return [task.result() for task in tasks]
-
-
-async def _awaited(call: Awaitable[T]) -> T:
-    return await call
+        return await gather(calls)

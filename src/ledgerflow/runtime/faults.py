@@ -39,6 +39,8 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``schedule.before_fire`` / ``schedule.after_fire``: a worker planned a schedule's tick (its
   slots' outcomes and starts) and its transaction is not yet durable / is durable and the
   worker has not counted it (``schedule`` is the schedule's name, ``slots`` how many)
+- ``lock.before_release``: the workflow left a durable lock's block, the release (and the
+  hand-over to the first waiter) is not yet durable (``seq`` is the release's position)
 """
 
 from __future__ import annotations

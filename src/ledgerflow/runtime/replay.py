@@ -140,7 +140,7 @@ def _settled(session: Session, recorded: StepRecord) -> bool:
         )
     if recorded.kind is StepKind.CHILD:
         return True  # its start is journaled; taking its ending is asked apart (result())
-    if recorded.kind in (StepKind.LOCAL, StepKind.WAIT, StepKind.SEND):
+    if recorded.kind in (StepKind.LOCAL, StepKind.WAIT, StepKind.SEND, StepKind.LOCK):
         return recorded.status in (StepStatus.COMPLETED, StepStatus.FAILED)
     return recorded.status is StepStatus.COMPLETED
 

@@ -49,6 +49,10 @@ class WaitDriver:
     name: str
     input_text: str
     recorded: StepRecord | None
+    # Writes that ride with the wait's start, and with its timeout (a lock's queueing, and its
+    # leaving the queue: see ledgerflow.runtime.locks).
+    joins: tuple[Write, ...] = ()
+    leaves: tuple[Write, ...] = ()
 
     # While parallel branches run, the wait is held until every branch is blocked, and the
     # instance parked for all of them at once (runtime/branches.py): False when none runs.
@@ -76,7 +80,7 @@ class WaitDriver:
         )
         # A wait or timer does not start once a cancel request is accepted: the store refuses
         # the start then, and the instance cancels instead.
-        return [self._started, NoCancelRequest()], due
+        return [self._started, NoCancelRequest(), *self.joins], due
 
     def _close(
         self, event: StepEvent, *, output: str | None = None, error: str | None = None
@@ -188,6 +192,7 @@ class WaitDriver:
                     *refused,
                     NoPendingDelivery(name=event),
                     self._close(StepEvent.FAIL, error=error),
+                    *self.leaves,
                 )
             except EventArrivedError:
                 continue  # The event won the race: take it on the next turn.

@@ -134,8 +134,9 @@ class SqlSeam(abc.ABC):
 
     @abc.abstractmethod
     def deliver(self, write: Deliver, *, now: float) -> Delivered | None:
-        """Keep an event in an instance's inbox (the inbox; an ending the store writes outside
-        any worker delivers a child's outcome with it)."""
+        """Keep an event in an instance's inbox, in the current write transaction when one is
+        open (inbox; an ending the store writes outside any worker delivers a child's outcome
+        with it, a lock's grant is delivered with the write that makes its holder)."""
 
     def _child_ended(
         self, child: InstanceRecord, write: InstanceWrite, generation: Generation, now: float

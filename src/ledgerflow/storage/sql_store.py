@@ -25,6 +25,7 @@ from ledgerflow.errors import (
     LedgerflowError,
     StorageCorruptError,
 )
+from ledgerflow.ledger.locks import AcquireLock, LeaveLockQueue, ReleaseLock
 from ledgerflow.ledger.records import (
     Commit,
     ContinueRun,
@@ -59,6 +60,7 @@ from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
 from ledgerflow.storage.sql_claims import ClaimStore
 from ledgerflow.storage.sql_inbox import InboxStore
+from ledgerflow.storage.sql_locks import LockStore
 from ledgerflow.storage.sql_reads import ReadStore
 from ledgerflow.storage.sql_reconcile import ReconcileStore
 from ledgerflow.storage.sql_runs import RunStore
@@ -113,6 +115,7 @@ class SqlStore(
     VersionStore,
     RunStore,
     ScheduleStore,
+    LockStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
@@ -377,6 +380,8 @@ class SqlStore(
                 self._start_within(write.new, now)
             elif isinstance(write, ContinueRun):
                 self._continue_run(write, commit, now)
+            elif isinstance(write, AcquireLock | ReleaseLock | LeaveLockQueue):
+                self._write_lock(write, commit, now)
             elif isinstance(write, KeepTraceContext):
                 self._send(
                     "keep_trace_context",
@@ -470,6 +475,7 @@ class SqlStore(
         }
         if write.status in FINAL_STATUSES:
             self._settle_requests(ending)
+            self._end_locks(commit.instance_id, now)
         self._send(
             "set_status",
             {

@@ -41,6 +41,7 @@ from ledgerflow.ledger.attention import (
 )
 from ledgerflow.ledger.audit import Adoption, AuditEntry, AuditQuery, AuditRecord, RepairWrite
 from ledgerflow.ledger.inbox import InboxEntry, InboxRefusals
+from ledgerflow.ledger.locks import LockRecord
 from ledgerflow.ledger.reconciliation import ReconciliationRun
 from ledgerflow.ledger.records import (
     Commit,
@@ -128,6 +129,11 @@ class LedgerReads(Protocol):
     def runs(self, instance_id: InstanceId, *, latest: int | None = None) -> list[RunRecord]:
         """The instance's closed runs (the ``latest`` ones when given), oldest first; the open
         one is the instance's run."""
+        ...
+
+    def locks(self, *, tenant: TenantId | None = None) -> list[LockRecord]:
+        """Every held durable lock (of ``tenant``, when given) with its holder, the holder's
+        status and the lock's queue in order (``ctx.lock``)."""
         ...
 
     def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ledgerflow import limits
 from ledgerflow.ledger.audit import AuditQuery
 from ledgerflow.ledger.delivery import DeliveryState
+from ledgerflow.ledger.locks import LockRecord
 from ledgerflow.ledger.records import (
     Delivery,
     EffectRecord,
@@ -33,9 +34,11 @@ from ledgerflow.model.instance import (
     InstanceStatus,
 )
 from ledgerflow.model.machine import Machine
+from ledgerflow.model.signal import LOCK_GRANT_PREFIX
 from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
 from ledgerflow.operators import actions
 from ledgerflow.storage.store import Store
+from ledgerflow.testing.lock_checks import locks_held_rightly
 from ledgerflow.testing.participants import World
 from ledgerflow.testing.run_checks import (
     no_event_lost_or_duplicated_across_a_switch,
@@ -58,6 +61,8 @@ class Snapshot:
     # Every run's steps (oldest run first) and the closed runs' rows of history.
     steps: dict[InstanceId, list[StepRecord]] = field(default_factory=dict)
     runs: dict[InstanceId, list[RunRecord]] = field(default_factory=dict)
+    # The held durable locks, each with its holder's status and its queue.
+    locks: list[LockRecord] = field(default_factory=list)
 
     @classmethod
     def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
@@ -69,6 +74,7 @@ class Snapshot:
             inbox={i.instance_id: store.inbox(i.instance_id) for i in instances},
             steps={i.instance_id: _every_run_steps(store, i) for i in instances},
             runs={i.instance_id: store.runs(i.instance_id) for i in instances},
+            locks=store.locks(),
         )
 
 
@@ -110,6 +116,7 @@ def check(snapshot: Snapshot, world: World) -> list[Violation]:
         *no_event_lost_or_duplicated_across_a_switch(snapshot),
         *one_child_per_position(snapshot),
         *child_endings_reach_their_parent(snapshot),
+        *locks_held_rightly(snapshot.locks),
     ]
 
 
@@ -545,6 +552,10 @@ def lost_wakeups(store: Store, *, now: float) -> list[Violation]:
             f"complete:{e.effect_id}"
             for e in journal.effects.values()
             if e.state is EffectState.ACCEPTED
+        } | {
+            LOCK_GRANT_PREFIX + s.name.removeprefix("lock:")
+            for s in journal.steps.values()
+            if s.status is StepStatus.STARTED and s.kind is StepKind.LOCK
         }
         for delivery in store.inbox(instance.instance_id):
             if delivery.state is not DeliveryState.PENDING:

@@ -102,7 +102,8 @@ def no_event_lost_or_duplicated_across_a_switch(snapshot: Snapshot) -> Iterable[
         waits = {
             at: s
             for at, s in steps.items()
-            if s.kind is StepKind.WAIT and s.status is StepStatus.COMPLETED
+            # A durable lock's acquiring takes its grant as a wait takes its event.
+            if s.kind in (StepKind.WAIT, StepKind.LOCK) and s.status is StepStatus.COMPLETED
         }
         taken = Counter(_taken_event(s) for s in waits.values())
         for event_id, n in taken.items():

@@ -5,10 +5,10 @@ day's activity), the instance list with its search, an instance with every ledge
 result, its timeline drawn and listed, steps, effects with their keys and evidence, UNKNOWN
 outcomes highlighted, compensations, inbox, flags, audit) and the forms its state and the
 principal's role allow (signal or approve, cancel, repair: :mod:`ledgerflow.web.console_offers`),
-the attention queue, the audit log, the versions and workers. Repairs are two steps: a dry run
-shown as a diff of the ledger, then apply on confirmation, only if the instance is still at
-the generation the diff was made from. A signal is the API's (the same call, role check, audit
-and deduplication by event id).
+the attention queue, the audit log, the versions and workers, the held locks. Repairs are two
+steps: a dry run shown as a diff of the ledger, then apply on confirmation, only if the
+instance is still at the generation the diff was made from. A signal is the API's (the same
+call, role check, audit and deduplication by event id).
 
 No script runs in these pages: plain links and forms, one stylesheet shipped in the package,
 nothing fetched from elsewhere. Sessions, CSRF and escaping are
@@ -424,6 +424,12 @@ def versions(request: Request) -> Response:
         unserved=[s for s in ops.version_summaries() if s.in_flight and not s.served_by],
         when=when,
     )
+
+
+@router.get("/locks")
+def locks(request: Request) -> Response:
+    session = signed_in(request)
+    return _page(request, "locks.html", locks=scoped(request, session).locks(), when=when)
 
 
 def _repair(instance_id: str, form: dict[str, str]) -> RepairRequest:

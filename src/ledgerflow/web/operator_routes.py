@@ -1,5 +1,5 @@
 """The API's operator routes: the attention queue, repairs (dry run and apply), the audit log,
-reconciliation runs, definition versions and the live workers (internal).
+reconciliation runs, definition versions, the live workers and the held durable locks (internal).
 
 A repair is planned with ``POST .../repairs/plan`` (a dry run: nothing is written) and applied
 with ``POST .../repairs``; a client that showed a plan passes its ``generation`` as
@@ -203,3 +203,11 @@ def retire_version(
 )  # fmt: skip
 def workers(scoped: Scoped) -> Any:
     return listing(scoped.workers())
+
+
+@api_route(
+    router, "GET", "/locks", role=ApiRole.VIEWER, response_model=ListingOut,
+    summary="The held durable locks: holder (parked or not), since when, and each queue",
+)  # fmt: skip
+def locks(scoped: Scoped) -> Any:
+    return listing(scoped.locks())
