@@ -87,6 +87,12 @@ class Shop:
             handles = [await ctx.start_child("pay", i) for i in range(n)]
             return [await h.result() for h in handles]
 
+        @registry.workflow(name="gathered_fan", version=1)
+        async def gathered_fan(ctx: lf.WorkflowContext, n: int) -> list[Any]:
+            # Started from parallel branches; awaited after the gather, in the workflow's task.
+            handles = await ctx.gather(*(ctx.start_child("pay", i) for i in range(n)))
+            return [await h.result() for h in handles]
+
         @registry.workflow(name="catching", version=1)
         async def catching(ctx: lf.WorkflowContext, child: str) -> dict[str, Any]:
             try:
@@ -183,6 +189,40 @@ def test_many_children_at_once(journal_url: str) -> None:
 
     asyncio.run(main())
     assert sorted(shop.applied.values()) == [1] * 12
+
+
+def test_children_started_from_parallel_branches_take_positions_in_call_order(
+    journal_url: str,
+) -> None:
+    """Goal: children started from a gather's branches take their positions in call order
+    (each child's default key names its position), are handed back in that order, and each
+    runs once; a replay after the parent's waits starts none again.
+
+    Method: start 6 children in one ``ctx.gather``, await each afterwards; read the parent's
+    child steps, the children's keys and the participant's record."""
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("gathered_fan", key="g-1", input=6)
+            await _work(engine)
+            results = await engine.result(started.instance_id, timeout=20)
+            assert [r["amount"] for r in results] == list(range(6))
+            detail = await engine.detail(started.instance_id)
+            assert [s.seq for s in _children(detail)] == list(range(1, 7))
+            children = await engine.list(workflow="pay", limit=10)
+            # The child called i-th (input i) holds position i + 1, whatever finished first.
+            assert {c.input_value: c.business_key for c in children} == {
+                i: f"g-1/r1/s{i + 1}/child" for i in range(6)
+            }
+            for child in children:
+                assert await engine.result(child.instance_id, timeout=5) == {
+                    "amount": int(child.input_value),
+                    "receipt": {"charged": int(child.input_value)},
+                }
+
+    asyncio.run(main())
+    assert sorted(shop.applied.values()) == [1] * 6
 
 
 def test_the_fan_out_bound_parks_the_parent_with_a_clear_reason(

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.errors import (
@@ -52,6 +53,7 @@ from ledgerflow.model.instance import InstanceEvent
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
+from ledgerflow.runtime.branches import Branches
 from ledgerflow.runtime.control import Cancelled, Park, Waiting
 from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.session import Session
@@ -60,6 +62,8 @@ from ledgerflow.runtime.session import Session
 # CANCELLED): a durable cancel request, nothing, or the parent's result waits for it.
 OnParentEnd = Literal["cancel", "abandon", "wait"]
 ON_PARENT_END = ("cancel", "abandon", "wait")
+
+T = TypeVar("T")
 
 
 class ParentContext(Protocol):
@@ -74,7 +78,9 @@ class ParentContext(Protocol):
     @property
     def instance_id(self) -> InstanceId: ...
 
-    def _in_program_order(self, what: str) -> None: ...
+    _branches: Branches
+
+    def _checked(self, what: str, check: Callable[[], T]) -> T: ...
 
     def _next_seq(self) -> StepSeq: ...
 
@@ -179,38 +185,51 @@ async def start_child(
         )
     session = ctx._session
     registry, name = _resolve(ctx, workflow)
-    ctx._in_program_order(f"child {name!r}")
-    seq = ctx._next_seq()
     parent = session.instance
-    child_key = names.business_key(
-        key
-        if key is not None
-        else default_child_key(parent.business_key, parent.instance_id, parent.run, seq)
-    )
-    # The child's id is derived from its key, as any start's (so the same on every replay).
-    child_id = instance_id_for(parent.tenant, name, child_key)
-    spec = {
-        "workflow": name,
-        "version": version,
-        "key": child_key,
-        "child_id": child_id,
-        "input": input,
-        "on_parent_end": on_parent_end,
-    }
-    input_text = session.codec.encode(spec)
     step_name = f"child:{name}"
-    recorded = ctx._replayed(seq, kind=StepKind.CHILD, name=step_name, input_text=input_text)
-    ctx._stop_if_cancelled(seq, step_name, recorded)
+
+    def check() -> tuple[StepSeq, dict[str, Any], str, StepRecord | None]:
+        seq = ctx._next_seq()
+        child_key = names.business_key(
+            key
+            if key is not None
+            else default_child_key(parent.business_key, parent.instance_id, parent.run, seq)
+        )
+        # The child's id is derived from its key, as any start's (the same on every replay).
+        spec = {
+            "workflow": name,
+            "version": version,
+            "key": child_key,
+            "child_id": instance_id_for(parent.tenant, name, child_key),
+            "input": input,
+            "on_parent_end": on_parent_end,
+        }
+        input_text = session.codec.encode(spec)
+        recorded = ctx._replayed(seq, kind=StepKind.CHILD, name=step_name, input_text=input_text)
+        ctx._stop_if_cancelled(seq, step_name, recorded)
+        return seq, spec, input_text, recorded
+
+    seq, spec, input_text, recorded = ctx._checked(f"child {name!r}", check)
+    ctx._branches.take(seq)
     handle = ChildHandle(
-        child_id=child_id, key=child_key, seq=seq, on_parent_end=on_parent_end, _ctx=ctx
+        child_id=spec["child_id"],
+        key=spec["key"],
+        seq=seq,
+        on_parent_end=on_parent_end,
+        _ctx=ctx,
     )
-    if recorded is None:
-        if registry is None:
-            raise RegistrationError(f"no registry knows the child workflow {name!r}")
-        await _start(ctx, handle, registry.get(name, version), spec, step_name, input_text)
-    if on_parent_end == "wait":
-        ctx._children_awaited.append(handle)
-    return handle
+
+    async def begin() -> ChildHandle:
+        if recorded is None:
+            if registry is None:
+                raise RegistrationError(f"no registry knows the child workflow {name!r}")
+            await _start(ctx, handle, registry.get(name, version), spec, step_name, input_text)
+        if on_parent_end == "wait":
+            ctx._children_awaited.append(handle)
+        return handle
+
+    # Handed back in position order among parallel branches (runtime/branches.py).
+    return await ctx._branches.call(seq, begin())
 
 
 async def _start(
