@@ -153,9 +153,10 @@ class LockStore(SqlSeam):
     def _end_locks(self, instance_id: InstanceId, now: float) -> None:
         """An instance ends for good: it leaves every queue and releases every lock it holds,
         each handed on to its first waiter, in the ending's transaction."""
-        self._run("delete_instance_waiters", {"instance_id": instance_id})
-        held, _ = self._run("held_locks", {"instance_id": instance_id})
-        for row in held:
+        rows, _ = self._run("held_locks", {"instance_id": instance_id})
+        if any(row["what"] == "queued" for row in rows):
+            self._run("delete_instance_waiters", {"instance_id": instance_id})
+        for row in (r for r in rows if r["what"] == "held"):
             lock = {"name": row["name"], "tenant": row["tenant"]}
             self._run("serialise_lock", lock)
             ids = {"instance_id": instance_id, "run": row["holder_run"], "seq": row["holder_seq"]}
