@@ -146,6 +146,28 @@ def running_service(folder: Path, participants: Sequence[str]) -> Iterator[Servi
         process.stop()
 
 
+def worker_process(
+    target: str,
+    db_url: str,
+    *,
+    path: Path,
+    log: Path,
+    options: Sequence[str],
+    faults: list[dict[str, Any]] | None = None,
+    **variables: str,
+) -> subprocess.Popen[bytes]:
+    """A ``ledgerflow worker`` process for ``target`` (``module:registry``, importable from
+    ``path``) on ``db_url``, logging to ``log``; with ``faults``, the plan it runs under (none
+    inherited from the test's own environment)."""
+    env = child_environment(path, **variables)
+    env.pop("LEDGERFLOW_FAULTS", None)
+    if faults:
+        env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
+    command = [*LEDGERFLOW, "worker", target, "--db", db_url, *options]
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+
+
 @dataclass
 class Workers:
     """Worker processes for ``target`` (``module:registry``), importable from ``path``."""
@@ -170,19 +192,18 @@ class Workers:
     def spawn(
         self, *, faults: list[dict[str, Any]] | None = None, until_idle: bool = False
     ) -> subprocess.Popen[bytes]:
-        env = child_environment(self.path, **{SERVICE_URL_VARIABLE: self.service.url})
-        env.pop("LEDGERFLOW_FAULTS", None)
-        if faults:
-            env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
-        command = [
-            *LEDGERFLOW,
-            *("worker", self.target, "--db", self.db_url),
-            *("--lease-seconds", "1", "--poll-seconds", "0.05"),
-        ]
+        options = ["--lease-seconds", "1", "--poll-seconds", "0.05"]
         if until_idle:
-            command.append("--until-idle")
-        with self.log.open("ab") as log:
-            return subprocess.Popen(command, env=env, stdout=log, stderr=log)
+            options.append("--until-idle")
+        return worker_process(
+            self.target,
+            self.db_url,
+            path=self.path,
+            log=self.log,
+            options=options,
+            faults=faults,
+            **{SERVICE_URL_VARIABLE: self.service.url},
+        )
 
     def finish(self, process: subprocess.Popen[bytes]) -> None:
         """Wait (bounded) for an ``--until-idle`` worker; it must exit cleanly."""

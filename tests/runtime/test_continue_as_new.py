@@ -43,7 +43,7 @@ from ledgerflow.runtime import faults
 from ledgerflow.testing import oracle
 from ledgerflow.testing.oracle import Snapshot
 from lost_wakeups import ArriveAt
-from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
+from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment, worker_process
 
 QUICK = lf.RetryPolicy(attempts_max=2, backoff_initial=timedelta(milliseconds=1))
 
@@ -546,17 +546,10 @@ KILLS = {
 
 
 def _worker(url: str, log: Path, *, faults: list[dict[str, Any]] | None = None) -> Any:
-    command = [
-        *LEDGERFLOW,
-        *("worker", "continue_racing:registry", "--db", url),
-        *("--lease-seconds", "1", "--poll-seconds", "0.01", "--until-idle"),
-    ]
-    env = child_environment(TESTS)
-    env.pop("LEDGERFLOW_FAULTS", None)
-    if faults is not None:
-        env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
-    with log.open("ab") as out:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+    options = ("--lease-seconds", "1", "--poll-seconds", "0.01", "--until-idle")
+    return worker_process(
+        "continue_racing:registry", url, path=TESTS, log=log, options=options, faults=faults
+    )
 
 
 @pytest.mark.slow

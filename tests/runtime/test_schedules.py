@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import subprocess
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -36,7 +35,7 @@ from ledgerflow.model.schedule import ScheduleSpec, iso_utc, jitter, next_slot, 
 from ledgerflow.operators.service import Operations
 from ledgerflow.runtime.schedules import Scheduler
 from ledgerflow.testing import FakeClock, oracle
-from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
+from processes import TESTS, WAIT_SECONDS_MAX, worker_process
 
 T0 = 1_800_000_000.0  # a whole minute, UTC
 MINUTE = 60.0
@@ -392,17 +391,10 @@ KILLS = {
 
 
 def _worker(url: str, log: Path, *, faults: list[dict[str, Any]] | None = None) -> Any:
-    command = [
-        *LEDGERFLOW,
-        *("worker", "schedule_racing:registry", "--db", url),
-        *("--lease-seconds", "2", "--poll-seconds", "0.05"),
-    ]
-    env = child_environment(TESTS)
-    env.pop("LEDGERFLOW_FAULTS", None)
-    if faults is not None:
-        env["LEDGERFLOW_FAULTS"] = json.dumps(faults)
-    with log.open("ab") as out:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+    options = ("--lease-seconds", "2", "--poll-seconds", "0.05")
+    return worker_process(
+        "schedule_racing:registry", url, path=TESTS, log=log, options=options, faults=faults
+    )
 
 
 @pytest.mark.slow
