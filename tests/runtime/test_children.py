@@ -93,6 +93,10 @@ class Shop:
             handles = await ctx.gather(*(ctx.start_child("pay", i) for i in range(n)))
             return [await h.result() for h in handles]
 
+        @registry.workflow(name="awaited_in_branches", version=1)
+        async def awaited_in_branches(ctx: lf.WorkflowContext, n: int) -> list[Any]:
+            return await ctx.gather(*(ctx.child("pay", i) for i in range(n)))
+
         @registry.workflow(name="catching", version=1)
         async def catching(ctx: lf.WorkflowContext, child: str) -> dict[str, Any]:
             try:
@@ -223,6 +227,32 @@ def test_children_started_from_parallel_branches_take_positions_in_call_order(
 
     asyncio.run(main())
     assert sorted(shop.applied.values()) == [1] * 6
+
+
+def test_a_child_result_awaited_inside_branches_parks_with_its_reason(
+    journal_url: str,
+) -> None:
+    """Goal: what the docs say is not supported yet is refused safely: ``ctx.child`` inside a
+    gather parks the parent ``concurrent_waits`` naming the child's result, and no child is
+    started twice.
+
+    Method: a parent gathers two ``ctx.child`` calls; run until idle; read the parent's
+    record and the children."""
+    shop = Shop()
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, shop.registry) as engine:
+            started = await engine.start("awaited_in_branches", key="b-1", input=2)
+            await _work(engine)
+            record = await engine.get(started.instance_id)
+            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
+            assert record.reason_code == "concurrent_waits"
+            assert "a child's result awaited inside them" in (record.reason or "")
+            children = await engine.list(workflow="pay", limit=10)
+            assert len(children) <= 2
+
+    asyncio.run(main())
+    assert all(n == 1 for n in shop.applied.values())
 
 
 def test_the_fan_out_bound_parks_the_parent_with_a_clear_reason(

@@ -154,9 +154,9 @@ class Session:
             if any(_releases(w) for w in writes):
                 raise Park(
                     "concurrent_waits",
-                    "the instance would be released (a wait for an asynchronous effect's "
-                    "callback) while parallel branches run: an asynchronous effect's callback "
-                    "wait inside branches is not supported yet; call it before or after them",
+                    "the instance would be released while parallel branches run: an "
+                    "asynchronous effect's callback wait inside branches, or a child's result "
+                    "awaited inside them, is not supported yet; await it before or after them",
                 )
             if not beside and not fences and _intent(writes):
                 await self._grouped(writes)
