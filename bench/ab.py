@@ -109,8 +109,11 @@ def run_once(src: Path, store: list[str], args: argparse.Namespace) -> dict[str,
 
 
 def _medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    # A base older than the CPU figure does not report it: both sides then show none.
+    cpu = [r["cpu_ms_per_workflow"] for r in runs if "cpu_ms_per_workflow" in r]
     return {
         "wps": round(statistics.median(r["wps"] for r in runs), 1),
+        **({"cpu_ms_per_workflow": round(statistics.median(cpu), 3)} if cpu else {}),
         "start_p50_ms": round(statistics.median(r["start_latency_ms"]["p50"] for r in runs), 1),
         "start_p99_ms": round(statistics.median(r["start_latency_ms"]["p99"] for r in runs), 1),
     }
@@ -145,7 +148,8 @@ def main() -> int:
                     store = _store_args(backend, Path(scratch), label, pg_url)
                     figures = run_once(sides[side], store, args)
                     say(f"{label}: {figures['wps']} wf/s, start p50 "
-                        f"{figures['start_latency_ms']['p50']} ms")  # fmt: skip
+                        f"{figures['start_latency_ms']['p50']} ms, cpu "
+                        f"{figures.get('cpu_ms_per_workflow')} ms/wf")  # fmt: skip
                     runs.append({"backend": backend, "pair": pair, "side": side, **figures})
     summary = {
         backend: {
