@@ -28,7 +28,7 @@ from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import RepairRequest
 from ledgerflow.operators.service import Operations
 from ledgerflow.runtime.core import instance_id_for
-from ledgerflow.testing import oracle
+from ledgerflow.testing import oracle, replay_history
 from ledgerflow.testing.oracle import Snapshot
 from processes import TESTS, WAIT_SECONDS_MAX, worker_process
 
@@ -45,6 +45,11 @@ def _ended_at(detail: lf.InstanceDetail) -> float:
         if e.subject == "instance" and e.to_state in {s.value for s in FINAL_STATUSES}
     ]
     return entry.at
+
+
+def _history(url: str, instance_id: str) -> dict[str, Any]:
+    with Operations(url) as operations:
+        return operations.export(InstanceId(instance_id))
 
 
 async def _child_of(engine: lf.Engine, parent: str) -> lf.InstanceRecord:
@@ -90,13 +95,16 @@ def test_a_failing_parent_ends_only_after_its_wait_child(
     replay, the wait resumes and takes the child's ending, then the parent ends.
     """
     shop.applied.clear()
+    histories: list[dict[str, Any]] = []
 
     async def main() -> None:
         async with lf.Engine(journal_url, shop.registry) as engine:
             parent = await engine.start("fails", key=f"f-{charged}", input=charged)
             await _work(engine)
             assert sum(shop.applied.values()) == (1 if charged else 0), "nothing undone yet"
+            histories.append(_history(journal_url, parent.instance_id))
             await _ends_after_its_child(engine, parent.instance_id)
+            histories.append(_history(journal_url, parent.instance_id))
             with pytest.raises(WorkflowError) as raised:
                 await engine.result(parent.instance_id, timeout=10)
             assert raised.value.status == ending.value
@@ -105,6 +113,10 @@ def test_a_failing_parent_ends_only_after_its_wait_child(
             assert sum(shop.applied.values()) == (2 if charged else 0)
 
     asyncio.run(main())
+    # Both histories, waiting and ended, replay clean on the same code.
+    for history in histories:
+        verdict = replay_history(shop.registry, history)
+        assert verdict.compatible, verdict
 
 
 def test_a_cancelled_parent_ends_only_after_its_wait_child(journal_url: str) -> None:
@@ -124,10 +136,16 @@ def test_a_cancelled_parent_ends_only_after_its_wait_child(journal_url: str) -> 
             await _work(engine)
             child = await _child_of(engine, parent.instance_id)
             assert child.cancel_requested_at is None
+            histories.append(_history(journal_url, parent.instance_id))
             await _ends_after_its_child(engine, parent.instance_id)
             assert (await engine.get(parent.instance_id)).status is lf.InstanceStatus.CANCELLED
+            histories.append(_history(journal_url, parent.instance_id))
 
+    histories: list[dict[str, Any]] = []
     asyncio.run(main())
+    for history in histories:
+        verdict = replay_history(shop.registry, history)
+        assert verdict.compatible, verdict
 
 
 def test_a_parked_parent_keeps_its_wait_child_and_a_forced_ending_is_refused(
