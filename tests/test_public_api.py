@@ -165,6 +165,7 @@ ERRORS = [
     "UnsettledEffectsError",
     "UnsupportedMediaTypeError",
     "VersionRetiredError",
+    "WaitChildrenLiveError",
     "WaitTimeoutError",
     "WorkflowError",
 ]

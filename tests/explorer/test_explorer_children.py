@@ -2,6 +2,11 @@
 the oracle holds: one child per parent position, every child's ending in its parent's inbox,
 no effect applied twice, every instance ended truthfully.
 
+A parent that fails, or is cancelled, once it started a child with ``on_parent_end="wait"``
+ends only after that child (checked at every crash point and every arrival); with the wait
+reverted to the old rule (only when the parent's code returns) the sweep finds the failing
+parent ending first.
+
 With the fix reverted (the child started in a transaction of its own, before the parent's step,
 under a key minted afresh by each attempt, as a DBOS or Dapr parent does), the same sweep finds
 a second child at a position: the one-transaction start is what keeps it out.
@@ -56,11 +61,28 @@ def _family() -> lf.Registry:
         await ctx.effect(notify, {"order": n})
         return paid
 
+    @registry.workflow(name="refused", version=1)
+    async def refused(ctx: lf.WorkflowContext, n: int) -> Any:
+        # A failure once its "wait" child started: FAILED, but only after the child's ending.
+        await ctx.start_child(pay, n, on_parent_end="wait")
+        raise Refused(f"order {n} refused")
+
+    @registry.workflow(name="held", version=1)
+    async def held(ctx: lf.WorkflowContext, n: int) -> Any:
+        # Cancelled at the wait (or anywhere): CANCELLED only after the "wait" child's ending.
+        await ctx.start_child(pay, n, on_parent_end="wait")
+        await ctx.wait_for("go")
+        return n
+
     return registry
 
 
-def _sweep(tmp_path: Path) -> Summary:
-    explorer = Explorer(scenario_for(_family(), "order", [1]), folder=tmp_path)
+class Refused(lf.BusinessFailure):
+    """The parent's declared failure."""
+
+
+def _sweep(tmp_path: Path, workflow: str = "order") -> Summary:
+    explorer = Explorer(scenario_for(_family(), workflow, [1]), folder=tmp_path)
     return asyncio.run(explorer.exhaustive(depth=1))
 
 
@@ -147,3 +169,38 @@ def test_the_sweep_finds_a_second_child_with_the_fix_reverted(
     _start_then_step(monkeypatch)
     summary = _sweep(tmp_path)
     assert "one-child-per-position" in _found(summary), summary.figures()
+
+
+def test_a_failing_parent_ends_after_its_wait_child_at_every_crash_point(tmp_path: Path) -> None:
+    """Goal: a parent that fails once its "wait" child started ends FAILED only after the
+    child ended, whichever point of parent or child a worker crashes at: the oracle's
+    no-parent-ends-before-its-wait-children holds in every run."""
+    summary = _sweep(tmp_path, "refused")
+    assert summary.failures == [], [str(v) for run in summary.failures for v in run.violations]
+    assert "FAILED" in summary.statuses
+
+
+def test_a_cancelled_parent_ends_after_its_wait_child_at_every_point(tmp_path: Path) -> None:
+    """Goal: a cancel request (or the awaited signal) on a parent with a "wait" child at every
+    point of parent and child: some runs end CANCELLED, none before the child's ending."""
+    explorer = Explorer(scenario_for(_family(), "held", [1]), folder=tmp_path)
+    summary = asyncio.run(explorer.arrivals())
+    assert summary.failures == [], [str(v) for run in summary.failures for v in run.violations]
+    assert summary.statuses.get("CANCELLED", 0) > 0
+
+
+def test_the_sweep_finds_a_parent_ending_first_with_the_wait_reverted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: the oracle's wait check is not vacuous: with the old rule (the wait children
+    awaited only when the parent's code returns, not before a failure's or a cancellation's
+    ending) the failing parent ends FAILED before its child, and the sweep says so."""
+    awaited = children_module.await_children
+
+    async def only_on_return(ctx: Any, *, cancellable: bool = True) -> None:
+        if cancellable:  # the executor's call after the code returned
+            await awaited(ctx, cancellable=cancellable)
+
+    monkeypatch.setattr(children_module, "await_children", only_on_return)
+    summary = _sweep(tmp_path, "refused")
+    assert "no-parent-ends-before-its-wait-children" in _found(summary), summary.figures()

@@ -71,7 +71,8 @@
     ├── TokenNameTakenError       a live token acts under this name already
     ├── ApiUnreachableError       the command line's --url gave no answer Ledgerflow's API gives
     └── RepairRefusedError        the state machine or the ledger forbids this repair here
-        └── StalePreconditionError  the state the repair expected is gone (someone acted first)
+        ├── StalePreconditionError  the state the repair expected is gone (someone acted first)
+        └── WaitChildrenLiveError   it would end a parent before its "wait" children ended
 
     EffectRejectedError (also a LedgerflowError) is what participant code raises to prove that
     the effect was *not* applied; any other exception from a dispatch means UNKNOWN.
@@ -160,6 +161,7 @@ from ledgerflow.errors.operators import (
     RepairRefusedError,
     StalePreconditionError,
     TokenNameTakenError,
+    WaitChildrenLiveError,
 )
 from ledgerflow.errors.storage import (
     ForeignConnectionError,
@@ -227,6 +229,7 @@ __all__ = [
     "SchemaVersionError",
     "ServerBusyError",
     "StalePreconditionError",
+    "WaitChildrenLiveError",
     "StepError",
     "StepFailedError",
     "StorageAccessError",

@@ -71,3 +71,13 @@ class StalePreconditionError(RepairRefusedError):
     """The state the repair was planned against is gone: someone else acted first."""
 
     code = "LF703"
+
+
+@identities
+class WaitChildrenLiveError(RepairRefusedError):
+    """A repair would end a parent while children it started with ``on_parent_end="wait"``
+    have not ended: its ending comes after theirs (``children`` names them)."""
+
+    code = "LF707"
+
+    children: tuple[str, ...] = ()

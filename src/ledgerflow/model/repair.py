@@ -88,6 +88,9 @@ class Ledger:
     instance: InstanceView
     steps: Mapping[int, StepView]
     effects: Mapping[int, EffectView]
+    # Its children started with on_parent_end="wait" that have not ended: no repair may end
+    # the instance before them.
+    live_wait_children: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ledgerflow.errors import IllegalTransitionError, RepairRefusedError
+from ledgerflow.errors import IllegalTransitionError, RepairRefusedError, WaitChildrenLiveError
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectEvent, EffectState
 from ledgerflow.model.instance import (
+    FINAL_STATUSES,
     INSTANCE_MACHINE,
     TERMINAL_STATUSES,
     InstanceEvent,
@@ -509,6 +510,7 @@ def _plan_force(ledger: Ledger, args: RepairArgs) -> RepairPlan:
             f"(terminal states allowed from here: {names})",
         )
     _force_guard(ledger, target, args.result_text)
+    _after_wait_children(ledger, target)
     notes = tuple(
         f"effect {e.seq} ({e.label}) stays CONFIRMED: the operator states it was settled by hand"
         for e in ledger.effects.values()
@@ -526,6 +528,22 @@ def _plan_force(ledger: Ledger, args: RepairArgs) -> RepairPlan:
         result=args.result_text,
     )
     return _plan(ledger, args, instance=change, notes=notes)
+
+
+def _after_wait_children(ledger: Ledger, target: InstanceStatus) -> None:
+    """A final ending comes after the "wait" children's, whoever writes it: refused (rather
+    than cancelling them, which their policy did not ask for) while one is live. A park is
+    no ending, so parking the parent is not refused."""
+    live = ledger.live_wait_children
+    if target not in FINAL_STATUSES or not live:
+        return
+    shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
+    raise WaitChildrenLiveError(
+        f"ending it {target.value} would end it before its children started with "
+        f'on_parent_end="wait": {shown} not ended yet; let them end (or end them) first',
+        instance_id=ledger.instance.instance_id,
+        children=live,
+    )
 
 
 def _plan_cancel(ledger: Ledger, args: RepairArgs) -> RepairPlan:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ledgerflow import limits
 from ledgerflow.errors import InstanceNotFoundError
 from ledgerflow.ledger.records import (
     EffectRecord,
@@ -21,7 +22,7 @@ from ledgerflow.ledger.records import (
 )
 from ledgerflow.ledger.transitions import effect_change, instance_change, new_step, step_change
 from ledgerflow.model.ids import InstanceId, StepSeq
-from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.instance import FINAL_STATUSES, TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.repair import (
     EffectChange,
     EffectView,
@@ -98,7 +99,25 @@ def read_snapshot(store: LedgerReads, instance_id: InstanceId, *, now: float) ->
     return Snapshot(
         instance=instance,
         journal=journal,
-        ledger=Ledger(instance=view, steps=steps, effects=effects),
+        ledger=Ledger(
+            instance=view,
+            steps=steps,
+            effects=effects,
+            live_wait_children=_live_wait_children(store, instance),
+        ),
+    )
+
+
+def _live_wait_children(store: LedgerReads, instance: InstanceRecord) -> tuple[str, ...]:
+    """The children of ``instance`` started with on_parent_end="wait" that have not ended
+    (read only while the instance itself has not ended; a run's children are its steps, so
+    one run's at most)."""
+    if instance.status in FINAL_STATUSES:
+        return ()
+    return tuple(
+        c.instance_id
+        for c in store.children(instance.instance_id, limit=limits.STEPS_PER_INSTANCE_MAX)
+        if c.on_parent_end == "wait" and c.status not in TERMINAL_STATUSES
     )
 
 

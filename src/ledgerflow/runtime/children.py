@@ -20,7 +20,6 @@ commit, so a replay answers from the journal. While no ending is there the paren
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -287,8 +286,9 @@ async def _start(
         faults.point("child.after_start", instance=parent.business_key, seq=handle.seq)
 
 
-async def _take(handle: ChildHandle) -> dict[str, Any]:
-    """The child's outcome: from the journal, or taken from the inbox (closing the step)."""
+async def _take(handle: ChildHandle, *, cancellable: bool = True) -> dict[str, Any]:
+    """The child's outcome: from the journal, or taken from the inbox (closing the step).
+    ``cancellable=False``: a parent whose ending is decided waits whatever is asked of it."""
     ctx = handle._ctx
     session = ctx._session
     recorded = session.step(handle.seq)
@@ -300,7 +300,7 @@ async def _take(handle: ChildHandle) -> dict[str, Any]:
     while True:
         # A cancel request on the parent wins over taking a child's ending (which its own
         # cascade may have caused): the parent cancels; the ending stays kept in its inbox.
-        if session.cancel_requested:
+        if cancellable and session.cancel_requested:
             raise Cancelled(f"step {handle.seq} stopped waiting for child {handle.child_id}")
         for delivery in await session.store.pending_deliveries(session.instance_id, name):
             outcome: dict[str, Any] = json.loads(delivery.payload)
@@ -354,10 +354,10 @@ def _decoded(session: Session, text: str | None) -> dict[str, Any]:
     return dict(outcome)
 
 
-async def await_children(ctx: ParentContext) -> None:
+async def await_children(ctx: ParentContext, *, cancellable: bool = True) -> None:
     """Before a parent's own ending is recorded: take the ending of each child it started with
     ``on_parent_end="wait"`` (a failed child's error is the parent's to catch at ``result()``;
-    here it only waits)."""
+    here it only waits). ``cancellable=False`` once the ending is decided (a failure, a
+    cancellation): a cancel request then no longer stops the wait."""
     for handle in ctx._children_awaited:
-        with contextlib.suppress(ChildWorkflowError):
-            await handle.result()
+        await _take(handle, cancellable=cancellable)

@@ -282,6 +282,7 @@ class Engine:
             clock=self.clock,
             actor=actor,
             role=role,
+            metrics=self.metrics,
         )
         return AsyncWithin(
             sync,

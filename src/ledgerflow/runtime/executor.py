@@ -214,11 +214,11 @@ class Executor:
         except ContinueAsNew as continued:
             return await self._continue(session, ctx, continued.input_text)
         except Cancelled as cancelled:
-            await self._cancel(session, cancelled.stopped)
+            await self._cancel(session, cancelled.stopped, ctx)
             return None
         except Exception as exc:  # noqa: BLE001 - the workflow's own failure is recorded.
             if definition.is_business_failure(exc):
-                await self._fail(session, exc)
+                await self._fail(session, exc, ctx)
             else:
                 await self._defect(session, definition, exc)
             return None
@@ -268,7 +268,7 @@ class Executor:
             # cancels with every obligation of every run.
             await session.commit(ContinueRun(run=instance.run, input=input_text), NoCancelRequest())
         except Cancelled as cancelled:
-            await self._cancel(session, cancelled.stopped)
+            await self._cancel(session, cancelled.stopped, ctx)
             return None
         if faults.plan is not None:
             faults.point("run.after_switch", instance=instance.business_key, run=instance.run + 1)
@@ -342,7 +342,7 @@ class Executor:
         await ctx.close_branches()
         return value
 
-    async def _fail(self, session: Session, exc: Exception) -> None:
+    async def _fail(self, session: Session, exc: Exception, ctx: WorkflowContext) -> None:
         confirmed = session.confirmed_effects() + [
             e for e in await self._carried(session) if e.state is EffectState.CONFIRMED
         ]
@@ -352,6 +352,12 @@ class Executor:
                 e.classification == Classification.FORWARD_RECOVERY_ONLY.value for e in confirmed
             ),
         )
+        if event is not InstanceEvent.FAIL_AFTER_PIVOT:
+            # A final ending (FAILED, or COMPENSATED once undone) comes after every "wait"
+            # child's: until then WAITING on their endings, nothing of the failure recorded, so
+            # a replay decides it again the same way and resumes the wait. A forward-recovery
+            # park is no ending: its children keep running, the policy holds when it ends.
+            await children.await_children(ctx, cancellable=False)
         detail = self.codec.encode(describe_error(exc))
         kind = "result not serialisable" if isinstance(exc, PayloadError) else "workflow error"
         cause = f"{kind}: {type(exc).__name__}: {exc}"[:2000]
@@ -418,9 +424,14 @@ class Executor:
             f"exception a business failure)\n{_trace(exc)}",
         )
 
-    async def _cancel(self, session: Session, stopped: str) -> None:
+    async def _cancel(
+        self, session: Session, stopped: str, ctx: WorkflowContext | None = None
+    ) -> None:
         """Stop before new work; undo what the request asks, unless a pivot forbids it; keep
-        the rest as the cancellation's residual effects."""
+        the rest as the cancellation's residual effects. First the "wait" children of the run
+        (``ctx``; none before a scheduled start) end: CANCELLING is entered only after them."""
+        if ctx is not None:
+            await children.await_children(ctx, cancellable=False)
         confirmed = session.confirmed_effects() + [
             e for e in await self._carried(session) if e.state is EffectState.CONFIRMED
         ]

@@ -6,10 +6,12 @@ worker elsewhere moves the instances it starts.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from types import TracebackType
 from typing import Any, Self, Unpack
 
-from ledgerflow.errors import ConfigurationError, ResultTimeoutError
+from ledgerflow import limits
+from ledgerflow.errors import ConfigurationError, InstanceNotFoundError, ResultTimeoutError
 from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
@@ -67,6 +69,9 @@ class SyncEngine:
         self.codec = codec
         # Starts and deliveries are counted here (the operators' service, ``serve``).
         self.metrics = metrics
+        # Instances started inside callers' transactions (within) whose commit is not proven
+        # yet: get and result answer NotCommittedError for them rather than "not found".
+        self._uncommitted: OrderedDict[str, Within] = OrderedDict()
 
     def __enter__(self) -> Self:
         return self
@@ -107,8 +112,18 @@ class SyncEngine:
         )
 
     def get(self, instance_id: str) -> InstanceRecord:
-        """The instance's record now; InstanceNotFoundError when there is none."""
-        return self._core.get(instance_id)
+        """The instance's record now; InstanceNotFoundError when there is none
+        (NotCommittedError when a caller's transaction this engine wrote in started it and
+        has not committed, as :meth:`Engine.get`)."""
+        try:
+            return self._core.get(instance_id)
+        except InstanceNotFoundError:
+            tx = self._uncommitted.get(instance_id)
+            if tx is None:
+                raise
+            tx.refuse_unless_committed(instance_id, None)
+            self._uncommitted.pop(instance_id, None)  # committed since the read
+            return self._core.get(instance_id)
 
     def within(
         self, connection: object, *, actor: str | None = None, role: str | None = None
@@ -134,9 +149,22 @@ class SyncEngine:
             clock=SYSTEM_CLOCK,
             actor=actor,
             role=role,
+            metrics=self.metrics,
+            on_started=self._started_within,
+            on_committed=self._committed_within,
         )
         within.ready(journal_identity(store))
         return within
+
+    def _started_within(self, instance_id: str, tx: Within) -> None:
+        self._uncommitted[instance_id] = tx
+        self._uncommitted.move_to_end(instance_id)
+        while len(self._uncommitted) > limits.WITHIN_UNCOMMITTED_MAX:
+            self._uncommitted.popitem(last=False)
+
+    def _committed_within(self, tx: Within) -> None:
+        for instance_id in tx.started():
+            self._uncommitted.pop(instance_id, None)
 
     def signal(self, instance_id: str, name: str, **event: Unpack[SignalOptions]) -> Delivered:
         """Deliver a signal, callback or approval to an instance; safe to repeat with the same

@@ -34,6 +34,9 @@ from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Cancelled, Waiting
 from ledgerflow.runtime.session import Session
 
+# What a wait step a cancel request closed records as its error.
+CANCELLED_WHILE_WAITING = "cancelled while waiting"
+
 # (position, name, writes, due, how to park the instance) -> whether the wait was held.
 Parks = Callable[
     [StepSeq, str, list[Write], float, Callable[[list[Write], float, str], Awaitable[None]]],
@@ -127,17 +130,30 @@ class WaitDriver:
             ),
         )
 
+    def _replay_cancel(self) -> None:
+        """A wait a cancel request closed replays as that cancel while the request stands: a
+        cancelled parent replayed to wait for its "wait" children decides the same again
+        (not a timeout). A replay checker, which never stops for a request, is unchanged."""
+        recorded = self.recorded
+        if recorded is None or recorded.status is not StepStatus.FAILED:
+            return
+        if self.session.cancel_requested and self.session.codec.decode(
+            recorded.error or "null"
+        ) == {"message": CANCELLED_WHILE_WAITING}:
+            raise Cancelled(f"step {self.seq} ({self.name}) stopped while waiting")
+
     async def _stop_if_cancelled(self, pending: list[Write]) -> None:
         if self.session.cancel_requested:
             if self.recorded is None:
                 raise Cancelled(f"step {self.seq} ({self.name}) was not started")
-            error = self.session.codec.encode({"message": "cancelled while waiting"})
+            error = self.session.codec.encode({"message": CANCELLED_WHILE_WAITING})
             await self.session.commit(*pending, self._close(StepEvent.FAIL, error=error))
             raise Cancelled(f"step {self.seq} ({self.name}) stopped while waiting")
 
     async def sleep(self, due: float) -> None:
         if self.recorded is not None and self.recorded.status is StepStatus.COMPLETED:
             return
+        self._replay_cancel()
         pending, due = self._start(due)
         while True:
             await self._stop_if_cancelled(pending)
@@ -157,6 +173,7 @@ class WaitDriver:
         if self.recorded is not None and self.recorded.status is StepStatus.COMPLETED:
             return Signal.from_record(s.codec.decode(self.recorded.output or "{}"))
         if self.recorded is not None and self.recorded.status is StepStatus.FAILED:
+            self._replay_cancel()
             raise self._timed_out(event)
         pending, due = self._start(due)
         while True:

@@ -62,6 +62,7 @@ from ledgerflow.runtime.core import (
     Started,
     StartOptions,
 )
+from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.storage.lent import Lent
 from ledgerflow.storage.sql_store import SqlStore
 from ledgerflow.storage.sql_within import Identity, WithinStore, audit_visible, borrow
@@ -109,8 +110,14 @@ class Within:
         clock: Clock,
         actor: str | None,
         role: str | None,
+        metrics: Metrics | None = None,
+        on_started: Callable[[str, Within], None] | None = None,
+        on_committed: Callable[[Within], None] | None = None,
     ) -> None:
         self._store = store
+        # Told of each instance this transaction created, and of its proven commit (a
+        # SyncEngine's reads answer NotCommittedError in between).
+        self._on_started, self._on_committed = on_started, on_committed
         self._lent = lent
         self._registry, self._codec = registry, codec
         self._clock = clock
@@ -122,6 +129,10 @@ class Within:
         self._kernel: WithinStore | None = None
         self._core: EngineCore | None = None
         self.written: list[_Written] = []
+        # The instances this transaction created, counted in ``metrics`` as started once its
+        # commit is proven (a start that may still roll back is no start), and only once.
+        self._metrics = metrics
+        self._uncounted: list[InstanceRecord] = []
 
     def ready(self, ours: Identity) -> None:
         """Prove the connection is to the store's own journal (``ours``: the store's marker,
@@ -169,6 +180,10 @@ class Within:
                 arguments=arguments,
                 now=now,
             )
+        if started.created:
+            self._uncounted.append(started.instance)
+            if self._on_started is not None:
+                self._on_started(started.instance_id, self)
         return started
 
     def signal(self, instance_id: str, name: str, **event: Unpack[SignalOptions]) -> Delivered:
@@ -299,6 +314,8 @@ class Within:
     def refuse_unless_committed(self, instance_id: str | None, visible: bool | None) -> None:
         """NotCommittedError unless what was written here (for ``instance_id``) is committed."""
         state = self.state(visible)
+        if state is WithinState.COMMITTED:
+            self._count_started()
         if state in (WithinState.OPEN, WithinState.ROLLED_BACK):
             shown = instance_id or self.written[-1].instance_id
             raise NotCommittedError(
@@ -306,6 +323,15 @@ class Within:
                 instance_id=shown,
                 state=state.value,
             )
+
+    def _count_started(self) -> None:
+        """Its commit is proven: the instances it created are started, for the metrics too."""
+        if self._metrics is not None:
+            for instance in self._uncounted:
+                self._metrics.started(instance.workflow_name, instance.workflow_version)
+        self._uncounted = []
+        if self._on_committed is not None:
+            self._on_committed(self)
 
     def started(self) -> set[str]:
         """The instances this transaction started (or found again by their key)."""
