@@ -7,9 +7,8 @@ Every test runs on a real SQLite file and on PostgreSQL (``journal_url``) with r
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -98,7 +97,8 @@ def test_a_failed_parent_undoes_its_succeeded_child_once_in_reverse_order(
                 "refund deposit",
             ]
             [step] = _compensating(await engine.detail(started.instance_id))
-            assert step.seq == -2 and step.status is StepStatus.COMPLETED
+            assert step.seq == -2
+            assert step.status is StepStatus.COMPLETED
             compensating = await engine.list(workflow="cancel_hotel", limit=5)
             assert [c.business_key for c in compensating] == ["t-1/r1/s2/child/compensate"]
             assert compensating[0].instance_id in (step.input or "")
@@ -123,7 +123,8 @@ def test_a_failing_compensating_workflow_never_ends_the_parent_compensated(
             parent = await engine.get(started.instance_id)
             assert parent.status is lf.InstanceStatus.MANUAL_INTERVENTION
             assert parent.reason_code == "compensation_failed"
-            assert "refund deposit" not in trip.log and "refund balance" in trip.log
+            assert "refund deposit" not in trip.log
+            assert "refund balance" in trip.log
             [compensating] = await engine.list(workflow="cancel_hotel", limit=5)
             assert compensating.status is lf.InstanceStatus.FAILED
 
