@@ -76,7 +76,7 @@ def obligations(
             continue
         spec = session.codec.decode(step.input or "{}")
         outcome = session.codec.decode(step.output or "{}")
-        if not spec.get("compensate_with") or outcome.get("status") != "SUCCEEDED":
+        if not spec.get("compensate_with") or not _succeeded(outcome):
             continue
         given = spec.get("compensation_input")
         found.append(
@@ -91,6 +91,11 @@ def obligations(
             )
         )
     return found
+
+
+def _succeeded(outcome: dict[str, Any]) -> bool:
+    """Only a child that SUCCEEDED is undone here: any other ending was its own saga's."""
+    return outcome.get("status") == "SUCCEEDED"
 
 
 async def undo(session: Session, registry: Registry, item: ChildObligation, seq: StepSeq) -> str:

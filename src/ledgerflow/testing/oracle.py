@@ -38,6 +38,7 @@ from ledgerflow.model.signal import LOCK_GRANT_PREFIX
 from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
 from ledgerflow.operators import actions
 from ledgerflow.storage.store import Store
+from ledgerflow.testing.child_compensation_checks import compensated_child_once
 from ledgerflow.testing.lock_checks import locks_held_rightly
 from ledgerflow.testing.participants import World
 from ledgerflow.testing.run_checks import (
@@ -116,6 +117,7 @@ def check(snapshot: Snapshot, world: World) -> list[Violation]:
         *no_event_lost_or_duplicated_across_a_switch(snapshot),
         *one_child_per_position(snapshot),
         *child_endings_reach_their_parent(snapshot),
+        *compensated_child_once(snapshot),
         *locks_held_rightly(snapshot.locks),
     ]
 
