@@ -6,24 +6,23 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
 
+from ledgerflow.ledger.records import InstanceRecord, StepRecord
+from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.testing.violations import Violation
 
-if TYPE_CHECKING:
-    from ledgerflow.testing.oracle import Snapshot
-
 SUFFIX = "/compensate"
 
 
-def compensated_child_once(snapshot: Snapshot) -> Iterable[Violation]:
+def compensated_child_once(
+    instances: Sequence[InstanceRecord], steps: Mapping[InstanceId, Sequence[StepRecord]]
+) -> Iterable[Violation]:
     """I8b: every compensating instance (a child at a negative position) undoes a child of the
     same parent that SUCCEEDED with ``compensate_with``, and is that child's only one; a
     COMPENSATED parent has a SUCCEEDED compensating instance for each such child."""
-    instances, steps = snapshot.instances, snapshot.steps
     for parent in instances:
         owed: set[str] = set()
         for step in steps.get(parent.instance_id, []):

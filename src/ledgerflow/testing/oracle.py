@@ -117,7 +117,7 @@ def check(snapshot: Snapshot, world: World) -> list[Violation]:
         *no_event_lost_or_duplicated_across_a_switch(snapshot),
         *one_child_per_position(snapshot),
         *child_endings_reach_their_parent(snapshot),
-        *compensated_child_once(snapshot),
+        *compensated_child_once(snapshot.instances, snapshot.steps),
         *locks_held_rightly(snapshot.locks),
     ]
 
