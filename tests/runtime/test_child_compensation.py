@@ -190,3 +190,31 @@ def test_a_crash_around_the_compensating_start_starts_it_once(journal_url: str, 
             assert len(await engine.list(workflow="cancel_hotel", limit=5)) == 1
 
     asyncio.run(main())
+
+
+def test_a_child_of_an_earlier_run_stays_an_obligation_across_continue_as_new(
+    journal_url: str,
+) -> None:
+    """Goal: a child that succeeded in run 1 is undone when run 2 fails after
+    continue-as-new, as an effect of an earlier run would be."""
+    trip = Trip()
+
+    @trip.registry.workflow(name="chain", version=1)
+    async def chain(ctx: lf.WorkflowContext, turn: int) -> None:
+        if turn == 1:
+            await ctx.child("book_hotel", 5, compensate_with="cancel_hotel")
+            ctx.continue_as_new(2)
+        raise Boom("the second run fails")
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, trip.registry) as engine:
+            started = await engine.start("chain", key="c-1", input=1)
+            await _work(engine)
+            ended = await engine.get(started.instance_id)
+            assert ended.status is lf.InstanceStatus.COMPENSATED, ended.reason
+            assert ended.run == 2
+            assert trip.log.count("cancel H-5 (5 nights)") == 1
+            [undoing] = await engine.list(workflow="cancel_hotel", limit=5)
+            assert undoing.business_key == "c-1/r1/s1/child/compensate"
+
+    asyncio.run(main())
