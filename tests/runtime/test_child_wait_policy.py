@@ -28,7 +28,7 @@ from ledgerflow.operators.authority import Authority
 from ledgerflow.operators.repairs import RepairRequest
 from ledgerflow.operators.service import Operations
 from ledgerflow.runtime.core import instance_id_for
-from ledgerflow.testing import oracle, replay_history
+from ledgerflow.testing import child_checks, oracle, replay_history
 from ledgerflow.testing.oracle import Snapshot
 from processes import TESTS, WAIT_SECONDS_MAX, worker_process
 
@@ -74,7 +74,7 @@ async def _ends_after_its_child(engine: lf.Engine, parent: str) -> dict[str, Any
     assert step.status is StepStatus.COMPLETED
     assert step.output_value["status"] == "SUCCEEDED"
     assert step.output_value["result"] == "released"
-    assert oracle.no_parent_ends_before_its_wait_children(Snapshot.of(engine.store)) == []
+    assert child_checks.no_parent_ends_before_its_wait_children(Snapshot.of(engine.store)) == []
     return step.output_value
 
 
@@ -268,7 +268,7 @@ def test_a_worker_killed_while_the_failing_parent_waits_finishes_both_once(
         assert len(outside.list(workflow="hold", limit=10)) == 1
         snapshot = Snapshot.of(outside.store)
         found = [
-            *oracle.no_parent_ends_before_its_wait_children(snapshot),
+            *child_checks.no_parent_ends_before_its_wait_children(snapshot),
             *oracle.child_endings_reach_their_parent(snapshot),
         ]
         assert found == []

@@ -40,7 +40,7 @@ from ledgerflow.model.step import StepEvent, StepKind
 from ledgerflow.operators.paging import overview
 from ledgerflow.operators.shapes import overview_json
 from ledgerflow.runtime import faults
-from ledgerflow.testing import oracle
+from ledgerflow.testing import run_checks
 from ledgerflow.testing.oracle import Snapshot
 from lost_wakeups import ArriveAt
 from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment, worker_process
@@ -529,8 +529,8 @@ def test_a_thousand_signals_race_a_hundred_switches(
         moved = [d for d in inbox if d.run in opened_at and d.received_at < opened_at[d.run]]
         assert moved, "no tick was moved by a switch: the signals did not race the switches"
         found = [
-            *oracle.one_open_run(snapshot),
-            *oracle.no_event_lost_or_duplicated_across_a_switch(snapshot),
+            *run_checks.one_open_run(snapshot),
+            *run_checks.no_event_lost_or_duplicated_across_a_switch(snapshot),
         ]
         assert found == []
     finally:
@@ -584,8 +584,8 @@ def test_a_worker_killed_at_the_switch_loses_no_event(
         assert sorted(taken) == sorted(f"t{n}" for n in range(30))
         assert [r.run for r in outside.store.runs(iid)] == [1, 2, 3]
         found = [
-            *oracle.one_open_run(snapshot),
-            *oracle.no_event_lost_or_duplicated_across_a_switch(snapshot),
+            *run_checks.one_open_run(snapshot),
+            *run_checks.no_event_lost_or_duplicated_across_a_switch(snapshot),
         ]
         assert found == []
     finally:

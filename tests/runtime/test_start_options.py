@@ -461,7 +461,7 @@ def test_a_new_run_after_a_chain_of_continued_runs_starts_clean(journal_url: str
     The continue-as-new oracle checks hold.
 
     Method: a chain of two runs that succeeds; a new run (run 3) whose one run fails."""
-    from ledgerflow.testing import oracle
+    from ledgerflow.testing import run_checks
     from ledgerflow.testing.oracle import Snapshot
 
     chain = Chain()
@@ -486,8 +486,8 @@ def test_a_new_run_after_a_chain_of_continued_runs_starts_clean(journal_url: str
             assert set(charges) == {3}  # the open run's journal; earlier runs' are history
             snapshot = Snapshot.of(engine.store)
             found = [
-                *oracle.one_open_run(snapshot),
-                *oracle.no_event_lost_or_duplicated_across_a_switch(snapshot),
+                *run_checks.one_open_run(snapshot),
+                *run_checks.no_event_lost_or_duplicated_across_a_switch(snapshot),
             ]
             assert found == []
         assert len(chain.charged) == 3

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypedDict, TypeVar
 
 from ledgerflow import limits
 from ledgerflow.errors import (
@@ -63,6 +63,19 @@ OnParentEnd = Literal["cancel", "abandon", "wait"]
 ON_PARENT_END = ("cancel", "abandon", "wait")
 
 T = TypeVar("T")
+
+
+class ChildOptions(TypedDict, total=False):
+    """The options of :meth:`WorkflowContext.start_child` and :meth:`WorkflowContext.child`."""
+
+    key: str | None
+    version: int | None
+    on_parent_end: OnParentEnd
+    # A workflow that undoes the child once it SUCCEEDED, when the parent's saga compensates
+    # (runtime/child_compensations.py), and what it receives (default: the child's input and
+    # result).
+    compensate_with: str | WorkflowFunction | None
+    compensation_input: Any
 
 
 class ParentContext(Protocol):
@@ -176,6 +189,8 @@ async def start_child(
     key: str | None = None,
     version: int | None = None,
     on_parent_end: OnParentEnd = "cancel",
+    compensate_with: str | WorkflowFunction | None = None,
+    compensation_input: Any = None,
 ) -> ChildHandle:
     """Start a child at the parent's next position (see :meth:`WorkflowContext.start_child`)."""
     if on_parent_end not in ON_PARENT_END:
@@ -203,6 +218,11 @@ async def start_child(
             "input": input,
             "on_parent_end": on_parent_end,
         }
+        if compensate_with is not None:
+            # Kept only when given, so journals of children without one read as before.
+            spec["compensate_with"] = _resolve(ctx, compensate_with)[1]
+            if compensation_input is not None:
+                spec["compensation_input"] = compensation_input
         input_text = session.codec.encode(spec)
         recorded = ctx._replayed(seq, kind=StepKind.CHILD, name=step_name, input_text=input_text)
         ctx._stop_if_cancelled(seq, step_name, recorded)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ledgerflow import limits
 from ledgerflow.errors import EffectFailedError, RegistrationError
-from ledgerflow.ledger.records import EffectRecord, EffectWrite, InstanceWrite
+from ledgerflow.ledger.records import EffectRecord, EffectWrite, InstanceWrite, StepRecord
 from ledgerflow.ledger.transitions import instance_change, new_effect
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import ConfirmedEffect, Plan, compensation_seq, plan
@@ -22,6 +22,8 @@ from ledgerflow.model.definition import EffectDeclaration, Registry
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.ids import StepSeq, compensation_key, effect_id
 from ledgerflow.model.instance import InstanceEvent, InstanceStatus
+from ledgerflow.runtime import child_compensations
+from ledgerflow.runtime.child_compensations import ChildObligation
 from ledgerflow.runtime.control import Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.session import Session
@@ -36,14 +38,42 @@ def history_position(run: int, seq: StepSeq) -> StepSeq:
 
 class CompensationRunner:
     """``carried``: the effects earlier runs of the instance committed (continue-as-new keeps
-    them the instance's obligations); they are planned and undone with the open run's own."""
+    them the instance's obligations); they are planned and undone with the open run's own.
+    ``carried_steps``: those runs' steps, whose succeeded children with a compensating workflow
+    are obligations too (runtime/child_compensations.py)."""
 
     def __init__(
-        self, session: Session, registry: Registry, *, carried: Sequence[EffectRecord] = ()
+        self,
+        session: Session,
+        registry: Registry,
+        *,
+        carried: Sequence[EffectRecord] = (),
+        carried_steps: Sequence[StepRecord] = (),
     ) -> None:
         self.session = session
         self.registry = registry
         self.carried = tuple(carried)
+        self.carried_steps = tuple(carried_steps)
+
+    def children(self) -> dict[StepSeq, ChildObligation]:
+        """The succeeded children to undo, by the negative of their place in the history."""
+        steps = [*self.carried_steps, *self.session.journal.steps.values()]
+        placed = [(history_position(s.run, s.seq), s) for s in steps]
+        found = child_compensations.obligations(self.session, placed)
+        return {compensation_seq(c.position): c for c in found}
+
+    def _undoes_children(self) -> bool:
+        """Whether this compensation undoes children: a failure's always; a cancellation's
+        when it asked to undo and no forward-recovery-only effect stands (as its plan says
+        for effects, from the ledger, so every resume answers the same)."""
+        if self.session.status is not InstanceStatus.CANCELLING:
+            return True
+        pivot = any(
+            e.state is EffectState.CONFIRMED
+            and e.classification == Classification.FORWARD_RECOVERY_ONLY.value
+            for e in self._originals()
+        )
+        return self.session.instance.cancel_compensate and not pivot
 
     def _by_position(self) -> dict[StepSeq, EffectRecord]:
         """Every original effect of the instance (earlier runs' and this run's) by its place
@@ -86,12 +116,14 @@ class CompensationRunner:
         chosen = self.plan()
         event = InstanceEvent.CANCEL if cancelling else InstanceEvent.FAIL_AFTER_EFFECTS
         planned = chosen.compensate if undo else ()
+        kids = len(self.children()) if undo else 0
+        also = f" and {kids} child(ren)" if kids else ""
         writes: list[EffectWrite | InstanceWrite] = [
             instance_change(
                 self.session.status,
                 event,
                 reason_code="cancelling" if cancelling else "compensating",
-                reason=f"{why}; compensating {len(planned)} effect(s)",
+                reason=f"{why}; compensating {len(planned)} effect(s){also}",
                 cause=cause,
             )
         ]
@@ -127,7 +159,14 @@ class CompensationRunner:
         """Drive every planned compensation, in order, then record the truthful end."""
         journal = self.session.journal
         originals = self._by_position()
-        for seq in sorted(s for s in journal.effects if s < 0):
+        kids = self.children() if self._undoes_children() else {}
+        undone_children = []
+        for seq in sorted({*(s for s in journal.effects if s < 0), *kids}):
+            if seq in kids:
+                undone_children.append(
+                    await child_compensations.undo(self.session, self.registry, kids[seq], seq)
+                )
+                continue
             original = originals[compensation_seq(seq)]
             declaration = self._declaration(original)
             if declaration is None:
@@ -154,9 +193,9 @@ class CompensationRunner:
                     f"{undo.participant.name}.{undo.operation} for {original.idempotency_key} "
                     f"could not finish after {attempts} attempt(s): {exc.message}",
                 ) from None
-        await self._finish()
+        await self._finish(undone_children)
 
-    async def _finish(self) -> None:
+    async def _finish(self, undone_children: Sequence[str] = ()) -> None:
         cancelling = self.session.status is InstanceStatus.CANCELLING
         effects = self.session.journal.effects
         planned = {e.compensates for s, e in effects.items() if s < 0}
@@ -181,7 +220,8 @@ class CompensationRunner:
             if e.state is EffectState.CONFIRMED and e.effect_id not in planned
         ]
         summary = {
-            "compensated": [f"{e.participant}.{e.operation}: {e.state.value}" for e in undone],
+            "compensated": [f"{e.participant}.{e.operation}: {e.state.value}" for e in undone]
+            + list(undone_children),
             "residual": [_residual(e, self.session.instance.run) for e in residual],
         }
         done = InstanceEvent.CANCELLATION_DONE if cancelling else InstanceEvent.COMPENSATIONS_DONE

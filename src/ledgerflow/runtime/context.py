@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, Unpack
 
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError, UnsettledEffectsError
@@ -40,7 +40,7 @@ from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import children, sends
 from ledgerflow.runtime.branches import CONTROL, Branches, gather
-from ledgerflow.runtime.children import ChildHandle, OnParentEnd
+from ledgerflow.runtime.children import ChildHandle, ChildOptions
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
 from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
@@ -491,13 +491,7 @@ class WorkflowContext:
     # -- child workflows (runtime/children.py) ------------------------------------------------
 
     async def start_child(
-        self,
-        workflow: str | WorkflowFunction,
-        input: Any = None,
-        *,
-        key: str | None = None,
-        version: int | None = None,
-        on_parent_end: OnParentEnd = "cancel",
+        self, workflow: str | WorkflowFunction, input: Any = None, **options: Unpack[ChildOptions]
     ) -> ChildHandle:
         """Start a child workflow at the next position and return its handle at once.
 
@@ -507,39 +501,31 @@ class WorkflowContext:
         instance's key, run and position; an explicit key another instance holds raises
         :class:`~ledgerflow.errors.ChildKeyConflictError`. ``on_parent_end`` says what this
         instance's own ending does to the child if it is still live: ``"cancel"`` (a durable
-        cancel request), ``"abandon"`` (nothing) or ``"wait"`` (the parent's ending waits for
-        the child's).
+        cancel request, the default), ``"abandon"`` (nothing) or ``"wait"`` (the parent's
+        ending waits for the child's). ``version`` pins the child's workflow version.
+        ``compensate_with`` names a workflow that undoes a child that SUCCEEDED, should this
+        instance's saga compensate later; it receives ``compensation_input``, by default
+        ``{"input": ..., "result": ...}`` of the child (runtime/child_compensations.py).
 
         Example::
 
             handles = [await ctx.start_child(ship, p) for p in order["parcels"]]
             receipts = [await h.result() for h in handles]
         """
-        return await children.start_child(
-            self, workflow, input, key=key, version=version, on_parent_end=on_parent_end
-        )
+        return await children.start_child(self, workflow, input, **options)
 
     async def child(
-        self,
-        workflow: str | WorkflowFunction,
-        input: Any = None,
-        *,
-        key: str | None = None,
-        version: int | None = None,
-        on_parent_end: OnParentEnd = "cancel",
+        self, workflow: str | WorkflowFunction, input: Any = None, **options: Unpack[ChildOptions]
     ) -> Any:
-        """Start a child workflow and wait for its result (see :meth:`start_child`); a child
-        that did not succeed raises the :class:`~ledgerflow.errors.ChildWorkflowError` its
-        ending names, with its status, cause and residual effects.
+        """Start a child workflow and wait for its result (the options of :meth:`start_child`);
+        a child that did not succeed raises the :class:`~ledgerflow.errors.ChildWorkflowError`
+        its ending names, with its status, cause and residual effects.
 
         Example::
 
-            receipt = await ctx.child(charge_card, {"amount": total})
+            receipt = await ctx.child(charge_card, {"amount": total}, compensate_with=refund)
         """
-        handle = await self.start_child(
-            workflow, input, key=key, version=version, on_parent_end=on_parent_end
-        )
-        return await handle.result()
+        return await (await self.start_child(workflow, input, **options)).result()
 
     def _child_unsettled(self, seq: StepSeq) -> None:
         """A child's ending is about to be read from the inbox (the replay checker stops)."""

@@ -302,7 +302,19 @@ class Executor:
         ]
 
     async def _compensations(self, session: Session) -> CompensationRunner:
-        return CompensationRunner(session, self.registry, carried=await self._carried(session))
+        instance = session.instance
+        # Earlier runs' steps: their succeeded children with a compensating workflow stay the
+        # instance's obligations, as their effects do (read only to compensate).
+        steps = [
+            step
+            for run in range(instance.first_run, instance.run)
+            for step in (
+                await self.store.journal(instance.instance_id, RunNumber(run))
+            ).steps.values()
+        ]
+        return CompensationRunner(
+            session, self.registry, carried=await self._carried(session), carried_steps=steps
+        )
 
     async def _begin(self, session: Session) -> bool:
         """A scheduled instance's time has come (or a cancel request made it due): it begins
@@ -343,11 +355,13 @@ class Executor:
         return value
 
     async def _fail(self, session: Session, exc: Exception, ctx: WorkflowContext) -> None:
+        runner = await self._compensations(session)
         confirmed = session.confirmed_effects() + [
-            e for e in await self._carried(session) if e.state is EffectState.CONFIRMED
+            e for e in runner.carried if e.state is EffectState.CONFIRMED
         ]
         event = failure_event(
-            effects_confirmed=len(confirmed),
+            # A succeeded child with a compensating workflow counts as a confirmed effect.
+            effects_confirmed=len(confirmed) + len(runner.children()),
             pivot_confirmed=any(
                 e.classification == Classification.FORWARD_RECOVERY_ONLY.value for e in confirmed
             ),
@@ -362,7 +376,6 @@ class Executor:
         kind = "result not serialisable" if isinstance(exc, PayloadError) else "workflow error"
         cause = f"{kind}: {type(exc).__name__}: {exc}"[:2000]
         if event is InstanceEvent.FAIL_AFTER_EFFECTS:
-            runner = await self._compensations(session)
             await runner.begin(
                 f"{kind} after {len(confirmed)} confirmed effect(s): {detail}", cause=cause
             )

@@ -38,13 +38,8 @@ from ledgerflow.model.signal import LOCK_GRANT_PREFIX
 from ledgerflow.model.step import STEP_MACHINE, StepKind, StepStatus
 from ledgerflow.operators import actions
 from ledgerflow.storage.store import Store
-from ledgerflow.testing.child_checks import no_parent_ends_before_its_wait_children
-from ledgerflow.testing.lock_checks import locks_held_rightly
+from ledgerflow.testing.capability_checks import capability_checks
 from ledgerflow.testing.participants import World
-from ledgerflow.testing.run_checks import (
-    no_event_lost_or_duplicated_across_a_switch,
-    one_open_run,
-)
 from ledgerflow.testing.schedule_checks import one_firing_per_slot as one_firing_per_slot
 from ledgerflow.testing.violations import Violation as Violation
 
@@ -113,12 +108,9 @@ def check(snapshot: Snapshot, world: World) -> list[Violation]:
         *endings_name_their_cause(snapshot),
         *late_answers_never_confirm(snapshot, world),
         *doubt_parked_only_when_lookups_are_spent(snapshot, world),
-        *one_open_run(snapshot),
-        *no_event_lost_or_duplicated_across_a_switch(snapshot),
         *one_child_per_position(snapshot),
         *child_endings_reach_their_parent(snapshot),
-        *no_parent_ends_before_its_wait_children(snapshot),
-        *locks_held_rightly(snapshot.locks),
+        *capability_checks(snapshot),
     ]
 
 

@@ -3,8 +3,12 @@
 -- name: wake_instance
 -- A delivery makes a waiting instance due now. An instance held by a worker may be between
 -- its read of the inbox and its next park: the arrival is noted, and that park makes it due.
+-- A compensation waiting for its compensating child's ending is released until forever
+-- (limits.WAIT_FOREVER_AT, runtime/child_compensations.py): woken the same way.
 UPDATE lf_instances
 SET available_at = CASE WHEN status = 'WAITING' THEN min(available_at, :now)
+                        WHEN status IN ('COMPENSATING', 'CANCELLING') AND available_at >= 1e15
+                        THEN :now
                         ELSE available_at END,
     arrived_since_claim = 1
 WHERE instance_id = :instance_id;
