@@ -24,6 +24,7 @@ from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
 from ledgerflow.model.ids import InstanceId
+from ledgerflow.runtime import faults
 from ledgerflow.runtime.adoption import Adopter
 from ledgerflow.runtime.clock import SYSTEM_CLOCK, Clock
 from ledgerflow.runtime.core import (
@@ -191,11 +192,15 @@ class Engine:
             ((w, c) for w in self._workers if (c := w.reserve()) is not None), (None, None)
         )
         record: InstanceRecord | None = None
+        if faults.plan is not None:
+            faults.point("start.before_commit", instance=new.business_key, kind="start")
         try:
             record, created = await self.runtime.store.start(new, claim, now=now)
         finally:
             if worker is not None and claim is not None:
                 worker.adopt(record, claim)
+        if faults.plan is not None:
+            faults.point("start.after_commit", instance=new.business_key, kind="start")
         if worker is None:
             for other in self._workers:
                 other.wake()
@@ -219,6 +224,8 @@ class Engine:
         instance keeps its delay unless ``wake`` ends it (then it is due now)."""
         now = self.clock.now()
         _, new = self._core.prepare(workflow, now=now, **options)
+        if faults.plan is not None:
+            faults.point("start.before_commit", instance=new.business_key, kind="signal_with_start")
         answer: SignalStarted = await self._call(
             self._core.signal_with_start,
             new,
@@ -229,6 +236,8 @@ class Engine:
             sender=sender,
             wake=wake,
         )
+        if faults.plan is not None:
+            faults.point("start.after_commit", instance=new.business_key, kind="signal_with_start")
         self.notice_delivery(answer.delivered)
         return answer
 

@@ -39,6 +39,10 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``schedule.before_fire`` / ``schedule.after_fire``: a worker planned a schedule's tick (its
   slots' outcomes and starts) and its transaction is not yet durable / is durable and the
   worker has not counted it (``schedule`` is the schedule's name, ``slots`` how many)
+- ``start.before_commit`` / ``start.after_commit``: a caller's start (``Engine.start``, with
+  any start option) or ``signal_with_start`` is decided, its transaction (insert, new run or
+  refusal; the event) not yet committed / committed and not yet answered (``kind`` is
+  ``start`` or ``signal_with_start``; ``instance`` the business key asked for)
 - ``lock.before_release``: the workflow left a durable lock's block, the release (and the
   hand-over to the first waiter) is not yet durable (``seq`` is the release's position)
 """
