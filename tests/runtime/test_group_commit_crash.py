@@ -37,7 +37,9 @@ def _notes(path: Path) -> list[tuple[str, int, str]]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    # Only whole lines: a reader may see the worker's append half done, and a kill may leave
+    # one half written (that note was never finished, so it claims nothing).
+    for line in path.read_text().split("\n")[:-1]:
         instance_id, seq, value = line.split()
         rows.append((instance_id, int(seq), value))
     return rows
@@ -108,9 +110,15 @@ def test_sigkill_during_group_commit_loses_no_acknowledged_step(
     notes = tmp_path / "notes.txt"
     monkeypatch.setenv(NOTES_VARIABLE, str(notes))  # The recovery in this process notes too.
     process = _spawn(db_url, notes, [fault] if fault else [], concurrency)
-    if fault is None:
-        _kill_when_noted(process, notes)
-    assert process.wait(timeout=PROCESS_SECONDS_MAX) == -signal.SIGKILL
+    try:
+        if fault is None:
+            _kill_when_noted(process, notes)
+        assert process.wait(timeout=PROCESS_SECONDS_MAX) == -signal.SIGKILL
+    finally:
+        # A failed assertion must not leave the worker running into the next test.
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     acknowledged = _notes(notes)
 
     asyncio.run(asyncio.wait_for(_recover(db_url), timeout=RECOVERY_SECONDS_MAX))
