@@ -1,3 +1,0 @@
-from replay_shop import shop
-
-registry = shop("patched").registry
