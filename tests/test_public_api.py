@@ -87,6 +87,7 @@ TESTING_ALL = [
     "ScriptedParticipant",
     "SeedBank",
     "SimulatedCrash",
+    "StartSpec",
     "Summary",
     "Violation",
     "World",

@@ -43,6 +43,7 @@ from ledgerflow.testing.report import build_report as build_report
 from ledgerflow.testing.simulation import RunResult as RunResult
 from ledgerflow.testing.simulation import Scenario as Scenario
 from ledgerflow.testing.simulation import scenario_for as scenario_for
+from ledgerflow.testing.start_sweep import StartSpec as StartSpec
 
 __all__ = [
     "Behavior",
@@ -58,6 +59,7 @@ __all__ = [
     "ScriptedParticipant",
     "SeedBank",
     "SimulatedCrash",
+    "StartSpec",
     "Summary",
     "Violation",
     "World",

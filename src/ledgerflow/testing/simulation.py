@@ -54,6 +54,7 @@ from ledgerflow.testing.dropping_store import DroppingStore, dropping
 from ledgerflow.testing.participants import ScriptedParticipant, World
 from ledgerflow.testing.plans import CANCEL, Decision, Hit, OutsideEvent, RandomPlan, ScheduledPlan
 from ledgerflow.testing.rolled_back import RolledBackCallers, rolled_back_invisible
+from ledgerflow.testing.start_sweep import StartCallers, StartSpec
 
 # Leases are long so that no lease lapses while a worker lives; a death then moves the clock
 # past them. Worker lives and rounds are bounded so a broken engine cannot loop forever.
@@ -82,6 +83,8 @@ class Scenario:
     # life, and (``upgrade_on_drift``) an operator then upgrades what replays clean against it.
     drift: Registry | None = None
     upgrade_on_drift: bool = True
+    # Starts made under the plan, by callers that retry after dying (testing.start_sweep).
+    swept_starts: StartSpec | None = None
 
 
 ScenarioFactory = Callable[[], Scenario]
@@ -127,6 +130,7 @@ def scenario_for(
     upgrade_on_drift: bool = True,
     signal: str | None = None,
     events: Events | None = None,
+    starts: StartSpec | None = None,
 ) -> ScenarioFactory:
     """Run a user's workflow unchanged against scripted twins of its participants.
 
@@ -136,7 +140,8 @@ def scenario_for(
     appears after the first worker's first life (see :class:`Scenario`). ``signal`` names the
     event that arrives from outside at a fault point (default: what the open wait asks for).
     An input may be an :class:`~ledgerflow.model.examples.Example`, whose events replace the
-    common ``events`` for the names it lists.
+    common ``events`` for the names it lists. ``starts`` sweeps the starts too, made with
+    its options by callers that retry (see :mod:`ledgerflow.testing.start_sweep`).
     """
 
     def make() -> Scenario:
@@ -156,24 +161,25 @@ def scenario_for(
             restores.append(twin.take_over(participant))
             if participant.name not in by_name:
                 twins.append(twin)
-        starts: list[tuple[str, str, Any]] = []
+        made: list[tuple[str, str, Any]] = []
         scripts: dict[str, Events] = {}
         for n, value in enumerate(inputs):
             example = value if isinstance(value, Example) else Example(value)
             for copy in range(copies):
                 key = f"sim-{n}-{copy}"
-                starts.append((workflow, key, example.input))
+                made.append((workflow, key, example.input))
                 scripts[key] = {**(events or {}), **example.events}
         return Scenario(
             registry=registry,
             world=world,
             participants=twins,
-            starts=starts,
+            starts=made,
             cleanup=restores,
             drift=drift,
             upgrade_on_drift=upgrade_on_drift,
             signal=signal,
             events=scripts,
+            swept_starts=starts,
         )
 
     return make
@@ -268,7 +274,7 @@ async def simulate(
         scenario.cleanup.extend(_count_executions(scenario.drift, scenario.world))
     run = _Run(scenario, plan, url=f"sqlite:///{folder / (label + '.db')}?synchronous=off")
     try:
-        await run.start()  # before the plan: see _Run.start
+        await run.start()  # before the plan unless swept: see _Run.start
         faults.install(plan)
         snapshot, (refused, accepted), reached = await run.to_quiescence(label, catalogue)
     finally:
@@ -373,6 +379,7 @@ class _Run:
             scenario.registry, scenario.drift, upgrade=scenario.upgrade_on_drift
         )
         self.driver = ArrivalDriver(scenario.events, scenario.participants)
+        self.callers = StartCallers(scenario.swept_starts) if scenario.swept_starts else None
         plan.arrive = self._arrive
         scenario.world.clock = self.clock
         scenario.world.stall = self._stall
@@ -386,11 +393,17 @@ class _Run:
 
     async def start(self) -> None:
         """The scenario's starts, made before the plan is installed: their points
-        (``start.*``) are not swept yet (a crash there is the starting caller's, and a run has
-        no caller to retry it), so the hits a plan numbers are the workers' lives'."""
+        (``start.*``) are not swept (a crash there is the starting caller's), so the hits a
+        plan numbers are the workers' lives' — unless the scenario sweeps its starts: then
+        callers that retry make them under the plan."""
+        if self.callers is not None:
+            faults.install(self.plan)
         async with Engine(self.url, self.scenario.registry, clock=self.clock, inline=True) as e:
             for workflow, key, value in self.scenario.starts:
-                await e.start(workflow, key=key, input=value)
+                if self.callers is not None:
+                    await self.callers.start(e, workflow, key, value)
+                else:
+                    await e.start(workflow, key=key, input=value)
 
     async def to_quiescence(
         self, label: str, catalogue: dict[Item, str]
@@ -433,7 +446,7 @@ class _Run:
     def left_behind(self) -> list[oracle.Violation]:
         """What came from outside and went wrong: a lost wake-up (found at a quiet moment), or
         anything left visible by a caller whose transaction never committed."""
-        return [*self.lost_wakeups, *_rolled_back_left(self.url)]
+        return [*self.lost_wakeups, *_rolled_back_left(self.url, self.callers)]
 
     def _faults(self) -> list[Hit]:
         """The crashes and engine errors the plan fired, where they hit."""
@@ -524,11 +537,12 @@ class _Run:
         )
 
 
-def _rolled_back_left(url: str) -> list[oracle.Violation]:
-    """What the callers that died before their COMMIT left visible (nothing, or a violation)."""
+def _rolled_back_left(url: str, callers: StartCallers | None) -> list[oracle.Violation]:
+    """What the callers that died before their COMMIT left visible (nothing, or a violation),
+    and what the retrying callers of swept starts were answered."""
     store = open_store(url)
     try:
-        return rolled_back_invisible(store)
+        return [*rolled_back_invisible(store), *(callers.judge(store) if callers else [])]
     finally:
         store.close()
 
