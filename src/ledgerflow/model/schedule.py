@@ -308,9 +308,10 @@ class ScheduleDeclarations:
         fired when the run before it ends, ``"cancel_other"``: the running instance is asked to
         cancel, compensating, and the slot is buffered until it has ended, ``"allow_all"``);
         ``catch_up`` what late slots do after downtime (``"skip"``, ``"latest"``: fire the
-        newest once, ``"all"``: fire those within ``catch_up_window_seconds``); every slot that does not fire is recorded
-        with its reason. ``jitter_seconds`` delays each slot by an amount derived from its
-        identity. Workers keep the journal's copy of the spec in step with this one.
+        newest once, ``"all"``: fire those within ``catch_up_window_seconds``); every slot
+        that does not fire is recorded with its reason. ``jitter_seconds`` delays each slot
+        by an amount derived from its identity. Workers keep the journal's copy of the spec
+        in step with this one.
 
         Example::
 
