@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
+from ledgerflow.runtime import children as children_module
 from ledgerflow.testing import Explorer, Scenario, ScriptedParticipant, Summary, World
 
 pytestmark = [pytest.mark.slow, pytest.mark.simulated]
@@ -26,7 +27,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.simulated]
 RETRY = lf.RetryPolicy(attempts_max=4, backoff_initial=timedelta(milliseconds=10))
 
 
-def _scenario() -> Scenario:
+def _scenario(*, slow_flight: bool = False) -> Scenario:
+    """``slow_flight``: the flight's child sleeps a minute before booking, so the hotel's
+    child ends first and the parent takes its ending on a resumption of its own: the results
+    still come back in call order."""
     world = World(branches=True)
     registry = lf.Registry()
     participants = [
@@ -47,6 +51,8 @@ def _scenario() -> Scenario:
 
     @registry.workflow(name="book-flight", version=1)
     async def book_flight(ctx: lf.WorkflowContext, trip: int) -> Any:
+        if slow_flight:
+            await ctx.sleep(60)
         return await ctx.effect(flight, {"trip": trip})
 
     @registry.workflow(name="book-hotel", version=1)
@@ -78,14 +84,17 @@ def _violations(summary: Summary) -> list[str]:
     return [str(v) for run in summary.failures for v in run.violations]
 
 
-def test_every_crash_point_of_a_trip_gathering_two_children(tmp_path: Path) -> None:
+@pytest.mark.parametrize("slow_flight", [False, True])
+def test_every_crash_point_of_a_trip_gathering_two_children(
+    tmp_path: Path, slow_flight: bool
+) -> None:
     """Goal: a crash at every fault point hit of the parent and of both children leaves no
     violation; every run ends with the trip SUCCEEDED, and the sweep reached the child
     protocol's points in branches.
 
     Method: the explorer's exhaustive sweep at depth 2 (every point, and again at every
     point of the recovery) over the scenario above; the points of its fault-free run."""
-    explorer = Explorer(_scenario, folder=tmp_path)
+    explorer = Explorer(lambda: _scenario(slow_flight=slow_flight), folder=tmp_path)
 
     async def explore() -> tuple[set[str], Summary]:
         baseline = (await explorer.paths())[0][1]
@@ -112,3 +121,24 @@ def test_a_cancel_and_a_signal_at_every_point_of_a_trip_gathering_two_children(
     assert summary.failures == [], _violations(summary)
     assert summary.outside.cancels > 0
     assert summary.statuses.get("CANCELLED", 0) > 0, summary.statuses
+
+
+def test_the_sweep_finds_results_handed_back_as_they_end_with_the_order_reverted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: ``positions-replay`` is not vacuous here: with a child's result handed back as
+    soon as its ending is taken (held as a wait, but not a call in the run's order), a run in
+    which the hotel ends first notes it at the first note's position, and the replay, where
+    both results are in the journal, takes them in call order: the sweep says so.
+
+    Method: ``ChildHandle.result`` replaced by the unordered take; the depth-1 sweep."""
+
+    async def unordered(self: children_module.ChildHandle) -> Any:
+        key = (10_000 + int(self.seq), 0)  # a place no open call is behind
+        return children_module._outcome(self, await children_module._take(self, order=key))
+
+    monkeypatch.setattr(children_module.ChildHandle, "result", unordered)
+    explorer = Explorer(lambda: _scenario(slow_flight=True), folder=tmp_path)
+    summary = asyncio.run(explorer.exhaustive(depth=1))
+    found = {v.invariant for run in summary.failures for v in run.violations}
+    assert "positions-replay" in found, summary.figures()
