@@ -26,8 +26,13 @@ Workflow code may run steps and effects at once with plain ``asyncio.gather``,
   branches run is held (:meth:`Branches.park`) until no call's work is running and the run is
   quiet: every open call is a held wait or done and waiting for its turn. Then one commit
   starts every held wait and makes the instance WAITING until the earliest of their timers;
-  on resumption the replay takes the same positions, and each wait is asked again. An
-  asynchronous effect's callback wait inside branches is still refused (``concurrent_waits``).
+  on resumption the replay takes the same positions, and each wait is asked again. A
+  child's result and an asynchronous effect's callback wait are held the same way.
+- **Calls without a position.** A child's result (``handle.result()``) takes no journal
+  position, but takes its place in the run's order (:meth:`Branches.order`): after every
+  position taken before it, before every later one, so it returns in call order too. While
+  it is held, cancelling its branch ends the wait (nothing of it is in flight); an effect's
+  callback wait is still waited for (its effect is).
 """
 
 from __future__ import annotations
