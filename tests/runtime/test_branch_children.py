@@ -29,6 +29,7 @@ class Family:
         self.registry = registry = lf.Registry()
         wire = registry.add_participant(lf.Participant("wire", deduplicates=True))
         self.accepted: list[str] = []
+        self.undone: list[str] = []
 
         @wire.effect(classification="forward-recovery-only", completes_by_callback=3600)
         async def transfer(call: lf.EffectCall) -> dict[str, Any]:
@@ -65,6 +66,32 @@ class Family:
                 ctx.child(echo, 7), ctx.effect(transfer, {"to": "x"}), ctx.wait_for("ok")
             )
             return [child["go"], wired, signal.payload, await ctx.step("done", str, "done")]
+
+        @wire.compensation("undo")
+        async def undo(call: lf.EffectCall) -> str:
+            self.undone.append(call.idempotency_key)
+            return "undone"
+
+        @wire.effect(
+            classification="compensatable", completes_by_callback=3600, compensation="undo"
+        )
+        async def reserve(call: lf.EffectCall) -> dict[str, Any]:
+            self.accepted.append(call.idempotency_key)
+            return {"accepted": call.idempotency_key}
+
+        @registry.workflow(name="reserve_and_wait", version=1)
+        async def reserve_and_wait(ctx: lf.WorkflowContext, _: Any) -> list[Any]:
+            reserved, ok = await asyncio.gather(ctx.effect(reserve, 1), ctx.wait_for("ok"))
+            return [reserved, ok.payload]
+
+        @registry.workflow(
+            name="reserve_beside_a_child", version=1, business_failures=(ChildFailedError,)
+        )
+        async def reserve_beside_a_child(ctx: lf.WorkflowContext, _: Any) -> list[Any]:
+            async with asyncio.TaskGroup() as tasks:
+                child = tasks.create_task(ctx.child(echo, 0))
+                reserved = tasks.create_task(ctx.effect(reserve, 2))
+            return [child.result(), reserved.result()]
 
         @registry.workflow(name="group", version=1, business_failures=(ChildFailedError,))
         async def group(ctx: lf.WorkflowContext, _: Any) -> list[Any]:
@@ -304,4 +331,91 @@ def test_a_failing_child_in_a_task_group_fails_the_parent_once_its_turn_comes(
         assert engine.get(children[1]).status is lf.InstanceStatus.FAILED
         left = engine.get(children[2])
         assert left.cancel_requested_at is not None or left.status is lf.InstanceStatus.CANCELLED
+    _replay_clean(journal_url, family)
+
+
+def test_a_cancel_waits_for_an_accepted_effect_in_a_branch_then_undoes_it(
+    journal_url: str,
+) -> None:
+    """Goal: a cancel request while an asynchronous effect and a signal wait are gathered:
+    the wait stops, but the accepted reservation is in flight, so the instance stays WAITING
+    for its callback (never CANCELLED with it ACCEPTED); the callback confirms it, and the
+    cancellation then undoes it.
+
+    Method: start; a worker parks it; request the cancel, a worker; complete the effect, a
+    worker; read statuses, effects and the compensation the participant ran."""
+    family = Family()
+
+    async def main() -> tuple[str, list[Any]]:
+        async with lf.Engine(journal_url, family.registry) as engine:
+            started = await engine.start("reserve_and_wait", key="rw-1", input=None)
+        parent = started.instance_id
+        await _phase(journal_url, family)
+        seen: list[Any] = [await _status(journal_url, family, parent)]
+        async with lf.Engine(journal_url, family.registry) as engine:
+            await engine.cancel(parent, reason="changed my mind")
+        await _phase(journal_url, family)
+        async with lf.Engine(journal_url, family.registry) as engine:
+            record = await engine.get(parent)
+            [effect] = (await engine.detail(parent)).effects
+            seen += [record.status, record.reason_code, effect.state]
+            await engine.complete_effect(effect.idempotency_key, applied=True, evidence="R-1")
+        await _phase(journal_url, family)
+        seen.append(await _status(journal_url, family, parent))
+        return parent, seen
+
+    parent, seen = asyncio.run(main())
+    assert seen == [
+        lf.InstanceStatus.WAITING,
+        lf.InstanceStatus.WAITING,
+        "awaiting_callback",
+        lf.EffectState.ACCEPTED,
+        lf.InstanceStatus.CANCELLED,
+    ]
+    assert len(family.undone) == 1  # the reservation undone once
+    assert len(family.accepted) == 1
+    with lf.SyncEngine(journal_url, family.registry) as engine:
+        states = sorted((int(e.seq), e.state.value) for e in engine.detail(parent).effects)
+    assert states == [(-1, "CONFIRMED"), (1, "CONFIRMED")]
+
+
+def test_a_child_failing_beside_an_accepted_effect_fails_only_once_it_is_settled(
+    journal_url: str,
+) -> None:
+    """Goal: in a ``TaskGroup``, a child that fails while a sibling's reservation is accepted
+    and unanswered: the group cancels the sibling's branch, but the parent waits for the
+    callback before it records the failure, and its saga then undoes the reservation.
+
+    Method: start; a worker; the child told to fail, a worker (WAITING, the effect
+    ACCEPTED); the callback, a worker; read the ending and the compensation."""
+    family = Family()
+
+    async def main() -> tuple[str, list[Any]]:
+        async with lf.Engine(journal_url, family.registry) as engine:
+            started = await engine.start("reserve_beside_a_child", key="rc-1", input=None)
+        parent = started.instance_id
+        await _phase(journal_url, family)
+        (child,) = (await _children_by_input(journal_url, family)).values()
+        await _signal(journal_url, family, child, "go", "fail")
+        await _phase(journal_url, family)
+        async with lf.Engine(journal_url, family.registry) as engine:
+            record = await engine.get(parent)
+            [effect] = (await engine.detail(parent)).effects
+            seen: list[Any] = [record.status, effect.state]
+            await engine.complete_effect(effect.idempotency_key, applied=True, evidence="R-2")
+        await _phase(journal_url, family)
+        seen.append(await _status(journal_url, family, parent))
+        return parent, seen
+
+    parent, seen = asyncio.run(main())
+    assert seen == [
+        lf.InstanceStatus.WAITING,
+        lf.EffectState.ACCEPTED,
+        lf.InstanceStatus.COMPENSATED,
+    ]
+    assert len(family.undone) == 1  # the reservation undone once
+    assert len(family.accepted) == 1
+    with lf.SyncEngine(journal_url, family.registry) as engine:
+        states = sorted((int(e.seq), e.state.value) for e in engine.detail(parent).effects)
+    assert states == [(-2, "CONFIRMED"), (2, "CONFIRMED")]
     _replay_clean(journal_url, family)

@@ -172,7 +172,7 @@ class Branches:
             self._droppable.add(me)
         self._changed.set()
         try:
-            while not await self._all_blocked():
+            while not await self._all_blocked(in_flight=not droppable):
                 self._changed.clear()
                 await self._changed.wait()
         except BaseException:
@@ -197,20 +197,28 @@ class Branches:
             await suspend([*writes, *guard], min(d for _, _, d in held), names)
         finally:
             self._parking = False
-        self.stopping(Waiting())
+        if self._stop is None or isinstance(self._stop, Cancelled):
+            # A cancellation waits for the effects in flight: the run ends WAITING for them,
+            # and cancels on a later resumption, once they are settled.
+            self._stop = Waiting()
+            self._changed.set()
         raise Waiting
 
-    async def _all_blocked(self) -> bool:
+    async def _all_blocked(self, *, in_flight: bool) -> bool:
         """Whether no open call's work is running (each is a held wait, or done and waiting
-        for its turn) and no branch took a position for a few turns; raises the run's stop."""
-        if self._stop is not None:
-            raise self._stop
+        for its turn) and no branch took a position for a few turns; raises the run's stop.
+        ``in_flight``: the wait is an effect's (its effect was dispatched): a cancellation
+        does not stop it, the instance waits for the effect's outcome first."""
+        self._raise_stop(in_flight=in_flight)
         if self._parking or self._busy():
             return False
         await self._quiet()
-        if self._stop is not None:
-            raise self._stop
+        self._raise_stop(in_flight=in_flight)
         return not self._parking and not self._busy()
+
+    def _raise_stop(self, *, in_flight: bool) -> None:
+        if self._stop is not None and not (in_flight and isinstance(self._stop, Cancelled)):
+            raise self._stop
 
     def _busy(self) -> bool:
         """Whether an open call is not blocked: its work runs, or it is done and nothing
@@ -259,8 +267,10 @@ class Branches:
             await self._in_turn(seq)
             raise
         except BaseException as stop:
-            # A control-flow signal, or the worker's death: no turn to wait for.
+            # A control-flow signal, or the worker's death: no turn to wait for, and nothing
+            # left open (a held effect may still wait until every branch is blocked).
             self.stopping(stop)
+            self._returned(seq)
             raise
         await self._in_turn(seq)
         return value
