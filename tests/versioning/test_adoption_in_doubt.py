@@ -242,9 +242,7 @@ def test_the_rule_names_an_unknown_effect_the_replay_does_not_reach(journal_url:
     finally:
         store.close()
     definition = fixed.get("order", 1)
-    verdict = asyncio.run(
-        replay(definition, record, journal, codec=lf.JsonCodec(), registry=fixed)
-    )
+    verdict = asyncio.run(replay(definition, record, journal, codec=lf.JsonCodec(), registry=fixed))
     assert (verdict.compatible, verdict.reached_open) == (True, (1,))
     assert in_doubt_refusal(record, journal, verdict, code="fixed") is None
     unreached = type(verdict)(**{**verdict.to_json(), "reached_open": ()})
