@@ -173,12 +173,15 @@ def test_an_unknown_effect_the_new_code_asks_for_is_adopted_and_settled_by_looku
 
 
 def test_an_unknown_effect_the_new_code_asks_otherwise_is_flagged_and_named(
-    journal_url: str,
+    journal_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Goal: when the new code asks for another charge at the UNKNOWN charge's position, the
     instance is not adopted and not touched (still pinned, still UNKNOWN, nothing sent); it is
     flagged with the divergence and the effect in doubt, and a waiter's LF403 names both and
-    the command that settles it instead of promising an adoption."""
+    the command that settles it instead of promising an adoption; the worker's unserved line
+    counts it by that reason."""
+    # The unserved count is said at every scan interval that changes it (or its refusals).
+    monkeypatch.setenv("LEDGERFLOW_DETECTION", "worker_silent_seconds=1,scan_interval_seconds=0.2")
     bank = Bank()
     instance_id = in_doubt(journal_url, bank)
     other = code("other", bank)
@@ -186,7 +189,7 @@ def test_an_unknown_effect_the_new_code_asks_otherwise_is_flagged_and_named(
 
     async def main() -> str:
         async with lf.Engine(journal_url, other) as engine:
-            worker = engine.worker(lease_seconds=30, poll_seconds=0.01, detection=SILENT)
+            worker = engine.worker(lease_seconds=30, poll_seconds=0.01)
             running = asyncio.create_task(worker.run())
             try:
                 await until(
@@ -199,6 +202,12 @@ def test_an_unknown_effect_the_new_code_asks_otherwise_is_flagged_and_named(
                 )
                 with pytest.raises(lf.errors.NoCapableWorkerError) as caught:
                     await engine.result(instance_id, timeout=0.05)
+                await until(
+                    lambda: any(
+                        "1 flagged replay_divergence" in r.getMessage() for r in caplog.records
+                    ),
+                    what="the unserved line naming the refusal",
+                )
                 return str(caught.value)
             finally:
                 worker.stop()

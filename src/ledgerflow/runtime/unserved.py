@@ -98,9 +98,10 @@ def _refused_said(reasons: dict[str, int]) -> str:
 
 def unserved_task(runtime: Runtime, store: DetectionStore, bounds: DetectionBounds) -> PeriodicTask:
     """The count, as a worker's periodic task: at start, then every scan interval; logged when
-    it changes (a warning while anything is unserved), exported as a gauge."""
+    it changes or the adoption refusals among it do (a warning while anything is unserved,
+    naming each refusal's reason and what moves it), exported as a gauge."""
     thread, clock, metrics = runtime.store, runtime.clock, runtime.metrics
-    said: dict[Served, int] | None = None
+    said: tuple[dict[Served, int], dict[Served, dict[str, int]]] | None = None
 
     async def run() -> None:
         nonlocal said
@@ -111,15 +112,17 @@ def unserved_task(runtime: Runtime, store: DetectionStore, bounds: DetectionBoun
         }
         if metrics is not None:
             metrics.unserved(current)
-        if current == said or (said is None and not current):
-            said = current
+        # Said again when the counts change, or the refusals among them (a flag raised).
+        refused = await thread.call(_refusals, store) if current else {}
+        now_said = (current, {pin: refused[pin] for pin in current if pin in refused})
+        if now_said == said or (said is None and not current):
+            said = now_said
             return
-        said = current
+        said = now_said
         if not counts:
             log.info("no instance is pinned to code that no live worker serves any more")
             return
         live = served_by(await thread.call(store.workers, live_since=live_since))
-        refused = await thread.call(_refusals, store)
         for count in counts:
             pinned = Served(count.workflow_name, count.workflow_version, count.fingerprint)
             log.warning(
