@@ -47,6 +47,7 @@
     ├── InstanceNotFoundError
     │   └── NotCommittedError         written in a caller's transaction that has not committed
     ├── ScheduleNotFoundError         no schedule has this name (or it was deleted)
+    ├── UpdateRejectedError           an update its validator refused, or that came too late
     ├── ResultTimeoutError            waited for a result that did not come in time
     │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
     ├── WorkflowError                 the instance ended without a result
@@ -150,6 +151,7 @@ from ledgerflow.errors.ledger import (
     StepFailedError,
     TargetNotFoundError,
     UnsettledEffectsError,
+    UpdateRejectedError,
     WaitTimeoutError,
     WorkflowError,
 )
@@ -222,6 +224,7 @@ __all__ = [
     "RequestTimeoutError",
     "ReservedNameError",
     "ResultTimeoutError",
+    "UpdateRejectedError",
     "RetryTransactionError",
     "ScheduleNotFoundError",
     "SlotTakenError",
