@@ -47,9 +47,9 @@
     ├── InstanceNotFoundError
     │   └── NotCommittedError         written in a caller's transaction that has not committed
     ├── ScheduleNotFoundError         no schedule has this name (or it was deleted)
-    ├── UpdateRejectedError           an update its validator refused, or that came too late
     ├── ResultTimeoutError            waited for a result that did not come in time
     │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
+    ├── UpdateRejectedError           an update its validator refused, or that came too late
     ├── WorkflowError                 the instance ended without a result
     ├── StepError                     raised into workflow code
     │   ├── StepFailedError           a local step used up its attempts
@@ -224,15 +224,13 @@ __all__ = [
     "RequestTimeoutError",
     "ReservedNameError",
     "ResultTimeoutError",
-    "UpdateRejectedError",
     "RetryTransactionError",
-    "ScheduleNotFoundError",
-    "SlotTakenError",
     "RouteNotFoundError",
+    "ScheduleNotFoundError",
     "SchemaVersionError",
     "ServerBusyError",
+    "SlotTakenError",
     "StalePreconditionError",
-    "WaitChildrenLiveError",
     "StepError",
     "StepFailedError",
     "StorageAccessError",
@@ -246,7 +244,9 @@ __all__ = [
     "UnknownWorkflowError",
     "UnsettledEffectsError",
     "UnsupportedMediaTypeError",
+    "UpdateRejectedError",
     "VersionRetiredError",
+    "WaitChildrenLiveError",
     "WaitTimeoutError",
     "WorkflowError",
 ]

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Unpack
+from typing import Any, Protocol, TypeVar, Unpack
 
 from ledgerflow import limits
 from ledgerflow.errors import (
@@ -59,9 +59,6 @@ from ledgerflow.model.step import StepEvent, StepKind
 from ledgerflow.runtime.core import EngineCore, Started, StartOptions
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
-
-if TYPE_CHECKING:  # the worker runs workflow code, whose context calls this module
-    from ledgerflow.runtime.worker import Worker
 
 T = TypeVar("T")
 
@@ -161,6 +158,13 @@ async def handle_updates(
 # -- caller side ----------------------------------------------------------------------------
 
 
+class Wakeable(Protocol):
+    """A worker of the engine, as far as an update needs it (no import of the worker, which
+    runs workflow code, whose context calls this module)."""
+
+    def wake(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateStarted:
     """What :meth:`Engine.update_with_start` returns: the start's answer and the reply."""
@@ -180,7 +184,7 @@ class ValueCalls:
     registry: Registry
     runtime: Runtime
     _core: EngineCore
-    _workers: list[Worker]
+    _workers: Sequence[Wakeable]
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await self.runtime.store.call(method, *args, **kwargs)
