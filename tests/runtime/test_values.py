@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
+from conditions import until
 from ledgerflow.errors import ReservedNameError, ResultTimeoutError, UpdateRejectedError
 from ledgerflow.ledger.values import NotPublished, Published
+from ledgerflow.model.ids import RunNumber
 from ledgerflow.model.step import StepKind
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.faults import FaultPlan, FaultRule, SimulatedCrash
@@ -203,5 +205,80 @@ def test_update_with_start_starts_and_answers_in_one_call(journal_url: str) -> N
                 worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await worker
+
+    asyncio.run(main())
+
+
+def test_a_replay_that_would_publish_another_value_parks_and_keeps_the_recorded_one(
+    journal_url: str,
+) -> None:
+    """Goal: code changed under a waiting instance now publishes another value at the
+    publication's position: the instance parks as a divergence and the value shown is the
+    recorded one, at its version."""
+
+    def stages(shown: str) -> lf.Registry:
+        registry = lf.Registry()
+
+        @registry.workflow(name="stages", version=1)
+        async def flow(ctx: lf.WorkflowContext, n: int) -> int:
+            ctx.publish("stage", shown)
+            await ctx.wait_for("go")
+            return n
+
+        return registry
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, stages("old")) as engine:
+            iid = str((await engine.start("stages", key="d-1", input=1)).instance_id)
+            await _work(engine)
+        registry = stages("new")
+        # The same fingerprint (the version's code changed without a new version).
+        old = engine.registry.get("stages", 1).fingerprint
+        object.__setattr__(registry.get("stages", 1), "fingerprint", old)
+        async with lf.Engine(journal_url, registry) as engine:
+            await engine.signal(iid, "go", event_id="go-1")
+            await _work(engine)
+            record = await engine.get(iid)
+            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION, record.reason
+            assert record.reason_code == "replay_divergence"
+            found = await engine.read(iid, "stage")
+            assert isinstance(found, Published)
+            assert (found.value, found.version) == ("old", 1)
+
+    asyncio.run(main())
+
+
+def test_an_update_stored_before_the_instance_first_ran_is_taken_by_its_wait(
+    journal_url: str,
+) -> None:
+    """Goal: the request is in the inbox before the workflow's code ever ran (no worker
+    yet): the wait opened later takes it, and the caller waiting all along gets the reply;
+    values published in run 1 are still read in run 2."""
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, _adder()) as engine:
+            started = await engine.start(
+                "adder", key="p-1", input={"total": 10, "each": 1, "runs": 2}
+            )
+            iid = str(started.instance_id)
+            asking = asyncio.create_task(engine.update(iid, "add", 1, update_id="early"))
+            await until(lambda: engine.store.inbox(started.instance_id), what="the request stored")
+            assert engine.store.journal(started.instance_id, RunNumber(1)).steps == {}
+            worker = asyncio.create_task(
+                engine.worker(lease_seconds=0.3, poll_seconds=0.01).run(until_idle=False)
+            )
+            try:
+                assert await asyncio.wait_for(asking, timeout=10) == 11
+                await until(
+                    lambda: engine.store.get_instance(started.instance_id).run == 2,  # type: ignore[union-attr]
+                    what="run 2",
+                )
+            finally:
+                worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await worker
+            reply = await engine.read(iid, "update:early")
+            assert isinstance(reply, Published)
+            assert (reply.value, reply.run) == ({"reply": 11}, 1)
 
     asyncio.run(main())
