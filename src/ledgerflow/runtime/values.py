@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar, Unpack
 
 from ledgerflow import limits
 from ledgerflow.errors import (
+    InstanceNotFoundError,
     PayloadError,
     ResultTimeoutError,
     StepFailedError,
@@ -37,7 +38,7 @@ from ledgerflow.errors import (
     WaitTimeoutError,
 )
 from ledgerflow.ledger.delivery import DeliveryState
-from ledgerflow.ledger.records import InstanceRecord, StartInstance, StepRecord
+from ledgerflow.ledger.records import InstanceRecord, NewInstance, StartInstance, StepRecord
 from ledgerflow.ledger.transaction import Deliver, Transaction
 from ledgerflow.ledger.transaction import Delivered as Kept
 from ledgerflow.ledger.transaction import Started as StartAnswer
@@ -56,9 +57,10 @@ from ledgerflow.model.ids import InstanceId, StepSeq
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import UPDATE_PREFIX, Signal
 from ledgerflow.model.step import StepEvent, StepKind
-from ledgerflow.runtime.core import EngineCore, Started, StartOptions
+from ledgerflow.runtime.core import Delivered, DeliveryOutcome, EngineCore, Started, StartOptions
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
+from ledgerflow.storage.store import LedgerReads
 
 T = TypeVar("T")
 
@@ -158,13 +160,6 @@ async def handle_updates(
 # -- caller side ----------------------------------------------------------------------------
 
 
-class Wakeable(Protocol):
-    """A worker of the engine, as far as an update needs it (no import of the worker, which
-    runs workflow code, whose context calls this module)."""
-
-    def wake(self) -> None: ...
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateStarted:
     """What :meth:`Engine.update_with_start` returns: the start's answer and the reply."""
@@ -176,6 +171,127 @@ class UpdateStarted:
     def instance_id(self) -> InstanceId:
         """The id of the instance started (or found again under its business key)."""
         return self.started.instance_id
+
+
+def read_value(core: EngineCore, instance_id: str, name: str) -> Published | NotPublished:
+    """The value last published under ``name`` by the instance, from the store alone."""
+    record = core.get(instance_id)
+    found = core.store.published(record.instance_id, name)
+    return found if found is not None else NotPublished(instance_id=record.instance_id, name=name)
+
+
+def request_update(
+    core: EngineCore,
+    record: InstanceRecord,
+    name: str,
+    payload: Any,
+    *,
+    update_id: str,
+    now: float,
+) -> Delivered:
+    """Keep the update request in the instance's inbox, after its validator (if declared)
+    accepted it; an ``update_id`` the inbox holds already writes nothing and is answered
+    DUPLICATE (its first reply is the answer). Raises UpdateRejectedError when the validator
+    refuses, and when the instance has ended (the request is then kept, refused)."""
+    name = value_name(name)
+    update_id = names.event_text(update_id, what="update id")
+    event_id = update_event_id(update_id)
+    first = core.store.delivery(record.instance_id, event_id)
+    if first is not None:
+        return Delivered(delivery=first, outcome=DeliveryOutcome.DUPLICATE)
+    validate(core.registry, record.workflow_name, name, payload, record.instance_id, update_id)
+    kept = core.store.deliver(
+        request_of(core, record.instance_id, name, payload, update_id), now=now
+    )
+    if kept is None:
+        raise InstanceNotFoundError(instance_id=record.instance_id)
+    refuse_if_ended(kept, update_id)
+    outcome = DeliveryOutcome.ACCEPTED if kept.new else DeliveryOutcome.DUPLICATE
+    return Delivered(delivery=kept.delivery, outcome=outcome)
+
+
+def request_of(
+    core: EngineCore, instance_id: InstanceId, name: str, payload: Any, update_id: str
+) -> Deliver:
+    """The inbox write of an update request."""
+    return Deliver(
+        instance_id=instance_id,
+        event_id=update_event_id(update_id),
+        name=UPDATE_PREFIX + name,
+        payload=core.codec.encode(payload),
+        sender=None,
+    )
+
+
+def validate(
+    registry: Registry,
+    workflow: str,
+    name: str,
+    payload: Any,
+    instance_id: InstanceId,
+    update_id: str,
+) -> None:
+    """Run the update's declared validator; its refusal is UpdateRejectedError."""
+    validator = registry.validator_of(workflow, name)
+    if validator is None:
+        return
+    try:
+        validator(payload)
+    except Exception as refusal:
+        raise UpdateRejectedError(
+            f"update {name!r} refused by its validator: {refusal}",
+            instance_id=instance_id,
+            update_id=update_id,
+        ) from refusal
+
+
+def refuse_if_ended(kept: Kept, update_id: str) -> None:
+    if kept.delivery.state is DeliveryState.REJECTED:
+        raise UpdateRejectedError(
+            f"update {update_id!r} came after the instance ended: nothing handles it",
+            instance_id=kept.delivery.instance_id,
+            update_id=update_id,
+        )
+
+
+def reply_of(store: LedgerReads, instance_id: InstanceId, update_id: str) -> Any:
+    """The reply to an update once published (:data:`NO_REPLY_YET` before); UpdateRejectedError
+    when its handler failed, or the instance ended without taking the request."""
+    found = store.published(instance_id, reply_name(update_id))
+    if found is None:
+        request = store.delivery(instance_id, update_event_id(update_id))
+        if request is not None and request.state is DeliveryState.REJECTED:
+            raise UpdateRejectedError(
+                f"update {update_id!r} was not handled: the instance ended first",
+                instance_id=instance_id,
+                update_id=update_id,
+            )
+        return NO_REPLY_YET
+    answer = found.value
+    if isinstance(answer, dict) and "error" in answer:
+        raise UpdateRejectedError(
+            f"update {update_id!r} failed in its handler: {answer['error']}",
+            instance_id=instance_id,
+            update_id=update_id,
+        )
+    return answer["reply"] if isinstance(answer, dict) else answer
+
+
+# What reply_of answers before the reply is published (a reply may be None).
+NO_REPLY_YET: Any = object()
+
+
+def reply_timed_out(instance_id: str, update_id: str, timeout: float) -> ResultTimeoutError:
+    return ResultTimeoutError(
+        f"no reply to update {update_id!r} within {timeout}s", instance_id=instance_id
+    )
+
+
+class Wakeable(Protocol):
+    """A worker of the engine, as far as an update needs it (no import of the worker, which
+    runs workflow code, whose context calls this module)."""
+
+    def wake(self) -> None: ...
 
 
 class ValueCalls:
@@ -204,15 +320,10 @@ class ValueCalls:
             if isinstance(progress, Published):
                 print(progress.value, progress.version)
         """
-        found: Published | NotPublished = await self._call(self._read, instance_id, name)
-        return found
-
-    def _read(self, instance_id: str, name: str) -> Published | NotPublished:
-        record = self._core.get(instance_id)
-        found = self._core.store.published(record.instance_id, name)
-        return (
-            found if found is not None else NotPublished(instance_id=record.instance_id, name=name)
+        found: Published | NotPublished = await self._call(
+            read_value, self._core, instance_id, name
         )
+        return found
 
     async def wait_published(
         self, instance_id: str, name: str, *, after_version: int = 0, timeout: float = 60.0
@@ -255,22 +366,14 @@ class ValueCalls:
 
             total = await engine.update(counter_id, "add", 5, update_id="req-17")
         """
-        name = value_name(name)
-        update_id = names.event_text(update_id, what="update id")
         record: InstanceRecord = await self._call(self._core.get, instance_id)
-        first = await self._call(
-            self._core.store.published, record.instance_id, reply_name(update_id)
-        )
-        if first is None:
-            self._validate(record.workflow_name, name, payload, record.instance_id, update_id)
-            kept: Kept = await self._call(
-                self._core.store.deliver,
-                self._request(record.instance_id, name, payload, update_id),
-                now=time.time(),
-            )
-            self._refuse_if_ended(kept, update_id)
+        delivered: Delivered = await self._call(
+            request_update, self._core, record, name, payload, update_id=update_id,
+            now=time.time(),
+        )  # fmt: skip
+        if delivered.outcome is DeliveryOutcome.ACCEPTED:
             self._wake()
-        return await self._reply(instance_id, update_id, timeout)
+        return await self._reply(record.instance_id, update_id, timeout)
 
     async def update_with_start(
         self,
@@ -288,83 +391,28 @@ class ValueCalls:
         name = value_name(update)
         update_id = names.event_text(update_id, what="update id")
         definition, new = self._core.prepare(workflow, now=time.time(), **options)
-        self._validate(definition.name, name, payload, new.instance_id, update_id)
-        request = self._request(new.instance_id, name, payload, update_id)
+        validate(self.registry, definition.name, name, payload, new.instance_id, update_id)
+        request = request_of(self._core, new.instance_id, name, payload, update_id)
         started: Started = await self._call(self._start_with, new, request)
         self._wake()
         reply = await self._reply(new.instance_id, update_id, timeout)
         return UpdateStarted(started=started, reply=reply)
 
-    def _start_with(self, new: Any, request: Deliver) -> Started:
+    def _start_with(self, new: NewInstance, request: Deliver) -> Started:
         writes = (StartInstance(new=new), request)
         start, kept = self._core.store.apply(Transaction(writes=writes), now=time.time())
         assert isinstance(start, StartAnswer)
         assert isinstance(kept, Kept)
-        self._refuse_if_ended(kept, request.event_id[len(UPDATE_PREFIX) :])
+        refuse_if_ended(kept, request.event_id[len(UPDATE_PREFIX) :])
         return self._core.started(new, start.instance, created=start.new)
 
-    def _request(self, instance_id: InstanceId, name: str, payload: Any, update_id: str) -> Deliver:
-        return Deliver(
-            instance_id=instance_id,
-            event_id=update_event_id(update_id),
-            name=UPDATE_PREFIX + name,
-            payload=self._core.codec.encode(payload),
-            sender=None,
-        )
-
-    def _validate(
-        self, workflow: str, name: str, payload: Any, instance_id: InstanceId, update_id: str
-    ) -> None:
-        validator = self.registry.validator_of(workflow, name)
-        if validator is None:
-            return
-        try:
-            validator(payload)
-        except Exception as refusal:
-            raise UpdateRejectedError(
-                f"update {name!r} refused by its validator: {refusal}",
-                instance_id=instance_id,
-                update_id=update_id,
-            ) from refusal
-
-    def _refuse_if_ended(self, kept: Kept, update_id: str) -> None:
-        if kept.delivery.state is DeliveryState.REJECTED:
-            raise UpdateRejectedError(
-                f"update {update_id!r} came after the instance ended: nothing handles it",
-                instance_id=kept.delivery.instance_id,
-                update_id=update_id,
-            )
-
-    async def _reply(self, instance_id: str, update_id: str, timeout: float) -> Any:
-        """The reply once published; refused when the instance ended without taking the
-        request (the inbox refuses it then)."""
+    async def _reply(self, instance_id: InstanceId, update_id: str, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
         while True:
-            found = await self.read(instance_id, reply_name(update_id))
-            if isinstance(found, Published):
-                return self._answer(instance_id, update_id, found.value)
-            request = await self._call(
-                self._core.store.delivery, InstanceId(instance_id), update_event_id(update_id)
-            )
-            if request is not None and request.state is DeliveryState.REJECTED:
-                raise UpdateRejectedError(
-                    f"update {update_id!r} was not handled: the instance ended first",
-                    instance_id=instance_id,
-                    update_id=update_id,
-                )
+            answer = await self._call(reply_of, self._core.store, instance_id, update_id)
+            if answer is not NO_REPLY_YET:
+                return answer
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ResultTimeoutError(
-                    f"no reply to update {update_id!r} within {timeout}s",
-                    instance_id=instance_id,
-                )
+                raise reply_timed_out(instance_id, update_id, timeout)
             await asyncio.sleep(min(limits.VALUE_POLL_SECONDS, left))
-
-    def _answer(self, instance_id: str, update_id: str, answer: Any) -> Any:
-        if isinstance(answer, dict) and "error" in answer:
-            raise UpdateRejectedError(
-                f"update {update_id!r} failed in its handler: {answer['error']}",
-                instance_id=instance_id,
-                update_id=update_id,
-            )
-        return answer["reply"] if isinstance(answer, dict) else answer
