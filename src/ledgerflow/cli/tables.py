@@ -18,12 +18,12 @@ from ledgerflow import (
     Delivery,
     EffectRecord,
     InstanceRecord,
+    Published,
     RunRecord,
     StepRecord,
     TimelineEntry,
 )
 from ledgerflow.cli.render import cell, lines_cell, short, status_cell, when
-from ledgerflow.ledger.values import Published
 from ledgerflow.model.attempts import attempt_errors
 from ledgerflow.operators.service import AuditRecord
 from ledgerflow.operators.shapes import record_json
