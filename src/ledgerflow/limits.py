@@ -228,5 +228,7 @@ LOCKS_SHOWN_MAX = 1_000
 VALUES_SHOWN_MAX = 1_000
 VALUE_NAME_LENGTH_MAX = 200
 VALUE_POLL_SECONDS = 0.05
+# The longest an HTTP update waits for its reply before answering 202 without it.
+UPDATE_WAIT_SECONDS_MAX = 60.0
 # How many update requests one ctx.handle_updates call handles at most.
 UPDATES_HANDLED_MAX = 100

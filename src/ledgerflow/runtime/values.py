@@ -34,6 +34,7 @@ from ledgerflow.errors import (
     PayloadError,
     ResultTimeoutError,
     StepFailedError,
+    UnknownWorkflowError,
     UpdateRejectedError,
     WaitTimeoutError,
 )
@@ -232,6 +233,16 @@ def validate(
     update_id: str,
 ) -> None:
     """Run the update's declared validator; its refusal is UpdateRejectedError."""
+    try:
+        registry.get(workflow)
+    except UnknownWorkflowError:
+        # Never skip a validator silently: without the workflow's code none can run.
+        raise UpdateRejectedError(
+            f"update {name!r} refused: this process's registry does not hold workflow "
+            f"{workflow!r}, so its update validators cannot run (give it the registry)",
+            instance_id=instance_id,
+            update_id=update_id,
+        ) from None
     validator = registry.validator_of(workflow, name)
     if validator is None:
         return
