@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from console_client import signed_in
 
 import ledgerflow as lf
 from ledgerflow import Engine, SyncEngine
@@ -129,3 +130,19 @@ def test_an_update_is_held_to_the_principals_role_and_tenant(world: World) -> No
     assert world.engine.store.inbox(world.engine.get(iid).instance_id) == []
     refusals = world.engine.store.audit_records(AuditQuery(kind="update"))
     assert [(r.actor, r.outcome) for r in refusals] == [("viewer", "refused")]
+
+
+def test_the_console_shows_what_the_instance_published(world: World) -> None:
+    """Goal: the console's instance page lists each published value with its version, the
+    run and position that published it (an update's reply among them)."""
+    iid = str(world.engine.start("adder", key="h-3", input=7).instance_id)
+    world.work()
+    assert world.update(iid, {"update_id": "c1", "payload": 1, "timeout": 0}).status_code == 202
+    world.work()
+    with signed_in(world.url, role="viewer", tenant="default") as console:
+        page = console.get(f"/console/instances/{iid}")
+    assert page.status_code == 200
+    section = page.text.split('<section id="values">', 1)[1].split("</section>", 1)[0]
+    assert "<code>total</code></td><td>1</td>" in section
+    assert "<code>update:c1</code></td><td>1</td>" in section
+    assert "&#34;reply&#34;: 8" in section or '"reply": 8' in section
