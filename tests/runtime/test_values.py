@@ -16,6 +16,7 @@ import ledgerflow as lf
 from conditions import until
 from ledgerflow.errors import ReservedNameError, ResultTimeoutError, UpdateRejectedError
 from ledgerflow.ledger.values import NotPublished, Published
+from ledgerflow.model import ids as lf_ids
 from ledgerflow.model.ids import RunNumber
 from ledgerflow.model.step import StepKind
 from ledgerflow.runtime import faults
@@ -282,3 +283,56 @@ def test_an_update_stored_before_the_instance_first_ran_is_taken_by_its_wait(
             assert (reply.value, reply.run) == ({"reply": 11}, 1)
 
     asyncio.run(main())
+
+
+def test_a_failing_handler_and_an_instance_that_ended_first_refuse_the_update(
+    journal_url: str,
+) -> None:
+    """Goal: a handler out of attempts publishes its failure, raised to every caller of that
+    update_id as UpdateRejectedError; a request the instance never took before it ended is
+    refused (the inbox keeps it refused) and its waiting caller is told, not left to time
+    out; a request to an ended instance is refused at once."""
+    registry = lf.Registry()
+    once = lf.RetryPolicy(attempts_max=1)
+
+    def broken(amount: int) -> int:
+        raise RuntimeError(f"cannot add {amount}")
+
+    @registry.workflow(name="fragile", version=1, step_retry=once)
+    async def fragile(ctx: lf.WorkflowContext, _: None) -> str:
+        await ctx.handle_updates("add", broken)
+        await ctx.wait_for("stop")
+        return "stopped"
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            iid = str((await engine.start("fragile", key="f-1", input=None)).instance_id)
+            worker = asyncio.create_task(
+                engine.worker(lease_seconds=0.3, poll_seconds=0.01).run(until_idle=False)
+            )
+            try:
+                with pytest.raises(UpdateRejectedError, match="cannot add 3"):
+                    await engine.update(iid, "add", 3, update_id="x-1", timeout=10)
+                with pytest.raises(UpdateRejectedError, match="cannot add 3"):
+                    await engine.update(iid, "add", 3, update_id="x-1", timeout=1)
+                late = asyncio.create_task(engine.update(iid, "add", 4, update_id="x-2"))
+                await until(
+                    lambda: engine.store.delivery(started_id(iid), "update:x-2"),
+                    what="the second request stored",
+                )
+                await engine.signal(iid, "stop", event_id="stop-1")
+                with pytest.raises(UpdateRejectedError, match="ended first"):
+                    await asyncio.wait_for(late, timeout=10)
+                with pytest.raises(UpdateRejectedError, match="after the instance ended"):
+                    await engine.update(iid, "add", 5, update_id="x-3", timeout=1)
+            finally:
+                worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await worker
+            assert await engine.result(iid, timeout=5) == "stopped"
+
+    asyncio.run(main())
+
+
+def started_id(iid: str) -> lf_ids.InstanceId:
+    return lf_ids.InstanceId(iid)

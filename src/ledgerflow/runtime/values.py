@@ -93,6 +93,9 @@ class PublisherContext(Protocol):
 
     async def step(self, name: str, function: Callable[..., Any], *args: Any) -> Any: ...
 
+    @property
+    def steps_taken(self) -> int: ...
+
 
 def publish(ctx: PublisherContext, name: str, value: Any, *, reply: bool = False) -> None:
     """Journal the publication of ``value`` under ``name`` at the next position; the value is
@@ -127,6 +130,16 @@ def publish(ctx: PublisherContext, name: str, value: Any, *, reply: bool = False
     s.riders.append(PublishValue(name=name, value=text, run=s.instance.run, seq=seq))
 
 
+def failure_of(session: Session, seq: StepSeq) -> str:
+    """What a failed handler's reply says, from its step's journaled error: the same text live
+    and on every replay (the exception's own message differs between the two)."""
+    recorded = session.step(seq)
+    error = session.codec.decode(recorded.error or "null") if recorded is not None else None
+    if isinstance(error, dict):
+        return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+    return str(error)
+
+
 async def handle_updates(
     ctx: PublisherContext,
     name: str,
@@ -151,8 +164,8 @@ async def handle_updates(
         update_id = (signal.event_id or "")[len(UPDATE_PREFIX) :]
         try:
             reply: dict[str, Any] = {"reply": await ctx.step(event, handler, signal.payload)}
-        except StepFailedError as failed:
-            reply = {"error": str(failed)}
+        except StepFailedError:
+            reply = {"error": failure_of(ctx._session, StepSeq(ctx.steps_taken))}
         publish(ctx, reply_name(update_id), reply, reply=True)
         handled, wait = handled + 1, 0.0
     return handled
