@@ -105,9 +105,11 @@ def test_an_update_over_http_is_stored_answered_once_and_audited(world: World) -
     assert len(world.engine.store.inbox(world.engine.get(iid).instance_id)) == 1
     records = world.engine.store.audit_records(AuditQuery(kind="update"))
     assert [(r.actor, r.outcome) for r in records] == [
+        ("app", "refused"),
         ("app", "applied"),
         ("app", "no-op"),
     ]
+    assert "positive amount" in (records[0].refusal or "")
     value = world.client.get(f"/v1/instances/{iid}/values/total", headers=world.auth("app"))
     assert value.json() == {**value.json(), "published": True, "value": 40, "version": 1}
     reply = world.client.get(f"/v1/instances/{iid}/values/update:u1", headers=world.auth("app"))

@@ -28,6 +28,7 @@ from ledgerflow.errors import (
     NotAuthorizedError,
     PayloadError,
     ReservedNameError,
+    UpdateRejectedError,
 )
 from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model.authority import ApiRole, Grant, Policy, VersionCommand
@@ -434,9 +435,20 @@ class Writer:
         ask = functools.partial(
             self._engine.request_update, record, name, request.payload, update_id=update_id
         )
-        return actions.audited_delivery(
-            self._store, self._clock, ask, actor=caller.actor, role=role, kind=actions.UPDATE
-        )
+        try:
+            return actions.audited_delivery(
+                self._store, self._clock, ask, actor=caller.actor, role=role, kind=actions.UPDATE
+            )
+        except UpdateRejectedError as refused:
+            # Nothing of the request was kept (its transaction rolled back); its refusal is
+            # on the record, as every refused change is.
+            actions.record_refusal(
+                self._store, self._clock, actor=caller.actor, role=role, kind=actions.UPDATE,
+                instance_id=record.instance_id, target=f"{name} {update_id}",
+                reason=f"{actions.UPDATE} {name}",
+                arguments={"name": name, "update_id": update_id}, error=refused,
+            )  # fmt: skip
+            raise
 
     def complete_effect(self, request: CompleteEffectRequest) -> Delivered:
         """Deliver the callback to the effect's step, with its audit record."""
