@@ -67,6 +67,8 @@ from ledgerflow.ledger.records import InstanceRecord as InstanceRecord
 from ledgerflow.ledger.records import RunRecord as RunRecord
 from ledgerflow.ledger.records import StepRecord as StepRecord
 from ledgerflow.ledger.records import TimelineEntry as TimelineEntry
+from ledgerflow.ledger.values import NotPublished as NotPublished
+from ledgerflow.ledger.values import Published as Published
 from ledgerflow.model.classification import Classification as Classification
 from ledgerflow.model.codec import Codec as Codec
 from ledgerflow.model.codec import JsonCodec as JsonCodec
@@ -90,6 +92,7 @@ from ledgerflow.runtime.engine import SignalStarted as SignalStarted
 from ledgerflow.runtime.engine import Started as Started
 from ledgerflow.runtime.metrics import Metrics as Metrics
 from ledgerflow.runtime.sync_engine import SyncEngine as SyncEngine
+from ledgerflow.runtime.values import UpdateStarted as UpdateStarted
 from ledgerflow.runtime.worker import Worker as Worker
 
 # Renamed public names, kept for one minor version (ledgerflow.deprecation): old -> new.
@@ -125,6 +128,7 @@ __all__ = [
     "Worker",
     "Started",
     "SignalStarted",
+    "UpdateStarted",
     "Signal",
     "Delivered",
     "DeliveryOutcome",
@@ -137,6 +141,8 @@ __all__ = [
     "TimelineEntry",
     "Delivery",
     "RunRecord",
+    "Published",
+    "NotPublished",
     "InstanceStatus",
     "StepStatus",
     "EffectState",

@@ -225,3 +225,13 @@ LOCK_HAND_ON_TRIES_MAX = 100
 LOCK_WAIT_CHAIN_MAX = 100
 # Held locks (and as many queued waiters) one listing shows (``ledgerflow locks``, the API).
 LOCKS_SHOWN_MAX = 1_000
+
+# Published values (ctx.publish): how many a listing shows per instance, the longest name, and
+# how often a wait for a new version (engine.wait_published) reads the store again.
+VALUES_SHOWN_MAX = 1_000
+VALUE_NAME_LENGTH_MAX = 200
+VALUE_POLL_SECONDS = 0.05
+# The longest an HTTP update waits for its reply before answering 202 without it.
+UPDATE_WAIT_SECONDS_MAX = 60.0
+# How many update requests one ctx.handle_updates call handles at most.
+UPDATES_HANDLED_MAX = 100

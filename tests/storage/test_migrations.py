@@ -265,6 +265,8 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "seq",
         "enqueued_at",
     ],
+    # Values a workflow publishes, one row per instance and name (0021).
+    "lf_values": ["instance_id", "name", "value", "version", "run", "seq", "published_at"],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -322,6 +324,8 @@ DECLARED_UNIQUE: dict[str, set[tuple[str, ...]]] = {
     # One holder per lock; one queue place per acquiring position.
     "lf_locks": {("name", "tenant")},
     "lf_lock_waiters": {("position",), ("instance_id", "run", "seq")},
+    # One value per instance and name.
+    "lf_values": {("instance_id", "name")},
     "lf_schema_migrations": {("version",)},
 }
 

@@ -54,6 +54,7 @@ from ledgerflow.cli.tables import (
     runs_table,
     steps_table,
     timeline_table,
+    values_table,
 )
 from ledgerflow.errors import ResultTimeoutError
 from ledgerflow.model.instance import TERMINAL_STATUSES
@@ -503,6 +504,8 @@ def show(instance_id: str, db: str, as_json: bool) -> None:
         print_table(out, inbox_table(detail.inbox))
     if detail.children:
         print_table(out, children_table(detail.children))
+    if detail.values:
+        print_table(out, values_table(detail.values))
     print_table(out, timeline_table(detail.timeline))
     if flags:
         out.print(cell("open flags: " + "; ".join(f"{f.reason_code}: {f.evidence}" for f in flags)))

@@ -18,6 +18,7 @@ from ledgerflow import (
     Delivery,
     EffectRecord,
     InstanceRecord,
+    Published,
     RunRecord,
     StepRecord,
     TimelineEntry,
@@ -119,6 +120,21 @@ def children_table(children: Iterable[InstanceRecord]) -> Table:
             cell(child.business_key),
             status_cell(child.status),
         )
+    return table
+
+
+def values_table(values: Iterable[Published]) -> Table:
+    """What the instance published (``ctx.publish``; an update's reply is ``update:ID``)."""
+    table = Table(title="published values", title_justify="left")
+    for column in ("name", "version", "value", "run", "step", "published"):
+        table.add_column(
+            column, justify="right" if column in ("version", "run", "step") else "left"
+        )
+    for value in values:
+        table.add_row(
+            cell(value.name), cell(value.version), cell(value.value_text), cell(value.run),
+            cell(value.seq), cell(when(value.published_at)),
+        )  # fmt: skip
     return table
 
 

@@ -49,6 +49,7 @@
     ├── ScheduleNotFoundError         no schedule has this name (or it was deleted)
     ├── ResultTimeoutError            waited for a result that did not come in time
     │   └── NoCapableWorkerError      ... and no live worker serves the code it is pinned to
+    ├── UpdateRejectedError           an update its validator refused, or that came too late
     ├── WorkflowError                 the instance ended without a result
     ├── StepError                     raised into workflow code
     │   ├── StepFailedError           a local step used up its attempts
@@ -150,6 +151,7 @@ from ledgerflow.errors.ledger import (
     StepFailedError,
     TargetNotFoundError,
     UnsettledEffectsError,
+    UpdateRejectedError,
     WaitTimeoutError,
     WorkflowError,
 )
@@ -223,13 +225,12 @@ __all__ = [
     "ReservedNameError",
     "ResultTimeoutError",
     "RetryTransactionError",
-    "ScheduleNotFoundError",
-    "SlotTakenError",
     "RouteNotFoundError",
+    "ScheduleNotFoundError",
     "SchemaVersionError",
     "ServerBusyError",
+    "SlotTakenError",
     "StalePreconditionError",
-    "WaitChildrenLiveError",
     "StepError",
     "StepFailedError",
     "StorageAccessError",
@@ -243,7 +244,9 @@ __all__ = [
     "UnknownWorkflowError",
     "UnsettledEffectsError",
     "UnsupportedMediaTypeError",
+    "UpdateRejectedError",
     "VersionRetiredError",
+    "WaitChildrenLiveError",
     "WaitTimeoutError",
     "WorkflowError",
 ]

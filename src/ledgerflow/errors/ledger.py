@@ -146,6 +146,18 @@ class ResultTimeoutError(LedgerflowError):
     instance_id: str | None = None
 
 
+@identities
+class UpdateRejectedError(LedgerflowError):
+    """An update was refused before it was stored: its validator raised (the message says
+    why), or the instance ended before its workflow handled it. The journal holds no trace."""
+
+    code = "LF560"
+    ID_NAMES = ("instance_id", "update_id")
+
+    instance_id: str | None = None
+    update_id: str | None = None
+
+
 class NoCapableWorkerError(ResultTimeoutError):
     """The instance did not end in the time given, and no live worker serves the code it is
     pinned to: the message names the fingerprint, what the live workers serve, and how it

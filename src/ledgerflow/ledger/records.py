@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, overload
 from ledgerflow.deprecation import renamed
 from ledgerflow.ledger.delivery import DeliveryEvent, DeliveryState
 from ledgerflow.ledger.locks import AcquireLock, LeaveLockQueue, ReleaseLock
+from ledgerflow.ledger.values import PublishValue
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.ids import (
@@ -383,6 +384,7 @@ Write = (
     | AcquireLock
     | ReleaseLock
     | LeaveLockQueue
+    | PublishValue
 )
 
 

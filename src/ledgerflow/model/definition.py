@@ -34,6 +34,7 @@ from ledgerflow.model.retry import (
 )
 from ledgerflow.model.routing import OnNewCode, Served
 from ledgerflow.model.schedule import ScheduleDeclarations, ScheduleSpec
+from ledgerflow.model.updates import UpdateDeclarations, Validator
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -435,7 +436,7 @@ class WorkflowDefinition:
         )
 
 
-class Registry(ScheduleDeclarations):
+class Registry(ScheduleDeclarations, UpdateDeclarations):
     """The workflows, participants and schedules a process knows; what ``ledgerflow worker``
     loads.
 
@@ -452,6 +453,7 @@ class Registry(ScheduleDeclarations):
         self._workflows: dict[str, dict[int, WorkflowDefinition]] = {}
         self.participants: dict[str, Participant] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
+        self.update_validators: dict[tuple[str, str], Validator] = {}
 
     def add_participant(self, participant: Participant) -> Participant:
         """Add a participant the workflows of this registry change; return it."""

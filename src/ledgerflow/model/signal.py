@@ -18,6 +18,8 @@ COMPLETION_PREFIX = "complete:"
 # by the store, in the transaction that makes it the holder (ledgerflow.runtime.locks): a
 # signal under that name would let its sender hand out a lock nobody released.
 LOCK_GRANT_PREFIX = "lock-granted:"
+# What an update request is delivered under (ledgerflow.ledger.values).
+UPDATE_PREFIX = "update:"
 
 
 def signal_name(name: str) -> str:
@@ -28,6 +30,12 @@ def signal_name(name: str) -> str:
             "asynchronous effect's completion: a participant completes an effect by its "
             "idempotency key (engine.complete_effect, POST /v1/effects/completion), never by "
             "a signal",
+            name=name,
+        )
+    if name.startswith(UPDATE_PREFIX):
+        raise ReservedNameError(
+            f"signal names starting with {UPDATE_PREFIX!r} are reserved for update requests "
+            "(engine.update)",
             name=name,
         )
     if name.startswith(LOCK_GRANT_PREFIX):

@@ -39,6 +39,7 @@ START = "start"
 CANCEL = "cancel"
 SIGNAL = "signal"
 COMPLETE_EFFECT = "complete-effect"
+UPDATE = "update"
 TOKEN_CREATE = "token-create"
 TOKEN_REVOKE = "token-revoke"
 # Moves of in-flight instances to other code (operators/upgrades.py), each with its replay.
@@ -59,6 +60,7 @@ ACTION_KINDS = (
     CANCEL,
     SIGNAL,
     COMPLETE_EFFECT,
+    UPDATE,
     TOKEN_CREATE,
     TOKEN_REVOKE,
     UPGRADE,

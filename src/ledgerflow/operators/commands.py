@@ -28,6 +28,7 @@ from ledgerflow.errors import (
     NotAuthorizedError,
     PayloadError,
     ReservedNameError,
+    UpdateRejectedError,
 )
 from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model.authority import ApiRole, Grant, Policy, VersionCommand
@@ -59,6 +60,7 @@ __all__ = [
     "Operation",
     "RetireRequest",
     "SignalRequest",
+    "UpdateRequest",
     "StartExtras",
     "StartRequest",
     "UpgradeRequest",
@@ -79,6 +81,7 @@ class Operation:
 START = Operation(actions.START, ApiRole.SIGNALLER, None)
 SIGNAL = Operation(actions.SIGNAL, ApiRole.SIGNALLER, None)
 COMPLETE_EFFECT = Operation(actions.COMPLETE_EFFECT, ApiRole.SIGNALLER, None)
+UPDATE = Operation(actions.UPDATE, ApiRole.SIGNALLER, None)
 CANCEL = Operation(actions.CANCEL, ApiRole.OPERATOR, RepairKind.CANCEL)
 RETIRE = Operation(actions.RETIRE_VERSION, ApiRole.ADMIN, VersionCommand.RETIRE)
 # Moves to other code: no API route offers them; a principal would need the strongest role.
@@ -135,6 +138,16 @@ class StartExtras(TypedDict, total=False):
     signal_event_id: str | None
     signal_payload: Any
     signal_wakes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRequest:
+    """Ask an instance to handle an update; safe to repeat with the same ``update_id``."""
+
+    instance_id: str
+    name: str
+    update_id: str
+    payload: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +421,34 @@ class Writer:
         return actions.audited_delivery(
             self._store, self._clock, deliver, actor=caller.actor, role=role, kind=actions.SIGNAL
         )
+
+    def update(self, request: UpdateRequest) -> Delivered:
+        """Store the update request (after its validator) with its audit record; a repeated
+        ``update_id`` stores nothing (``no-op`` on the record)."""
+        caller, name, update_id = self._caller, request.name, request.update_id
+        record = caller.visible(request.instance_id)
+        with self._checked(
+            actions.UPDATE, record.instance_id, f"{name} {update_id}",
+            reason=f"{actions.UPDATE} {name}", arguments={"name": name, "update_id": update_id},
+        ):  # fmt: skip
+            role = caller.authorize(UPDATE)
+        ask = functools.partial(
+            self._engine.request_update, record, name, request.payload, update_id=update_id
+        )
+        try:
+            return actions.audited_delivery(
+                self._store, self._clock, ask, actor=caller.actor, role=role, kind=actions.UPDATE
+            )
+        except UpdateRejectedError as refused:
+            # Nothing of the request was kept (its transaction rolled back); its refusal is
+            # on the record, as every refused change is.
+            actions.record_refusal(
+                self._store, self._clock, actor=caller.actor, role=role, kind=actions.UPDATE,
+                instance_id=record.instance_id, target=f"{name} {update_id}",
+                reason=f"{actions.UPDATE} {name}",
+                arguments={"name": name, "update_id": update_id}, error=refused,
+            )  # fmt: skip
+            raise
 
     def complete_effect(self, request: CompleteEffectRequest) -> Delivered:
         """Deliver the callback to the effect's step, with its audit record."""

@@ -40,6 +40,7 @@ from ledgerflow.ledger.records import (
     StepRecord,
     TimelineEntry,
 )
+from ledgerflow.ledger.values import Published
 from ledgerflow.model.names import refused_character
 from ledgerflow.storage.store import OperatorStore, Store
 
@@ -175,6 +176,8 @@ class InstanceOverview:
     runs: list[RunRecord] = field(default_factory=list)
     # The child workflows it started, oldest first (its parent is on the instance record).
     children: list[InstanceRecord] = field(default_factory=list)
+    # What it published (ctx.publish, update replies), by name.
+    values: list[Published] = field(default_factory=list)
 
 
 def overview(
@@ -197,4 +200,5 @@ def overview(
         inbox_refusals=store.inbox_refusals(record.instance_id),
         runs=store.runs(record.instance_id, latest=limits.RUNS_SHOWN_MAX),
         children=store.children(record.instance_id, limit=size),
+        values=store.published_values(record.instance_id),
     )

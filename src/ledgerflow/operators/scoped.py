@@ -25,6 +25,7 @@ The HTTP API and the console never call the service unscoped: each request is an
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any, Unpack
 
@@ -40,6 +41,7 @@ from ledgerflow.ledger.audit import AuditQuery, AuditRecord
 from ledgerflow.ledger.inbox import InboxEntry
 from ledgerflow.ledger.reconciliation import ReconciliationRun
 from ledgerflow.ledger.records import Delivery, InstanceRecord, TimelineEntry
+from ledgerflow.ledger.values import NotPublished, Published
 from ledgerflow.model.authority import ALL_TENANTS, ApiRole, Principal
 from ledgerflow.model.ids import DEFAULT_TENANT, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
@@ -54,6 +56,7 @@ from ledgerflow.operators.commands import (
     SignalRequest,
     StartExtras,
     StartRequest,
+    UpdateRequest,
     Writer,
 )
 from ledgerflow.operators.dashboard import Dashboard, dashboard
@@ -75,6 +78,7 @@ from ledgerflow.operators.versions import (
     version_summaries,
 )
 from ledgerflow.operators.workers import live_workers, worker_json
+from ledgerflow.runtime import values
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.core import ended_error
 from ledgerflow.runtime.detection import bounds_from_environment
@@ -380,6 +384,30 @@ class ScopedOperations:
         """Deliver an event sent by the principal: ``sender``, when given, must name it."""
         request = SignalRequest(instance_id, name, event_id, payload, sender, for_step, run)
         return self._writer().signal(request)
+
+    def update(
+        self, instance_id: str, name: str, *, update_id: str, payload: Any, timeout: float
+    ) -> tuple[Delivered, Any]:
+        """Store an update request sent by the principal (audited), then wait up to
+        ``timeout`` seconds for its reply: (the request as kept, the reply or
+        ``values.NO_REPLY_YET``). A validator's refusal, a handler's failure and an instance
+        that ended first are :class:`~ledgerflow.errors.UpdateRejectedError`."""
+        request = UpdateRequest(instance_id, name, update_id, payload)
+        delivered = self._writer().update(request)
+        iid = delivered.delivery.instance_id
+        deadline = time.monotonic() + min(timeout, limits.UPDATE_WAIT_SECONDS_MAX)
+        while True:
+            reply = values.reply_of(self._store, iid, update_id)
+            if reply is not values.NO_REPLY_YET or time.monotonic() >= deadline:
+                return delivered, reply
+            time.sleep(limits.VALUE_POLL_SECONDS)
+
+    def read_value(self, instance_id: str, name: str) -> Published | NotPublished:
+        """The value an instance of the principal's tenant last published under ``name``."""
+        self.require(ApiRole.VIEWER)
+        record = self._visible(instance_id)
+        found = self._store.published(record.instance_id, name)
+        return found or NotPublished(instance_id=record.instance_id, name=name)
 
     def complete_effect(
         self,

@@ -13,7 +13,8 @@ documents them:
 - **An instance with its ledgers** (``show``, ``GET /instances/ID``) is
   ``{"instance": ..., "steps": [...], "effects": [...], "events": [...], "inbox": [...]}``;
   over HTTP ``events`` and ``inbox`` are first pages (:func:`overview_json`), with the cursors
-  of the next and the count of the events the inbox refused for being full.
+  of the next and the count of the events the inbox refused for being full; ``values`` are
+  what it published (:func:`value_json`).
 - **A page** (``GET /instances``, ``.../inbox``, ``.../timeline``, ``list``) is
   ``{"items": [...], "next_cursor": C}``; an inbox entry shows its payload only up to a bound
   (``payload_shown``), and its size (``payload_bytes``) always.
@@ -35,6 +36,7 @@ from ledgerflow.errors import LedgerflowError
 from ledgerflow.ledger.delivery import DeliveryState
 from ledgerflow.ledger.inbox import InboxEntry
 from ledgerflow.ledger.records import TimelineEntry
+from ledgerflow.ledger.values import Published
 from ledgerflow.operators.paging import InstanceOverview, Page
 from ledgerflow.runtime.core import Delivered, InstanceDetail
 
@@ -96,6 +98,20 @@ def detail_json(detail: InstanceDetail) -> dict[str, Any]:
         "inbox": [record_json(d) for d in detail.inbox],
         "runs": [record_json(r) for r in detail.runs],
         "children": [record_json(c) for c in detail.children],
+        "values": [value_json(v) for v in detail.values],
+    }
+
+
+def value_json(value: Published) -> dict[str, Any]:
+    """A published value (``ctx.publish``): its name, the value decoded, its version, and the
+    run and position that published it, when (``GET .../values/NAME``, ``show``)."""
+    return {
+        "name": value.name,
+        "value": decoded(value.value_text),
+        "version": value.version,
+        "run": value.run,
+        "seq": value.seq,
+        "published_at": value.published_at,
     }
 
 
@@ -120,6 +136,7 @@ def overview_json(page: InstanceOverview) -> dict[str, Any]:
         "inbox_refused": record_json(refusals) if refusals is not None else None,
         "runs": [record_json(r) for r in page.runs],
         "children": [record_json(c) for c in page.children],
+        "values": [value_json(v) for v in page.values],
     }
 
 

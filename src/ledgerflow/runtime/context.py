@@ -38,7 +38,7 @@ from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.schedule import ScheduledBy, scheduled_by
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
-from ledgerflow.runtime import children, sends
+from ledgerflow.runtime import children, sends, values
 from ledgerflow.runtime.branches import CONTROL, Branches, gather
 from ledgerflow.runtime.children import ChildHandle, ChildOptions
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
@@ -344,6 +344,20 @@ class WorkflowContext:
         when ``timeout`` seconds pass before the grant (the instance leaves the queue).
         See :mod:`ledgerflow.runtime.locks`."""
         return DurableLock(self, name, timeout=timeout)
+
+    def publish(self, name: str, value: Any) -> None:
+        """Publish ``value`` under ``name`` for readers (``engine.read``, ``wait_published``):
+        journaled here, visible once the run's next commit (this step's boundary) is durable,
+        each time one version more; kept across continue-as-new and after the end."""
+        values.publish(self, name, value)
+
+    async def handle_updates(
+        self, name: str, handler: Callable[..., Any], *, timeout: float | None = None
+    ) -> int:
+        """Handle update requests ``name`` (``engine.update``): wait up to ``timeout`` for
+        one, answer it and every other one there with ``handler(payload)`` (a step), publish
+        each reply; return how many were handled. See :mod:`ledgerflow.runtime.values`."""
+        return await values.handle_updates(self, name, handler, timeout=timeout)
 
     def _wait_driver(self, kind: StepKind, name: str, spec: dict[str, Any]) -> WaitDriver:
         """The driver of the wait or timer at the next position, checked against the journal

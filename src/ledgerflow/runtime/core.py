@@ -41,6 +41,7 @@ from ledgerflow.ledger.records import (
 from ledgerflow.ledger.transaction import Deliver, RequestCancel, StartNow, Transaction
 from ledgerflow.ledger.transaction import Delivered as Kept
 from ledgerflow.ledger.transaction import Started as StartAnswer
+from ledgerflow.ledger.values import Published
 from ledgerflow.model import names
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
@@ -137,6 +138,8 @@ class InstanceDetail:
     runs: list[RunRecord] = field(default_factory=list)
     # The child workflows it started, oldest first (its parent is on the instance record).
     children: list[InstanceRecord] = field(default_factory=list)
+    # What it published (ctx.publish, update replies), by name: kept across runs and its end.
+    values: list[Published] = field(default_factory=list)
 
     @property
     def events(self) -> list[TimelineEntry]:
@@ -541,4 +544,5 @@ def detail_of(store: LedgerReads, instance_id: str) -> InstanceDetail:
         inbox=store.inbox(record.instance_id),
         runs=store.runs(record.instance_id, latest=limits.RUNS_SHOWN_MAX),
         children=store.children(record.instance_id, limit=limits.PAGE_SIZE_DEFAULT),
+        values=store.published_values(record.instance_id),
     )

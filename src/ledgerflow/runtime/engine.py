@@ -54,6 +54,7 @@ from ledgerflow.runtime.unserved import (
     unserved_task,
     why_unserved,
 )
+from ledgerflow.runtime.values import ValueCalls
 from ledgerflow.runtime.within import CANCEL, AsyncWithin, Within
 from ledgerflow.runtime.worker import Worker, new_worker_id
 from ledgerflow.storage import open_store
@@ -82,7 +83,7 @@ RESULT_POLL_SECONDS_MIN = 0.01
 RESULT_POLL_SECONDS_MAX = 0.5
 
 
-class Engine:
+class Engine(ValueCalls):
     """The asyncio front door.
 
     Example (a worker of this engine drives the instance; without one, start only records it)::

@@ -13,8 +13,10 @@ from typing import Any, Self, Unpack
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError, InstanceNotFoundError, ResultTimeoutError
 from ledgerflow.ledger.records import Delivery, InstanceRecord
+from ledgerflow.ledger.values import NotPublished, Published
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
+from ledgerflow.runtime import values
 from ledgerflow.runtime.clock import SYSTEM_CLOCK
 from ledgerflow.runtime.core import (
     CancelRequested,
@@ -170,6 +172,19 @@ class SyncEngine:
         """Deliver a signal, callback or approval to an instance; safe to repeat with the same
         ``event_id`` (see :meth:`Engine.signal`)."""
         return self._counted(self._core.signal(instance_id, name, now=time.time(), **event))
+
+    def read(self, instance_id: str, name: str) -> Published | NotPublished:
+        """The value the instance last published under ``name`` (see :meth:`Engine.read`)."""
+        return values.read_value(self._core, instance_id, name)
+
+    def request_update(
+        self, record: InstanceRecord, name: str, payload: Any, *, update_id: str
+    ) -> Delivered:
+        """Store an update request after its validator (see :meth:`Engine.update`); the
+        reply is read with :func:`~ledgerflow.runtime.values.reply_of`."""
+        return values.request_update(
+            self._core, record, name, payload, update_id=update_id, now=time.time()
+        )
 
     def _counted(self, delivered: Delivered) -> Delivered:
         if self.metrics is not None:

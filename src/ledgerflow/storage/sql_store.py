@@ -38,6 +38,7 @@ from ledgerflow.ledger.records import (
     StepWrite,
 )
 from ledgerflow.ledger.transaction import Answer, CancelAsked, RequestCancel, Transaction
+from ledgerflow.ledger.values import PublishValue
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import (
     Generation,
@@ -68,6 +69,7 @@ from ledgerflow.storage.sql_schedules import ScheduleStore
 from ledgerflow.storage.sql_seam import RefusedError
 from ledgerflow.storage.sql_starts import StartStore
 from ledgerflow.storage.sql_transaction import apply_transaction
+from ledgerflow.storage.sql_values import ValueStore
 from ledgerflow.storage.sql_versions import VersionStore
 from ledgerflow.storage.sql_workers import WorkerStore
 
@@ -116,6 +118,7 @@ class SqlStore(
     RunStore,
     ScheduleStore,
     LockStore,
+    ValueStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
@@ -382,6 +385,8 @@ class SqlStore(
                 self._continue_run(write, commit, now)
             elif isinstance(write, AcquireLock | ReleaseLock | LeaveLockQueue):
                 self._write_lock(write, commit, now)
+            elif isinstance(write, PublishValue):
+                self._write_value(write, commit, now)
             elif isinstance(write, KeepTraceContext):
                 self._send(
                     "keep_trace_context",

@@ -65,6 +65,7 @@ from ledgerflow.ledger.transaction import (
     RequestCancel,
     Transaction,
 )
+from ledgerflow.ledger.values import Published
 from ledgerflow.ledger.versions import InFlight, RetiredVersion, RetirementEvidence
 from ledgerflow.ledger.workers import WorkerRecord
 from ledgerflow.model.detection import (
@@ -134,6 +135,15 @@ class LedgerReads(Protocol):
     def locks(self, *, tenant: TenantId | None = None) -> list[LockRecord]:
         """Every held durable lock (of ``tenant``, when given) with its holder, the holder's
         status and the lock's queue in order (``ctx.lock``)."""
+        ...
+
+    def published(self, instance_id: InstanceId, name: str) -> Published | None:
+        """The value the instance last published under ``name`` (``ctx.publish``); None when
+        it published none."""
+        ...
+
+    def published_values(self, instance_id: InstanceId) -> list[Published]:
+        """Every value the instance published, by name."""
         ...
 
     def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from ledgerflow.ledger.locks import LockRecord
+from ledgerflow.ledger.values import Published
+from ledgerflow.model.ids import InstanceId
 from ledgerflow.testing.child_checks import no_parent_ends_before_its_wait_children
 from ledgerflow.testing.child_compensation_checks import compensated_child_once
 from ledgerflow.testing.lock_checks import locks_held_rightly
@@ -15,6 +17,7 @@ from ledgerflow.testing.run_checks import (
     no_event_lost_or_duplicated_across_a_switch,
     one_open_run,
 )
+from ledgerflow.testing.value_checks import values_published_with_their_steps
 from ledgerflow.testing.violations import Violation
 
 
@@ -23,6 +26,8 @@ class Snapshot(RunSnapshot, Protocol):
 
     @property
     def locks(self) -> list[LockRecord]: ...
+    @property
+    def values(self) -> dict[InstanceId, list[Published]]: ...
 
 
 def capability_checks(snapshot: Snapshot) -> list[Violation]:
@@ -32,4 +37,5 @@ def capability_checks(snapshot: Snapshot) -> list[Violation]:
         *no_parent_ends_before_its_wait_children(snapshot),
         *compensated_child_once(snapshot.instances, snapshot.steps),
         *locks_held_rightly(snapshot.locks),
+        *values_published_with_their_steps(snapshot.values, snapshot.steps),
     ]

@@ -25,6 +25,7 @@ from ledgerflow.ledger.records import (
     StepRecord,
     TimelineEntry,
 )
+from ledgerflow.ledger.values import Published
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
 from ledgerflow.model.ids import InstanceId, RunNumber
 from ledgerflow.model.instance import (
@@ -59,6 +60,8 @@ class Snapshot:
     runs: dict[InstanceId, list[RunRecord]] = field(default_factory=dict)
     # The held durable locks, each with its holder's status and its queue.
     locks: list[LockRecord] = field(default_factory=list)
+    # What each instance published (ctx.publish), one row per name.
+    values: dict[InstanceId, list[Published]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
@@ -71,6 +74,7 @@ class Snapshot:
             steps={i.instance_id: _every_run_steps(store, i) for i in instances},
             runs={i.instance_id: store.runs(i.instance_id) for i in instances},
             locks=store.locks(),
+            values={i.instance_id: store.published_values(i.instance_id) for i in instances},
         )
 
 

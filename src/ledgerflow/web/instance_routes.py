@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import Path, Query, Request
 from fastapi.responses import Response
 
-from ledgerflow import InstanceStatus, limits
+from ledgerflow import InstanceStatus, NotPublished, limits
 from ledgerflow.errors import EventRefusedError, NotAuthorizedError
 from ledgerflow.model import names
 from ledgerflow.operators.service import (
@@ -30,7 +30,9 @@ from ledgerflow.operators.shapes import (
     record_json,
     refused,
     timeline_json,
+    value_json,
 )
+from ledgerflow.runtime import values
 from ledgerflow.web.declare import (
     DeprecatedWorkflow,
     InstanceIdPath,
@@ -55,6 +57,9 @@ from ledgerflow.web.models import (
     SignalBody,
     StartBody,
     StartedOut,
+    UpdateBody,
+    UpdateOut,
+    ValueOut,
 )
 from ledgerflow.web.problems import problem_of
 
@@ -247,6 +252,44 @@ def signal_instance(
         return _delivery_answer(request, delivered)
 
     return answer(request, carry_out)
+
+
+@api_route(
+    router, "POST", "/instances/{instance_id}/updates/{name}", role=ApiRole.SIGNALLER,
+    response_model=UpdateOut, errors=(404, 409, 422),
+    also={202: "stored, not answered within the timeout: read GET .../values/update:ID"},
+    summary="Ask the instance to handle an update and answer with its reply (its validator "
+    "may refuse it: 422, nothing stored)",
+)  # fmt: skip
+def update_instance(
+    request: Request, scoped: Scoped, instance_id: InstanceIdPath, name: NamePath,
+    body: UpdateBody,
+) -> Response:  # fmt: skip
+    def carry_out() -> Outcome:
+        delivered, reply = scoped.update(
+            instance_id, name, update_id=body.update_id, payload=body.payload,
+            timeout=body.timeout,
+        )  # fmt: skip
+        replied = reply is not values.NO_REPLY_YET
+        return (200 if replied else 202), {
+            "update_id": body.update_id, "instance_id": delivered.delivery.instance_id,
+            "name": name, "replied": replied, "reply": reply if replied else None,
+        }  # fmt: skip
+
+    return answer(request, carry_out)
+
+
+@api_route(
+    router, "GET", "/instances/{instance_id}/values/{name:path}", role=ApiRole.VIEWER,
+    response_model=ValueOut, errors=(404,),
+    summary="The value the instance last published under a name, with its version (read from "
+    "the store: no worker needed)",
+)  # fmt: skip
+def instance_value(scoped: Scoped, instance_id: InstanceIdPath, name: NamePath) -> Any:
+    found = scoped.read_value(instance_id, name)
+    if isinstance(found, NotPublished):
+        return {"name": name, "published": False, "version": 0}
+    return {**value_json(found), "published": True}
 
 
 @api_route(

@@ -154,6 +154,37 @@ class SignalBody(Body):
     run: Positive | None = None
 
 
+class UpdateBody(Body):
+    update_id: EventText = Field(
+        description="the update's id: sending it again returns the first reply and stores nothing"
+    )
+    payload: Any = None
+    timeout: float = Field(
+        10.0,
+        ge=0,
+        le=limits.UPDATE_WAIT_SECONDS_MAX,
+        description="how long to wait for the reply (202 without it when it takes longer)",
+    )
+
+
+class ValueOut(BaseModel):
+    name: str
+    published: bool = Field(description="false: nothing was published under this name (yet)")
+    value: Any = None
+    version: int = Field(0, description="1 for the first publication, one more each time")
+    run: int | None = None
+    seq: int | None = None
+    published_at: float | None = None
+
+
+class UpdateOut(BaseModel):
+    update_id: str
+    instance_id: str
+    name: str
+    replied: bool = Field(description="false: stored, not answered within the timeout")
+    reply: Any = None
+
+
 class CompletionBody(Body):
     idempotency_key: Key
     applied: bool
@@ -242,6 +273,10 @@ class DetailOut(BaseModel):
         default_factory=list,
         description="the child workflows it started, oldest first (the first page); its parent "
         "is the instance's parent_instance_id",
+    )
+    values: list[Record] = Field(
+        default_factory=list,
+        description="what it published (ctx.publish; an update's reply is update:ID), by name",
     )
 
 

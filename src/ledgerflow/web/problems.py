@@ -46,6 +46,7 @@ from ledgerflow.errors import (
     UnknownVersionError,
     UnknownWorkflowError,
     UnsupportedMediaTypeError,
+    UpdateRejectedError,
     VersionRetiredError,
     WorkflowError,
 )
@@ -73,6 +74,8 @@ STATUS_BY_ERROR: tuple[tuple[type[LedgerflowError], int], ...] = (
     (RequestTimeoutError, 408),
     (ServerBusyError, 503),
     (PayloadError, 422),
+    # The workflow's validator (or handler) refused the update: the request's content.
+    (UpdateRejectedError, 422),
     (InvalidCursorError, 422),
     (UnknownWorkflowError, 422),
     (UnknownVersionError, 422),

@@ -1,0 +1,3 @@
+from replay_shop import shop
+
+registry = shop("patched").registry
