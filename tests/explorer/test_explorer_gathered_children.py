@@ -84,21 +84,24 @@ def _violations(summary: Summary) -> list[str]:
     return [str(v) for run in summary.failures for v in run.violations]
 
 
-@pytest.mark.parametrize("slow_flight", [False, True])
+# Depth 2 (again at every point of the recovery) for one finishing order; the other order
+# at depth 1: the pairs of a second order cost minutes and meet no write the first misses.
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize(("slow_flight", "depth"), [(False, 2), (True, 1)])
 def test_every_crash_point_of_a_trip_gathering_two_children(
-    tmp_path: Path, slow_flight: bool
+    tmp_path: Path, slow_flight: bool, depth: int
 ) -> None:
     """Goal: a crash at every fault point hit of the parent and of both children leaves no
     violation; every run ends with the trip SUCCEEDED, and the sweep reached the child
     protocol's points in branches.
 
-    Method: the explorer's exhaustive sweep at depth 2 (every point, and again at every
-    point of the recovery) over the scenario above; the points of its fault-free run."""
+    Method: the explorer's exhaustive sweep (every point, at depth 2 again at every point of
+    the recovery) over the scenario above; the points of its fault-free run."""
     explorer = Explorer(lambda: _scenario(slow_flight=slow_flight), folder=tmp_path)
 
     async def explore() -> tuple[set[str], Summary]:
         baseline = (await explorer.paths())[0][1]
-        return {h.split(" ", 2)[1] for h in baseline.hits}, await explorer.exhaustive(depth=2)
+        return {h.split(" ", 2)[1] for h in baseline.hits}, await explorer.exhaustive(depth=depth)
 
     points, summary = asyncio.run(explore())
     assert {"child.before_start", "child.after_start", "child.before_take"} <= points, points
