@@ -64,6 +64,7 @@ PARTICIPANT_ALL = [
     "EffectCall",
     "EffectDeclaration",
     "EffectRejectedError",
+    "HeartbeatAnswer",
     "LookupAnswer",
     "LookupVerdict",
     "Participant",
@@ -100,6 +101,7 @@ TESTING_ALL = [
 ERRORS = [
     "ApiUnreachableError",
     "ArrivalsError",
+    "AttemptSupersededError",
     "BusinessFailure",
     "CancelArrivedError",
     "ChildCancelledError",

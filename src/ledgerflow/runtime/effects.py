@@ -62,6 +62,7 @@ from ledgerflow.runtime.completion import CallbackCompletion
 from ledgerflow.runtime.control import Diverged, Park
 from ledgerflow.runtime.effect_moves import AwaitCallback, Dispatch, Move, Resolve, Settled
 from ledgerflow.runtime.effect_writes import EffectWrites
+from ledgerflow.runtime.heartbeats import AttemptHeartbeats
 from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
 
@@ -225,8 +226,15 @@ class EffectDriver(EffectWrites):
         return effect
 
     def _call(
-        self, *, attempt: int, key: IdempotencyKey, deadline_at: float | None = None
+        self,
+        *,
+        attempt: int,
+        key: IdempotencyKey,
+        deadline_at: float | None = None,
+        heartbeats: AttemptHeartbeats | None = None,
     ) -> EffectCall:
+        effect = self.session.effect(self.seq)
+        last = effect.heartbeat_details if effect is not None else None
         return EffectCall(
             participant=self.declaration.participant.name,
             operation=self.declaration.operation,
@@ -240,12 +248,19 @@ class EffectDriver(EffectWrites):
                 self.session.codec.decode(self.undoes.evidence or "null") if self.undoes else None
             ),
             deadline_at=deadline_at,
+            last_heartbeat=self.session.codec.decode(last) if last is not None else None,
+            heartbeats=heartbeats,
         )
 
     async def _by_deadline(
-        self, function: Callable[..., Any], *args: Any, on_late: Callable[[Any], None] | None = None
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        on_late: Callable[[Any], None] | None = None,
+        heartbeats: AttemptHeartbeats | None = None,
     ) -> Any:
-        """Call participant code within the declaration's deadline (on the engine's clock)."""
+        """Call participant code within the declaration's deadline (on the engine's clock),
+        and within its heartbeat timeout of the last durable heartbeat when it has one."""
         return await call_by_deadline(
             function,
             *args,
@@ -253,7 +268,25 @@ class EffectDriver(EffectWrites):
             clock=self.session.clock,
             inline=self.session.store.inline,
             on_late=on_late,
+            heartbeat_due=(lambda: heartbeats.deadline) if heartbeats is not None else None,
+            heartbeat_seconds=self.declaration.heartbeat_timeout_seconds,
         )
+
+    async def _heartbeats(self, attempt: int) -> AttemptHeartbeats | None:
+        """An attempt's heartbeats, its first one written now (at dispatch), for an effect
+        declared with a heartbeat timeout; None otherwise."""
+        timeout = self.declaration.heartbeat_timeout_seconds
+        if timeout is None:
+            return None
+        beats = AttemptHeartbeats(
+            self.session,
+            seq=self.seq,
+            effect_id=self.effect_id,
+            attempt=attempt,
+            timeout_seconds=timeout,
+        )
+        await beats.open()
+        return beats
 
     async def _precondition_holds(self) -> bool:
         """Ask a compensation's precondition before its intent; False when it is not applied."""
@@ -294,8 +327,14 @@ class EffectDriver(EffectWrites):
         """Call the participant: its evidence as ledger text, or what it raised."""
         if faults.plan is not None:
             faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
+        beats = await self._heartbeats(attempt)
         deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
-        call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at)
+        call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at, heartbeats=beats)
+        function = (
+            self.declaration.function
+            if beats is None
+            else _flushing(self.declaration.function, beats)
+        )
         keeper = late_answer_keeper(
             self.session,
             key=self.key,
@@ -308,7 +347,7 @@ class EffectDriver(EffectWrites):
         sent_at = time.perf_counter()
         try:
             with self._span(self.points, attempt):
-                evidence = await self._by_deadline(self.declaration.function, call, on_late=keeper)
+                evidence = await self._by_deadline(function, call, on_late=keeper, heartbeats=beats)
                 outcome = self.session.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
             outcome = exc
@@ -556,3 +595,19 @@ class EffectDriver(EffectWrites):
             f"key {self.key}, attempt {attempt}): {resolution.reason}{lookup_error}; "
             f"last known: {effect.reason}",
         )
+
+
+def _flushing(
+    function: Callable[[EffectCall], Any], beats: AttemptHeartbeats
+) -> Callable[[EffectCall], Awaitable[Any]]:
+    """The effect's function, writing the heartbeat details the throttle kept when it raises
+    (before its outcome is recorded: the next attempt reads them)."""
+
+    async def flushing(call: EffectCall) -> Any:
+        try:
+            return await function(call)
+        except Exception:
+            await beats.flush()
+            raise
+
+    return flushing
