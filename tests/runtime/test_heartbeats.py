@@ -165,8 +165,9 @@ def test_details_kept_by_the_throttle_are_written_when_the_effect_raises(
     journal_url: str,
 ) -> None:
     """Goal: the throttle never loses progress: attempt 1 beats 1 (throttled: the dispatch just
-    wrote), 2 (written), then at once 2.5 (throttled), then raises; the raise writes 2.5 before the outcome, and attempt 2 reads
-    it (Temporal's sdk-java#1965 gave the next attempt older details)."""
+    wrote), 2 (written), then at once 2.5 (throttled), then raises; the raise writes 2.5
+    before the outcome, and attempt 2 reads it (Temporal's sdk-java#1965 gave the next attempt
+    older details)."""
     batch = Batch(rows=4, raise_on={1: 2})
     detail = asyncio.run(_run(journal_url, batch))
     assert detail.instance.status is lf.InstanceStatus.SUCCEEDED
@@ -212,7 +213,8 @@ def test_a_heartbeat_answers_that_a_cancel_was_requested(journal_url: str) -> No
                 await running
 
     detail = asyncio.run(scenario())
-    assert seen[-1] is True and not any(seen[:-1])
+    assert seen[-1] is True
+    assert not any(seen[:-1])
     [effect] = detail.effects
     assert effect.state is lf.EffectState.CONFIRMED
     assert json.loads(effect.evidence or "null") == {"stopped_after": len(seen)}

@@ -16,8 +16,8 @@ from ledgerflow.model.definition import EffectCall as EffectCall
 from ledgerflow.model.definition import EffectDeclaration as EffectDeclaration
 from ledgerflow.model.definition import Participant as Participant
 from ledgerflow.model.effect import LookupAnswer as LookupAnswer
-from ledgerflow.model.heartbeat import HeartbeatAnswer as HeartbeatAnswer
 from ledgerflow.model.effect import LookupVerdict as LookupVerdict
+from ledgerflow.model.heartbeat import HeartbeatAnswer as HeartbeatAnswer
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
 from ledgerflow.participant.remote import remote_participant as remote_participant
 
