@@ -190,7 +190,12 @@ class EffectDriver(EffectWrites):
                     EffectEvent.LOSE_OUTCOME,
                     attempt=effect.attempt,
                     doubt=effect.attempt,
-                    reason="the worker stopped before the outcome was recorded",
+                    reason=(
+                        "the worker stopped before the outcome was recorded"
+                        if self.declaration.heartbeat_timeout_seconds is None
+                        else "the worker stopped, or missed the attempt's heartbeat, before "
+                        "the outcome was recorded"
+                    ),
                 )
             )
         return Resolve()
