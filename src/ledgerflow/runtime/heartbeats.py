@@ -28,6 +28,7 @@ from ledgerflow.errors import AttemptSupersededError, PayloadError, StorageError
 from ledgerflow.ledger.records import EffectHeartbeat
 from ledgerflow.model.heartbeat import HeartbeatAnswer, throttle_seconds
 from ledgerflow.model.ids import EffectId, StepSeq
+from ledgerflow.runtime import faults
 from ledgerflow.runtime.control import Abandon, LostOwnership
 from ledgerflow.runtime.session import Session
 
@@ -109,6 +110,8 @@ class AttemptHeartbeats:
             details=details,
             at=self._store_now(),
         )
+        if faults.plan is not None:
+            faults.point("effect.before_heartbeat", **self._where())
         try:
             await self.session.commit(write)
         except LostOwnership:
@@ -123,3 +126,13 @@ class AttemptHeartbeats:
         self._written_at = sent_at
         self._pending = _KEEP
         self.deadline = sent_at + self.timeout_seconds
+        if faults.plan is not None:
+            faults.point("effect.after_heartbeat", **self._where())
+
+    def _where(self) -> dict[str, Any]:
+        return {
+            "instance": self.session.instance.business_key,
+            "seq": abs(self.seq),
+            "attempt": self.attempt,
+            "writes": self.writes,
+        }

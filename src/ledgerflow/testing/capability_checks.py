@@ -1,4 +1,5 @@
-"""The oracle's checks of the programming model's capabilities (runs, children, locks, ...),
+"""The oracle's checks of the programming model's capabilities (runs, children, locks,
+heartbeats, ...),
 gathered in one place so :mod:`ledgerflow.testing.oracle` calls them in one line; each lives in
 its own module beside this one."""
 
@@ -9,6 +10,7 @@ from typing import Protocol
 from ledgerflow.ledger.locks import LockRecord
 from ledgerflow.testing.child_checks import no_parent_ends_before_its_wait_children
 from ledgerflow.testing.child_compensation_checks import compensated_child_once
+from ledgerflow.testing.heartbeat_checks import heartbeats_and_attempts
 from ledgerflow.testing.lock_checks import locks_held_rightly
 from ledgerflow.testing.run_checks import Snapshot as RunSnapshot
 from ledgerflow.testing.run_checks import (
@@ -32,4 +34,7 @@ def capability_checks(snapshot: Snapshot) -> list[Violation]:
         *no_parent_ends_before_its_wait_children(snapshot),
         *compensated_child_once(snapshot.instances, snapshot.steps),
         *locks_held_rightly(snapshot.locks),
+        *heartbeats_and_attempts(
+            snapshot.instances, snapshot.effects, snapshot.events, snapshot.steps
+        ),
     ]
