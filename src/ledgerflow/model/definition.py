@@ -24,8 +24,9 @@ from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.defects import OnDefect, declared_names, is_business_failure
 from ledgerflow.model.effect import LookupAnswer
-from ledgerflow.model.heartbeat import HeartbeatAnswer, Heartbeats
-from ledgerflow.model.ids import EffectId, IdempotencyKey, InstanceId
+from ledgerflow.model.effect_call import EffectCall as EffectCall
+from ledgerflow.model.heartbeat import checked_heartbeat_timeout
+from ledgerflow.model.ids import IdempotencyKey
 from ledgerflow.model.retry import (
     DEFAULT_DEFECT_RETRY,
     DEFAULT_EFFECT_RETRY,
@@ -50,68 +51,6 @@ def check_name(kind: str, name: str) -> str:
             f"digits, '_', '.', '-' (at most {limits.NAME_LENGTH_MAX} characters)"
         )
     return name
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EffectCall:
-    """What participant code receives for one dispatch of an effect (or a compensation)."""
-
-    participant: str
-    """The participant's name."""
-    operation: str
-    """The operation's name."""
-    idempotency_key: IdempotencyKey
-    """The effect's key, derived from its identity: the same on every attempt and worker.
-    Pass it on to the service as its idempotency key."""
-    effect_id: EffectId
-    """The effect's id in the ledger."""
-    instance_id: InstanceId
-    """The instance the effect belongs to."""
-    attempt: int
-    """This dispatch's attempt number (1 first); it never changes the key."""
-    payload: Any
-    """What the workflow passed to ``ctx.effect`` (for a compensation: the original's)."""
-    original_key: IdempotencyKey | None = None
-    """Set for a compensation: the key of the effect it undoes."""
-    original_evidence: Any = None
-    """Set for a compensation: the evidence (receipt) of the effect it undoes."""
-    deadline_at: float | None = None
-    """When the engine stops waiting for this attempt's answer (seconds since the epoch, on
-    the engine's clock): past it the outcome is UNKNOWN, and a later answer is only kept as
-    evidence. A participant may pass it on as its own deadline."""
-    last_heartbeat: Any = None
-    """The details of the last durable heartbeat of an earlier attempt of this effect (an
-    effect declared with ``heartbeat_timeout=``), decoded; None when there was none. An
-    attempt that resumes long work starts from there."""
-    heartbeats: Heartbeats | None = field(default=None, repr=False, compare=False)
-    """The engine's side of this attempt's heartbeats (internal); None without a
-    ``heartbeat_timeout``."""
-
-    async def heartbeat(self, details: Any = None) -> HeartbeatAnswer:
-        """Say this attempt is alive, with ``details`` (JSON) for the next attempt if it is
-        cut off. Throttled: written at once when the last write is old enough, else kept and
-        written with a later one (or when the effect raises). Raises
-        :class:`~ledgerflow.errors.AttemptSupersededError` when the attempt is no longer the
-        one in flight: stop then, whatever it returns is refused.
-
-        Example::
-
-            @payments.effect(classification="compensatable", heartbeat_timeout=30)
-            async def settle_batch(call):
-                done = call.last_heartbeat or 0
-                for row in rows[done:]:
-                    await settle(row)
-                    done += 1
-                    if (await call.heartbeat(done)).cancel_requested:
-                        raise RuntimeError("asked to cancel")  # UNKNOWN, settled by lookup
-                return {"settled": done}
-        """
-        if self.heartbeats is None:
-            raise RegistrationError(
-                f"effect {self.participant}.{self.operation} declares no heartbeat_timeout: "
-                "call.heartbeat() needs one, e.g. @participant.effect(..., heartbeat_timeout=30)"
-            )
-        return await self.heartbeats.beat(details)
 
 
 EffectFunction = Callable[[EffectCall], Awaitable[Any]] | Callable[[EffectCall], Any]
@@ -145,8 +84,15 @@ class EffectDeclaration:
     # every effect it writes; None: not declared.
     contract_version: str | None = None
     # Seconds an attempt may go without a heartbeat (call.heartbeat) before it is cut off and
-    # its outcome is UNKNOWN; None: no heartbeat is asked for.
+    # its outcome is UNKNOWN; None: no heartbeat is asked for (checked as it is declared).
     heartbeat_timeout_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        what = f"effect {self.participant.name}.{self.operation}"
+        seconds = checked_heartbeat_timeout(
+            self.heartbeat_timeout_seconds, self.function, what=what, timeout=self.timeout_seconds
+        )
+        object.__setattr__(self, "heartbeat_timeout_seconds", seconds)
 
     def describe(self) -> dict[str, Any]:
         """The declaration as a JSON record: participant, operation, classification, retry policy,
@@ -190,6 +136,11 @@ class Participant:
     apply after the engine re-dispatches with a higher attempt number. A lookup that raises
     (the participant is unreachable) is no answer: it is asked again on ``lookup_retry``, and
     only when that is spent is the doubt settled without it (or handed to a person).
+
+    ``@payments.effect(..., heartbeat_timeout=seconds)`` asks a long effect to call ``await
+    call.heartbeat(details)`` at least that often; an attempt that misses it is cut off, its
+    outcome UNKNOWN and settled by the lookup, and the next attempt reads
+    ``call.last_heartbeat`` (see :mod:`ledgerflow.model.heartbeat`).
     """
 
     def __init__(
@@ -222,11 +173,6 @@ class Participant:
         heartbeat_timeout: float | None = None,
     ) -> Callable[[EffectFunction], EffectDeclaration]:
         """Declare an effect. ``classification`` is required: there is no safe default.
-
-        ``heartbeat_timeout=seconds`` asks a long effect to call ``await call.heartbeat(...)``
-        at least that often (an ``async def`` effect; no longer than ``timeout_seconds``): an
-        attempt that misses it is cut off, its outcome UNKNOWN and settled by the lookup
-        before any re-dispatch, and the next attempt reads ``call.last_heartbeat``.
 
         ``contract_version`` names the version of the participant's contract (the shape of the
         payload it takes) this declaration speaks; it is recorded with every effect, so that a
@@ -267,7 +213,7 @@ class Participant:
                 ) from None
             if op in self.effects:
                 raise RegistrationError(f"{what} is declared twice")
-            declaration = EffectDeclaration(
+            self.effects[op] = declaration = EffectDeclaration(
                 participant=self,
                 operation=op,
                 classification=kind,
@@ -279,11 +225,8 @@ class Participant:
                     completes_by_callback, what=what, option="completes_by_callback", optional=True
                 ),
                 contract_version=contract_text(f"effect {self.name}.{op}", contract_version),
-                heartbeat_timeout_seconds=_heartbeat_timeout(
-                    heartbeat_timeout, function, what=what, timeout_seconds=timeout_seconds
-                ),
+                heartbeat_timeout_seconds=heartbeat_timeout,
             )
-            self.effects[op] = declaration
             return declaration
 
         return register
@@ -353,24 +296,6 @@ def _timeout(value: object, what: str) -> float:
     timeout = arguments.seconds(value, what=what, option="timeout_seconds")
     assert timeout is not None  # not optional
     return timeout
-
-
-def _heartbeat_timeout(
-    value: object, function: EffectFunction, *, what: str, timeout_seconds: object
-) -> float | None:
-    seconds = arguments.seconds(value, what=what, option="heartbeat_timeout", optional=True)
-    if seconds is None:
-        return None
-    if not inspect.iscoroutinefunction(function):
-        raise RegistrationError(
-            f"{what}: heartbeat_timeout= needs an async def effect (it awaits call.heartbeat)"
-        )
-    if isinstance(timeout_seconds, int | float) and seconds > timeout_seconds:
-        raise RegistrationError(
-            f"{what}: heartbeat_timeout ({seconds:g}s) is longer than timeout_seconds "
-            f"({timeout_seconds:g}s): the attempt would time out first"
-        )
-    return seconds
 
 
 def contract_text(what: str, version: int | str | None) -> str | None:

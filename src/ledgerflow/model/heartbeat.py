@@ -11,10 +11,14 @@ attempt (``call.last_heartbeat``).
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ledgerflow import limits
+from ledgerflow.errors import RegistrationError
+from ledgerflow.model import arguments
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,3 +45,23 @@ def throttle_seconds(timeout_seconds: float) -> float:
     return min(
         timeout_seconds / limits.HEARTBEAT_WRITES_PER_TIMEOUT, limits.HEARTBEAT_THROTTLE_SECONDS_MAX
     )
+
+
+def checked_heartbeat_timeout(
+    value: object, function: Callable[..., Any], *, what: str, timeout: float
+) -> float | None:
+    """A declaration's ``heartbeat_timeout`` in seconds (None: none declared), or why it
+    cannot work: it is awaited (an ``async def`` effect) and may not outlast the timeout."""
+    seconds = arguments.seconds(value, what=what, option="heartbeat_timeout", optional=True)
+    if seconds is None:
+        return None
+    if not inspect.iscoroutinefunction(function):
+        raise RegistrationError(
+            f"{what}: heartbeat_timeout= needs an async def effect (it awaits call.heartbeat)"
+        )
+    if seconds > timeout:
+        raise RegistrationError(
+            f"{what}: heartbeat_timeout ({seconds:g}s) is longer than timeout_seconds "
+            f"({timeout:g}s): the attempt would time out first"
+        )
+    return seconds

@@ -62,7 +62,7 @@ from ledgerflow.runtime.completion import CallbackCompletion
 from ledgerflow.runtime.control import Diverged, Park
 from ledgerflow.runtime.effect_moves import AwaitCallback, Dispatch, Move, Resolve, Settled
 from ledgerflow.runtime.effect_writes import EffectWrites
-from ledgerflow.runtime.heartbeats import AttemptHeartbeats
+from ledgerflow.runtime.heartbeats import AttemptHeartbeats, dispatch_heartbeats, flushing
 from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
 
@@ -277,22 +277,6 @@ class EffectDriver(EffectWrites):
             heartbeat_seconds=self.declaration.heartbeat_timeout_seconds,
         )
 
-    async def _heartbeats(self, attempt: int) -> AttemptHeartbeats | None:
-        """An attempt's heartbeats, its first one written now (at dispatch), for an effect
-        declared with a heartbeat timeout; None otherwise."""
-        timeout = self.declaration.heartbeat_timeout_seconds
-        if timeout is None:
-            return None
-        beats = AttemptHeartbeats(
-            self.session,
-            seq=self.seq,
-            effect_id=self.effect_id,
-            attempt=attempt,
-            timeout_seconds=timeout,
-        )
-        await beats.open()
-        return beats
-
     async def _precondition_holds(self) -> bool:
         """Ask a compensation's precondition before its intent; False when it is not applied."""
         check = self.declaration.precondition
@@ -332,14 +316,12 @@ class EffectDriver(EffectWrites):
         """Call the participant: its evidence as ledger text, or what it raised."""
         if faults.plan is not None:
             faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
-        beats = await self._heartbeats(attempt)
+        beats = await dispatch_heartbeats(
+            self.session, self.declaration, seq=self.seq, effect_id=self.effect_id, attempt=attempt
+        )
         deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
         call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at, heartbeats=beats)
-        function = (
-            self.declaration.function
-            if beats is None
-            else _flushing(self.declaration.function, beats)
-        )
+        function = flushing(self.declaration.function, beats)
         keeper = late_answer_keeper(
             self.session,
             key=self.key,
@@ -600,19 +582,3 @@ class EffectDriver(EffectWrites):
             f"key {self.key}, attempt {attempt}): {resolution.reason}{lookup_error}; "
             f"last known: {effect.reason}",
         )
-
-
-def _flushing(
-    function: Callable[[EffectCall], Any], beats: AttemptHeartbeats
-) -> Callable[[EffectCall], Awaitable[Any]]:
-    """The effect's function, writing the heartbeat details the throttle kept when it raises
-    (before its outcome is recorded: the next attempt reads them)."""
-
-    async def flushing(call: EffectCall) -> Any:
-        try:
-            return await function(call)
-        except Exception:
-            await beats.flush()
-            raise
-
-    return flushing

@@ -26,6 +26,7 @@ from typing import Any
 from ledgerflow import limits
 from ledgerflow.errors import AttemptSupersededError, PayloadError, StorageError
 from ledgerflow.ledger.records import EffectHeartbeat
+from ledgerflow.model.definition import EffectCall, EffectDeclaration, EffectFunction
 from ledgerflow.model.heartbeat import HeartbeatAnswer, throttle_seconds
 from ledgerflow.model.ids import EffectId, StepSeq
 from ledgerflow.runtime import faults
@@ -136,3 +137,39 @@ class AttemptHeartbeats:
             "attempt": self.attempt,
             "writes": self.writes,
         }
+
+
+async def dispatch_heartbeats(
+    session: Session,
+    declaration: EffectDeclaration,
+    *,
+    seq: StepSeq,
+    effect_id: EffectId,
+    attempt: int,
+) -> AttemptHeartbeats | None:
+    """An attempt's heartbeats, its first one written now (at dispatch), for an effect declared
+    with a heartbeat timeout; None otherwise."""
+    timeout = declaration.heartbeat_timeout_seconds
+    if timeout is None:
+        return None
+    beats = AttemptHeartbeats(
+        session, seq=seq, effect_id=effect_id, attempt=attempt, timeout_seconds=timeout
+    )
+    await beats.open()
+    return beats
+
+
+def flushing(function: EffectFunction, beats: AttemptHeartbeats | None) -> EffectFunction:
+    """The effect's function, writing the heartbeat details the throttle kept when it raises
+    (before its outcome is recorded: the next attempt reads them)."""
+    if beats is None:
+        return function
+
+    async def flushed(call: EffectCall) -> Any:
+        try:
+            return await function(call)  # an async def: heartbeat_timeout requires one
+        except Exception:
+            await beats.flush()
+            raise
+
+    return flushed

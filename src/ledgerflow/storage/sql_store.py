@@ -518,15 +518,11 @@ class SqlStore(
                     attempt=write.attempt,
                 )
 
-        params = {
-            "effect_id": write.effect_id,
-            "attempt": write.attempt,
-            "generation": commit.generation,
-            "details": write.details,
-            "timeout_seconds": write.timeout_seconds,
-            "at": write.at if write.at is not None or self.database_clock else now,
-        }
-        self._send("heartbeat_effect", params, alive)
+        # Its time: the one given, else the database's own clock, else the commit's.
+        at = write.at if write.at is not None or self.database_clock else now
+        params = {"effect_id": write.effect_id, "attempt": write.attempt, "at": at}
+        beat = {"details": write.details, "timeout_seconds": write.timeout_seconds}
+        self._send("heartbeat_effect", {**params, **beat, "generation": commit.generation}, alive)
 
     def _no_cancel_request(self, commit: Commit) -> None:
         def none_asked(rows: list[Row], _: int) -> None:
