@@ -20,6 +20,7 @@ out, and recovery makes the outcome UNKNOWN (:mod:`ledgerflow.runtime.effects`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -113,8 +114,13 @@ class AttemptHeartbeats:
         )
         if faults.plan is not None:
             faults.point("effect.before_heartbeat", **self._where())
+        # Shielded: an attempt cut off (cancelled) while its heartbeat is being committed still
+        # sees the commit through, so the journal this session keeps holds the details the
+        # store holds, and the next attempt reads those (never older ones).
+        commit = asyncio.ensure_future(self.session.commit(write))
+        commit.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
-            await self.session.commit(write)
+            await asyncio.shield(commit)
         except LostOwnership:
             raise AttemptSupersededError(
                 f"effect {self.effect_id}: attempt {self.attempt} is no longer this worker's "

@@ -245,7 +245,7 @@ class Session:
             if isinstance(write, StepWrite):
                 self.journal.steps[write.record.seq] = write.record
             elif isinstance(write, EffectWrite):
-                self.journal.effects[write.record.seq] = write.record
+                self.journal.effects[write.record.seq] = self._with_heartbeat(write.record)
             elif isinstance(write, EffectHeartbeat):
                 self._heartbeat_written(write)
             elif isinstance(write, InstanceWrite):
@@ -258,6 +258,20 @@ class Session:
                 self.released = self.released or write.release
             elif isinstance(write, Release):
                 self.released = True
+
+    def _with_heartbeat(self, record: EffectRecord) -> EffectRecord:
+        """An effect's new state keeps the heartbeat the journal holds: the store's state
+        writes never touch it, and a heartbeat committed while this write was being built
+        (an attempt cut off mid-heartbeat) must not be forgotten here."""
+        known = self.journal.effects.get(record.seq)
+        if known is None:
+            return record
+        return dataclasses.replace(
+            record,
+            heartbeat_attempt=known.heartbeat_attempt,
+            heartbeat_generation=known.heartbeat_generation,
+            heartbeat_details=known.heartbeat_details,
+        )
 
     def _heartbeat_written(self, write: EffectHeartbeat) -> None:
         """Keep the journal's effect as the store now holds it: the details the next attempt
