@@ -177,6 +177,9 @@ class Workers:
     log: Path
     target: str
     path: Path
+    # Short, so a killed worker's instances come back fast; a test of many processes on a
+    # loaded machine gives a longer one (a 1 s lease can lapse under a live, starved worker).
+    lease_seconds: float = 1.0
 
     @classmethod
     def in_folder(cls, folder: Path, service: Service, *, target: str, path: Path) -> Workers:
@@ -192,7 +195,7 @@ class Workers:
     def spawn(
         self, *, faults: list[dict[str, Any]] | None = None, until_idle: bool = False
     ) -> subprocess.Popen[bytes]:
-        options = ["--lease-seconds", "1", "--poll-seconds", "0.05"]
+        options = ["--lease-seconds", f"{self.lease_seconds:g}", "--poll-seconds", "0.05"]
         if until_idle:
             options.append("--until-idle")
         return worker_process(

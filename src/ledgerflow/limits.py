@@ -195,6 +195,9 @@ METRICS_SIGNALS_SECONDS_DEFAULT = 15.0
 # verdicts (and the instances it found divergent) of this many journals, the oldest forgotten.
 ADOPTION_SCAN_SECONDS = 1.0
 ADOPTION_VERDICTS_KEPT_MAX = 10_000
+# An instance a worker may not adopt now (an UNKNOWN effect its replay does not reach) is
+# looked at again after this long (an operator may have settled the effect meanwhile).
+ADOPTION_REFUSED_RECHECK_SECONDS = 30.0
 # A failure's traceback kept in the journal: its last lines, at most this many characters.
 TRACEBACK_CHARS_MAX = 4_000
 # The fault explorer (``ledgerflow verify``). Each arrival scripted for one event is one option

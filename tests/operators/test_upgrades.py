@@ -164,8 +164,8 @@ def _unknown_effect(url: str) -> str:
     return asyncio.run(run_orders(url, registry, lost=ORDER))["lost"]
 
 
-def test_refusals_for_an_unknown_effect_and_a_live_lease(journal_url: str) -> None:
-    lost = _unknown_effect(journal_url)
+def _held_with(payload: dict[str, str]) -> lf.Registry:
+    """Edited order v1 code that holds ``payload`` first (the UNKNOWN hold's position)."""
     registry = lf.Registry()
     stock = registry.add_participant(lf.Participant("stock"))
 
@@ -175,18 +175,50 @@ def test_refusals_for_an_unknown_effect_and_a_live_lease(journal_url: str) -> No
 
     @registry.workflow(name="order", version=1)
     async def order(ctx: lf.WorkflowContext, _: Any) -> str:
-        await ctx.effect(hold, {"sku": "A"})
+        await ctx.effect(hold, payload)
         return "done, changed"
 
-    fingerprint = registry.get("order", 1).fingerprint
+    return registry
+
+
+def test_an_unknown_effect_moves_only_to_code_that_asks_for_that_effect(journal_url: str) -> None:
+    """Goal: the operator's move applies the adoption's rule (issue 23): an UNKNOWN effect
+    refuses nothing when the replay reaches it with the new code asking for that very effect
+    (the move keeps its key and its UNKNOWN state, for the new code's driver or an operator to
+    settle); code that asks for another effect there is not moved."""
+    lost = _unknown_effect(journal_url)
+    before = _keys(journal_url, lost)
+    other = _held_with({"sku": "B"})
     with Operations(journal_url) as operations:
         assert operations.detail(lost).instance.status is lf.InstanceStatus.MANUAL_INTERVENTION
         report = operations.upgrade(
-            registry, workflow="order", version=1, to_fingerprint=fingerprint, actor="alice"
+            other,
+            workflow="order",
+            version=1,
+            to_fingerprint=other.get("order", 1).fingerprint,
+            actor="alice",
         )
     (outcome,) = report.outcomes
-    assert outcome.outcome == "refused"
-    assert "is UNKNOWN" in (outcome.refusal or "")
+    assert outcome.outcome == "diverged"
+    assert outcome.verdict is not None
+    assert (outcome.verdict.position, outcome.verdict.kind) == (1, "mismatch")
+    same = _held_with({"sku": "A"})
+    with Operations(journal_url) as operations:
+        report = operations.upgrade(
+            same,
+            workflow="order",
+            version=1,
+            to_fingerprint=same.get("order", 1).fingerprint,
+            actor="alice",
+        )
+        moved = operations.detail(lost).instance
+    (outcome,) = report.outcomes
+    assert outcome.outcome == "moved", outcome.refusal
+    assert outcome.verdict is not None
+    assert outcome.verdict.reached_open == (1,)
+    assert moved.fingerprint == same.get("order", 1).fingerprint
+    assert _keys(journal_url, lost) == before  # the same key, still UNKNOWN
+    assert [state for _, _, state in before] == ["UNKNOWN"]
 
 
 def test_a_live_lease_refuses_the_move(journal_url: str, waiting: dict[str, str]) -> None:

@@ -229,15 +229,15 @@ def test_children_started_from_parallel_branches_take_positions_in_call_order(
     assert sorted(shop.applied.values()) == [1] * 6
 
 
-def test_a_child_result_awaited_inside_branches_parks_with_its_reason(
+def test_child_results_awaited_inside_branches_come_back_in_call_order(
     journal_url: str,
 ) -> None:
-    """Goal: what the docs say is not supported yet is refused safely: ``ctx.child`` inside a
-    gather parks the parent ``concurrent_waits`` naming the child's result, and no child is
-    started twice.
+    """Goal: ``ctx.child`` inside a gather works (issue 26): both children start, the
+    parent waits for both at once and ends with their results in call order, each child
+    charged once, and the replay checker finds the history clean.
 
     Method: a parent gathers two ``ctx.child`` calls; run until idle; read the parent's
-    record and the children."""
+    result, its journal and the replay verdicts."""
     shop = Shop()
 
     async def main() -> None:
@@ -245,14 +245,21 @@ def test_a_child_result_awaited_inside_branches_parks_with_its_reason(
             started = await engine.start("awaited_in_branches", key="b-1", input=2)
             await _work(engine)
             record = await engine.get(started.instance_id)
-            assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
-            assert record.reason_code == "concurrent_waits"
-            assert "a child's result awaited inside them" in (record.reason or "")
-            children = await engine.list(workflow="pay", limit=10)
-            assert len(children) <= 2
+            assert record.status is lf.InstanceStatus.SUCCEEDED
+            assert [r["amount"] for r in await engine.result(started.instance_id)] == [0, 1]
+            steps = _children(await engine.detail(started.instance_id))
+            assert [(int(s.seq), s.status) for s in steps] == [
+                (1, StepStatus.COMPLETED),
+                (2, StepStatus.COMPLETED),
+            ]
+            assert len(await engine.list(workflow="pay", limit=10)) == 2
 
     asyncio.run(main())
-    assert all(n == 1 for n in shop.applied.values())
+    assert sorted(shop.applied.values()) == [1, 1]
+    with Operations(journal_url) as operations:
+        verdicts = operations.replay(shop.registry)
+    assert verdicts
+    assert all(v.compatible for v in verdicts), verdicts
 
 
 def test_the_fan_out_bound_parks_the_parent_with_a_clear_reason(

@@ -503,19 +503,35 @@ def test_a_timer_in_a_task_group_fires_after_its_sibling_booked(tmp_path: Path) 
     assert trip.answered == ["flight"]
 
 
-def test_a_callback_wait_in_a_branch_parks_with_a_reason(journal_url: str) -> None:
-    """An asynchronous effect's callback wait inside branches is not supported yet: the
-    instance parks ``concurrent_waits`` (after the sibling's booking ended), never releases
-    with a sibling in flight."""
+def test_a_callback_wait_in_a_branch_waits_beside_its_sibling(journal_url: str) -> None:
+    """An asynchronous effect's callback wait inside branches (issue 26): the instance is
+    WAITING once the sibling's booking ended (never with it in flight); the callback resumes
+    it, and it ends with both values in call order, the hotel booked once."""
     trip = Trip(finish=("hotel", "car", "flight"))
-    instance_id = asyncio.run(_run(journal_url, trip, "wire_and_book"))
-    with lf.SyncEngine(journal_url, trip.registry) as engine:
-        record = engine.get(instance_id)
-        states = {e.participant: e.state.value for e in engine.detail(instance_id).effects}
-    assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
-    assert record.reason_code == "concurrent_waits"
-    assert "callback wait inside branches" in (record.reason or "")
+
+    async def main() -> tuple[str, lf.InstanceStatus, dict[str, str]]:
+        async with lf.Engine(journal_url, trip.registry) as engine:
+            started = await engine.start("wire_and_book", key="t1", input=1)
+            worker = engine.worker(lease_seconds=30, poll_seconds=0.01)
+            await worker.run(until_nothing_due=True)
+            parked = (await engine.get(started.instance_id)).status
+            effects = (await engine.detail(started.instance_id)).effects
+            states = {e.participant: e.state.value for e in effects}
+            (wire,) = (e for e in effects if e.participant == "wire")
+            await engine.complete_effect(wire.idempotency_key, applied=True, evidence="W-1")
+            await worker.run(until_nothing_due=True)
+            return started.instance_id, parked, states
+
+    instance_id, parked, states = asyncio.run(main())
+    assert parked is lf.InstanceStatus.WAITING
     assert states == {"wire": "ACCEPTED", "hotel": "CONFIRMED"}
+    with lf.SyncEngine(journal_url, trip.registry) as engine:
+        assert engine.get(instance_id).status is lf.InstanceStatus.SUCCEEDED
+        assert engine.result(instance_id) == ["W-1", {"booked": "hotel"}]
+    assert trip.answered == ["hotel"]
+    with Operations(journal_url) as operations:
+        (verdict,) = operations.replay(trip.registry)
+    assert verdict.compatible, verdict
 
 
 def test_an_upgrade_moves_a_gathered_history_and_the_new_code_resumes_it(

@@ -13,6 +13,8 @@ Both backends: the arrival is a second store's transaction, the park the worker'
 from __future__ import annotations
 
 import asyncio
+import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -120,3 +122,59 @@ def test_a_new_wait_refuses_to_start_after_a_cancel_request(scene: Scene) -> Non
     # Only the wait that took "a" is journaled: the wait for "b" was never started.
     steps = scene.outside.detail(started.instance_id).steps
     assert [(s.name, s.status) for s in steps if s.seq > 0] == [("wait:a", lf.StepStatus.COMPLETED)]
+
+
+backing_off = lf.Registry()
+attempts: list[int] = []
+
+
+def _unreachable() -> None:
+    attempts.append(1)
+    raise ConnectionError("the service is down")
+
+
+@backing_off.workflow(name="flaky", version=1)
+async def flaky(ctx: lf.WorkflowContext, _: None) -> None:
+    hour = timedelta(hours=1)
+    policy = lf.RetryPolicy(attempts_max=3, backoff_initial=hour, backoff_max=hour, jitter=False)
+    await ctx.step("call", _unreachable, retry=policy)
+
+
+def test_a_cancel_before_a_retry_back_off_release_is_seen_at_once(journal_url: str) -> None:
+    """A step failed and its next attempt is an hour away: the worker releases the instance
+    until then, decided from no cancel request; the request lands between that decision and
+    the release. The release must leave the instance due at once (the arrival flag), so a
+    worker takes it again now and reads the request; the step was started, so the request
+    waits for its next attempt (what was started is finished) and stands meanwhile."""
+    attempts.clear()
+    outside = lf.SyncEngine(journal_url, backing_off)
+    try:
+        started = outside.start("flaky", key="r-1")
+        arrive = ArriveAt(
+            "instance.before_release",
+            lambda: outside.cancel(started.instance_id, reason="no more tries"),
+            key="r-1",
+        )
+
+        async def work() -> None:
+            faults.install(arrive)
+            try:
+                async with lf.Engine(journal_url, backing_off) as engine:
+                    worker = engine.worker(lease_seconds=30, poll_seconds=0.05)
+                    await asyncio.wait_for(worker.run(until_nothing_due=True), timeout=60)
+            finally:
+                faults.install(None)
+
+        asyncio.run(work())
+        assert arrive.arrived == 1
+        record = outside.get(started.instance_id)
+        # Claimed once for the first attempt, once more at once because of the arrival.
+        assert record.generation == 2
+        assert record.cancel_requested_at is not None
+        assert record.available_at is not None
+        assert record.available_at > time.time() + 3000  # parked again until the attempt
+        [step] = outside.detail(started.instance_id).steps
+        assert step.status is lf.StepStatus.RETRY_SCHEDULED
+        assert attempts == [1]
+    finally:
+        outside.close()

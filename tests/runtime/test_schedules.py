@@ -221,6 +221,77 @@ def test_each_overlap_policy_against_a_run_lasting_three_periods(
     asyncio.run(main())
 
 
+def _holding_registry(released: list[Any]) -> lf.Registry:
+    """A job that books a slot with a compensation, then waits for ``done``."""
+    registry = lf.Registry()
+    rooms = registry.add_participant(lf.Participant("rooms", deduplicates=True))
+
+    @rooms.effect(classification="compensatable", compensation="release")
+    async def book(call: lf.EffectCall) -> Any:
+        return {"booked": call.idempotency_key}
+
+    @rooms.compensation("release")
+    async def release(call: lf.EffectCall) -> Any:
+        released.append(call.idempotency_key)
+        return {}
+
+    @registry.workflow(name="job", version=1)
+    async def job(ctx: lf.WorkflowContext, payload: Any) -> Any:
+        await ctx.effect(book, {"at": ctx.scheduled.nominal_at.isoformat()})  # type: ignore[union-attr]
+        return (await ctx.wait_for("done")).payload
+
+    registry.schedule("every-minute", workflow=job, every=MINUTE, overlap="cancel_other")
+    return registry
+
+
+def test_cancel_other_cancels_the_running_instance_with_its_compensation_then_fires(
+    journal_url: str,
+) -> None:
+    """overlap cancel_other: the next slot asks the running instance to cancel, in the tick's
+    transaction and audited under the schedule's name, and waits BUFFERED; the instance is
+    cancelled and its booking released (the participant's own record); the next tick fires
+    the buffered slot. A slot overlapping while the first is still cancelling is SKIPPED,
+    its request a no-op."""
+
+    async def main() -> None:
+        clock = FakeClock(T0, autojump=False)
+        released: list[Any] = []
+        registry = _holding_registry(released)
+        async with _engine(journal_url, registry, clock) as (engine, scheduler):
+            await scheduler.tick()  # declares it: the first slot is a minute away
+            clock.advance(MINUTE)
+            await scheduler.tick()
+            await _finish(engine)  # the first slot's instance books, then waits
+            for _ in range(2):
+                clock.advance(MINUTE)
+                await scheduler.tick()
+            assert _outcomes(engine) == ["FIRED", "BUFFERED", "SKIPPED"]
+            first = _slots(engine)[0].instance_id
+            assert first is not None
+            asked = await engine.get(first)
+            assert asked.cancel_reason is not None
+            assert "cancel_other" in asked.cancel_reason
+            records = [r for r in engine.store.audit_records(AuditQuery(instance_id=first))
+                       if r.kind == "cancel"]  # fmt: skip
+            assert [(r.actor, r.outcome) for r in records] == [
+                ("ledgerflow:schedule:every-minute", "applied"),
+                ("ledgerflow:schedule:every-minute", "no-op"),
+            ]
+            await _finish(engine)
+            ended = await engine.get(first)
+            assert ended.status is lf.InstanceStatus.CANCELLED
+            assert len(released) == 1
+            clock.advance(1)  # within the period: only the buffered slot is due
+            await scheduler.tick()
+            decided = _slots(engine)
+            assert decided[1].outcome is SlotOutcome.FIRED
+            assert decided[1].reason == "buffered: the overlap ended"
+            assert (await engine.get(first)).status is lf.InstanceStatus.CANCELLED
+            _clean(engine)
+
+    asyncio.run(main())
+
+
 async def _drain(engine: lf.Engine, scheduler: Scheduler, clock: FakeClock) -> None:
     """Let each buffered slot's run end and the next tick fire the next one (bounded)."""
     for _ in range(8):

@@ -243,7 +243,8 @@ def test_a_waiter_is_told_which_code_nobody_serves_and_how_it_moves(
     assert message.startswith("[LF403]")
     assert f"pinned to order v1 (fingerprint {old}), which no live worker serves" in message
     assert f"live workers serve order v1 (fingerprint {new})" in message
-    assert "adopts it when it comes due if its journal replays clean" in message
+    assert "adopts it once it is due (at " in message
+    assert "if its journal replays clean" in message
     assert "ledgerflow versions upgrade order@1 MODULE:REGISTRY" in message
     assert isinstance(caught.value, lf.errors.ResultTimeoutError)
     shown = subprocess.run(

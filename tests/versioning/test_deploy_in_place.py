@@ -40,7 +40,15 @@ INSTANCES = 100  # of each workflow
 HELD = 6  # credits held at the bank until the switch
 TIMER_SECONDS = 6.0
 SCAN_SECONDS = 2.0
-FINISH_SECONDS = 60.0
+FINISH_SECONDS = 90.0
+# Leases of the deploy's workers: long enough that a live worker starved on a loaded 2-core
+# machine keeps its leases (a lapse there marks an effect in flight UNKNOWN and takes the
+# instance over), short enough that the killed worker's come back within the bounds.
+LEASE_SECONDS = 8.0
+# The killed worker counts as live this long after its last beat: the new deploy adopts
+# nothing before the old one is read (``in_flight``), and a starved live worker is not
+# taken for dead.
+SILENT_SECONDS = 5.0
 PARKED = {InstanceStatus.MANUAL_INTERVENTION, InstanceStatus.FORWARD_RECOVERY_REQUIRED}
 LIVE = {InstanceStatus(s) for s in ("RUNNING", "WAITING", "COMPENSATING", "CANCELLING")}
 
@@ -59,7 +67,12 @@ class Deploy:
 
     def spawn(self, target: str) -> Any:
         workers = Workers(
-            db_url=self.url, service=self.service, log=self.log, target=target, path=HERE
+            db_url=self.url,
+            service=self.service,
+            log=self.log,
+            target=target,
+            path=HERE,
+            lease_seconds=LEASE_SECONDS,
         )
         process = workers.spawn()
         self.processes.append(process)
@@ -78,7 +91,8 @@ def deploy(
 ) -> Any:
     # The workers scan (and flag) every SCAN_SECONDS; a worker is live while it beats.
     monkeypatch.setenv(
-        DETECTION_VARIABLE, f"scan_interval_seconds={SCAN_SECONDS},worker_silent_seconds=3"
+        DETECTION_VARIABLE,
+        f"scan_interval_seconds={SCAN_SECONDS},worker_silent_seconds={SILENT_SECONDS:g}",
     )
     made = Deploy(journal_url, service, tmp_path)
     yield made
@@ -90,7 +104,7 @@ def _first_effect_sent(store: Any, ids: list[str]) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_an_in_place_deploy_continues_what_replays_and_flags_what_does_not(
     journal_url: str, service: Service, deploy: Deploy
 ) -> None:
@@ -130,7 +144,7 @@ def test_an_in_place_deploy_continues_what_replays_and_flags_what_does_not(
     eventually(
         lambda: _first_effect_sent(store, everyone),
         what="every instance sent its first effect under the old code",
-        timeout=60,
+        timeout=FINISH_SECONDS,
     )
     # The held credits are at the bank, in flight, before the switch (not merely about to be).
     service.wait_held(HELD)
@@ -161,10 +175,13 @@ def test_an_in_place_deploy_continues_what_replays_and_flags_what_does_not(
         reasons = {f.reason_code for f in store.open_flags(instance_id)}
         return detection.REPLAY_DIVERGENCE in reasons
 
+    # Each comes due by its timer, its signal or the killed worker's lease, after the old
+    # workers count as gone; the incompatible worker then flags it at its next look.
+    flag_by = switched + SILENT_SECONDS + max(TIMER_SECONDS, LEASE_SECONDS) + 4 * SCAN_SECONDS
     eventually(
         lambda: all(flagged(i) for i in stuck_payouts),
         what="every payout in flight flagged replay_divergence",
-        timeout=TIMER_SECONDS + 4 * SCAN_SECONDS,
+        timeout=max(flag_by - time.monotonic(), 4 * SCAN_SECONDS),
     )
     payouts_flagged = time.monotonic()
     # Each flagged payout is untouched: still pinned to the old code, never claimed by the

@@ -38,7 +38,12 @@ OLD_PHASE_DONE = 20
 HELD = 8
 # Long enough to be still waiting when the old workers stop.
 TIMER_SECONDS = 10.0
-FINISH_SECONDS = 45.0
+FINISH_SECONDS = 90.0
+# Leases of the deploy's workers: long enough that a live worker starved on a loaded 2-core
+# machine keeps its leases (a 1 s one lapsed there three times and parked an instance
+# poison_crash_loop between two live workers), short enough for the killed worker's to come
+# back within the bounds.
+LEASE_SECONDS = 8.0
 PARKED = {InstanceStatus.MANUAL_INTERVENTION, InstanceStatus.FORWARD_RECOVERY_REQUIRED}
 
 
@@ -49,7 +54,12 @@ def _pause(n: int) -> dict[str, Any]:
 
 def _workers(url: str, service: Service, tmp_path: Path, target: str) -> Workers:
     return Workers(
-        db_url=url, service=service, log=tmp_path / "workers.log", target=target, path=HERE
+        db_url=url,
+        service=service,
+        log=tmp_path / "workers.log",
+        target=target,
+        path=HERE,
+        lease_seconds=LEASE_SECONDS,
     )
 
 
@@ -82,7 +92,7 @@ def _workers_json(url: str, service: Service) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_a_rolling_deploy_parks_nothing_and_applies_nothing_twice(
     journal_url: str, service: Service, tmp_path: Path
 ) -> None:
@@ -122,10 +132,13 @@ def test_a_rolling_deploy_parks_nothing_and_applies_nothing_twice(
         def old_phase_done() -> bool:
             return store.count_by_status().get(InstanceStatus.SUCCEEDED, 0) >= OLD_PHASE_DONE
 
-        eventually(old_phase_done, what="the old workers ran some transfers", timeout=40)
+        eventually(
+            old_phase_done, what="the old workers ran some transfers", timeout=FINISH_SECONDS
+        )
         eventually(
             lambda: sum(1 for i in held if _owned(store, i)) == HELD,
             what="the held transfers are in flight in the old workers",
+            timeout=FINISH_SECONDS,
         )
         old_phase = time.monotonic() - began
         new = _workers(journal_url, service, tmp_path, "deploy_code:new")
@@ -134,6 +147,7 @@ def test_a_rolling_deploy_parks_nothing_and_applies_nothing_twice(
         eventually(
             lambda: len(_workers_json(journal_url, service)) == 5,
             what="the new workers are live beside the old ones",
+            timeout=FINISH_SECONDS,
         )
         listed = _workers_json(journal_url, service)
         serving = {

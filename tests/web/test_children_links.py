@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from console_client import signed_in
 from starlette.exceptions import StarletteDeprecationWarning
 
+import child_compensation_world
 import ledgerflow as lf
 from ledgerflow.cli.main import cli
 from ledgerflow.operators.service import Operations
@@ -98,3 +99,39 @@ def test_the_console_links_a_parent_and_its_children_both_ways(journal_url: str)
         assert page.status_code == 200, page.text
         assert f'href="/console/instances/{parent}"' in page.text
         assert "(run 1, step 2)" in page.text
+
+
+def test_a_compensating_child_is_shown_at_its_own_position_in_every_face(journal_url: str) -> None:
+    """Goal: a parent whose saga undid a child with its compensating workflow lists that
+    instance among its children, at its compensation step (the child's position, negated), in
+    ``show --json``, the API and the console; the compensating instance names its parent."""
+
+    async def main() -> tuple[str, str]:
+        async with lf.Engine(journal_url, child_compensation_world.registry) as engine:
+            started = await engine.start("trip", key="t-1", input=2)
+            await engine.worker(poll_seconds=0.01).run(until_idle=True)
+            assert (await engine.get(started.instance_id)).status is lf.InstanceStatus.COMPENSATED
+            [undo] = await engine.list(workflow="unbook", limit=5)
+            return started.instance_id, undo.instance_id
+
+    parent, undo = asyncio.run(main())
+    as_json = CliRunner().invoke(cli, ["show", parent, "--db", journal_url, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    shown = {c["instance_id"]: c for c in json.loads(as_json.output)["children"]}
+    assert shown[undo]["parent_seq"] == -1  # the child was step 1
+    assert shown[undo]["status"] == "SUCCEEDED"
+    assert [s["seq"] for s in json.loads(as_json.output)["steps"] if s["seq"] < 0] == [-1]
+    with Operations(journal_url) as operations:
+        token = operations.tokens().create(
+            name="root", role="admin", tenant="*", created_by="test"
+        )[0]
+    with TestClient(create_app(journal_url), headers={"Authorization": f"Bearer {token}"}) as api:
+        page = api.get(f"/v1/instances/{parent}")
+        assert page.status_code == 200, page.text
+        assert undo in [c["instance_id"] for c in page.json()["children"]]
+        mine = api.get(f"/v1/instances/{undo}").json()["instance"]
+        assert (mine["parent_instance_id"], mine["parent_seq"]) == (parent, -1)
+    with signed_in(journal_url) as console:
+        page = console.get(f"/console/instances/{parent}")
+        assert page.status_code == 200, page.text
+        assert f'href="/console/instances/{undo}"' in page.text

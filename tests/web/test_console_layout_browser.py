@@ -36,6 +36,8 @@ def _pages(world: World, long: str) -> list[str]:
         "/console/attention",
         "/console/audit",
         "/console/versions",
+        "/console/locks",
+        "/console/schedules",
         f"/console/instances/{world.parked}",
         f"/console/instances/{world.waiting}",
         f"/console/instances/{long}",

@@ -144,6 +144,8 @@ class TickPlan:
 
     advance: AdvanceSchedule
     firings: tuple[Firing, ...]
+    # The running instance an overlapping slot asks to cancel (overlap cancel_other).
+    cancel: str | None = None
 
 
 def plan_tick(
@@ -194,6 +196,7 @@ def plan_tick(
             slots=tuple(tick.slots),
         ),
         firings=tuple(tick.firings),
+        cancel=tick.cancel,
     )
 
 
@@ -219,6 +222,7 @@ class _Tick:
             self.queue = [(record.buffered_at, record.buffered_version)]
         self.slots: list[SlotRecord] = []
         self.firings: list[Firing] = []
+        self.cancel: str | None = None
 
     def row(
         self, nominal: float, outcome: SlotOutcome, reason: str, *, version: int | None = None
@@ -266,11 +270,16 @@ class _Tick:
             self.row(nominal, SlotOutcome.FIRED, "due")
             return
         reason = f"overlap: {self.last} is still running"
-        bound = {Overlap.BUFFER_ONE: 1, Overlap.BUFFER_ALL: BUFFERED_SLOTS_MAX}.get(overlap, 0)
+        if overlap is Overlap.CANCEL_OTHER:
+            # Asked again by every overlapping slot: the first request stands, the rest are
+            # no-ops, so a tick that lost a race or a crashed one loses no request.
+            self.cancel = self.last
+            reason = f"overlap: {self.last} is asked to cancel"
+        bound = {Overlap.BUFFER_ALL: BUFFERED_SLOTS_MAX, Overlap.SKIP: 0}.get(overlap, 1)
         if len(self.queue) < bound:
             self.row(nominal, SlotOutcome.BUFFERED, reason)
             self.queue.append((nominal, self.record.spec_version))
-        elif overlap is Overlap.BUFFER_ONE:
+        elif overlap in (Overlap.BUFFER_ONE, Overlap.CANCEL_OTHER):
             self.row(nominal, SlotOutcome.SKIPPED, reason + "; one slot is buffered already")
         elif overlap is Overlap.BUFFER_ALL:
             self.row(nominal, SlotOutcome.SKIPPED, reason + f"; the buffer is full ({bound})")

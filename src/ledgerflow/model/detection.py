@@ -40,6 +40,11 @@ STUCK_ARRIVAL = "stuck_arrival"
 # worker has of its workflow and version: not adopted, flagged by that worker with where the
 # two part (runtime/adoption.py); cleared by the scan once it is served or has ended.
 REPLAY_DIVERGENCE = "replay_divergence"
+# Due work pinned to code nobody serves whose journal holds an UNKNOWN effect that the replay
+# against a live worker's code does not reach asking for that very effect: only the code that
+# sent it (or an operator's ``repair resolve-effect``) settles it, so it is not adopted; flagged
+# by that worker with the effect and why; cleared by the scan as ``replay_divergence`` is.
+ADOPTION_REFUSED = "adoption_refused"
 
 # The flags a scan raises and, when the condition is gone, clears by itself.
 SCANNED_FLAGS = (

@@ -57,6 +57,9 @@ class Overlap(enum.Enum):
     BUFFER_ONE = "buffer_one"
     # Buffer every overlapping slot, up to BUFFERED_SLOTS_MAX; they fire one run after another.
     BUFFER_ALL = "buffer_all"
+    # Ask the running instance to cancel (its compensation runs) and buffer the slot: it
+    # fires once that instance has ended, as buffer_one's does.
+    CANCEL_OTHER = "cancel_other"
     ALLOW_ALL = "allow_all"
 
 
@@ -302,11 +305,13 @@ class ScheduleDeclarations:
 
         ``overlap`` says what a slot does while the instance fired last still runs
         (``"skip"``, ``"buffer_one"``, ``"buffer_all"``: up to :data:`BUFFERED_SLOTS_MAX`, each
-        fired when the run before it ends, ``"allow_all"``); ``catch_up`` what late slots do
-        after downtime (``"skip"``, ``"latest"``: fire the newest once, ``"all"``: fire
-        those within ``catch_up_window_seconds``); every slot that does not fire is recorded
-        with its reason. ``jitter_seconds`` delays each slot by an amount derived from its
-        identity. Workers keep the journal's copy of the spec in step with this one.
+        fired when the run before it ends, ``"cancel_other"``: the running instance is asked to
+        cancel, compensating, and the slot is buffered until it has ended, ``"allow_all"``);
+        ``catch_up`` what late slots do after downtime (``"skip"``, ``"latest"``: fire the
+        newest once, ``"all"``: fire those within ``catch_up_window_seconds``); every slot
+        that does not fire is recorded with its reason. ``jitter_seconds`` delays each slot
+        by an amount derived from its identity. Workers keep the journal's copy of the spec
+        in step with this one.
 
         Example::
 

@@ -3,11 +3,13 @@
 Every move of an in-flight instance to other code is proven first: its journal (mapped by the
 migration plan, for a migration) is replayed against the new code with nothing dispatched
 (:mod:`ledgerflow.runtime.replay`), and only a clean replay moves it. An instance is refused
-outright while an effect of it is UNKNOWN, while it compensates or cancels, or while a worker
-holds a live lease on it. Each move is one transaction with its audit record, which keeps the
-replay's evidence and the actor; the store re-checks the pin and the lease in that
-transaction. Effect ids and idempotency keys are never minted again: a moved effect keeps the
-ones it was recorded with.
+outright while it compensates or cancels, or while a worker holds a live lease on it; one with
+an UNKNOWN effect moves only when the replay reaches that effect with the new code asking for
+that very effect (the rule a worker's adoption applies: ``runtime/adoption.py``), so that the
+new code's effect driver settles it by the protocol. Each move is one transaction with its
+audit record, which keeps the replay's evidence and the actor; the store re-checks the pin and
+the lease in that transaction. Effect ids and idempotency keys are never minted again: a moved
+effect keeps the ones it was recorded with.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from ledgerflow.model.contracts import ContractMapping
 from ledgerflow.model.definition import Registry, WorkflowDefinition
 from ledgerflow.model.ids import EffectId, Generation, IdempotencyKey, StepSeq
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.routing import Served
 from ledgerflow.operators.actions import MIGRATE, UPGRADE
-from ledgerflow.runtime.adoption import move_refusal
+from ledgerflow.runtime.adoption import in_doubt_refusal, move_refusal
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.core import detail_of
 from ledgerflow.runtime.history import history_document, journal_of, read_histories
@@ -367,6 +370,12 @@ class Upgrades:
         verdict = await replay(target, moved, mapped, codec=self.codec, registry=self.registry)
         if not verdict.compatible:
             return _outcome(instance, "diverged", verdict)
+        # The rule a worker's adoption applies: an UNKNOWN effect moves only to code that
+        # reaches it asking for that very effect, whose effect driver then settles it.
+        code = Served(target.name, target.version, target.fingerprint).label
+        in_doubt = in_doubt_refusal(instance, mapped, verdict, code=code)
+        if in_doubt is not None:
+            return _outcome(instance, "refused", verdict, refusal=in_doubt)
         if dry_run:
             return _outcome(instance, "would-move", verdict)
         return self._apply(mover, instance, (moves, remaps), verdict)

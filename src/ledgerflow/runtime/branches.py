@@ -26,8 +26,13 @@ Workflow code may run steps and effects at once with plain ``asyncio.gather``,
   branches run is held (:meth:`Branches.park`) until no call's work is running and the run is
   quiet: every open call is a held wait or done and waiting for its turn. Then one commit
   starts every held wait and makes the instance WAITING until the earliest of their timers;
-  on resumption the replay takes the same positions, and each wait is asked again. An
-  asynchronous effect's callback wait inside branches is still refused (``concurrent_waits``).
+  on resumption the replay takes the same positions, and each wait is asked again. A
+  child's result and an asynchronous effect's callback wait are held the same way.
+- **Calls without a position.** A child's result (``handle.result()``) takes no journal
+  position, but takes its place in the run's order (:meth:`Branches.order`): after every
+  position taken before it, before every later one, so it returns in call order too. While
+  it is held, cancelling its branch ends the wait (nothing of it is in flight); an effect's
+  callback wait is still waited for (its effect is).
 """
 
 from __future__ import annotations
@@ -49,6 +54,11 @@ from ledgerflow.runtime.control import (
 )
 
 T = TypeVar("T")
+
+# Where a call stands in the run's order: a journal position ``(seq, 0)``, or a call that
+# takes none (a child's result) ``(seq, n)``: the n-th such call made once ``seq`` positions
+# were taken, so it sorts after every position taken before it and before every later one.
+Key = tuple[int, int]
 
 # The run a task belongs to: set in the run's own task, inherited by every task it starts.
 _RUN: contextvars.ContextVar[object | None] = contextvars.ContextVar("ledgerflow_run", default=None)
@@ -82,16 +92,23 @@ class Branches:
         if self.main is not None:
             _RUN.set(self._run)
             self._loop = self.main.get_loop()
-        # Positions taken and not yet handed back, each with the future its return sets.
-        self._open: dict[int, asyncio.Future[None]] = {}
+        # Calls in the run's order not yet handed back, each with the future its return sets;
+        # how many calls took an order without a position (they count as progress too).
+        self._open: dict[Key, asyncio.Future[None]] = {}
+        self._ordered = 0
+        self._last_order: Key = (0, 0)
         # Tasks other than the run's own that took a position.
         self.tasks: set[asyncio.Task[Any]] = set()
         # The work of the branches' open calls, each in its own task.
         self._works: set[asyncio.Future[Any]] = set()
         # Waits held until every branch is blocked (name, writes, due), by position; open
         # positions whose work is done and that wait for their turn; set on every change.
-        self._held: dict[int, tuple[str, list[Write], float]] = {}
-        self._turns: set[int] = set()
+        self._held: dict[Key, tuple[str, list[Write], float]] = {}
+        self._turns: set[Key] = set()
+        # Works held in a wait that their branch's cancellation drops (nothing in flight: a
+        # child's result), and works whose branch was cancelled.
+        self._droppable: set[asyncio.Future[Any]] = set()
+        self._dropped: set[asyncio.Future[Any]] = set()
         self._changed = asyncio.Event()
         self._parking = False
         # The control-flow signal that ends the run: no call returns any more, each raises it.
@@ -132,51 +149,82 @@ class Branches:
 
     async def park(
         self,
-        seq: int,
+        seq: int | Key,
         name: str,
         pending: list[Write],
         due: float,
         suspend: Callable[[list[Write], float, str], Awaitable[None]],
+        *,
+        droppable: bool = False,
     ) -> bool:
         """Hold a wait that would park while branches run, until every branch is blocked;
         then park the instance for all of them in one commit and raise ``Waiting``. False
-        when no branch runs: the wait parks the instance on its own."""
+        when no branch runs: the wait parks the instance on its own. ``droppable``: nothing
+        of the wait is in flight (a child's result), so cancelling its branch ends it."""
         if self.main is None or (asyncio.current_task() is self.main and not self.live()):
             return False
-        self._held[seq] = (name, pending, due)
+        key = _key(seq)
+        me = asyncio.current_task()
+        if droppable and me in self._dropped:
+            raise asyncio.CancelledError
+        self._held[key] = (name, pending, due)
+        if droppable and me is not None:
+            self._droppable.add(me)
         self._changed.set()
         try:
-            while not await self._all_blocked():
+            while not await self._all_blocked(in_flight=not droppable):
                 self._changed.clear()
                 await self._changed.wait()
         except BaseException:
-            self._held.pop(seq, None)
+            self._held.pop(key, None)
             raise
+        finally:
+            # From here on the park is being committed: nothing may cut it short.
+            if me is not None:
+                self._droppable.discard(me)
         held = [self._held[s] for s in sorted(self._held)]
         writes = [w for _, ws, _ in held for w in ws if not isinstance(w, NoCancelRequest)]
+        # The proof that no cancel request stands, once, when a wait starting now asks it (a
+        # child's result or a callback's wait does not: each parks as it would alone).
+        guard = (
+            [NoCancelRequest()]
+            if any(isinstance(w, NoCancelRequest) for _, ws, _ in held for w in ws)
+            else []
+        )
         names = ", ".join(n for n, _, _ in held)
         self._parking = True
         try:
-            await suspend([*writes, NoCancelRequest()], min(d for _, _, d in held), names)
+            await suspend([*writes, *guard], min(d for _, _, d in held), names)
         finally:
             self._parking = False
-        self.stopping(Waiting())
+        if self._stop is None or isinstance(self._stop, Cancelled):
+            # A cancellation waits for the effects in flight: the run ends WAITING for them,
+            # and cancels on a later resumption, once they are settled.
+            self._stop = Waiting()
+            self._changed.set()
         raise Waiting
 
-    async def _all_blocked(self) -> bool:
+    async def _all_blocked(self, *, in_flight: bool) -> bool:
         """Whether no open call's work is running (each is a held wait, or done and waiting
-        for its turn) and no branch took a position for a few turns; raises the run's stop."""
-        if self._stop is not None:
-            raise self._stop
+        for its turn) and no branch took a position for a few turns; raises the run's stop.
+        ``in_flight``: the wait is an effect's (its effect was dispatched): a cancellation
+        does not stop it, the instance waits for the effect's outcome first."""
+        self._raise_stop(in_flight=in_flight)
         if self._parking or self._busy():
             return False
         await self._quiet()
-        if self._stop is not None:
-            raise self._stop
+        self._raise_stop(in_flight=in_flight)
         return not self._parking and not self._busy()
 
+    def _raise_stop(self, *, in_flight: bool) -> None:
+        if self._stop is not None and not (in_flight and isinstance(self._stop, Cancelled)):
+            raise self._stop
+
     def _busy(self) -> bool:
-        return any(s not in self._held and s not in self._turns for s in self._open)
+        """Whether an open call is not blocked: its work runs, or it is done and nothing
+        called before it is still open (it is about to return, and its branch to go on)."""
+        first = min(self._open, default=None)
+        return any(s not in self._held and (s not in self._turns or s == first) for s in self._open)
 
     def stopping(self, control: BaseException) -> None:
         """A call raised a control-flow signal: the executor decides now, and every other
@@ -188,13 +236,25 @@ class Branches:
     def take(self, seq: int) -> None:
         """A call took position ``seq``: it returns only in its turn."""
         if self.main is not None:
-            self._open[seq] = asyncio.get_running_loop().create_future()
+            self._open[(seq, 0)] = asyncio.get_running_loop().create_future()
             self._changed.set()
 
-    async def call(self, seq: int, work: Awaitable[T]) -> T:
+    def order(self) -> Key:
+        """A call that takes no position (a child's result) takes its place in the run's
+        order here: it returns after every call made before it, before every later one."""
+        seq, n = self._positions(), self._last_order[1]
+        key = self._last_order = (seq, n + 1 if self._last_order[0] == seq else 1)
+        if self.main is not None:
+            self._ordered += 1
+            self._open[key] = asyncio.get_running_loop().create_future()
+            self._changed.set()
+        return key
+
+    async def call(self, seq: int | Key, work: Awaitable[T]) -> T:
         """Run one call's work and hand its outcome back in position order."""
         if self.main is None:
             return await work
+        seq = _key(seq)
         try:
             if asyncio.current_task() is self.main:
                 value = await work
@@ -207,8 +267,10 @@ class Branches:
             await self._in_turn(seq)
             raise
         except BaseException as stop:
-            # A control-flow signal, or the worker's death: no turn to wait for.
+            # A control-flow signal, or the worker's death: no turn to wait for, and nothing
+            # left open (a held effect may still wait until every branch is blocked).
             self.stopping(stop)
+            self._returned(seq)
             raise
         await self._in_turn(seq)
         return value
@@ -218,9 +280,14 @@ class Branches:
         task = asyncio.ensure_future(work)
         self._works.add(task)
         task.add_done_callback(self._works.discard)
+        task.add_done_callback(self._dropped.discard)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
+            if not task.done():
+                self._dropped.add(task)
+                if task in self._droppable:
+                    task.cancel()  # a held wait with nothing in flight: it ends with its branch
             while not task.done():
                 try:
                     await asyncio.shield(task)
@@ -236,7 +303,7 @@ class Branches:
                     raise error from None
             raise
 
-    async def _in_turn(self, seq: int) -> None:
+    async def _in_turn(self, seq: Key) -> None:
         """Wait until every lower position returned and the run is quiet, then return."""
         self._turns.add(seq)
         self._changed.set()
@@ -260,15 +327,18 @@ class Branches:
         await asyncio.sleep(0)
         if not self.tasks:
             return
-        seen, still = self._positions(), 0
+        seen, still = self._progress(), 0
         for _ in range(limits.BRANCH_SETTLE_TURNS_MAX):
             if still >= limits.BRANCH_QUIET_TURNS:
                 return
             await asyncio.sleep(0)
-            now = self._positions()
+            now = self._progress()
             seen, still = now, (still + 1 if now == seen else 0)
 
-    def _returned(self, seq: int) -> None:
+    def _progress(self) -> int:
+        return self._positions() + self._ordered
+
+    def _returned(self, seq: Key) -> None:
         self._turns.discard(seq)
         self._held.pop(seq, None)
         self._changed.set()
@@ -295,6 +365,14 @@ class Branches:
             error = None if task.cancelled() else task.exception()
             if error is not None and fatal(error):
                 raise error
+        if isinstance(self._stop, Waiting):
+            # A branch's work that had to end (an asynchronous effect's callback) parked the
+            # instance meanwhile: it is WAITING, and nothing else may be written now.
+            raise self._stop
+
+
+def _key(seq: int | Key) -> Key:
+    return seq if isinstance(seq, tuple) else (seq, 0)
 
 
 def fatal(exc: BaseException) -> bool:

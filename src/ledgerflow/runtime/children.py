@@ -21,7 +21,7 @@ commit, so a replay answers from the journal. While no ending is there the paren
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, TypeVar
 
@@ -43,6 +43,7 @@ from ledgerflow.ledger.records import (
     StartInstance,
     StepRecord,
     StepWrite,
+    Write,
 )
 from ledgerflow.ledger.transitions import instance_change, new_step, step_change
 from ledgerflow.model import names
@@ -52,7 +53,7 @@ from ledgerflow.model.instance import InstanceEvent
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.branches import Branches
+from ledgerflow.runtime.branches import Branches, Key
 from ledgerflow.runtime.control import Cancelled, Park, Waiting
 from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.session import Session
@@ -144,8 +145,18 @@ class ChildHandle:
     async def result(self) -> Any:
         """The child's result; or the :class:`~ledgerflow.errors.ChildWorkflowError` subclass
         its ending names (FAILED, COMPENSATED, CANCELLED, MANUAL_INTERVENTION,
-        FORWARD_RECOVERY_REQUIRED), with its status, cause and residual effects."""
-        return _outcome(self, await _take(self))
+        FORWARD_RECOVERY_REQUIRED), with its status, cause and residual effects.
+
+        Inside parallel branches it is a call in the run's order (runtime/branches.py): it
+        returns after every call made before it, and while the ending is not there it is held
+        as a wait until every branch is blocked (one park for all of them)."""
+        ctx = self._ctx
+        key = ctx._checked(f"the result of child {self.key!r}", ctx._branches.order)
+
+        async def taken() -> Any:
+            return _outcome(self, await _take(self, order=key))
+
+        return await ctx._branches.call(key, taken())
 
 
 def _outcome(handle: ChildHandle, outcome: dict[str, Any]) -> Any:
@@ -306,9 +317,13 @@ async def _start(
         faults.point("child.after_start", instance=parent.business_key, seq=handle.seq)
 
 
-async def _take(handle: ChildHandle, *, cancellable: bool = True) -> dict[str, Any]:
+async def _take(
+    handle: ChildHandle, *, cancellable: bool = True, order: Key | None = None
+) -> dict[str, Any]:
     """The child's outcome: from the journal, or taken from the inbox (closing the step).
-    ``cancellable=False``: a parent whose ending is decided waits whatever is asked of it."""
+    ``cancellable=False``: a parent whose ending is decided waits whatever is asked of it.
+    ``order``: the call's place in the run's order, under which parallel branches hold the
+    wait until every branch is blocked (none: the parent parks on its own)."""
     ctx = handle._ctx
     session = ctx._session
     recorded = session.step(handle.seq)
@@ -342,17 +357,32 @@ async def _take(handle: ChildHandle, *, cancellable: bool = True) -> dict[str, A
             faults.point(
                 "wait.before_suspend", instance=session.instance.business_key, seq=handle.seq
             )
+        what = f"step {handle.seq} (child {handle.child_id})"
+        if order is not None and await ctx._branches.park(
+            order, what, [], limits.WAIT_FOREVER_AT, _suspender(session), droppable=True
+        ):
+            raise Waiting  # never reached: park raises it once the instance is WAITING
+        await _suspender(session)([], limits.WAIT_FOREVER_AT, what)
+        raise Waiting
+
+
+def _suspender(session: Session) -> Callable[[list[Write], float, str], Awaitable[None]]:
+    """How a child's wait parks the parent: WAITING until ``due``, with the held writes."""
+
+    async def suspend(writes: list[Write], due: float, reason: str) -> None:
         await session.commit(
+            *writes,
             instance_change(
                 session.status,
                 InstanceEvent.SUSPEND,
                 reason_code="waiting",
-                reason=f"step {handle.seq} (child {handle.child_id})",
+                reason=reason,
                 release=True,
-                available_at=limits.WAIT_FOREVER_AT,
-            )
+                available_at=due,
+            ),
         )
-        raise Waiting
+
+    return suspend
 
 
 def _close(session: Session, recorded: StepRecord, outcome: dict[str, Any]) -> StepWrite:

@@ -14,7 +14,7 @@ calls back into the driver.
 from __future__ import annotations
 
 from ledgerflow.errors import EventArrivedError
-from ledgerflow.ledger.records import ConsumeDelivery, Delivery, NoPendingDelivery
+from ledgerflow.ledger.records import ConsumeDelivery, Delivery, NoPendingDelivery, Write
 from ledgerflow.ledger.transitions import instance_change
 from ledgerflow.model.effect import EffectEvent
 from ledgerflow.model.ids import EffectId
@@ -54,16 +54,14 @@ class CallbackCompletion:
                     faults.point(
                         "effect.before_suspend", instance=s.instance.business_key, seq=driver.seq
                     )
-                await s.commit(
-                    instance_change(
-                        s.status,
-                        InstanceEvent.SUSPEND,
-                        reason_code="awaiting_callback",
-                        reason=f"step {driver.seq} ({driver.name})",
-                        release=True,
-                        available_at=due,
-                    )
-                )
+                # Inside parallel branches the wait is held until every branch is blocked,
+                # then one commit parks the instance for all of them (runtime/branches.py).
+                what = f"step {driver.seq} ({driver.name})"
+                if driver.parks is not None and await driver.parks(
+                    driver.seq, what, [], due, self._suspend
+                ):
+                    raise Waiting  # never reached: parks raises it once the instance waits
+                await self._suspend([], due, what)
                 raise Waiting
             # The deadline passed with no callback read: the commit below proves none arrived.
             if faults.plan is not None:
@@ -83,6 +81,20 @@ class CallbackCompletion:
             except EventArrivedError:
                 continue  # The callback won the race.
             return Resolve()
+
+    async def _suspend(self, writes: list[Write], due: float, reason: str) -> None:
+        s = self.driver.session
+        await s.commit(
+            *writes,
+            instance_change(
+                s.status,
+                InstanceEvent.SUSPEND,
+                reason_code="awaiting_callback",
+                reason=reason,
+                release=True,
+                available_at=due,
+            ),
+        )
 
     async def _completed(self, delivery: Delivery, *, attempt: int) -> Move:
         driver, s = self.driver, self.driver.session

@@ -287,6 +287,7 @@ class WorkflowContext:
             payload_text=payload_text,
             wait_until=self.wait_until,
         )
+        driver.parks = self._branches.park
         return await self._branches.call(seq, driver.run())
 
     async def sleep(self, seconds: float) -> None:

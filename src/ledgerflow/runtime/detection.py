@@ -27,6 +27,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ledgerflow.ledger.attention import AttentionFlag
 from ledgerflow.ledger.workers import served_by
 from ledgerflow.model import detection
 from ledgerflow.model.detection import (
@@ -36,6 +37,7 @@ from ledgerflow.model.detection import (
     HeldArrival,
     SilentEffect,
 )
+from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.model.routing import Served
@@ -155,8 +157,8 @@ def scan(
     live = served_by(store.workers(live_since=now - bounds.worker_silent_seconds))
     for flag in open_flags:
         key = (flag.instance_id, flag.reason_code)
-        if flag.reason_code == detection.REPLAY_DIVERGENCE:
-            if _divergence_settled(store, flag.instance_id, live) and store.clear_flag(
+        if flag.reason_code in (detection.REPLAY_DIVERGENCE, detection.ADOPTION_REFUSED):
+            if _divergence_settled(store, flag, live) and store.clear_flag(
                 instance_id=flag.instance_id,
                 reason_code=flag.reason_code,
                 cleared_by=detection.DETECTOR,
@@ -189,15 +191,21 @@ def scan(
     )
 
 
-def _divergence_settled(store: DetectionStore, instance_id: str, live: list[Served]) -> bool:
+def _divergence_settled(store: DetectionStore, flag: AttentionFlag, live: list[Served]) -> bool:
     """Whether a ``replay_divergence`` flag's instance no longer waits for a worker that can
     run it: it has ended, or a live worker serves the code it is pinned to (its old code came
-    back, or an operator moved it)."""
-    instance = store.get_instance(InstanceId(instance_id))
+    back, or an operator moved it). An ``adoption_refused`` flag also once its run holds no
+    UNKNOWN effect any more (an operator settled it: a worker may adopt it now)."""
+    instance = store.get_instance(InstanceId(flag.instance_id))
     if instance is None or instance.status in TERMINAL_STATUSES:
         return True
     pinned = Served(instance.workflow_name, instance.workflow_version, instance.fingerprint)
-    return pinned in live
+    if pinned in live:
+        return True
+    if flag.reason_code != detection.ADOPTION_REFUSED:
+        return False
+    effects = store.journal(instance.instance_id, instance.run).effects.values()
+    return not any(e.state is EffectState.UNKNOWN for e in effects)
 
 
 def detection_task(

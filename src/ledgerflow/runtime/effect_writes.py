@@ -23,6 +23,7 @@ from ledgerflow.model.ids import EffectId, IdempotencyKey, StepSeq
 from ledgerflow.model.step import StepEvent
 from ledgerflow.runtime.calls import describe_error
 from ledgerflow.runtime.session import Session
+from ledgerflow.runtime.waits import Parks
 
 
 class EffectWrites:
@@ -37,6 +38,9 @@ class EffectWrites:
     key: IdempotencyKey
     payload_text: str
     step_identity: StepIdentity
+    # How a callback's wait is held among parallel branches (runtime/branches.py); None:
+    # the wait parks the instance on its own.
+    parks: Parks | None = None
 
     def failed(self, reason: str) -> EffectFailedError:
         return EffectFailedError(

@@ -505,9 +505,12 @@ class Engine:
         poll_seconds: float = limits.POLL_SECONDS_DEFAULT,
         detection: DetectionBounds | None = None,
         periodic: Sequence[PeriodicTask] = (),
+        schedules: bool = True,
     ) -> Worker:
         """A worker on this engine's store; ``detection`` bounds stuck and poison work (default:
         ``LEDGERFLOW_DETECTION``, else :class:`~ledgerflow.model.detection.DetectionBounds`).
+        It ticks the registry's schedules each second unless ``schedules=False`` (then
+        :meth:`tick_schedules` is the caller's to call, or another worker's to do).
 
         The worker runs the stuck-work scan periodically, and the ``periodic`` tasks given
         (reconciliation, see :func:`ledgerflow.operators.reconcile.reconcile_task`) beside it.
@@ -522,7 +525,7 @@ class Engine:
         if self.metrics is not None:
             periodic = (*periodic, signals_task(runtime.store, self.store, self.metrics))
         periodic = (*periodic, unserved_task(runtime, self.store, bounds))
-        if self.registry.schedules:
+        if schedules and self.registry.schedules:
             periodic = (*periodic, schedules_task(self._schedules()))
         adopter = Adopter(
             runtime=runtime,

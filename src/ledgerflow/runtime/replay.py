@@ -45,7 +45,7 @@ from ledgerflow.ledger.records import (
 from ledgerflow.ledger.transaction import Deliver, Delivered, Transaction
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.contracts import ContractMismatch, contract_mismatches
-from ledgerflow.model.definition import Registry, WorkflowDefinition
+from ledgerflow.model.definition import EffectDeclaration, Registry, WorkflowDefinition
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
@@ -81,6 +81,11 @@ class ReplayVerdict:
     of ``mismatch``, ``added``, ``missing``, ``contract`` (an effect recorded under another
     participant contract version than declared now) or ``refused`` and ``reason`` a sentence.
     ``replayed`` counts the positions the code was answered from the journal.
+    ``reached_open`` lists the effect positions the journal holds unsettled (INTENDED,
+    UNKNOWN, ...) at which the code asked for that very effect: the same participant,
+    operation, step name and input, so the same idempotency key (an effect keeps the key it
+    was minted with). Driven by this code, such an effect is settled by the effect protocol
+    exactly as the code that sent it would settle it (lookup first; the same key).
     """
 
     instance_id: InstanceId
@@ -95,6 +100,7 @@ class ReplayVerdict:
     holds: str | None = None
     asks: str | None = None
     reason: str | None = None
+    reached_open: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The verdict as plain data."""
@@ -152,14 +158,50 @@ class ReplayContext(WorkflowContext):
     def __init__(self, session: Session, definition: WorkflowDefinition, *, complete: bool) -> None:
         super().__init__(session, definition)
         self.complete = complete
+        # The participant and operation of the effect being checked (set by effect(), read by
+        # the position check it makes before its first await), and the unsettled effect
+        # positions the code reached asking for that very effect.
+        self._asking: tuple[str, str] | None = None
+        self.reached_open: list[int] = []
+
+    async def effect(
+        self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None
+    ) -> Any:
+        self._asking = (declaration.participant.name, declaration.operation)
+        return await super().effect(declaration, payload, name=name)
 
     def _replayed(
         self, seq: StepSeq, *, kind: StepKind, name: str, input_text: str | None
     ) -> StepRecord | None:
         recorded = super()._replayed(seq, kind=kind, name=name, input_text=input_text)
+        asking, self._asking = self._asking, None
         if recorded is None:
             self._past_the_end(seq, describe_step(kind, name, input_text))
-        elif not _settled(self._session, recorded):
+            return None
+        effect = self._session.effect(seq) if kind is StepKind.EFFECT else None
+        if (
+            effect is not None
+            and asking is not None
+            and asking
+            != (
+                effect.participant,
+                effect.operation,
+            )
+        ):
+            # What a worker's effect driver refuses too: a step of that name, another effect.
+            holds = (
+                f"effect {effect.participant}.{effect.operation} under key {effect.idempotency_key}"
+            )
+            asks = f"effect {asking[0]}.{asking[1]} under the name {name!r}"
+            raise Diverged(
+                seq,
+                holds=holds,
+                asks=asks,
+                reason=f"step {seq}: the journal holds {holds}, the code asks for {asks}",
+            )
+        if not _settled(self._session, recorded):
+            if effect is not None:
+                self.reached_open.append(int(seq))
             if self._recorded_after(seq) and not self._branches.tasks:
                 # Only a migrated journal can hold this: what lies beyond would be reached
                 # only after this position settles, and cannot be proven now.
@@ -291,7 +333,8 @@ async def _replayed_code(
     try:
         await _branches_ended(ctx, definition, codec.decode(instance.open_run_input))
     except _Frontier as frontier:
-        return dataclasses.replace(clean, replayed=frontier.seq - 1)
+        reached = tuple(sorted(set(ctx.reached_open)))
+        return dataclasses.replace(clean, replayed=frontier.seq - 1, reached_open=reached)
     except Diverged as diverged:
         return dataclasses.replace(
             clean,

@@ -22,11 +22,13 @@ Example (what :meth:`~ledgerflow.runtime.engine.Engine.worker` adds)::
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ledgerflow.errors import LedgerflowError, SlotTakenError
+from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.records import NewInstance, StartInstance
 from ledgerflow.ledger.schedules import (
     DeclareSchedule,
@@ -34,7 +36,7 @@ from ledgerflow.ledger.schedules import (
     SlotOutcome,
     plan_tick,
 )
-from ledgerflow.ledger.transaction import Transaction
+from ledgerflow.ledger.transaction import Audited, RequestCancel, Transaction
 from ledgerflow.model import names
 from ledgerflow.model.definition import Registry
 from ledgerflow.model.ids import InstanceId
@@ -173,7 +175,8 @@ class Scheduler:
         if plan is None:
             return TickReport()
         starts = tuple(StartInstance(new=start(f.nominal_at)) for f in plan.firings)
-        transaction = Transaction(writes=(plan.advance, *starts))
+        cancels = () if plan.cancel is None else (_cancel_other(spec.name, plan.cancel),)
+        transaction = Transaction(writes=(plan.advance, *starts, *cancels))
         if faults.plan is not None:
             faults.point("schedule.before_fire", schedule=spec.name, slots=len(plan.advance.slots))
         try:
@@ -197,6 +200,26 @@ class Scheduler:
             self.on_fired()
         fired = sum(1 for s in plan.advance.slots if s.outcome is SlotOutcome.FIRED)
         return TickReport(decided=len(plan.advance.slots), fired=fired)
+
+
+def _cancel_other(schedule: str, instance_id: str) -> Audited:
+    """The cancel request of an overlapping slot (cancel_other), audited under the schedule's
+    name in the tick's transaction (``applied``, or ``no-op`` when a request stood already)."""
+    reason = f"schedule {schedule}: a newer slot is due (overlap cancel_other)"
+    request = RequestCancel(instance_id=InstanceId(instance_id), reason=reason)
+    entry = AuditEntry(
+        actor=f"ledgerflow:schedule:{schedule}",
+        role=None,
+        kind="cancel",  # the operators' kind of a cancel request (operators.actions.CANCEL)
+        instance_id=request.instance_id,
+        target=None,
+        fingerprint=f"schedule-cancel:{schedule}:{instance_id}",
+        outcome="applied",  # the store's answer decides it (ledger.transaction.audited_entry)
+        reason=reason,
+        evidence=None,
+        plan=json.dumps({"compensate": True}),
+    )
+    return Audited(change=request, entry=entry)
 
 
 def _add(a: TickReport, b: TickReport) -> TickReport:

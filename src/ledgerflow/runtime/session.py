@@ -162,9 +162,9 @@ class Session:
             if any(_releases(w) for w in writes):
                 raise Park(
                     "concurrent_waits",
-                    "the instance would be released while parallel branches run: an "
-                    "asynchronous effect's callback wait inside branches, or a child's result "
-                    "awaited inside them, is not supported yet; await it before or after them",
+                    "the instance would be released while parallel branches run by a call "
+                    "that is not held until every branch is blocked (runtime/branches.py): "
+                    "await it before or after the branches",
                 )
             if not beside and not fences and _intent(writes):
                 await self._grouped(writes)

@@ -54,6 +54,8 @@ from ledgerflow.testing.dropping_store import DroppingStore, dropping
 from ledgerflow.testing.participants import ScriptedParticipant, World
 from ledgerflow.testing.plans import CANCEL, Decision, Hit, OutsideEvent, RandomPlan, ScheduledPlan
 from ledgerflow.testing.rolled_back import RolledBackCallers, rolled_back_invisible
+from ledgerflow.testing.schedule_checks import one_firing_per_slot
+from ledgerflow.testing.schedule_sweep import ScheduleDriver
 from ledgerflow.testing.start_sweep import StartCallers, StartSpec
 
 # Leases are long so that no lease lapses while a worker lives; a death then moves the clock
@@ -85,6 +87,8 @@ class Scenario:
     upgrade_on_drift: bool = True
     # Starts made under the plan, by callers that retry after dying (testing.start_sweep).
     swept_starts: StartSpec | None = None
+    # The registry's schedules fire their slots for this long (testing.schedule_sweep).
+    schedule_horizon: float = 0.0
 
 
 ScenarioFactory = Callable[[], Scenario]
@@ -380,6 +384,11 @@ class _Run:
         )
         self.driver = ArrivalDriver(scenario.events, scenario.participants)
         self.callers = StartCallers(scenario.swept_starts) if scenario.swept_starts else None
+        self.schedules = ScheduleDriver(
+            declared=bool(scenario.registry.schedules),
+            started_at=self.clock.now(),
+            horizon=scenario.schedule_horizon,
+        )
         plan.arrive = self._arrive
         scenario.world.clock = self.clock
         scenario.world.stall = self._stall
@@ -423,6 +432,8 @@ class _Run:
                 # Only what the next life's code can claim: work pinned to other code waits
                 # for a worker that serves it (none comes in a simulation), it is not due here.
                 due = engine.store.next_available_at(self.registry.served(), self.registry.adopts())
+                self.schedules.close_past_horizon(engine.store, now=self.clock.now())
+                due = self.schedules.next_due(engine.store, due, now=self.clock.now())
                 # Nothing is due now: time is about to move. What arrived must not wait for it.
                 self.lost_wakeups.extend(oracle.lost_wakeups(engine.store, now=self.clock.now()))
                 # What the waits ask for arrives before time moves (then the run goes on now).
@@ -465,8 +476,10 @@ class _Run:
             lease_seconds=SIMULATED_LEASE_SECONDS,
             poll_seconds=3_600.0,
             concurrency=max(2, min(len(self.scenario.starts) + 1, 256)),
+            schedules=False,  # ticked at the life's start instead: see testing.schedule_sweep
         )
         try:
+            await self.schedules.tick(engine)
             await worker.run(until_nothing_due=True)
         except SimulatedCrash:
             self.crashes += 1
@@ -542,7 +555,11 @@ def _rolled_back_left(url: str, callers: StartCallers | None) -> list[oracle.Vio
     and what the retrying callers of swept starts were answered."""
     store = open_store(url)
     try:
-        return [*rolled_back_invisible(store), *(callers.judge(store) if callers else [])]
+        return [
+            *rolled_back_invisible(store),
+            *(callers.judge(store) if callers else []),
+            *one_firing_per_slot(store),
+        ]
     finally:
         store.close()
 

@@ -5,7 +5,8 @@ day's activity), the instance list with its search, an instance with every ledge
 result, its timeline drawn and listed, steps, effects with their keys and evidence, UNKNOWN
 outcomes highlighted, compensations, inbox, flags, audit) and the forms its state and the
 principal's role allow (signal or approve, cancel, repair: :mod:`ledgerflow.web.console_offers`),
-the attention queue, the audit log, the versions and workers, the held locks. Repairs are two
+the attention queue, the audit log, the versions and workers, the held locks, the schedules
+(:mod:`ledgerflow.web.console_schedules`). Repairs are two
 steps: a dry run shown as a diff of the ledger, then apply on confirmation, only if the
 instance is still at the generation the diff was made from. A signal is the API's (the same
 call, role check, audit and deduplication by event id).
@@ -42,6 +43,7 @@ from ledgerflow.operators.service import (
     SignedIn,
 )
 from ledgerflow.operators.shapes import decoded
+from ledgerflow.web import console_schedules
 from ledgerflow.web.activity_chart import GROUPS, activity
 from ledgerflow.web.console_offers import NEEDS_STEP, offers
 from ledgerflow.web.console_session import (
@@ -456,6 +458,7 @@ def install(app: FastAPI) -> None:
     """The console's routes, its stylesheet, and the redirect to sign-in for a page opened
     without a session."""
     app.include_router(router)
+    app.include_router(console_schedules.router)
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC), name="console-static")
 
     @app.get("/", include_in_schema=False)

@@ -8,6 +8,9 @@
 -- workflow_version, fingerprint}: the worker's own fingerprint) that no live worker serves
 -- (none with a heartbeat since :live_since announced it), excluding what the worker drives
 -- (:running). A compensation or cancellation under way is finished on the code that began it.
+-- An effect in doubt (UNKNOWN) does not keep it out: the worker adopts it only if the replay
+-- reaches that effect asking for the very same one, and its effect driver then settles it by
+-- the protocol (runtime/adoption.py: in_doubt_refusal).
 SELECT i.* FROM lf_instances i
 WHERE i.status IN ('SCHEDULED', 'RUNNING', 'WAITING')
   AND i.available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
@@ -24,10 +27,6 @@ WHERE i.status IN ('SCHEDULED', 'RUNNING', 'WAITING')
       WHERE d.workflow_name = i.workflow_name AND d.workflow_version = i.workflow_version
         AND d.fingerprint = i.fingerprint
         AND w.stopped_at IS NULL AND w.heartbeat_at >= :live_since)
-  -- An effect in doubt is settled first, on the code that sent it (an operator's move too).
-  AND NOT EXISTS (
-      SELECT 1 FROM lf_effects e
-      WHERE e.instance_id = i.instance_id AND e.run = i.run AND e.state = 'UNKNOWN')
 ORDER BY i.available_at, i.instance_id
 LIMIT :limit;
 

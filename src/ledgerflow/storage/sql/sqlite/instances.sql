@@ -172,8 +172,9 @@ WHERE instance_id = :instance_id AND generation = :generation;
 -- wait with no timeout is due at :never, and so is a damaged row set aside by a claim). NULL
 -- when nothing is runnable at all. Only instances a worker serving :serves could claim count
 -- (NULL: every one), so a worker does not wait for work it will never take, and those of a
--- workflow and version in :adopts whatever their fingerprint (work it may adopt: not one in
--- doubt, nor one flagged as not replaying against the adopting code).
+-- workflow and version in :adopts whatever their fingerprint (work it may adopt, one with an
+-- effect in doubt too: not one flagged as not replaying against the adopting code, nor one
+-- flagged as holding an UNKNOWN effect that code does not reach).
 SELECT min(
     CASE WHEN owner IS NULL THEN available_at ELSE max(available_at, lease_expires_at) END
 ) AS at
@@ -190,13 +191,9 @@ WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING'
           WHERE json_extract(a.value, '$.workflow_name') = lf_instances.workflow_name
             AND json_extract(a.value, '$.workflow_version') = lf_instances.workflow_version)
         AND NOT EXISTS (
-          SELECT 1 FROM lf_effects e
-          WHERE e.instance_id = lf_instances.instance_id AND e.run = lf_instances.run
-            AND e.state = 'UNKNOWN')
-        AND NOT EXISTS (
           SELECT 1 FROM lf_attention f
           WHERE f.instance_id = lf_instances.instance_id AND f.cleared_at IS NULL
-            AND f.reason_code = 'replay_divergence')));
+            AND f.reason_code IN ('replay_divergence', 'adoption_refused'))));
 
 -- name: count_by_status
 -- Of one tenant (:tenant), or of all (NULL).
