@@ -67,6 +67,7 @@ PARTICIPANT_ALL = [
     "EffectCall",
     "EffectDeclaration",
     "EffectRejectedError",
+    "HeartbeatAnswer",
     "LookupAnswer",
     "LookupVerdict",
     "Participant",
@@ -103,6 +104,7 @@ TESTING_ALL = [
 ERRORS = [
     "ApiUnreachableError",
     "ArrivalsError",
+    "AttemptSupersededError",
     "BusinessFailure",
     "CancelArrivedError",
     "ChildCancelledError",

@@ -58,6 +58,12 @@ WORKER_RETENTION_SECONDS = 7 * 24 * 3600
 POLL_SECONDS_DEFAULT = 0.2
 # An effect dispatch that has not answered by then is UNKNOWN.
 EFFECT_TIMEOUT_SECONDS_DEFAULT = 30.0
+# Effect heartbeats (heartbeat_timeout=): writes per timeout at most (a throttle of
+# timeout/3, so that one slow write never cuts an attempt off), capped at a minute (Temporal's
+# cap), and the size of the details one heartbeat keeps.
+HEARTBEAT_WRITES_PER_TIMEOUT = 3
+HEARTBEAT_THROTTLE_SECONDS_MAX = 60.0
+HEARTBEAT_DETAILS_BYTES_MAX = 64_000
 # Errors of failed attempts kept per step or effect: the first and the most recent ones.
 ATTEMPT_ERRORS_KEPT_MAX = 20
 # A retry whose backoff is shorter than this waits in the worker; longer ones release the

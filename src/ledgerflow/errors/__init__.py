@@ -41,6 +41,7 @@
     │   ├── RetryTransactionError     the caller's transaction lost a conflict: run it again
     │   ├── ChildKeyConflictError     a child's explicit key is held by an unrelated instance
     │   ├── KeyInUseError             a business key's instance this start may not return
+    │   ├── AttemptSupersededError    an effect's heartbeat from an attempt no longer in flight
     │   └── SlotTakenError            another worker decided a schedule's slots first
     ├── IllegalTransitionError        a state change the state machine does not allow
     │   └── UnsettledEffectsError     continue-as-new while an effect of the run is unsettled
@@ -127,6 +128,7 @@ from ledgerflow.errors.inputs import (
     VersionRetiredError,
 )
 from ledgerflow.errors.ledger import (
+    AttemptSupersededError,
     BusinessFailure,
     CancelArrivedError,
     ConcurrencyError,
@@ -179,6 +181,7 @@ from ledgerflow.errors.storage import (
 __all__ = [
     "ApiUnreachableError",
     "ArrivalsError",
+    "AttemptSupersededError",
     "BusinessFailure",
     "CancelArrivedError",
     "ChildCancelledError",

@@ -314,6 +314,21 @@ class TargetNotFoundError(StepError):
 
 
 @identities
+class AttemptSupersededError(ConcurrencyError):
+    """An effect's heartbeat came from an attempt that is no longer the one in flight: the
+    effect moved on (its outcome recorded, made UNKNOWN after a missed heartbeat, or a later
+    attempt dispatched), or another owner holds the instance. Nothing was written; the attempt
+    should stop: whatever it still returns is refused."""
+
+    code = "LF312"
+    ID_NAMES: ClassVar[tuple[str, ...]] = ("instance_id", "effect_id", "attempt")
+
+    instance_id: str | None = None
+    effect_id: str | None = None
+    attempt: int | None = None
+
+
+@identities
 class SlotTakenError(ConcurrencyError):
     """A schedule's tick lost the race: another worker decided these slots first (the
     schedule's cursor or buffered slot moved since the tick was planned). Nothing of the

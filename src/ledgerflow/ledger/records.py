@@ -183,6 +183,14 @@ class EffectRecord:
     lookup_failures: int = 0
     # The participant contract version its declaration carried when the intent was written.
     contract_version: str | None = None
+    # The last durable heartbeat (an effect declared with heartbeat_timeout): when, until when
+    # the attempt counts as alive (the store's clock), by which attempt and generation, and
+    # the details it carried (kept across attempts: the next one reads them).
+    heartbeat_at: float | None = None
+    heartbeat_due_at: float | None = None
+    heartbeat_attempt: int = 0
+    heartbeat_generation: int = 0
+    heartbeat_details: str | None = None
 
     payload_value = Decoded("payload")
     """The effect's payload, decoded."""
@@ -322,6 +330,24 @@ class NoCancelRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EffectHeartbeat:
+    """An in-flight attempt is alive: a conditional write on the effect's row, refused
+    (:class:`~ledgerflow.errors.AttemptSupersededError`) unless the effect is still INTENDED
+    at ``attempt``; the commit's owner fence adds the generation. The attempt counts as cut off
+    from ``timeout_seconds`` after the store's time of this write. ``details`` (ledger text)
+    replaces the last ones; None keeps them (the beat written at dispatch)."""
+
+    effect_id: EffectId
+    seq: StepSeq
+    attempt: int
+    timeout_seconds: float
+    details: str | None = None
+    # The time of the write on the clock leases are measured by; None: the database's own
+    # (PostgreSQL with real time: a worker's clock never decides whether an attempt is cut off).
+    at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KeepTraceContext:
     """Keep the trace context of the instance's first run span (a later run continues it; one
     already kept is never replaced)."""
@@ -378,6 +404,7 @@ Write = (
     | RejectDelivery
     | NoPendingDelivery
     | NoCancelRequest
+    | EffectHeartbeat
     | KeepTraceContext
     | StartInstance
     | ContinueRun

@@ -24,7 +24,9 @@ from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.defects import OnDefect, declared_names, is_business_failure
 from ledgerflow.model.effect import LookupAnswer
-from ledgerflow.model.ids import EffectId, IdempotencyKey, InstanceId
+from ledgerflow.model.effect_call import EffectCall as EffectCall
+from ledgerflow.model.heartbeat import checked_heartbeat_timeout
+from ledgerflow.model.ids import IdempotencyKey
 from ledgerflow.model.retry import (
     DEFAULT_DEFECT_RETRY,
     DEFAULT_EFFECT_RETRY,
@@ -50,35 +52,6 @@ def check_name(kind: str, name: str) -> str:
             f"digits, '_', '.', '-' (at most {limits.NAME_LENGTH_MAX} characters)"
         )
     return name
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EffectCall:
-    """What participant code receives for one dispatch of an effect (or a compensation)."""
-
-    participant: str
-    """The participant's name."""
-    operation: str
-    """The operation's name."""
-    idempotency_key: IdempotencyKey
-    """The effect's key, derived from its identity: the same on every attempt and worker.
-    Pass it on to the service as its idempotency key."""
-    effect_id: EffectId
-    """The effect's id in the ledger."""
-    instance_id: InstanceId
-    """The instance the effect belongs to."""
-    attempt: int
-    """This dispatch's attempt number (1 first); it never changes the key."""
-    payload: Any
-    """What the workflow passed to ``ctx.effect`` (for a compensation: the original's)."""
-    original_key: IdempotencyKey | None = None
-    """Set for a compensation: the key of the effect it undoes."""
-    original_evidence: Any = None
-    """Set for a compensation: the evidence (receipt) of the effect it undoes."""
-    deadline_at: float | None = None
-    """When the engine stops waiting for this attempt's answer (seconds since the epoch, on
-    the engine's clock): past it the outcome is UNKNOWN, and a later answer is only kept as
-    evidence. A participant may pass it on as its own deadline."""
 
 
 EffectFunction = Callable[[EffectCall], Awaitable[Any]] | Callable[[EffectCall], Any]
@@ -111,11 +84,22 @@ class EffectDeclaration:
     # The participant contract (payload shape) version this declaration speaks, recorded with
     # every effect it writes; None: not declared.
     contract_version: str | None = None
+    # Seconds an attempt may go without a heartbeat (call.heartbeat) before it is cut off and
+    # its outcome is UNKNOWN; None: no heartbeat is asked for (checked as it is declared).
+    heartbeat_timeout_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        what = f"effect {self.participant.name}.{self.operation}"
+        seconds = checked_heartbeat_timeout(
+            self.heartbeat_timeout_seconds, self.function, what=what, timeout=self.timeout_seconds
+        )
+        object.__setattr__(self, "heartbeat_timeout_seconds", seconds)
 
     def describe(self) -> dict[str, Any]:
         """The declaration as a JSON record: participant, operation, classification, retry policy,
-        timeout, compensation, deduplication, lookup and contract version."""
-        return {
+        timeout, compensation, deduplication, lookup and contract version (and the heartbeat
+        timeout, when one is declared)."""
+        described = {
             "participant": self.participant.name,
             "operation": self.operation,
             "classification": self.classification.value,
@@ -126,6 +110,9 @@ class EffectDeclaration:
             "has_lookup": self.participant.lookup_function is not None,
             "contract_version": self.contract_version,
         }
+        if self.heartbeat_timeout_seconds is not None:
+            described["heartbeat_timeout_seconds"] = self.heartbeat_timeout_seconds
+        return described
 
 
 class Participant:
@@ -150,6 +137,11 @@ class Participant:
     apply after the engine re-dispatches with a higher attempt number. A lookup that raises
     (the participant is unreachable) is no answer: it is asked again on ``lookup_retry``, and
     only when that is spent is the doubt settled without it (or handed to a person).
+
+    ``@payments.effect(..., heartbeat_timeout=seconds)`` asks a long effect to call ``await
+    call.heartbeat(details)`` at least that often; an attempt that misses it is cut off, its
+    outcome UNKNOWN and settled by the lookup, and the next attempt reads
+    ``call.last_heartbeat`` (see :mod:`ledgerflow.model.heartbeat`).
     """
 
     def __init__(
@@ -179,6 +171,7 @@ class Participant:
         compensation: str | None = None,
         completes_by_callback: float | None = None,
         contract_version: int | str | None = None,
+        heartbeat_timeout: float | None = None,
     ) -> Callable[[EffectFunction], EffectDeclaration]:
         """Declare an effect. ``classification`` is required: there is no safe default.
 
@@ -221,7 +214,7 @@ class Participant:
                 ) from None
             if op in self.effects:
                 raise RegistrationError(f"{what} is declared twice")
-            declaration = EffectDeclaration(
+            self.effects[op] = declaration = EffectDeclaration(
                 participant=self,
                 operation=op,
                 classification=kind,
@@ -233,8 +226,8 @@ class Participant:
                     completes_by_callback, what=what, option="completes_by_callback", optional=True
                 ),
                 contract_version=contract_text(f"effect {self.name}.{op}", contract_version),
+                heartbeat_timeout_seconds=heartbeat_timeout,
             )
-            self.effects[op] = declaration
             return declaration
 
         return register

@@ -17,6 +17,7 @@ from ledgerflow.model.definition import EffectDeclaration as EffectDeclaration
 from ledgerflow.model.definition import Participant as Participant
 from ledgerflow.model.effect import LookupAnswer as LookupAnswer
 from ledgerflow.model.effect import LookupVerdict as LookupVerdict
+from ledgerflow.model.heartbeat import HeartbeatAnswer as HeartbeatAnswer
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
 from ledgerflow.participant.remote import remote_participant as remote_participant
 
@@ -25,6 +26,7 @@ __all__ = [
     "EffectCall",
     "EffectDeclaration",
     "EffectRejectedError",
+    "HeartbeatAnswer",
     "LookupAnswer",
     "LookupVerdict",
     "Participant",

@@ -62,6 +62,16 @@ class DeadlinePassedError(TimeoutError):
         self.seconds = seconds
 
 
+class HeartbeatMissedError(TimeoutError):
+    """An effect declared with a heartbeat timeout went that long without a durable heartbeat:
+    the attempt is cut off and its outcome is unknown (the participant may have applied it).
+    As after a deadline, the call is cancelled and a later answer is evidence only."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no heartbeat within {seconds:g}s (the effect's heartbeat_timeout)")
+        self.seconds = seconds
+
+
 # Calls that kept running after their deadline (their code ignored the cancellation): held
 # here until they end, so that they are neither garbage-collected mid-flight nor forgotten.
 _late: set[asyncio.Task[Any]] = set()
@@ -74,29 +84,44 @@ async def call_by_deadline(
     clock: Clock,
     inline: bool = False,
     on_late: Callable[[Any], None] | None = None,
+    heartbeat_due: Callable[[], float] | None = None,
+    heartbeat_seconds: float | None = None,
 ) -> Any:
     """Call user code and return its answer if it comes within ``seconds`` on ``clock``;
-    otherwise cancel it and raise :class:`DeadlinePassedError` at once.
+    otherwise cancel it and raise :class:`DeadlinePassedError` at once. ``heartbeat_due``
+    gives a second deadline that moves (an effect's heartbeats, ``heartbeat_seconds`` apart at
+    most): past it the call is cancelled likewise, with :class:`HeartbeatMissedError`.
 
     ``asyncio.wait_for`` is not used: when the call catches its cancellation and returns a
     value anyway, it hands that late value back as if it had come in time, and a late answer
     must never complete an effect on its own. A late answer goes to ``on_late`` instead.
     """
     call = asyncio.ensure_future(call_user(function, *args, inline=inline))
-    alarm = clock.alarm(clock.now() + seconds)
-    try:
-        await asyncio.wait([call, alarm], return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        call.cancel()
-        raise
-    finally:
-        alarm.cancel()
-    if call.done():
-        return call.result()
+    deadline = clock.now() + seconds
+    missed: Exception | None = None
+    while missed is None:
+        # The heartbeat's deadline moves on with each durable heartbeat: wait for the nearer
+        # of the two, and look again when the heartbeat's has moved meanwhile.
+        due = deadline if heartbeat_due is None else min(deadline, heartbeat_due())
+        alarm = clock.alarm(due)
+        try:
+            await asyncio.wait([call, alarm], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        finally:
+            alarm.cancel()
+        if call.done():
+            return call.result()
+        now = clock.now()
+        if now >= deadline:
+            missed = DeadlinePassedError(seconds)
+        elif heartbeat_due is not None and now >= heartbeat_due():
+            missed = HeartbeatMissedError(heartbeat_seconds or 0.0)
     call.cancel()
     _late.add(call)
     call.add_done_callback(functools.partial(_ended_late, on_late))
-    raise DeadlinePassedError(seconds)
+    raise missed
 
 
 def _ended_late(on_late: Callable[[Any], None] | None, call: asyncio.Task[Any]) -> None:

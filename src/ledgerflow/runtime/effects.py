@@ -62,6 +62,7 @@ from ledgerflow.runtime.completion import CallbackCompletion
 from ledgerflow.runtime.control import Diverged, Park
 from ledgerflow.runtime.effect_moves import AwaitCallback, Dispatch, Move, Resolve, Settled
 from ledgerflow.runtime.effect_writes import EffectWrites
+from ledgerflow.runtime.heartbeats import AttemptHeartbeats, dispatch_heartbeats, flushing
 from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
 
@@ -189,7 +190,12 @@ class EffectDriver(EffectWrites):
                     EffectEvent.LOSE_OUTCOME,
                     attempt=effect.attempt,
                     doubt=effect.attempt,
-                    reason="the worker stopped before the outcome was recorded",
+                    reason=(
+                        "the worker stopped before the outcome was recorded"
+                        if self.declaration.heartbeat_timeout_seconds is None
+                        else "the worker stopped, or missed the attempt's heartbeat, before "
+                        "the outcome was recorded"
+                    ),
                 )
             )
         return Resolve()
@@ -225,8 +231,15 @@ class EffectDriver(EffectWrites):
         return effect
 
     def _call(
-        self, *, attempt: int, key: IdempotencyKey, deadline_at: float | None = None
+        self,
+        *,
+        attempt: int,
+        key: IdempotencyKey,
+        deadline_at: float | None = None,
+        heartbeats: AttemptHeartbeats | None = None,
     ) -> EffectCall:
+        effect = self.session.effect(self.seq)
+        last = effect.heartbeat_details if effect is not None else None
         return EffectCall(
             participant=self.declaration.participant.name,
             operation=self.declaration.operation,
@@ -240,12 +253,19 @@ class EffectDriver(EffectWrites):
                 self.session.codec.decode(self.undoes.evidence or "null") if self.undoes else None
             ),
             deadline_at=deadline_at,
+            last_heartbeat=self.session.codec.decode(last) if last is not None else None,
+            heartbeats=heartbeats,
         )
 
     async def _by_deadline(
-        self, function: Callable[..., Any], *args: Any, on_late: Callable[[Any], None] | None = None
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        on_late: Callable[[Any], None] | None = None,
+        heartbeats: AttemptHeartbeats | None = None,
     ) -> Any:
-        """Call participant code within the declaration's deadline (on the engine's clock)."""
+        """Call participant code within the declaration's deadline (on the engine's clock),
+        and within its heartbeat timeout of the last durable heartbeat when it has one."""
         return await call_by_deadline(
             function,
             *args,
@@ -253,6 +273,8 @@ class EffectDriver(EffectWrites):
             clock=self.session.clock,
             inline=self.session.store.inline,
             on_late=on_late,
+            heartbeat_due=(lambda: heartbeats.deadline) if heartbeats is not None else None,
+            heartbeat_seconds=self.declaration.heartbeat_timeout_seconds,
         )
 
     async def _precondition_holds(self) -> bool:
@@ -294,8 +316,12 @@ class EffectDriver(EffectWrites):
         """Call the participant: its evidence as ledger text, or what it raised."""
         if faults.plan is not None:
             faults.point(f"{self.points}.before_dispatch", **self._where(attempt))
+        beats = await dispatch_heartbeats(
+            self.session, self.declaration, seq=self.seq, effect_id=self.effect_id, attempt=attempt
+        )
         deadline_at = self.session.clock.now() + self.declaration.timeout_seconds
-        call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at)
+        call = self._call(attempt=attempt, key=self.key, deadline_at=deadline_at, heartbeats=beats)
+        function = flushing(self.declaration.function, beats)
         keeper = late_answer_keeper(
             self.session,
             key=self.key,
@@ -308,7 +334,7 @@ class EffectDriver(EffectWrites):
         sent_at = time.perf_counter()
         try:
             with self._span(self.points, attempt):
-                evidence = await self._by_deadline(self.declaration.function, call, on_late=keeper)
+                evidence = await self._by_deadline(function, call, on_late=keeper, heartbeats=beats)
                 outcome = self.session.codec.encode(evidence)
         except Exception as exc:  # noqa: BLE001 - settled below: a rejection or UNKNOWN.
             outcome = exc

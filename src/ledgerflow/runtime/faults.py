@@ -16,6 +16,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``effect.after_dispatch``: the participant answered, the outcome is not yet durable
 - ``effect.after_outcome``: the outcome is durable
 - ``effect.before_lookup``: about to ask the participant about an UNKNOWN effect
+- ``effect.before_heartbeat`` / ``effect.after_heartbeat``: an attempt of an effect declared
+  with ``heartbeat_timeout=`` is about to write a heartbeat (the one at dispatch, or one its
+  code asked for) / wrote it and has not gone on
 - ``instance.before_finish``: the workflow returned, its terminal state is not yet durable
 - ``wait.before_timeout``: a wait found no event and its timeout is due, not yet recorded
 - ``wait.before_suspend``: a wait or timer read the inbox and the cancel request and decided

@@ -124,6 +124,7 @@ class SealedStore:
     """The replay session's store: it answers nothing, so nothing is written or dispatched."""
 
     inline = True
+    database_clock = False
 
     async def commit(self, commit: Commit | Transaction, *, now: float) -> Exception | None:
         raise _ReplayWriteError(f"a replay check tried to commit {commit!r}")

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ledgerflow import limits
 from ledgerflow.errors import (
+    AttemptSupersededError,
     CancelArrivedError,
     ChildKeyConflictError,
     EventArrivedError,
@@ -28,6 +30,7 @@ from ledgerflow.errors import (
 from ledgerflow.ledger.records import (
     Commit,
     Delivery,
+    EffectHeartbeat,
     EffectRecord,
     EffectWrite,
     InstanceRecord,
@@ -67,6 +70,11 @@ class SessionStore(Protocol):
     (:class:`~ledgerflow.runtime.store_thread.AsyncStore`); a replay check's answers nothing."""
 
     inline: bool
+
+    @property
+    def database_clock(self) -> bool:
+        """Whether the store measures leases by its own clock (PostgreSQL)."""
+        ...
 
     async def commit(self, commit: Commit | Transaction, *, now: float) -> Exception | None: ...
 
@@ -210,9 +218,10 @@ class Session:
             if self.metrics is not None:
                 self.metrics.fenced(self.instance)
             raise LostOwnership(str(error))
-        if isinstance(error, EventArrivedError | ChildKeyConflictError):
-            # Nothing was written: the waiting code decides (the event wins), or the workflow
-            # does (a child's key another instance holds).
+        if isinstance(error, EventArrivedError | ChildKeyConflictError | AttemptSupersededError):
+            # Nothing was written: the waiting code decides (the event wins), the workflow
+            # does (a child's key another instance holds), or an effect's heartbeat is told
+            # its attempt is no longer in flight.
             raise error
         if isinstance(error, CancelArrivedError):
             # The request won the race with a new step: nothing new starts, the owner cancels.
@@ -236,7 +245,9 @@ class Session:
             if isinstance(write, StepWrite):
                 self.journal.steps[write.record.seq] = write.record
             elif isinstance(write, EffectWrite):
-                self.journal.effects[write.record.seq] = write.record
+                self.journal.effects[write.record.seq] = self._with_heartbeat(write.record)
+            elif isinstance(write, EffectHeartbeat):
+                self._heartbeat_written(write)
             elif isinstance(write, InstanceWrite):
                 self.status = write.status
                 self.reason = write.reason
@@ -247,6 +258,35 @@ class Session:
                 self.released = self.released or write.release
             elif isinstance(write, Release):
                 self.released = True
+
+    def _with_heartbeat(self, record: EffectRecord) -> EffectRecord:
+        """An effect's new state keeps the heartbeat the journal holds: the store's state
+        writes never touch it, and a heartbeat committed while this write was being built
+        (an attempt cut off mid-heartbeat) must not be forgotten here."""
+        known = self.journal.effects.get(record.seq)
+        if known is None:
+            return record
+        return dataclasses.replace(
+            record,
+            heartbeat_attempt=known.heartbeat_attempt,
+            heartbeat_generation=known.heartbeat_generation,
+            heartbeat_details=known.heartbeat_details,
+        )
+
+    def _heartbeat_written(self, write: EffectHeartbeat) -> None:
+        """Keep the journal's effect as the store now holds it: the details the next attempt
+        reads (the times are the store's and only the store compares them)."""
+        effect = self.journal.effects.get(write.seq)
+        if effect is None:
+            return
+        self.journal.effects[write.seq] = dataclasses.replace(
+            effect,
+            heartbeat_attempt=write.attempt,
+            heartbeat_generation=self.generation,
+            heartbeat_details=(
+                write.details if write.details is not None else effect.heartbeat_details
+            ),
+        )
 
     def _unit(
         self,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ledgerflow.errors import (
+    AttemptSupersededError,
     CancelArrivedError,
     FencedOutError,
     IllegalTransitionError,
@@ -29,6 +30,7 @@ from ledgerflow.ledger.locks import AcquireLock, LeaveLockQueue, ReleaseLock
 from ledgerflow.ledger.records import (
     Commit,
     ContinueRun,
+    EffectHeartbeat,
     EffectWrite,
     InstanceWrite,
     KeepTraceContext,
@@ -379,6 +381,8 @@ class SqlStore(
                 self._release(write, commit, now)
             elif isinstance(write, NoCancelRequest):
                 self._no_cancel_request(commit)
+            elif isinstance(write, EffectHeartbeat):
+                self._heartbeat(write, commit, now)
             elif isinstance(write, StartInstance):
                 self._start_within(write.new, now)
             elif isinstance(write, ContinueRun):
@@ -508,6 +512,22 @@ class SqlStore(
             self._release(Release(available_at=available), commit, now, with_entry=False)
         # The row is the old row merged with this write: check what it became before commit.
         self._send("get_instance", {"instance_id": commit.instance_id}, well_formed)
+
+    def _heartbeat(self, write: EffectHeartbeat, commit: Commit, now: float) -> None:
+        def alive(_: list[Row], changed: int) -> None:
+            if changed != 1:
+                raise AttemptSupersededError(
+                    f"effect {write.effect_id}: attempt {write.attempt} is no longer in flight",
+                    instance_id=commit.instance_id,
+                    effect_id=write.effect_id,
+                    attempt=write.attempt,
+                )
+
+        # Its time: the one given, else the database's own clock, else the commit's.
+        at = write.at if write.at is not None or self.database_clock else now
+        params = {"effect_id": write.effect_id, "attempt": write.attempt, "at": at}
+        beat = {"details": write.details, "timeout_seconds": write.timeout_seconds}
+        self._send("heartbeat_effect", {**params, **beat, "generation": commit.generation}, alive)
 
     def _no_cancel_request(self, commit: Commit) -> None:
         def none_asked(rows: list[Row], _: int) -> None:

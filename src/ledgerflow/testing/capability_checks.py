@@ -1,6 +1,6 @@
-"""The oracle's checks of the programming model's capabilities (runs, children, locks, ...),
-gathered in one place so :mod:`ledgerflow.testing.oracle` calls them in one line; each lives in
-its own module beside this one."""
+"""The oracle's checks of the programming model's capabilities (runs, children, locks, values,
+heartbeats, ...), gathered in one place so :mod:`ledgerflow.testing.oracle` calls them in one
+line; each lives in its own module beside this one."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ledgerflow.ledger.values import Published
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.testing.child_checks import no_parent_ends_before_its_wait_children
 from ledgerflow.testing.child_compensation_checks import compensated_child_once
+from ledgerflow.testing.heartbeat_checks import heartbeats_and_attempts
 from ledgerflow.testing.lock_checks import locks_held_rightly
 from ledgerflow.testing.run_checks import Snapshot as RunSnapshot
 from ledgerflow.testing.run_checks import (
@@ -38,4 +39,7 @@ def capability_checks(snapshot: Snapshot) -> list[Violation]:
         *compensated_child_once(snapshot.instances, snapshot.steps),
         *locks_held_rightly(snapshot.locks),
         *values_published_with_their_steps(snapshot.values, snapshot.steps),
+        *heartbeats_and_attempts(
+            snapshot.instances, snapshot.effects, snapshot.events, snapshot.steps
+        ),
     ]

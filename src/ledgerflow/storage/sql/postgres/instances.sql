@@ -48,7 +48,15 @@ LIMIT :limit;
 SELECT instance_id FROM lf_instances
 WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
-  AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
+  AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+       -- An effect attempt of this owner's generation missed its heartbeat (0020): the
+       -- owner is taken to be cut off before its lease runs out.
+       OR EXISTS (
+           SELECT 1 FROM lf_effects e
+           WHERE e.instance_id = lf_instances.instance_id
+             AND e.heartbeat_due_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+             AND e.state = 'INTENDED' AND e.heartbeat_attempt = e.attempt
+             AND e.heartbeat_generation = lf_instances.generation))
   AND NOT (owner IS NOT NULL AND owner = :owner
            AND instance_id IN (SELECT jsonb_array_elements_text(CAST(:running AS jsonb))))
   AND (CAST(:serves AS text) IS NULL OR EXISTS (
@@ -87,7 +95,15 @@ SET owner = :owner, generation = generation + 1,
 WHERE instance_id = :instance_id
   AND status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
-  AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
+  AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+       -- An effect attempt of this owner's generation missed its heartbeat (0020): the
+       -- owner is taken to be cut off before its lease runs out.
+       OR EXISTS (
+           SELECT 1 FROM lf_effects e
+           WHERE e.instance_id = lf_instances.instance_id
+             AND e.heartbeat_due_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+             AND e.state = 'INTENDED' AND e.heartbeat_attempt = e.attempt
+             AND e.heartbeat_generation = lf_instances.generation))
   AND (CAST(:serves AS text) IS NULL OR EXISTS (
       SELECT 1 FROM jsonb_to_recordset(CAST(:serves AS jsonb))
           AS s(workflow_name text, workflow_version bigint, fingerprint text)

@@ -42,7 +42,15 @@ LIMIT :limit;
 SELECT instance_id FROM lf_instances
 WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
-  AND (owner IS NULL OR lease_expires_at <= :now)
+  AND (owner IS NULL OR lease_expires_at <= :now
+       -- An effect attempt of this owner's generation missed its heartbeat (0020): the
+       -- owner is taken to be cut off before its lease runs out.
+       OR EXISTS (
+           SELECT 1 FROM lf_effects e
+           WHERE e.instance_id = lf_instances.instance_id
+             AND e.heartbeat_due_at <= :now
+             AND e.state = 'INTENDED' AND e.heartbeat_attempt = e.attempt
+             AND e.heartbeat_generation = lf_instances.generation))
   AND NOT (owner = :owner AND instance_id IN (SELECT value FROM json_each(:running)))
   AND (:serves IS NULL OR EXISTS (
       SELECT 1 FROM json_each(:serves) s
@@ -78,7 +86,15 @@ SET owner = :owner, generation = generation + 1,
 WHERE instance_id = :instance_id
   AND status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
   AND available_at <= :now
-  AND (owner IS NULL OR lease_expires_at <= :now)
+  AND (owner IS NULL OR lease_expires_at <= :now
+       -- An effect attempt of this owner's generation missed its heartbeat (0020): the
+       -- owner is taken to be cut off before its lease runs out.
+       OR EXISTS (
+           SELECT 1 FROM lf_effects e
+           WHERE e.instance_id = lf_instances.instance_id
+             AND e.heartbeat_due_at <= :now
+             AND e.state = 'INTENDED' AND e.heartbeat_attempt = e.attempt
+             AND e.heartbeat_generation = lf_instances.generation))
   AND (:serves IS NULL OR EXISTS (
       SELECT 1 FROM json_each(:serves) s
       WHERE json_extract(s.value, '$.workflow_name') = lf_instances.workflow_name
