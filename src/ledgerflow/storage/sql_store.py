@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ledgerflow.errors import (
-    AttemptSupersededError,
     CancelArrivedError,
     FencedOutError,
     IllegalTransitionError,
@@ -62,6 +61,7 @@ from ledgerflow.storage.sql_adoption import AdoptionStore
 from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
 from ledgerflow.storage.sql_claims import ClaimStore
+from ledgerflow.storage.sql_heartbeats import HeartbeatStore
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_locks import LockStore
 from ledgerflow.storage.sql_reads import ReadStore
@@ -121,6 +121,7 @@ class SqlStore(
     ScheduleStore,
     LockStore,
     ValueStore,
+    HeartbeatStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 
@@ -512,22 +513,6 @@ class SqlStore(
             self._release(Release(available_at=available), commit, now, with_entry=False)
         # The row is the old row merged with this write: check what it became before commit.
         self._send("get_instance", {"instance_id": commit.instance_id}, well_formed)
-
-    def _heartbeat(self, write: EffectHeartbeat, commit: Commit, now: float) -> None:
-        def alive(_: list[Row], changed: int) -> None:
-            if changed != 1:
-                raise AttemptSupersededError(
-                    f"effect {write.effect_id}: attempt {write.attempt} is no longer in flight",
-                    instance_id=commit.instance_id,
-                    effect_id=write.effect_id,
-                    attempt=write.attempt,
-                )
-
-        # Its time: the one given, else the database's own clock, else the commit's.
-        at = write.at if write.at is not None or self.database_clock else now
-        params = {"effect_id": write.effect_id, "attempt": write.attempt, "at": at}
-        beat = {"details": write.details, "timeout_seconds": write.timeout_seconds}
-        self._send("heartbeat_effect", {**params, **beat, "generation": commit.generation}, alive)
 
     def _no_cancel_request(self, commit: Commit) -> None:
         def none_asked(rows: list[Row], _: int) -> None:
