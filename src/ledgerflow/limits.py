@@ -222,3 +222,11 @@ LOCK_HAND_ON_TRIES_MAX = 100
 LOCK_WAIT_CHAIN_MAX = 100
 # Held locks (and as many queued waiters) one listing shows (``ledgerflow locks``, the API).
 LOCKS_SHOWN_MAX = 1_000
+# Flow control on effects: how often a worker reads the effect limits again (a limit set takes
+# effect on running workers within this), how soon an effect held by a concurrency limit asks
+# again, the in_flight_max an effect limit without a concurrency bound is stored with, and how
+# many admissions a listing shows.
+FLOW_LIMITS_REFRESH_SECONDS = 1.0
+FLOW_CONCURRENCY_POLL_SECONDS = 0.05
+FLOW_IN_FLIGHT_UNBOUNDED = 2_000_000_000
+FLOW_ADMISSIONS_LISTED_MAX = 100_000

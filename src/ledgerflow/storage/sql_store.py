@@ -59,6 +59,7 @@ from ledgerflow.storage.sql_adoption import AdoptionStore
 from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
 from ledgerflow.storage.sql_claims import ClaimStore
+from ledgerflow.storage.sql_flow import FlowStore
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_locks import LockStore
 from ledgerflow.storage.sql_reads import ReadStore
@@ -116,6 +117,7 @@ class SqlStore(
     RunStore,
     ScheduleStore,
     LockStore,
+    FlowStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 

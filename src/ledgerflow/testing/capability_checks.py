@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from ledgerflow.ledger.locks import LockRecord
+from ledgerflow.model.flow import Admission
 from ledgerflow.testing.child_checks import no_parent_ends_before_its_wait_children
 from ledgerflow.testing.child_compensation_checks import compensated_child_once
+from ledgerflow.testing.flow_checks import flows_held
 from ledgerflow.testing.lock_checks import locks_held_rightly
 from ledgerflow.testing.run_checks import Snapshot as RunSnapshot
 from ledgerflow.testing.run_checks import (
@@ -24,6 +26,9 @@ class Snapshot(RunSnapshot, Protocol):
     @property
     def locks(self) -> list[LockRecord]: ...
 
+    @property
+    def flow(self) -> list[Admission]: ...
+
 
 def capability_checks(snapshot: Snapshot) -> list[Violation]:
     return [
@@ -32,4 +37,5 @@ def capability_checks(snapshot: Snapshot) -> list[Violation]:
         *no_parent_ends_before_its_wait_children(snapshot),
         *compensated_child_once(snapshot.instances, snapshot.steps),
         *locks_held_rightly(snapshot.locks),
+        *flows_held(snapshot.flow),
     ]

@@ -26,6 +26,7 @@ from ledgerflow.ledger.records import (
     TimelineEntry,
 )
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
+from ledgerflow.model.flow import Admission
 from ledgerflow.model.ids import InstanceId, RunNumber
 from ledgerflow.model.instance import (
     FINAL_STATUSES,
@@ -59,6 +60,7 @@ class Snapshot:
     runs: dict[InstanceId, list[RunRecord]] = field(default_factory=dict)
     # The held durable locks, each with its holder's status and its queue.
     locks: list[LockRecord] = field(default_factory=list)
+    flow: list[Admission] = field(default_factory=list)  # each limited effect's admissions
 
     @classmethod
     def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
@@ -71,6 +73,7 @@ class Snapshot:
             steps={i.instance_id: _every_run_steps(store, i) for i in instances},
             runs={i.instance_id: store.runs(i.instance_id) for i in instances},
             locks=store.locks(),
+            flow=store.flow_admissions(),
         )
 
 
