@@ -9,16 +9,24 @@ shorter than the time the last ones wait THROTTLED) ran while it waited. SQLite 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import flow_world
 import ledgerflow as lf
 from ledgerflow.errors import ConfigurationError
+from ledgerflow.model.effect import EffectState
 from ledgerflow.model.flow import AdmissionState, admissions_over_rate
+from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.instance import TERMINAL_STATUSES
 from ledgerflow.testing.flow_checks import flow_violations
+from processes import LEDGERFLOW, TESTS, WAIT_SECONDS_MAX, child_environment
 
 TIMEOUT_SECONDS = 0.5
 
@@ -70,7 +78,7 @@ def test_rate_with_burst_holds_across_two_workers(journal_url: str) -> None:
     api = Api()
     records = asyncio.run(_drive(journal_url, api, 30, rate_per_second=10.0, burst=5))
     assert [r.status for r in records] == [lf.InstanceStatus.SUCCEEDED] * 30
-    assert admissions_over_rate(api.arrived, rate_per_second=10.0, burst=5, slack=0.05) is None
+    assert admissions_over_rate(api.arrived, rate_per_second=10.0, burst=5, jitter=0.1) is None
     assert max(api.arrived) - min(api.arrived) >= (30 - 5) / 10.0 - 0.05
     assert all(deadline - arrived >= TIMEOUT_SECONDS - 0.2 for arrived, deadline in api.deadlines)
     with lf.SyncEngine(journal_url, lf.Registry()) as engine:
@@ -109,3 +117,84 @@ def test_a_limit_is_checked_and_removable(tmp_path: Path) -> None:
         assert engine.store.limits() == {"workflow:a": 3}
         engine.limit_effect("api", "send")
         assert engine.store.effect_limits() == []
+
+
+EFFECTS_ACROSS_PROCESSES = 120
+
+
+def _worker(url: str, log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        *LEDGERFLOW,
+        *("worker", "flow_world:registry", "--db", url),
+        *("--poll-seconds", "0.02", "--until-idle"),
+    ]
+    env = child_environment(TESTS, FLOW_WORLD_LOG=str(log.parent / "calls.log"))
+    env.pop("LEDGERFLOW_FAULTS", None)
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+
+
+@pytest.mark.slow
+def test_three_worker_processes_hold_ten_per_second_with_a_burst_of_five(
+    journal_url: str, tmp_path: Path
+) -> None:
+    """The issue's test, CI-sized: 120 effects (the issue says 1,000; the shape is the same, at
+    12 s instead of 100) against 10/s with a burst of 5, driven by three real worker processes
+    at once. The participant's own log shows the rate held (at most 5 + 10 * w calls in any w
+    seconds, allowing each call's measured delay after its admission, at least 0.1 s; the
+    store's admissions hold it exactly), and no effect timed out while throttled: every effect
+    was confirmed on its first attempt and none timed out, although most waited THROTTLED far
+    longer than their 1 s timeout; each call's deadline is its timeout after its arrival. (A
+    process stalled past its lease by the machine's load would leave its call UNKNOWN, settled
+    by the participant's lookup: allowed, but never a timeout.)"""
+    log = tmp_path / "calls.log"
+    outside = lf.SyncEngine(journal_url, flow_world.registry)
+    try:
+        outside.limit_effect("api", "send", rate_per_second=10.0, burst=5, per="tenant")
+        ids = [
+            outside.start(
+                "notify", key=f"n{n}", input={"n": n, "log": str(log)}, tenant="acme"
+            ).instance_id
+            for n in range(EFFECTS_ACROSS_PROCESSES)
+        ]
+        for _ in range(3):  # a worker may find nothing due and leave: start three again
+            workers = [_worker(journal_url, tmp_path / "workers.log") for _ in "abc"]
+            assert [w.wait(timeout=WAIT_SECONDS_MAX * 4) for w in workers] == [0, 0, 0]
+            if all(outside.get(i).status in TERMINAL_STATUSES for i in ids):
+                break
+        statuses = Counter(outside.get(i).status for i in ids)
+        reasons = {outside.get(i).reason for i in ids} - {None}
+        assert statuses == Counter({lf.InstanceStatus.SUCCEEDED: EFFECTS_ACROSS_PROCESSES}), reasons
+        calls = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len({c["key"] for c in calls}) == EFFECTS_ACROSS_PROCESSES
+        effects = [e for i in ids for e in outside.store.effects(InstanceId(i))]
+        assert {(e.state, e.attempt) for e in effects} == {(EffectState.CONFIRMED, 1)}
+        admitted = {
+            e.idempotency_key: a.admitted_at
+            for e in effects
+            for a in outside.store.flow_admissions()
+            if a.effect_id == e.effect_id
+        }
+        # Each call arrived after its admission, by its dispatch's own delay.
+        delays = [c["at"] - admitted[c["key"]] for c in calls]
+        assert min(delays) > -0.01
+        arrived = [c["at"] for c in calls]
+        jitter = max(0.1, max(delays))
+        over = admissions_over_rate(arrived, rate_per_second=10.0, burst=5, jitter=jitter)
+        assert over is None, (over, jitter)
+        assert max(arrived) - min(arrived) >= (EFFECTS_ACROSS_PROCESSES - 5) / 10.0 - 0.1
+        assert all(c["deadline"] - c["at"] >= flow_world.TIMEOUT_SECONDS - 0.3 for c in calls)
+        timed_out = [
+            t
+            for i in ids
+            for t in outside.store.timeline(InstanceId(i))
+            if t.to_state == "UNKNOWN" and "DeadlinePassed" in (t.detail or "")
+        ]
+        assert timed_out == []
+        admissions = outside.store.flow_admissions()
+        assert len(admissions) == EFFECTS_ACROSS_PROCESSES
+        longest = max(a.throttled_seconds for a in admissions)
+        assert longest > 5 * flow_world.TIMEOUT_SECONDS
+        assert flow_violations(outside.store) == []
+    finally:
+        outside.close()

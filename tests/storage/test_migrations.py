@@ -460,7 +460,8 @@ def test_migrations_are_numbered_one_to_n_and_well_named() -> None:
     assert all(re.fullmatch(r"\d{4}_[a-z0-9_]+\.sql", n) for n in names), names
     found = queries.migrations("sqlite")
     numbers = [number for number, _, _ in found]
-    assert numbers[0] == 1 and numbers == sorted(set(numbers)), numbers
+    assert numbers[0] == 1, numbers
+    assert numbers == sorted(set(numbers)), numbers
     assert [f"{number:04d}_{name}.sql" for number, name, _ in found] == names
 
 

@@ -149,19 +149,25 @@ def decide(
 
 
 def admissions_over_rate(
-    admitted_at: Sequence[float], *, rate_per_second: float, burst: int, slack: float = 1e-6
+    admitted_at: Sequence[float],
+    *,
+    rate_per_second: float,
+    burst: int,
+    jitter: float = 0.0,
+    slack: float = 1e-6,
 ) -> tuple[int, float, float] | None:
-    """The first window in which one key's admissions exceed ``burst + rate * width``: (count,
-    start, end); None when the rate held. ``admitted_at`` need not be sorted."""
+    """The first window in which one key's admissions exceed ``burst + rate * (width +
+    jitter)``: (count, start, end); None when the rate held. ``jitter`` is how much later than
+    its admission a call may be seen (0 for the admissions themselves; a participant's log of
+    arrivals sees the dispatch's own delays). ``admitted_at`` need not be sorted."""
     times = sorted(admitted_at)
     for first in range(len(times)):
-        # The densest window starting at ``first`` ends at some later admission.
+        # The densest windows starting at ``first`` end at a later admission.
         for last in range(first + burst, len(times)):
             width = times[last] - times[first]
-            allowed = burst + rate_per_second * width + slack
-            if last - first + 1 > allowed:
+            if last - first + 1 > burst + rate_per_second * (width + jitter) + slack:
                 return last - first + 1, times[first], times[last]
-            if width * rate_per_second > len(times):
+            if rate_per_second * width > len(times):
                 break
     return None
 
