@@ -228,5 +228,7 @@ LOCKS_SHOWN_MAX = 1_000
 # many admissions a listing shows.
 FLOW_LIMITS_REFRESH_SECONDS = 1.0
 FLOW_CONCURRENCY_POLL_SECONDS = 0.05
+# A THROTTLED effect whose wait is long gives its instance back this much before its slot.
+FLOW_WAKE_LEAD_SECONDS = 0.3
 FLOW_IN_FLIGHT_UNBOUNDED = 2_000_000_000
 FLOW_ADMISSIONS_LISTED_MAX = 100_000

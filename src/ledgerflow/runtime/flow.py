@@ -72,6 +72,10 @@ class FlowGate:
             if admission is None or admission.state is AdmissionState.ADMITTED:
                 return
             wait = (admission.retry_at or 0.0) - (admission.now or 0.0)
+            if wait > limits.RETRY_INLINE_WAIT_SECONDS_MAX:
+                # Given back with a durable wake-up a little early: claimed and replayed again
+                # by then, it waits out the rest in the worker and is sent on its slot.
+                wait -= limits.FLOW_WAKE_LEAD_SECONDS
             await wait_until(self.clock.now() + wait)
 
     async def never_sent(self, effect_id: str, attempt: int) -> bool:
