@@ -67,7 +67,9 @@ class FlowGate:
             flow_key=flow_key(limit.per, tenant=str(instance.tenant), payload=payload()),
         )
         while True:
-            now = None if self.store.database_clock else self.clock.now()
+            # A real clock: the database's, read in the admission's transaction (SQLite's is
+            # the machine's), so that workers' admissions of one key are stamped in order.
+            now = None if self.clock.real_time else self.clock.now()
             admission = await self.store.admit_effect(ask, now=now)
             if admission is None or admission.state is AdmissionState.ADMITTED:
                 return

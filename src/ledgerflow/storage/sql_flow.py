@@ -110,7 +110,8 @@ class FlowStore(SqlSeam):
 
     def admit_effect(self, ask: FlowAsk, *, now: float | None) -> Admission | None:
         """Decide one attempt's dispatch under its scope's limit, in one transaction: admitted
-        or THROTTLED with when to ask again (``now`` None: by the database's clock). None when
+        or THROTTLED with when to ask again (``now`` None: by the database's clock, read under
+        the key's lock; a simulated clock passes its own). None when
         the scope has no limit: nothing is written and the effect is dispatched."""
         with self._write_transaction():
             rows, _ = self._run("select_effect_limit", {"scope": ask.scope})
@@ -118,12 +119,14 @@ class FlowStore(SqlSeam):
                 return None
             limit = _limit_from_row(rows[0])
             self._fence_ask(ask)
-            if now is None:
-                clock, _ = self._run("database_now", {})
-                now = float(clock[0]["now"])
             key = {"scope": ask.scope, "flow_key": ask.flow_key}
             self._run("ensure_flow_key", key)
             state_rows, _ = self._run("lock_flow_key", key)
+            if now is None:
+                # Read under the key's lock: the admissions of one key are decided, and
+                # stamped, in one order by one clock (a GCRA needs its times not to go back).
+                clock, _ = self._run("database_now", {})
+                now = float(clock[0]["now"])
             state = KeyState(
                 tat=float(state_rows[0]["tat"]), queue_tat=float(state_rows[0]["queue_tat"])
             )
