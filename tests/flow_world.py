@@ -28,7 +28,14 @@ api = registry.add_participant(lf.Participant("api"))
 @api.effect(classification="compensatable", timeout_seconds=TIMEOUT_SECONDS)
 async def send(call: lf.EffectCall) -> dict[str, Any]:
     arrived = time.time()
-    line = json.dumps({"at": arrived, "deadline": call.deadline_at, "key": call.idempotency_key})
+    line = json.dumps(
+        {
+            "at": arrived,
+            "deadline": call.deadline_at,
+            "key": call.idempotency_key,
+            "n": call.payload["n"],
+        }
+    )
     fd = os.open(call.payload["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())  # one write under O_APPEND: lines never interleave

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -122,14 +123,18 @@ def test_a_limit_is_checked_and_removable(tmp_path: Path) -> None:
 EFFECTS_ACROSS_PROCESSES = 120
 
 
-def _worker(url: str, log: Path) -> subprocess.Popen[bytes]:
+def _worker(
+    url: str, log: Path, *, lease: float = 10.0, kill: dict[str, Any] | None = None
+) -> subprocess.Popen[bytes]:
     command = [
         *LEDGERFLOW,
         *("worker", "flow_world:registry", "--db", url),
-        *("--poll-seconds", "0.02", "--until-idle"),
+        *("--poll-seconds", "0.02", "--until-idle", "--lease-seconds", str(lease)),
     ]
     env = child_environment(TESTS, FLOW_WORLD_LOG=str(log.parent / "calls.log"))
     env.pop("LEDGERFLOW_FAULTS", None)
+    if kill is not None:
+        env["LEDGERFLOW_FAULTS"] = json.dumps([{**kill, "action": "kill"}])
     with log.open("ab") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=out)
 
@@ -195,6 +200,47 @@ def test_three_worker_processes_hold_ten_per_second_with_a_burst_of_five(
         assert len(admissions) == EFFECTS_ACROSS_PROCESSES
         longest = max(a.throttled_seconds for a in admissions)
         assert longest > 5 * flow_world.TIMEOUT_SECONDS
+        assert flow_violations(outside.store) == []
+    finally:
+        outside.close()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_its_effect_is_throttled_never_makes_it_unknown(
+    journal_url: str, tmp_path: Path
+) -> None:
+    """A worker SIGKILLed while an effect waits THROTTLED (its intent durable, its step
+    STARTED): the next worker finds the attempt THROTTLED, so provably never sent, and
+    dispatches it, instead of declaring its outcome UNKNOWN and asking the lookup. Every
+    effect is confirmed on attempt 1, no timeline entry says UNKNOWN, and the participant's log
+    holds each call once."""
+    log = tmp_path / "calls.log"
+    outside = lf.SyncEngine(journal_url, flow_world.registry)
+    try:
+        outside.limit_effect("api", "send", rate_per_second=0.5, burst=1)
+        first = outside.start("notify", key="k0", input={"n": 0, "log": str(log)}).instance_id
+        done = _worker(journal_url, tmp_path / "workers.log", lease=1.0)
+        assert done.wait(timeout=WAIT_SECONDS_MAX) == 0
+        # The next one waits 2 s for its slot: the worker dies as it begins to wait.
+        ids = [
+            first,
+            outside.start("notify", key="k1", input={"n": 1, "log": str(log)}).instance_id,
+        ]
+        doomed = _worker(journal_url, tmp_path / "workers.log", lease=1.0, kill={
+            "point": "effect.throttled"})  # fmt: skip
+        assert doomed.wait(timeout=WAIT_SECONDS_MAX) == -signal.SIGKILL
+        throttled = outside.store.flow_admissions(state=AdmissionState.THROTTLED)
+        assert throttled
+        heir = _worker(journal_url, tmp_path / "workers.log", lease=1.0)
+        assert heir.wait(timeout=WAIT_SECONDS_MAX * 2) == 0
+        reasons = [outside.get(i).reason for i in ids]
+        assert {outside.get(i).status for i in ids} == {lf.InstanceStatus.SUCCEEDED}, reasons
+        effects = [e for i in ids for e in outside.store.effects(InstanceId(i))]
+        assert {(e.state, e.attempt) for e in effects} == {(EffectState.CONFIRMED, 1)}
+        entries = [t for i in ids for t in outside.store.timeline(InstanceId(i))]
+        assert [t for t in entries if t.to_state == "UNKNOWN"] == []
+        keys = [json.loads(line)["key"] for line in log.read_text().splitlines()]
+        assert sorted(keys) == sorted({e.idempotency_key for e in effects})
         assert flow_violations(outside.store) == []
     finally:
         outside.close()

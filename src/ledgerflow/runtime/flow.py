@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ledgerflow import limits
 from ledgerflow.ledger.records import InstanceRecord
 from ledgerflow.model.flow import AdmissionState, FlowAsk, FlowLimit, effect_scope, flow_key
+from ledgerflow.runtime import faults
 
 if TYPE_CHECKING:
     from ledgerflow.runtime.clock import Clock
@@ -73,6 +74,14 @@ class FlowGate:
             admission = await self.store.admit_effect(ask, now=now)
             if admission is None or admission.state is AdmissionState.ADMITTED:
                 return
+            if faults.plan is not None:
+                faults.point(
+                    "effect.throttled",
+                    instance=instance.business_key,
+                    attempt=attempt,
+                    operation=f"{participant}.{operation}",
+                    reason=admission.reason,
+                )
             wait = (admission.retry_at or 0.0) - (admission.now or 0.0)
             if wait > limits.RETRY_INLINE_WAIT_SECONDS_MAX:
                 # Given back with a durable wake-up a little early: claimed and replayed again
