@@ -129,8 +129,8 @@ def run(
             "participant_log": _most_in_one_second(arrived),
             "allowed": burst + int(rate),
         },
-        "rate_held_by_admissions": admissions_over_rate(admitted, rate_per_second=rate, burst=burst)
-        is None,
+        # None when the rate held; else the first window over it: (count, start, end).
+        "admissions_over_rate": admissions_over_rate(admitted, rate_per_second=rate, burst=burst),
         "throttled_seconds": {
             "p50": round(statistics.median(waits), 3) if waits else 0.0,
             "p99": round(_percentile(waits, 0.99), 3),

@@ -217,11 +217,12 @@ def test_a_worker_killed_while_its_effect_is_throttled_never_makes_it_unknown(
     log = tmp_path / "calls.log"
     outside = lf.SyncEngine(journal_url, flow_world.registry)
     try:
-        outside.limit_effect("api", "send", rate_per_second=0.5, burst=1)
+        outside.limit_effect("api", "send", rate_per_second=0.1, burst=1)
         first = outside.start("notify", key="k0", input={"n": 0, "log": str(log)}).instance_id
         done = _worker(journal_url, tmp_path / "workers.log", lease=1.0)
         assert done.wait(timeout=WAIT_SECONDS_MAX) == 0
-        # The next one waits 2 s for its slot: the worker dies as it begins to wait.
+        # The next one waits up to 10 s for its slot (a slow start of the worker must not reach
+        # it first): the worker dies as it begins to wait.
         ids = [
             first,
             outside.start("notify", key="k1", input={"n": 1, "log": str(log)}).instance_id,

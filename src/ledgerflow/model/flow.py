@@ -148,24 +148,30 @@ def decide(
     )
 
 
+# How finely admissions are stamped: SQLite's clock reads to the millisecond (PostgreSQL's to
+# the microsecond), and a GCRA that runs at its rate for long sits exactly on its bound, so a
+# window is allowed this much more time before it counts as over the rate.
+CLOCK_RESOLUTION_SECONDS = 1e-3
+
+
 def admissions_over_rate(
     admitted_at: Sequence[float],
     *,
     rate_per_second: float,
     burst: int,
     jitter: float = 0.0,
-    slack: float = 1e-6,
+    resolution: float = CLOCK_RESOLUTION_SECONDS,
 ) -> tuple[int, float, float] | None:
     """The first window in which one key's admissions exceed ``burst + rate * (width +
-    jitter)``: (count, start, end); None when the rate held. ``jitter`` is how much later than
-    its admission a call may be seen (0 for the admissions themselves; a participant's log of
-    arrivals sees the dispatch's own delays). ``admitted_at`` need not be sorted."""
+    jitter + resolution)``: (count, start, end); None when the rate held. ``jitter`` is how
+    much later than its admission a call may be seen (0 for the admissions themselves; a
+    participant's log of arrivals sees the dispatch's own delays). Need not be sorted."""
     times = sorted(admitted_at)
     for first in range(len(times)):
         # The densest windows starting at ``first`` end at a later admission.
         for last in range(first + burst, len(times)):
             width = times[last] - times[first]
-            if last - first + 1 > burst + rate_per_second * (width + jitter) + slack:
+            if last - first + 1 > burst + rate_per_second * (width + jitter + resolution):
                 return last - first + 1, times[first], times[last]
             if rate_per_second * width > len(times):
                 break

@@ -3,9 +3,9 @@ on its snapshot, and tests call :func:`flow_violations` on a store; a module of 
 the oracle's stays within its length bound).
 
 What the admissions kept must say: each flow key's admissions, by the database's clock, never
-exceed ``burst + rate * window`` in any window (the GCRA held across every worker), and an
-attempt still THROTTLED was never admitted, while an admitted one was admitted no earlier than
-it began to wait (its timeout's clock starts at admission, never before).
+exceed ``burst + rate * window`` in any window, to the clock's resolution (the GCRA held
+across every worker), and an attempt still THROTTLED was never admitted, while an admitted one
+was admitted no earlier than it began to wait (its timeout's clock starts at admission).
 """
 
 from __future__ import annotations
