@@ -241,3 +241,13 @@ VALUE_POLL_SECONDS = 0.05
 UPDATE_WAIT_SECONDS_MAX = 60.0
 # How many update requests one ctx.handle_updates call handles at most.
 UPDATES_HANDLED_MAX = 100
+# Flow control on effects: how often a worker reads the effect limits again (a limit set takes
+# effect on running workers within this), how soon an effect held by a concurrency limit asks
+# again, the in_flight_max an effect limit without a concurrency bound is stored with, and how
+# many admissions a listing shows.
+FLOW_LIMITS_REFRESH_SECONDS = 1.0
+FLOW_CONCURRENCY_POLL_SECONDS = 0.05
+# A THROTTLED effect whose wait is long gives its instance back this much before its slot.
+FLOW_WAKE_LEAD_SECONDS = 0.3
+FLOW_IN_FLIGHT_UNBOUNDED = 2_000_000_000
+FLOW_ADMISSIONS_LISTED_MAX = 100_000

@@ -131,7 +131,8 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "consumed_generation",
         "run",
     ],
-    "lf_limits": ["scope", "in_flight_max"],
+    # Effect limits (scope 'effect:...') add a GCRA and a key (0022).
+    "lf_limits": ["scope", "in_flight_max", "rate_per_second", "burst", "per"],
     "lf_audit": [
         "audit_id",
         "at",
@@ -272,6 +273,25 @@ DECLARED_TABLES: dict[str, list[str]] = {
     ],
     # Values a workflow publishes, one row per instance and name (0021).
     "lf_values": ["instance_id", "name", "value", "version", "run", "seq", "published_at"],
+    # Flow control on effects: each flow key's GCRA and each attempt's admission (0022).
+    "lf_flow_keys": ["scope", "flow_key", "tat", "queue_tat"],
+    "lf_flow_admissions": [
+        "effect_id",
+        "attempt",
+        "instance_id",
+        "scope",
+        "flow_key",
+        "state",
+        "reason",
+        "slot",
+        "throttled_since",
+        "retry_at",
+        "admitted_at",
+        "throttled_seconds",
+        "concurrency_max",
+        "rate_per_second",
+        "burst",
+    ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],
 }
@@ -296,6 +316,8 @@ DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_workers_heartbeat": ("lf_workers", ["heartbeat_at"]),
     "lf_locks_holder": ("lf_locks", ["holder_instance"]),
     "lf_lock_waiters_queue": ("lf_lock_waiters", ["name", "tenant", "position"]),
+    "lf_flow_admissions_key": ("lf_flow_admissions", ["scope", "flow_key", "state"]),
+    "lf_flow_admissions_instance": ("lf_flow_admissions", ["instance_id"]),
     "lf_worker_definitions_served": (
         "lf_worker_definitions",
         ["workflow_name", "workflow_version", "fingerprint"],

@@ -16,6 +16,7 @@ import click
 
 from ledgerflow.cli.attention import register as register_attention
 from ledgerflow.cli.demo import register as register_demo
+from ledgerflow.cli.flow import register as register_flow
 from ledgerflow.cli.instances import register as register_instances
 from ledgerflow.cli.locks import register as register_locks
 from ledgerflow.cli.migrate import register as register_migrate
@@ -61,6 +62,7 @@ register_upgrades(cli)
 register_workers(cli)
 register_schedules(cli)
 register_locks(cli)
+register_flow(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:

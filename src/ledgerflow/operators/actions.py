@@ -55,6 +55,9 @@ SCHEDULE_RESUME = "schedule-resume"
 SCHEDULE_DELETE = "schedule-delete"
 SCHEDULE_TRIGGER = "schedule-trigger"
 SCHEDULE_BACKFILL = "schedule-backfill"
+# An effect limit's changes (ledgerflow.operators.flow).
+FLOW_LIMIT_SET = "flow-limit-set"
+FLOW_LIMIT_REMOVE = "flow-limit-remove"
 ACTION_KINDS = (
     START,
     CANCEL,
@@ -72,6 +75,8 @@ ACTION_KINDS = (
     SCHEDULE_DELETE,
     SCHEDULE_TRIGGER,
     SCHEDULE_BACKFILL,
+    FLOW_LIMIT_SET,
+    FLOW_LIMIT_REMOVE,
 )
 # An action's reason and refusal are kept to this many characters.
 ACTION_TEXT_MAX = 1000

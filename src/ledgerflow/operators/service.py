@@ -67,6 +67,7 @@ from ledgerflow.operators.commands import (
     StartRequest,
     Writer,
 )
+from ledgerflow.operators.flow import FlowCommands
 from ledgerflow.operators.idempotency import IdempotentAnswers, Replay, request_hash
 from ledgerflow.operators.locks import lock_json
 from ledgerflow.operators.paging import InstanceOverview, InstancePage, page_instances
@@ -318,6 +319,12 @@ class Operations:
         workflows of this service's registry)."""
         caller = LocalCaller(actor or local_actor(), self._engine, lambda: self.authority)
         return ScheduleCommands(self._store, self._engine, self._clock, caller)
+
+    def flow(self, actor: str | None = None) -> FlowCommands:
+        """Flow control on effects: the limits, the THROTTLED attempts, and setting or
+        removing a limit as ``actor`` (default: :func:`local_actor`) asks, each audited."""
+        caller = LocalCaller(actor or local_actor(), self._engine, lambda: self.authority)
+        return FlowCommands(self._store, self._clock, caller)
 
     def _writer(self, actor: str | None) -> Writer:
         """The changes from outside as ``actor`` (default: :func:`local_actor`) asks them."""

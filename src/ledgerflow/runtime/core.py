@@ -45,6 +45,7 @@ from ledgerflow.ledger.values import Published
 from ledgerflow.model import names
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
+from ledgerflow.model.flow import FlowLimit, effect_scope
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
 from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.signal import not_approver, signal_name
@@ -469,6 +470,19 @@ class EngineCore:
             raise ConfigurationError(f"in_flight_max must be >= 0, got {in_flight_max}")
         scope = f"workflow:{workflow}" if workflow is not None else f"tenant:{tenant}"
         self.store.set_limit(scope, in_flight_max)
+
+    def limit_effect(self, participant: str, operation: str, **bounds: Any) -> FlowLimit | None:
+        """Set the flow-control limit of one participant's operation (no bounds: remove it)."""
+        scope = effect_scope(participant, operation)
+        if not bounds:
+            self.store.set_effect_limit(None, scope=scope)
+            return None
+        try:
+            limit = FlowLimit(scope=scope, **bounds)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"effect limit {scope}: {exc}") from None
+        self.store.set_effect_limit(limit)
+        return limit
 
     def get(self, instance_id: str) -> InstanceRecord:
         record = self.store.get_instance(InstanceId(instance_id))

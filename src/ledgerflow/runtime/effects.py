@@ -140,6 +140,7 @@ class EffectDriver(EffectWrites):
         move = await self._recovered()
         while not isinstance(move, Settled):
             if isinstance(move, Dispatch):
+                await self._admitted(move.attempt)
                 sent = await self._send(attempt=move.attempt)
                 move = await self._settle(sent, attempt=move.attempt)
             elif isinstance(move, AwaitCallback):
@@ -183,6 +184,9 @@ class EffectDriver(EffectWrites):
             await self.wait_until(step.next_attempt_at)
             await self.session.commit(self.step_write(StepEvent.START, attempt=effect.attempt))
             return Dispatch(effect.attempt)
+        if effect.state is EffectState.INTENDED and await self._throttled(effect.attempt):
+            # It waited for its flow-control limits and was never sent: ask again.
+            return Dispatch(effect.attempt)
         if effect.state is EffectState.INTENDED:
             # A worker died between the intent and the outcome: it may have sent the request.
             await self.session.commit(
@@ -199,6 +203,25 @@ class EffectDriver(EffectWrites):
                 )
             )
         return Resolve()
+
+    async def _admitted(self, attempt: int) -> None:
+        """Wait until the attempt's flow-control limits admit it (:mod:`ledgerflow.runtime.flow`):
+        its timeout starts at the dispatch that follows, never while it is THROTTLED."""
+        if self.session.flow is not None:
+            await self.session.flow.admit(
+                self.session.instance,
+                owner=str(self.session.owner),
+                payload=lambda: self.session.codec.decode(self.payload_text),
+                participant=self.declaration.participant.name,
+                operation=self.declaration.operation,
+                effect_id=self.effect_id,
+                attempt=attempt,
+                wait_until=self.session.wait_until,
+            )
+
+    async def _throttled(self, attempt: int) -> bool:
+        flow = self.session.flow
+        return flow is not None and await flow.never_sent(self.effect_id, attempt)
 
     def _adopt(self, effect: EffectRecord | None) -> EffectRecord:
         """Take the journaled effect's id and key, or refuse a position that holds another.

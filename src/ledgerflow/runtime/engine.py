@@ -23,6 +23,7 @@ from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.detection import DetectionBounds
+from ledgerflow.model.flow import FlowLimit
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.adoption import Adopter
@@ -398,6 +399,17 @@ class Engine(ValueCalls):
             tenant=tenant,
             in_flight_max=in_flight_max,
         )
+
+    async def limit_effect(
+        self, participant: str, operation: str, **bounds: Any
+    ) -> FlowLimit | None:
+        """Limit one participant's operation across every worker: ``concurrency_max``,
+        ``rate_per_second`` with ``burst`` (a GCRA), counted ``per`` 'tenant', 'input.<path>'
+        or for all (None); no bounds removes the limit. See docs/programming-model.md."""
+        limit: FlowLimit | None = await self._call(
+            self._core.limit_effect, participant, operation, **bounds
+        )
+        return limit
 
     async def cancel(
         self, instance_id: str, *, reason: str, compensate: bool = True

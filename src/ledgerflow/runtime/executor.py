@@ -54,6 +54,7 @@ from ledgerflow.runtime.control import (
     Suspend,
     Waiting,
 )
+from ledgerflow.runtime.flow import FlowGate
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
 
@@ -81,6 +82,8 @@ class Executor:
         self.store = runtime.store
         self.codec = runtime.codec
         self.clock = runtime.clock
+        # The effect limits this worker's dispatches ask (runtime/flow.py).
+        self.flow = FlowGate(self.store, self.clock)
         self.owner = owner
         self.alive = True
         # Sessions in flight, so the worker can tell one that a cancel request arrived.
@@ -109,6 +112,7 @@ class Executor:
             detection=self.detection,
             metrics=self.metrics,
             tracing=self.tracing,
+            flow=self.flow,
         )
         self.sessions[instance.instance_id] = session
         try:
@@ -286,6 +290,7 @@ class Executor:
             detection=session.detection,
             metrics=session.metrics,
             tracing=session.tracing,
+            flow=session.flow,
         )
 
     async def _carried(self, session: Session) -> list[EffectRecord]:

@@ -13,6 +13,8 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``instance.after_claim``: ownership taken, nothing replayed yet
 - ``step.before_execute`` / ``step.after_execute``: around a local step, before its journal write
 - ``effect.before_dispatch``: the intent is durable, the request not sent
+- ``effect.throttled``: flow control told an attempt to wait (THROTTLED, durably); it has not
+  been sent (``reason`` is ``rate`` or ``concurrency``)
 - ``effect.after_dispatch``: the participant answered, the outcome is not yet durable
 - ``effect.after_outcome``: the outcome is durable
 - ``effect.before_lookup``: about to ask the participant about an UNKNOWN effect

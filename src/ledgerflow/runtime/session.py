@@ -55,6 +55,8 @@ from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, 
 from ledgerflow.runtime.metrics import Metrics
 
 if TYPE_CHECKING:
+    from ledgerflow.runtime.flow import FlowGate
+
     # Imported only by an engine made with tracing (the otel extra).
     from ledgerflow.runtime.tracing import Tracing
 
@@ -99,6 +101,8 @@ class Session:
     tracing: Tracing | None = None
     # The run span's trace context, kept with the instance by this session's next commit.
     trace_to_keep: str | None = None
+    # Flow control on effects (runtime/flow.py); None: effects are dispatched unlimited.
+    flow: FlowGate | None = None
     # False once the worker is (simulated) dead: nothing it still runs may reach the store.
     alive: Callable[[], bool] = field(default=lambda: True)
     commits: int = field(default=0)

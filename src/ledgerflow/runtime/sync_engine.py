@@ -16,6 +16,7 @@ from ledgerflow.ledger.records import Delivery, InstanceRecord
 from ledgerflow.ledger.values import NotPublished, Published
 from ledgerflow.model.codec import JSON, Codec
 from ledgerflow.model.definition import Registry, WorkflowFunction
+from ledgerflow.model.flow import FlowLimit
 from ledgerflow.runtime import values
 from ledgerflow.runtime.clock import SYSTEM_CLOCK
 from ledgerflow.runtime.core import (
@@ -217,6 +218,10 @@ class SyncEngine:
         self._core.set_concurrency_limit(
             workflow=workflow, tenant=tenant, in_flight_max=in_flight_max
         )
+
+    def limit_effect(self, participant: str, operation: str, **bounds: Any) -> FlowLimit | None:
+        """Limit one participant's operation across every worker (see Engine.limit_effect)."""
+        return self._core.limit_effect(participant, operation, **bounds)
 
     def cancel(self, instance_id: str, *, reason: str, compensate: bool = True) -> InstanceRecord:
         """Request the instance's cancellation and return its record; durable and idempotent (see

@@ -61,6 +61,7 @@ from ledgerflow.storage.sql_adoption import AdoptionStore
 from ledgerflow.storage.sql_attention import AttentionStore
 from ledgerflow.storage.sql_audit import AuditStore
 from ledgerflow.storage.sql_claims import ClaimStore
+from ledgerflow.storage.sql_flow import FlowStore
 from ledgerflow.storage.sql_heartbeats import HeartbeatStore
 from ledgerflow.storage.sql_inbox import InboxStore
 from ledgerflow.storage.sql_locks import LockStore
@@ -122,6 +123,7 @@ class SqlStore(
     LockStore,
     ValueStore,
     HeartbeatStore,
+    FlowStore,
 ):
     """Shared implementation of :class:`~ledgerflow.storage.store.Store` over named SQL."""
 

@@ -76,6 +76,7 @@ from ledgerflow.model.detection import (
     UnservedCount,
     UnservedInstance,
 )
+from ledgerflow.model.flow import Admission, AdmissionState, FlowAsk, FlowLimit
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.routing import Served
@@ -147,6 +148,18 @@ class LedgerReads(Protocol):
         ...
 
     def find_effect(self, idempotency_key: str) -> EffectRecord | None: ...
+
+    def effect_limits(self) -> list[FlowLimit]:
+        """Every effect limit (flow control, :mod:`ledgerflow.model.flow`)."""
+        ...
+
+    def flow_admissions(
+        self, *, scope: str | None = None, state: AdmissionState | None = None, limit: int = ...
+    ) -> list[Admission]:
+        """Every kept admission of a limited effect's attempt: THROTTLED, ADMITTED, SETTLED."""
+        ...
+
+    def flow_admission(self, effect_id: str, attempt: int) -> Admission | None: ...
 
     def schedules(self) -> list[ScheduleRecord]:
         """Every schedule the journal holds (deleted ones too), by name."""
@@ -352,6 +365,14 @@ class JournalStore(LedgerReads, Protocol):
         ...
 
     def limits(self) -> dict[str, int]: ...
+
+    def set_effect_limit(self, limit: FlowLimit | None, *, scope: str | None = None) -> None:
+        """Set an effect limit (scope ``effect:PARTICIPANT.OPERATION``), or remove ``scope``'s."""
+        ...
+
+    def admit_effect(self, ask: FlowAsk, *, now: float | None) -> Admission | None:
+        """Decide one attempt's dispatch under its limit in one transaction (None: no limit)."""
+        ...
 
 
 class DetectionStore(LedgerReads, Protocol):

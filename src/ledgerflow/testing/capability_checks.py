@@ -1,6 +1,6 @@
 """The oracle's checks of the programming model's capabilities (runs, children, locks, values,
-heartbeats, ...), gathered in one place so :mod:`ledgerflow.testing.oracle` calls them in one
-line; each lives in its own module beside this one."""
+heartbeats, flow control, ...), gathered in one place so :mod:`ledgerflow.testing.oracle` calls
+them in one line; each lives in its own module beside this one."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from typing import Protocol
 
 from ledgerflow.ledger.locks import LockRecord
 from ledgerflow.ledger.values import Published
+from ledgerflow.model.flow import Admission
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.testing.child_checks import no_parent_ends_before_its_wait_children
 from ledgerflow.testing.child_compensation_checks import compensated_child_once
+from ledgerflow.testing.flow_checks import flows_held
 from ledgerflow.testing.heartbeat_checks import heartbeats_and_attempts
 from ledgerflow.testing.lock_checks import locks_held_rightly
 from ledgerflow.testing.run_checks import Snapshot as RunSnapshot
@@ -29,6 +31,8 @@ class Snapshot(RunSnapshot, Protocol):
     def locks(self) -> list[LockRecord]: ...
     @property
     def values(self) -> dict[InstanceId, list[Published]]: ...
+    @property
+    def flow(self) -> list[Admission]: ...
 
 
 def capability_checks(snapshot: Snapshot) -> list[Violation]:
@@ -42,4 +46,5 @@ def capability_checks(snapshot: Snapshot) -> list[Violation]:
         *heartbeats_and_attempts(
             snapshot.instances, snapshot.effects, snapshot.events, snapshot.steps
         ),
+        *flows_held(snapshot.flow),
     ]

@@ -27,6 +27,7 @@ from ledgerflow.ledger.records import (
 )
 from ledgerflow.ledger.values import Published
 from ledgerflow.model.effect import EFFECT_MACHINE, EffectState
+from ledgerflow.model.flow import Admission
 from ledgerflow.model.ids import InstanceId, RunNumber
 from ledgerflow.model.instance import (
     FINAL_STATUSES,
@@ -62,6 +63,7 @@ class Snapshot:
     locks: list[LockRecord] = field(default_factory=list)
     # What each instance published (ctx.publish), one row per name.
     values: dict[InstanceId, list[Published]] = field(default_factory=dict)
+    flow: list[Admission] = field(default_factory=list)  # each limited effect's admissions
 
     @classmethod
     def of(cls, store: Store, *, limit: int = 1_000_000) -> Snapshot:
@@ -75,6 +77,7 @@ class Snapshot:
             runs={i.instance_id: store.runs(i.instance_id) for i in instances},
             locks=store.locks(),
             values={i.instance_id: store.published_values(i.instance_id) for i in instances},
+            flow=store.flow_admissions(),
         )
 
 

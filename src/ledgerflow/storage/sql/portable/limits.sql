@@ -8,4 +8,4 @@ ON CONFLICT (scope) DO UPDATE SET in_flight_max = excluded.in_flight_max;
 DELETE FROM lf_limits WHERE scope = :scope;
 
 -- name: select_limits
-SELECT scope, in_flight_max FROM lf_limits ORDER BY scope;
+SELECT scope, in_flight_max FROM lf_limits WHERE substr(scope, 1, 7) <> 'effect:' ORDER BY scope;
