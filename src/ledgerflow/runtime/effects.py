@@ -29,14 +29,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ledgerflow.errors import EffectRejectedError
-from ledgerflow.ledger.records import (
-    EffectRecord,
-    NoCancelRequest,
-    Write,
-)
-from ledgerflow.ledger.transitions import (
-    StepIdentity,
-)
+from ledgerflow.ledger.records import EffectRecord, NoCancelRequest, Write
+from ledgerflow.ledger.transitions import StepIdentity
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.definition import EffectCall, EffectDeclaration
@@ -207,17 +201,14 @@ class EffectDriver(EffectWrites):
     async def _admitted(self, attempt: int) -> None:
         """Wait until the attempt's flow-control limits admit it (:mod:`ledgerflow.runtime.flow`):
         its timeout starts at the dispatch that follows, never while it is THROTTLED."""
-        if self.session.flow is not None:
-            await self.session.flow.admit(
-                self.session.instance,
-                owner=str(self.session.owner),
-                payload=lambda: self.session.codec.decode(self.payload_text),
-                participant=self.declaration.participant.name,
-                operation=self.declaration.operation,
-                effect_id=self.effect_id,
-                attempt=attempt,
-                wait_until=self.session.wait_until,
-            )
+        session, declared = self.session, self.declaration
+        if session.flow is not None:
+            await session.flow.admit(
+                session.instance, owner=str(session.owner), effect_id=self.effect_id,
+                payload=lambda: session.codec.decode(self.payload_text), attempt=attempt,
+                participant=declared.participant.name, operation=declared.operation,
+                wait_until=session.wait_until,
+            )  # fmt: skip
 
     async def _throttled(self, attempt: int) -> bool:
         flow = self.session.flow
