@@ -107,6 +107,8 @@ def _late_answers_taken(monkeypatch: pytest.MonkeyPatch) -> None:
         clock: Clock,
         inline: bool = False,
         on_late: Callable[[Any], None] | None = None,
+        heartbeat_due: Callable[[], float] | None = None,  # no heartbeat in this scenario
+        heartbeat_seconds: float | None = None,
     ) -> Any:
         call = asyncio.ensure_future(call_user(function, *args, inline=inline))
         alarm = clock.alarm(clock.now() + seconds)
