@@ -36,6 +36,7 @@ class Database:
     def kit(
         self, namespace: str, retention: timedelta = timedelta(days=1), **options: Any
     ) -> Kit[Any]:
+        kit: Kit[Any]
         if self.postgres:
             kit = Kit.postgres(self.url, namespace=namespace, retention=retention, **options)
         else:

@@ -1,8 +1,9 @@
 """A participant built with the kit, served over real HTTP by uvicorn (a test's own process).
 
 ``python kit_shop.py DATABASE`` (a SQLite path or a ``postgresql://`` conninfo) serves the
-participant ``charges``, whose business write inserts a row in its own ``charges`` table in the
-kit's transaction. It prints ``LISTENING <url>`` once it accepts connections.
+participant ``charges``, whose business writes (charge, refund) insert a row in its own
+``charges`` table in the kit's transaction. It prints ``LISTENING <url>`` once it accepts
+connections.
 
 Beside the kit's routes, two controls for tests: ``POST /_control/lose`` makes the next apply
 lose its response (the kit commits, the answer is swallowed and the connection held until the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import sqlite3
 import sys
@@ -42,6 +44,12 @@ def charge(db: Any, request: KitRequest) -> dict[str, Any]:
     return {"charge": cursor.fetchone()[0], "amount": request.payload["amount"]}
 
 
+def refund(db: Any, request: KitRequest) -> dict[str, Any]:
+    # A refund is a charge of the opposite sign, under the compensation's own key.
+    negative = {"amount": -request.payload["amount"]}
+    return charge(db, dataclasses.replace(request, payload=negative))
+
+
 def open_kit(database: str) -> Kit[Any]:
     retention = timedelta(days=7)
     if database.startswith("postgresql://"):
@@ -66,7 +74,7 @@ class Shop:
     def __init__(self, kit: Kit[Any]) -> None:
         self.lose = 0
         self.seen: list[dict[str, Any]] = []
-        routes = kit_routes("charges", kit, operations={"charge": charge})
+        routes = kit_routes("charges", kit, operations={"charge": charge, "refund": refund})
         self.kit_app = Starlette(routes=routes)
         self.controls = Starlette(
             routes=[
