@@ -108,6 +108,22 @@ def _pay(journal: str, registry: lf.Registry) -> tuple[lf.InstanceRecord, lf.Eff
     return asyncio.run(pay())
 
 
+def _pay_with_the_first_response_lost(
+    shop: Shop, tmp_path: Path, *, deduplicates: bool
+) -> lf.EffectRecord:
+    """Pay 7 through a participant that deduplicates (or else has a lookup), the first
+    response lost: the instance succeeds, with the one charge row's receipt as evidence."""
+    shop.lose_next_response()
+    journal = f"sqlite:///{tmp_path}/journal.db"
+    participant = _charges(shop, deduplicates=deduplicates, has_lookup=not deduplicates)
+    record, effect = _pay(journal, _registry(participant))
+    assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
+    [(charge_id, amount)] = shop.charges(effect.idempotency_key)
+    assert json.loads(effect.evidence or "null") == {"charge": charge_id, "amount": 7}
+    assert amount == 7
+    return effect
+
+
 def test_a_lost_response_resent_to_the_kit_applies_once(shop: Shop, tmp_path: Path) -> None:
     """Goal: the engine re-sending an effect whose response was lost never applies it twice,
     and gets the first application's receipt.
@@ -117,14 +133,7 @@ def test_a_lost_response_resent_to_the_kit_applies_once(shop: Shop, tmp_path: Pa
     lookup) the engine re-sends the same key: the shop answers the first receipt as a
     duplicate. One charge row at the shop; the instance succeeded with that receipt; both
     requests carried the key as an Idempotency-Key header."""
-    shop.lose_next_response()
-    journal = f"sqlite:///{tmp_path}/journal.db"
-    registry = _registry(_charges(shop, deduplicates=True, has_lookup=False))
-    record, effect = _pay(journal, registry)
-    assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
-    [(charge_id, amount)] = shop.charges(effect.idempotency_key)
-    assert json.loads(effect.evidence or "null") == {"charge": charge_id, "amount": 7}
-    assert amount == 7
+    effect = _pay_with_the_first_response_lost(shop, tmp_path, deduplicates=True)
     assert effect.attempt == 2
     header = f'"{effect.idempotency_key}"'
     assert shop.seen() == [{"idempotency_key": header}] * 2
@@ -138,13 +147,7 @@ def test_a_lost_response_is_settled_by_the_lookup_without_a_resend(
     Method: as above, but the participant is declared with a lookup and without dedupe: the
     engine asks the lookup after the timeout, which answers applied with the receipt: one
     apply request in all, one charge row, the instance succeeded with that receipt."""
-    shop.lose_next_response()
-    journal = f"sqlite:///{tmp_path}/journal.db"
-    registry = _registry(_charges(shop, deduplicates=False, has_lookup=True))
-    record, effect = _pay(journal, registry)
-    assert record.status is lf.InstanceStatus.SUCCEEDED, record.reason
-    [(charge_id, _)] = shop.charges(effect.idempotency_key)
-    assert json.loads(effect.evidence or "null") == {"charge": charge_id, "amount": 7}
+    _pay_with_the_first_response_lost(shop, tmp_path, deduplicates=False)
     assert len(shop.seen()) == 1
 
 

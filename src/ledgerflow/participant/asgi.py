@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledgerflow import limits
 from ledgerflow.extras import require_extra
-from ledgerflow.model.compensation import PreconditionVerdict
+from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.effect import LookupVerdict
 from ledgerflow.participant.kit import Applied, BusinessWrite, Kit, KitRequest, Refused
 from ledgerflow.participant.remote import IDEMPOTENCY_KEY_HEADER, read_idempotency_key_header
@@ -94,12 +94,7 @@ def kit_routes(
         found = await run_in_threadpool(
             lambda: kit.precondition(key, original=original, reversed_by=reversed_by)
         )
-        body: dict[str, Any] = {"verdict": found.verdict.value}
-        if found.verdict is PreconditionVerdict.SATISFIED:
-            body["evidence"] = found.evidence
-        elif found.verdict is PreconditionVerdict.VIOLATED:
-            body["reason"] = found.reason
-        return JSONResponse(body)
+        return JSONResponse(_precondition_body(found))
 
     async def declaration(request: Request) -> JSONResponse:
         return JSONResponse({**kit.declaration(), "participant": name})
@@ -165,6 +160,15 @@ async def _read_apply(request: Request) -> KitRequest | JSONResponse:
                 f"the header names {headed!r}, the body {read.key!r}: one request has one key",
             )
     return read
+
+
+def _precondition_body(found: Precondition) -> dict[str, Any]:
+    body: dict[str, Any] = {"verdict": found.verdict.value}
+    if found.verdict is PreconditionVerdict.SATISFIED:
+        body["evidence"] = found.evidence
+    elif found.verdict is PreconditionVerdict.VIOLATED:
+        body["reason"] = found.reason
+    return body
 
 
 def _applied(outcome: Applied) -> JSONResponse:
