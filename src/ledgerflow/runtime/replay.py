@@ -63,6 +63,7 @@ from ledgerflow.runtime.control import (
     Waiting,
 )
 from ledgerflow.runtime.session import Session
+from ledgerflow.runtime.update_handlers import take_follows
 
 REPLAY_OWNER = WorkerId("replay-check")
 
@@ -202,7 +203,11 @@ class ReplayContext(WorkflowContext):
         if not _settled(self._session, recorded):
             if effect is not None:
                 self.reached_open.append(int(seq))
-            if self._recorded_after(seq) and not self._branches.tasks:
+            if (
+                self._recorded_after(seq)
+                and not self._branches.tasks
+                and not take_follows(self._session.step, seq)
+            ):
                 # Only a migrated journal can hold this: what lies beyond would be reached
                 # only after this position settles, and cannot be proven now.
                 raise Park(

@@ -1,0 +1,157 @@
+"""Declared update handlers (``ctx.on_update``) answered at whichever wait the workflow is in.
+
+Every test runs on both backends (``journal_url``). The workflow waits for something else (an
+event, a timer); updates sent meanwhile are answered by the handler, and the wait still ends
+as it would have: by its event, or by its timer. The replay checker accepts the histories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import ledgerflow as lf
+from conditions import until
+from ledgerflow.errors import UpdateRejectedError
+from ledgerflow.ledger.values import Published
+from ledgerflow.model.step import StepKind
+from ledgerflow.runtime.history import history_document
+from ledgerflow.testing import FakeClock, replay_history
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def _registry() -> lf.Registry:
+    registry = lf.Registry()
+
+    @registry.workflow(name="tally", version=1)
+    async def tally(ctx: lf.WorkflowContext, start: int) -> dict[str, Any]:
+        totals = [start]
+
+        async def add(amount: int) -> int:
+            if amount == 13:
+                raise ValueError("unlucky")
+            totals.append(await ctx.step("double", _double, amount))
+            return sum(totals)
+
+        ctx.on_update("add", add)
+        go = await ctx.wait_for("go")
+        await ctx.sleep(3600)
+        return {"total": sum(totals), "go": go.payload}
+
+    @registry.update_validator("tally", "add")
+    def positive(amount: Any) -> None:
+        if not isinstance(amount, int) or amount <= 0:
+            raise ValueError("add takes a positive amount")
+
+    return registry
+
+
+@contextlib.asynccontextmanager
+async def _working(engine: lf.Engine) -> AsyncIterator[None]:
+    worker = asyncio.create_task(engine.worker(lease_seconds=5, poll_seconds=0.01).run())
+    try:
+        yield
+    finally:
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+
+
+async def _waiting(engine: lf.Engine, iid: str, *, steps: int = 0) -> bool:
+    """Whether the instance is WAITING with at least ``steps`` journal positions."""
+    found = await engine.detail(iid)
+    return found.instance.status is lf.InstanceStatus.WAITING and len(found.steps) >= steps
+
+
+def test_an_update_is_answered_while_the_workflow_waits_for_an_event(journal_url: str) -> None:
+    """Goal: updates sent while the workflow waits for "go" are answered by the declared
+    handler (its step journaled under the wait), a failing handler's update is refused and the
+    workflow goes on, a repeated update_id gets its first reply, and "go" is still taken by
+    the wait afterwards; the journal replays clean in the replay checker."""
+    registry = _registry()
+    clock = FakeClock(autojump=False)
+
+    async def main() -> dict[str, Any]:
+        async with lf.Engine(journal_url, registry, clock=clock) as engine:
+            iid = str((await engine.start("tally", key="t-1", input=1)).instance_id)
+            async with _working(engine):
+                await until(lambda: _waiting(engine, iid), what="waiting")
+                assert await engine.update(iid, "add", 5, update_id="u-1", timeout=10) == 11
+                assert await engine.update(iid, "add", 2, update_id="u-2", timeout=10) == 15
+                with pytest.raises(UpdateRejectedError, match="unlucky"):
+                    await engine.update(iid, "add", 13, update_id="u-3", timeout=10)
+                with pytest.raises(UpdateRejectedError, match="positive"):
+                    await engine.update(iid, "add", -1, update_id="u-4", timeout=10)
+                assert await engine.update(iid, "add", 99, update_id="u-1", timeout=10) == 11
+                await engine.signal(iid, "go", payload="now", event_id="go-1")
+                await until(lambda: _waiting(engine, iid, steps=10), what="the sleep after go")
+                clock.advance(3601)
+                assert await engine.result(iid, timeout=10) == {"total": 15, "go": "now"}
+            detail = await engine.detail(iid)
+            kinds = [(s.kind, s.name) for s in detail.steps]
+            assert kinds == [
+                (StepKind.WAIT, "wait:go"),
+                (StepKind.MARKER, "take:update:add"),
+                (StepKind.LOCAL, "double"),
+                (StepKind.MARKER, "publish:update:u-1"),
+                (StepKind.MARKER, "take:update:add"),
+                (StepKind.LOCAL, "double"),
+                (StepKind.MARKER, "publish:update:u-2"),
+                (StepKind.MARKER, "take:update:add"),
+                (StepKind.MARKER, "publish:update:u-3"),
+                (StepKind.TIMER, "sleep"),
+            ]
+            requests = [d for d in detail.inbox if d.name == "update:add"]
+            assert [(d.event_id, d.consumed_seq) for d in requests] == [
+                ("update:u-1", 2),
+                ("update:u-2", 5),
+                ("update:u-3", 8),
+            ]
+            return history_document(detail)
+
+    document = asyncio.run(main())
+    verdict = replay_history(registry, document)
+    assert verdict.compatible, verdict
+
+
+def test_an_update_is_answered_during_a_durable_sleep_and_the_timer_still_ends_it(
+    journal_url: str,
+) -> None:
+    """Goal: an update sent while the workflow sleeps on a durable timer (fake clock) is
+    answered at once, the sleep is not cut short by it (still WAITING until the clock passes
+    the timer), and the workflow then ends with the handler's change in its state."""
+    registry = lf.Registry()
+
+    @registry.workflow(name="napper", version=1)
+    async def napper(ctx: lf.WorkflowContext, _: None) -> list[str]:
+        notes: list[str] = []
+        ctx.on_update("note", lambda text: notes.append(text) or len(notes))
+        await ctx.sleep(3600)
+        return notes
+
+    clock = FakeClock(autojump=False)
+
+    async def main() -> dict[str, Any]:
+        async with lf.Engine(journal_url, registry, clock=clock) as engine:
+            iid = str((await engine.start("napper", key="n-1")).instance_id)
+            async with _working(engine):
+                await until(lambda: _waiting(engine, iid), what="asleep")
+                assert await engine.update(iid, "note", "a", update_id="n-a", timeout=10) == 1
+                assert await engine.update(iid, "note", "b", update_id="n-b", timeout=10) == 2
+                await until(lambda: _waiting(engine, iid, steps=5), what="asleep again")
+                clock.advance(3601)
+                assert await engine.result(iid, timeout=10) == ["a", "b"]
+            reply = await engine.read(iid, "update:n-b")
+            assert isinstance(reply, Published)
+            assert reply.value == {"reply": 2}
+            return history_document(await engine.detail(iid))
+
+    document = asyncio.run(main())
+    assert replay_history(registry, document).compatible
