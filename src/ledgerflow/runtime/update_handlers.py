@@ -193,7 +193,11 @@ class PublishingCalls:
         values.publish(self, name, value)
 
     async def handle_updates(
-        self: HandlingContext, name: str, handler: Callable[..., Any], *, timeout: float | None = None
+        self: HandlingContext,
+        name: str,
+        handler: Callable[..., Any],
+        *,
+        timeout: float | None = None,
     ) -> int:
         """Handle update requests ``name`` (``engine.update``): wait up to ``timeout`` for
         one, answer it and every other one there with ``handler(payload)`` (a step), publish
@@ -215,7 +219,6 @@ class PublishingCalls:
             await ctx.wait_for("close")  # "add" requests are answered meanwhile
         """
         self._updates.declare(name, handler)
-
 
 
 def _is_take(recorded: StepRecord) -> bool:
