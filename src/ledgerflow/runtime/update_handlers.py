@@ -10,8 +10,9 @@ and what it does that is not deterministic goes through ``ctx.step`` / ``ctx.eff
 anywhere else. Its journal positions follow the wait's own position:
 
 - ``N``      the wait (started before anything is handled under it);
-- ``N+1``    a MARKER ``take:update:{name}`` holding ``update_id`` and the payload, written with
-  the consumption of the request from the inbox (one transaction: a request is taken once);
+- ``N+1``    a MARKER ``take:update:{name}`` holding ``update_id`` and the payload (its output
+  names the request's event id), written with the consumption of the request from the inbox
+  (one transaction: a request is taken once);
 - ``N+2..``  the handler's own steps and effects, if any;
 - ``N+k``    the reply's publication (``publish:update:{update_id}``), committed at once.
 
@@ -38,7 +39,7 @@ from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError
 from ledgerflow.ledger.records import ConsumeDelivery, StepRecord, Write
 from ledgerflow.ledger.transitions import new_step
-from ledgerflow.ledger.values import reply_name, update_event_id
+from ledgerflow.ledger.values import TAKE_PREFIX, reply_name, update_event_id
 from ledgerflow.model.ids import StepSeq
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import UPDATE_PREFIX
@@ -47,8 +48,6 @@ from ledgerflow.runtime import faults, values
 from ledgerflow.runtime.branches import Branches
 from ledgerflow.runtime.control import Diverged, Park
 
-# The journal name of an update taken under a wait: this prefix, then ``update:{name}``.
-TAKE_PREFIX = "take:"
 UPDATE_HANDLER_WAITS = "update_handler_waits"
 
 
@@ -151,7 +150,8 @@ class UpdateHandlers:
                     input=text,
                     retry_policy=s.codec.encode(DEFAULT_STEP_RETRY.to_record()),
                     now=s.clock.now(),
-                    output="null",
+                    # What it took, as a wait's output names its event (the oracle reads it).
+                    output=s.codec.encode({"event_id": update_event_id(update_id)}),
                 )
             )
             s.riders.append(ConsumeDelivery(event_id=update_event_id(update_id), seq=seq))
