@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -155,3 +156,34 @@ def test_an_update_is_answered_during_a_durable_sleep_and_the_timer_still_ends_i
 
     document = asyncio.run(main())
     assert replay_history(registry, document).compatible
+
+
+def test_a_caller_in_the_workers_process_is_woken_by_the_commit_not_the_poll(
+    journal_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: with the store's poll made longer than the callers' timeouts, ``engine.update``
+    and ``wait_published`` still return: the commit of the engine's own worker that publishes
+    the value rings the doorbell (runtime/doorbell.py). Without it both would read the store
+    again only at their deadline."""
+    monkeypatch.setattr(lf.limits, "VALUE_POLL_SECONDS", 60.0)
+    registry = lf.Registry()
+
+    @registry.workflow(name="shown", version=1)
+    async def shown(ctx: lf.WorkflowContext, _: None) -> None:
+        ctx.on_update("show", lambda text: ctx.publish("shown", text) or text)
+        await ctx.wait_for("close")
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            iid = str((await engine.start("shown", key="s-1")).instance_id)
+            async with _working(engine):
+                await until(lambda: _waiting(engine, iid), what="waiting")
+                began = time.monotonic()
+                watching = asyncio.create_task(engine.wait_published(iid, "shown", timeout=6))
+                await asyncio.sleep(0)  # the watcher reads (nothing yet) and listens
+                assert await engine.update(iid, "show", "hi", update_id="s-a", timeout=6) == "hi"
+                assert (await watching).value == "hi"
+                # A poll-only caller reads again only at its deadline (6 s here).
+                assert time.monotonic() - began < 3.0
+
+    asyncio.run(main())

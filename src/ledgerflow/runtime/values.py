@@ -17,12 +17,13 @@ Caller side (the bodies of ``Engine.read``, ``wait_published``, ``update`` and
 ``update_with_start``): reads of the store only -- no worker and no workflow code is needed
 to answer them, also after the instance ended. An update's request is an inbox event whose
 id is derived from ``update_id``: the inbox keeps an id once across every run, so a repeated
-``update_id`` (after a continue-as-new too) stores nothing and gets the first reply.
+``update_id`` (after a continue-as-new too) stores nothing and gets the first reply. A
+waiting caller reads again when the engine's own worker commits the value it waits for
+(:mod:`~ledgerflow.runtime.doorbell`), else every ``limits.VALUE_POLL_SECONDS``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import UPDATE_PREFIX, Signal
 from ledgerflow.model.step import StepEvent, StepKind
 from ledgerflow.runtime.core import Delivered, DeliveryOutcome, EngineCore, Started, StartOptions
+from ledgerflow.runtime.doorbell import rung_or_timeout
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.store import LedgerReads
@@ -356,17 +358,20 @@ class ValueCalls:
         :class:`~ledgerflow.errors.ResultTimeoutError` when ``timeout`` seconds pass first
         (never ``None``: "not yet" and a value of ``None`` do not look alike)."""
         deadline = time.monotonic() + timeout
-        while True:
-            found = await self.read(instance_id, name)
-            if isinstance(found, Published) and found.version > after_version:
-                return found
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ResultTimeoutError(
-                    f"no version of {name!r} after {after_version} within {timeout}s",
-                    instance_id=instance_id,
-                )
-            await asyncio.sleep(min(limits.VALUE_POLL_SECONDS, left))
+        record: InstanceRecord = await self._call(self._core.get, instance_id)
+        with self.runtime.doorbell.listening(record.instance_id, name) as rung:
+            while True:
+                rung.clear()
+                found = await self.read(instance_id, name)
+                if isinstance(found, Published) and found.version > after_version:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ResultTimeoutError(
+                        f"no version of {name!r} after {after_version} within {timeout}s",
+                        instance_id=instance_id,
+                    )
+                await rung_or_timeout(rung, min(limits.VALUE_POLL_SECONDS, left))
 
     async def update(
         self,
@@ -432,11 +437,13 @@ class ValueCalls:
 
     async def _reply(self, instance_id: InstanceId, update_id: str, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
-        while True:
-            answer = await self._call(reply_of, self._core.store, instance_id, update_id)
-            if answer is not NO_REPLY_YET:
-                return answer
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise reply_timed_out(instance_id, update_id, timeout)
-            await asyncio.sleep(min(limits.VALUE_POLL_SECONDS, left))
+        with self.runtime.doorbell.listening(instance_id, reply_name(update_id)) as rung:
+            while True:
+                rung.clear()
+                answer = await self._call(reply_of, self._core.store, instance_id, update_id)
+                if answer is not NO_REPLY_YET:
+                    return answer
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise reply_timed_out(instance_id, update_id, timeout)
+                await rung_or_timeout(rung, min(limits.VALUE_POLL_SECONDS, left))
