@@ -135,7 +135,7 @@ def test_an_update_at_every_point_is_applied_once_and_answered_once(tmp_path: Pa
     explorer = _update_explorer(tmp_path)
     summary = asyncio.run(explorer.arrivals())
     assert summary.failures == [], _violations(summary)
-    rates = Rates(crash=0.05, signal=0.2, cancel=0.0)
+    rates = Rates(crash=0.05, signal=0.2, cancel=0.02)
     chaos = asyncio.run(explorer.random(range(12), rates=rates))
     assert chaos.failures == [], _violations(chaos)
     assert chaos.crashes > 0, chaos.figures()

@@ -187,3 +187,50 @@ def test_a_caller_in_the_workers_process_is_woken_by_the_commit_not_the_poll(
                 assert time.monotonic() - began < 3.0
 
     asyncio.run(main())
+
+
+def test_a_cancel_that_wins_while_the_handler_runs_refuses_the_update(journal_url: str) -> None:
+    """Goal: a cancel request accepted while a handler runs stops it before its next effect
+    (a local step in flight finishes, as anywhere); the instance ends CANCELLED, and the caller is told the update was taken but not answered
+    (UpdateRejectedError at once, not a timeout)."""
+    registry = lf.Registry()
+    stock = registry.add_participant(lf.Participant("stock", deduplicates=True))
+    cancelled: list[str] = []
+
+    @stock.effect(classification="reversible", compensation="release")
+    async def reserve(call: lf.EffectCall) -> Any:
+        return {"reserved": call.payload}
+
+    @stock.compensation("release")
+    async def release(call: lf.EffectCall) -> Any:
+        return {}
+
+    def ask_cancel(iid: str) -> str:
+        # From outside the worker, as an operator would (a store of its own).
+        with lf.SyncEngine(journal_url, lf.Registry()) as outside:
+            outside.request_cancel(iid, reason="while the handler runs")
+        cancelled.append(iid)
+        return iid
+
+    @registry.workflow(name="stopped", version=1)
+    async def stopped(ctx: lf.WorkflowContext, _: None) -> None:
+        async def handle(_: Any) -> str:
+            await ctx.step("cancel from outside", ask_cancel, str(ctx.instance_id))
+            return str(await ctx.effect(reserve, 1))  # refused: the cancel stands
+
+        ctx.on_update("go", handle)
+        await ctx.wait_for("close")
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            iid = str((await engine.start("stopped", key="c-1")).instance_id)
+            async with _working(engine):
+                await until(lambda: _waiting(engine, iid), what="waiting")
+                with pytest.raises(UpdateRejectedError, match="taken but not answered"):
+                    await engine.update(iid, "go", None, update_id="g-1", timeout=20)
+            assert cancelled == [iid]
+            detail = await engine.detail(iid)
+            assert detail.instance.status is lf.InstanceStatus.CANCELLED
+            assert "stock.reserve" not in [s.name for s in detail.steps]
+
+    asyncio.run(main())

@@ -56,6 +56,7 @@ from ledgerflow.ledger.values import (
 from ledgerflow.model import names
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.ids import InstanceId, StepSeq
+from ledgerflow.model.instance import FINAL_STATUSES
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import UPDATE_PREFIX, Signal
 from ledgerflow.model.step import StepEvent, StepKind
@@ -282,7 +283,8 @@ def refuse_if_ended(kept: Kept, update_id: str) -> None:
 
 def reply_of(store: LedgerReads, instance_id: InstanceId, update_id: str) -> Any:
     """The reply to an update once published (:data:`NO_REPLY_YET` before); UpdateRejectedError
-    when its handler failed, or the instance ended without taking the request."""
+    when its handler failed, or the instance ended without taking the request or without
+    answering it."""
     found = store.published(instance_id, reply_name(update_id))
     if found is None:
         request = store.delivery(instance_id, update_event_id(update_id))
@@ -292,6 +294,17 @@ def reply_of(store: LedgerReads, instance_id: InstanceId, update_id: str) -> Any
                 instance_id=instance_id,
                 update_id=update_id,
             )
+        if request is not None and request.state is DeliveryState.CONSUMED:
+            # Taken, and its handler stopped by a cancel (or another final ending) before
+            # its reply: nothing will answer it now.
+            instance = store.get_instance(instance_id)
+            if instance is not None and instance.status in FINAL_STATUSES:
+                raise UpdateRejectedError(
+                    f"update {update_id!r} was taken but not answered: the instance ended "
+                    f"{instance.status.value} while its handler ran",
+                    instance_id=instance_id,
+                    update_id=update_id,
+                )
         return NO_REPLY_YET
     answer = found.value
     if isinstance(answer, dict) and "error" in answer:
