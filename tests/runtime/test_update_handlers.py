@@ -234,3 +234,48 @@ def test_a_cancel_that_wins_while_the_handler_runs_refuses_the_update(journal_ur
             assert "stock.reserve" not in [s.name for s in detail.steps]
 
     asyncio.run(main())
+
+
+def test_an_update_sent_while_steps_run_is_handled_at_the_next_wait_and_replays(
+    journal_url: str,
+) -> None:
+    """Goal: an update stored before the workflow reaches any wait (here: before it first ran)
+    is handled at its next wait, under that wait's position; an in-flight history with the
+    wait still open replays clean up to it, and code that no longer declares the handler is
+    told the journal holds an update it does not handle (a divergence at the take)."""
+    registry = lf.Registry()
+
+    @registry.workflow(name="later", version=1)
+    async def later(ctx: lf.WorkflowContext, _: None) -> None:
+        await ctx.step("first", _double, 1)
+        ctx.on_update("add", lambda amount: amount + 1)
+        await ctx.wait_for("close")
+
+    undeclared = lf.Registry()
+
+    @undeclared.workflow(name="later", version=1)
+    async def later_without(ctx: lf.WorkflowContext, _: None) -> None:
+        await ctx.step("first", _double, 1)
+        await ctx.wait_for("close")
+
+    async def main() -> dict[str, Any]:
+        async with lf.Engine(journal_url, registry) as engine:
+            iid = str((await engine.start("later", key="l-1")).instance_id)
+            asking = asyncio.create_task(engine.update(iid, "add", 1, update_id="l-a"))
+            async with _working(engine):
+                assert await asking == 2
+                await until(lambda: _waiting(engine, iid, steps=4), what="waiting again")
+            detail = await engine.detail(iid)
+            assert [s.name for s in detail.steps] == [
+                "first",
+                "wait:close",
+                "take:update:add",
+                "publish:update:l-a",
+            ]
+            return history_document(detail)
+
+    document = asyncio.run(main())
+    assert replay_history(registry, document).compatible
+    verdict = replay_history(undeclared, document)
+    assert not verdict.compatible
+    assert verdict.position == 3, verdict
