@@ -191,8 +191,9 @@ def test_a_caller_in_the_workers_process_is_woken_by_the_commit_not_the_poll(
 
 def test_a_cancel_that_wins_while_the_handler_runs_refuses_the_update(journal_url: str) -> None:
     """Goal: a cancel request accepted while a handler runs stops it before its next effect
-    (a local step in flight finishes, as anywhere); the instance ends CANCELLED, and the caller is told the update was taken but not answered
-    (UpdateRejectedError at once, not a timeout)."""
+    (a local step in flight finishes, as anywhere); the instance ends CANCELLED, and the
+    caller is told the update was taken but not answered (UpdateRejectedError at once, not a
+    timeout)."""
     registry = lf.Registry()
     stock = registry.add_participant(lf.Participant("stock", deduplicates=True))
     cancelled: list[str] = []
