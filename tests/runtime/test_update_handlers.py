@@ -233,6 +233,8 @@ def test_a_cancel_that_wins_while_the_handler_runs_refuses_the_update(journal_ur
             detail = await engine.detail(iid)
             assert detail.instance.status is lf.InstanceStatus.CANCELLED
             assert "stock.reserve" not in [s.name for s in detail.steps]
+            wait = detail.steps[0]
+            assert (wait.name, wait.status) == ("wait:close", lf.StepStatus.FAILED)
 
     asyncio.run(main())
 

@@ -169,7 +169,13 @@ class WaitDriver:
     async def _take_updates(self, pending: list[Write]) -> list[Write]:
         if self.updates is None:
             return pending
-        left = await self.updates.taken(self.seq, pending)
+        try:
+            left = await self.updates.taken(self.seq, pending)
+        except Cancelled:
+            # A cancel stopped a handler under this wait: the wait ends as cancelled too.
+            self.recorded = self.session.step(self.seq)
+            await self._stop_if_cancelled([])
+            raise
         if pending and not left:
             self.recorded = self.session.step(self.seq)  # its start was committed there
         return left
