@@ -20,7 +20,10 @@ from ledgerflow.testing.run_checks import (
     no_event_lost_or_duplicated_across_a_switch,
     one_open_run,
 )
-from ledgerflow.testing.value_checks import values_published_with_their_steps
+from ledgerflow.testing.value_checks import (
+    updates_answered_once,
+    values_published_with_their_steps,
+)
 from ledgerflow.testing.violations import Violation
 
 
@@ -43,6 +46,7 @@ def capability_checks(snapshot: Snapshot) -> list[Violation]:
         *compensated_child_once(snapshot.instances, snapshot.steps),
         *locks_held_rightly(snapshot.locks),
         *values_published_with_their_steps(snapshot.values, snapshot.steps),
+        *updates_answered_once(snapshot.instances, snapshot.inbox, snapshot.steps),
         *heartbeats_and_attempts(
             snapshot.instances, snapshot.effects, snapshot.events, snapshot.steps
         ),
