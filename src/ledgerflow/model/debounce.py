@@ -16,7 +16,9 @@ window for a new run). The store decides all of it in the start's one transactio
 
 from __future__ import annotations
 
+import datetime
 import math
+import re
 from dataclasses import dataclass
 
 from ledgerflow import limits
@@ -76,6 +78,37 @@ def debounced_due(debounce: Debounce, *, now: float, opened_at: float, starts: i
     if starts >= limits.DEBOUNCE_STARTS_MAX:
         return now
     return min(now + debounce.window_seconds, opened_at + debounce.max_seconds)
+
+
+_DUE = re.compile(r"due at \S+ \((-?\d+(?:\.\d+)?)\)")
+
+
+def due_line(head: str, due: float) -> str:
+    """The part of a window's timeline line that says when its pending start is due."""
+    when = datetime.datetime.fromtimestamp(due, datetime.UTC).isoformat(timespec="seconds")
+    return f"{head}: due at {when} ({due:.6f})"
+
+
+def due_of(detail: str | None) -> float | None:
+    """When a window's timeline line says its pending start is due (None: not such a line)."""
+    found = None if detail is None else _DUE.search(detail)
+    return None if found is None else float(found.group(1))
+
+
+# How a collapsed start's timeline line ends: the input it replaced, as the journal holds it.
+_REPLACED = "; the input it replaced: "
+
+
+def replaced_detail(head: str, replaced: str) -> str:
+    """A collapsed start's timeline line: ``head`` and the input it replaced (JSON text)."""
+    return f"{head}{_REPLACED}{replaced}"
+
+
+def replaced_input(detail: str | None) -> str | None:
+    """The input a collapsed start's timeline line says it replaced (None: not such a line)."""
+    if detail is None or _REPLACED not in detail:
+        return None
+    return detail.split(_REPLACED, 1)[1]
 
 
 def _positive(value: object, what: str) -> float:

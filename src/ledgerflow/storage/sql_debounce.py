@@ -16,7 +16,13 @@ from __future__ import annotations
 import datetime
 
 from ledgerflow.ledger.records import InstanceRecord, NewInstance
-from ledgerflow.model.debounce import DEBOUNCED, TIMELINE_SUBJECT, debounced_due
+from ledgerflow.model.debounce import (
+    DEBOUNCED,
+    TIMELINE_SUBJECT,
+    debounced_due,
+    due_line,
+    replaced_detail,
+)
 from ledgerflow.model.ids import Generation
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.storage.rows import instance_from_row
@@ -45,27 +51,22 @@ def opened(store: SqlSeam, new: NewInstance, generation: Generation, now: float)
     debounce = new.debounce
     assert debounce is not None
     due, latest = now + debounce.window_seconds, now + debounce.max_seconds
-    detail = f"debounce window opened: due at {_when(due)} ({due:.3f})"
-    detail += f", at the latest {_when(latest)} ({latest:.3f})"
+    detail = due_line("debounce window opened", due) + f", at the latest {_when(latest)}"
     store._timeline(new.instance_id, generation, TIMELINE_SUBJECT, None, "1", now, detail)
 
 
 def collapse(store: SqlSeam, new: NewInstance, now: float) -> InstanceRecord | None:
     """Collapse a debounced start into its key's pending instance; None when there is none
-    pending (it began, ended, was cancelled or is no debounced start): the caller then decides
-    by the key's rules."""
+    pending (it was claimed, began, ended, was cancelled or is no debounced start): the caller
+    then decides by the key's rules. Whether a claim came first is the update's own condition
+    (debounce_start), read under the row's lock."""
     debounce = new.debounce
     assert debounce is not None
     rows, _ = store._run("lock_instance", {"instance_id": new.instance_id})
     if not rows:
         return None
     record = instance_from_row(rows[0])
-    if (
-        record.status is not InstanceStatus.SCHEDULED
-        or record.reason_code != DEBOUNCED
-        or record.owner is not None
-        or record.cancel_requested_at is not None
-    ):
+    if record.status is not InstanceStatus.SCHEDULED or record.reason_code != DEBOUNCED:
         return None
     window, _ = store._run("select_debounce_window", {"instance_id": new.instance_id})
     opened_at = float(window[0]["opened_at"]) if window[0]["opened_at"] is not None else now
@@ -83,8 +84,7 @@ def collapse(store: SqlSeam, new: NewInstance, now: float) -> InstanceRecord | N
     changed, _ = store._run("debounce_start", params)
     if not changed:
         return None
-    detail = f"debounced start {starts}: due at {_when(due)} ({due:.3f}); "
-    detail += f"the input it replaced: {record.input}"
+    detail = replaced_detail(due_line(f"debounced start {starts}", due), record.input)
     store._timeline(
         new.instance_id, record.generation, TIMELINE_SUBJECT, str(starts - 1), str(starts),
         now, detail,
