@@ -57,9 +57,7 @@ def test_the_api_debounces_a_start_and_shows_it_pending(db: str) -> None:
         first = client.post("/v1/instances", json=body, headers=auth)
         assert first.status_code == 201, first.text
         assert (first.json()["created"], first.json()["debounced"]) == (True, False)
-        second = client.post(
-            "/v1/instances", json={**body, "input": sample_order(2)}, headers=auth
-        )
+        second = client.post("/v1/instances", json={**body, "input": sample_order(2)}, headers=auth)
         assert second.status_code == 200, second.text
         assert (second.json()["created"], second.json()["debounced"]) == (False, True)
         iid = first.json()["instance"]["instance_id"]
@@ -72,9 +70,7 @@ def test_the_api_debounces_a_start_and_shows_it_pending(db: str) -> None:
         both = client.post("/v1/instances", json={**body, "start_in": 5}, headers=auth)
         assert both.status_code == 422, both.text
         assert both.json()["type"] == "urn:ledgerflow:error:LF110"
-        negative = client.post(
-            "/v1/instances", json={**body, "debounce_seconds": -1}, headers=auth
-        )
+        negative = client.post("/v1/instances", json={**body, "debounce_seconds": -1}, headers=auth)
         assert negative.status_code == 422, negative.text
     with Operations(db) as operations:
         starts = [
