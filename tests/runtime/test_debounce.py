@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -311,3 +312,54 @@ def test_a_start_with_a_signal_or_an_update_takes_no_debounce(scene: Scene) -> N
             assert await engine.list(limit=5) == []
 
     scene.run(scenario())
+
+
+def test_concurrent_debounced_starts_of_one_key_collapse_into_one_chain(scene: Scene) -> None:
+    """Goal: starts of one key from many connections at once (their own transactions) and
+    from one engine's group commit (one transaction) each either create the instance or
+    collapse into it -- none refused, none lost: the timeline's lines are numbered 1..n, and
+    the inputs they replaced plus the instance's input are every input asked for, once each.
+
+    Method: 6 threads with a SyncEngine each, 4 starts apiece, then 8 starts gathered on one
+    Engine; read the timeline back."""
+    answers: list[lf.Started] = []
+    errors: list[BaseException] = []
+
+    def caller(n: int) -> None:
+        with lf.SyncEngine(scene.url, scene.registry) as engine:
+            for m in range(4):
+                try:
+                    answers.append(
+                        engine.start("reindex", key="doc-1", input=f"t{n}-{m}", **WINDOW)  # type: ignore[arg-type]
+                    )
+                except BaseException as exc:  # noqa: BLE001 -- reported below, whatever it is
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    async def gathered() -> None:
+        async with lf.Engine(scene.url, scene.registry) as engine:
+            answers.extend(
+                await asyncio.gather(
+                    *(
+                        engine.start("reindex", key="doc-1", input=f"g{m}", **WINDOW)  # type: ignore[arg-type]
+                        for m in range(8)
+                    )
+                )
+            )
+
+    scene.run(gathered())
+    assert errors == []
+    assert len(answers) == 32
+    assert sum(a.created for a in answers) == 1
+    assert sum(a.debounced for a in answers) == 31
+    record, timeline = scene.run(scene.state(answers[0].instance_id))
+    lines = [e for e in timeline if e.subject == "debounce"]
+    assert [e.to_state for e in lines] == [str(n) for n in range(1, 33)]
+    replaced = [JSON.decode(str(replaced_input(e.detail))) for e in lines[1:]]
+    asked = {f"t{n}-{m}" for n in range(6) for m in range(4)} | {f"g{m}" for m in range(8)}
+    assert sorted([*replaced, JSON.decode(record.input)]) == sorted(asked)
