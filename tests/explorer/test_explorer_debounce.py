@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
-from ledgerflow.storage import queries
 from ledgerflow.testing import Explorer, StartSpec, Summary, scenario_for
 from ledgerflow.testing.debounce_checks import STALE_INPUT
+from planted_sql import plant_sql
 
 pytestmark = [pytest.mark.slow, pytest.mark.simulated]
 
@@ -73,14 +73,7 @@ def test_a_collapse_that_keeps_the_old_input_is_found(
 ) -> None:
     """Planted defect: the collapse moves the start but keeps the pending input (its update
     without ``input = :input``): debounce-ran-stale-input."""
-    load = queries.load
-
-    def defective(dialect: str) -> dict[str, str]:
-        loaded = dict(load(dialect))
-        loaded["debounce_start"] = loaded["debounce_start"].replace("SET input = :input, ", "SET ")
-        return loaded
-
-    monkeypatch.setattr(queries, "load", defective)
+    plant_sql(monkeypatch, "debounce_start", "SET input = :input, ", "SET ")
     summary = asyncio.run(_explorer(tmp_path).exhaustive(depth=1))
     found = {v.invariant for run in summary.failures for v in run.violations}
     assert STALE_INPUT in found, _violations(summary)

@@ -21,10 +21,10 @@ from ledgerflow.model.codec import JSON
 from ledgerflow.model.debounce import replaced_input
 from ledgerflow.model.ids import InstanceId
 from ledgerflow.runtime import faults
-from ledgerflow.storage import queries
 from ledgerflow.testing import FakeClock
 from ledgerflow.testing.debounce_checks import EARLY, STALE_INPUT, debounce_held
 from lost_wakeups import ArriveAt
+from planted_sql import plant_sql
 
 WINDOW = {"debounce_seconds": 5.0, "debounce_max_seconds": 12.0}
 
@@ -61,6 +61,23 @@ class Scene:
         async with lf.Engine(self.url, self.registry, clock=self.clock) as engine:
             worker = engine.worker(lease_seconds=30, poll_seconds=0.01)
             await asyncio.wait_for(worker.run(until_nothing_due=True), timeout=20)
+
+    async def work_with_a_late_start(self, refused: list[Exception]) -> None:
+        """A worker whose claim is followed, before the run's first commit, by a debounced
+        start of input "late" from another connection (refused ones kept in ``refused``)."""
+
+        def arrive() -> None:
+            with lf.SyncEngine(self.url, self.registry) as other:
+                try:
+                    other.start("reindex", key="doc-1", input="late", **WINDOW)  # type: ignore[arg-type]
+                except KeyInUseError as exc:
+                    refused.append(exc)
+
+        faults.install(ArriveAt("instance.after_claim", arrive, key="doc-1"))
+        try:
+            await self.work()
+        finally:
+            faults.install(None)
 
     async def state(self, iid: str) -> tuple[lf.InstanceRecord, list[TimelineEntry]]:
         async with lf.Engine(self.url, self.registry, clock=self.clock) as engine:
@@ -183,21 +200,10 @@ def test_a_start_racing_the_claim_never_runs_twice_nor_drops_its_input(scene: Sc
     raises KeyInUseError there; one run, with the first input; the oracle holds."""
     refused: list[Exception] = []
 
-    def arrive() -> None:
-        other = lf.SyncEngine(scene.url, scene.registry)
-        try:
-            other.start("reindex", key="doc-1", input="late", **WINDOW)  # type: ignore[arg-type]
-        except KeyInUseError as exc:
-            refused.append(exc)
-        finally:
-            other.close()
-
     async def scenario() -> None:
         first = await scene.start("early")
         scene.clock.advance(5)
-        faults.install(ArriveAt("instance.after_claim", arrive, key="doc-1"))
-        await scene.work()
-        faults.install(None)
+        await scene.work_with_a_late_start(refused)
         assert len(refused) == 1
         assert scene.seen == ["early"]
         record, timeline = await scene.state(first.instance_id)
@@ -216,28 +222,14 @@ def test_the_oracle_finds_a_collapse_into_a_claimed_run(
 
     Method: as the race test, with the defect; the late start is answered (no refusal), the
     run received the early input, and the oracle reports debounce-ran-stale-input."""
-    load = queries.load
-
-    def defective(dialect: str) -> dict[str, str]:
-        loaded = dict(load(dialect))
-        loaded["debounce_start"] = loaded["debounce_start"].replace("AND owner IS NULL", "")
-        return loaded
-
-    monkeypatch.setattr(queries, "load", defective)
-
-    def arrive() -> None:
-        other = lf.SyncEngine(scene.url, scene.registry)
-        try:
-            other.start("reindex", key="doc-1", input="late", **WINDOW)  # type: ignore[arg-type]
-        finally:
-            other.close()
+    plant_sql(monkeypatch, "debounce_start", "AND owner IS NULL", "")
+    refused: list[Exception] = []
 
     async def scenario() -> None:
         first = await scene.start("early")
         scene.clock.advance(5)
-        faults.install(ArriveAt("instance.after_claim", arrive, key="doc-1"))
-        await scene.work()
-        faults.install(None)
+        await scene.work_with_a_late_start(refused)
+        assert refused == [], "the defect should have let the late start collapse"
         assert scene.seen == ["early"]
         record, timeline = await scene.state(first.instance_id)
         found = _oracle(record, timeline, "early")

@@ -10,10 +10,6 @@ real time), and a worker on a fake clock far ahead of the window runs the instan
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +19,8 @@ import ledgerflow as lf
 from ledgerflow.model.codec import JSON
 from ledgerflow.testing import FakeClock
 from ledgerflow.testing.debounce_checks import debounce_held
+from processes import killed_script
 
-PROCESS_SECONDS_MAX = 30.0
 KEY = "d-1"
 
 pytestmark = pytest.mark.slow
@@ -37,19 +33,8 @@ def test_a_process_killed_around_a_debounced_start_keeps_one_input_and_one_run(
     """Goal: dead before the second start's commit, the instance holds input 1 and one
     timeline line of the window; dead after it, input 2 and two lines; either way the retry
     answers debounced, and the one run takes input 2; the oracle's debounce checks hold."""
-    env = dict(os.environ)
     rule = {"point": point, "action": "kill", "match": {"instance": KEY, "kind": "start"}}
-    env["LEDGERFLOW_FAULTS"] = json.dumps([rule])
-    script = Path(__file__).parent / "debounce_crash.py"
-    process = subprocess.run(
-        [sys.executable, str(script), journal_url, KEY],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=PROCESS_SECONDS_MAX,
-        check=False,
-    )
-    assert process.returncode == -9, "the process was to die by SIGKILL at the point"
+    killed_script(Path(__file__).parent / "debounce_crash.py", journal_url, KEY, rules=[rule])
     with lf.SyncEngine(journal_url, registry) as caller:
         [pending] = caller.list(limit=5)
         assert pending.status is lf.InstanceStatus.SCHEDULED
