@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sqlite3
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from ledgerflow.ledger.records import TimelineEntry
 from ledgerflow.model.codec import JSON
 from ledgerflow.model.debounce import replaced_input
 from ledgerflow.model.ids import InstanceId
+from ledgerflow.operators.service import AuditQuery, Operations
 from ledgerflow.runtime import faults
 from ledgerflow.testing import FakeClock
 from ledgerflow.testing.debounce_checks import EARLY, STALE_INPUT, debounce_held
@@ -355,3 +358,34 @@ def test_concurrent_debounced_starts_of_one_key_collapse_into_one_chain(scene: S
     replaced = [JSON.decode(str(replaced_input(e.detail))) for e in lines[1:]]
     asked = {f"t{n}-{m}" for n in range(6) for m in range(4)} | {f"g{m}" for m in range(8)}
     assert sorted([*replaced, JSON.decode(record.input)]) == sorted(asked)
+
+
+def test_a_start_in_the_callers_transaction_debounces_too(tmp_path: Path) -> None:
+    """Goal: ``engine.within(conn).start(..., debounce_seconds=)`` collapses into the key's
+    pending instance in the caller's own transaction, audited as applied under its actor.
+
+    Method: a debounced start, then one inside a sqlite3 transaction on the journal file."""
+    path = tmp_path / "journal.db"
+    registry = _registry([])
+
+    async def scenario() -> None:
+        async with lf.Engine(f"sqlite:///{path}", registry) as engine:
+            await engine.start("reindex", key="doc-1", input=1, **WINDOW)  # type: ignore[arg-type]
+            conn = sqlite3.connect(path, isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                tx = engine.within(conn, actor="service:docs")
+                later = await tx.start("reindex", key="doc-1", input=2, **WINDOW)  # type: ignore[arg-type]
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+            await tx.committed()
+            assert (later.created, later.debounced) == (False, True)
+            assert JSON.decode((await engine.get(later.instance_id)).input) == 2
+        with Operations(f"sqlite:///{path}") as operations:
+            [record] = [
+                r for r in operations.audit(AuditQuery(limit=10)) if r.actor == "service:docs"
+            ]
+            assert (record.kind, record.outcome) == ("start", "applied")
+
+    asyncio.run(scenario())
