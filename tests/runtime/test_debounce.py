@@ -194,6 +194,27 @@ def test_a_start_after_the_run_began_follows_the_key_rules(scene: Scene) -> None
     scene.run(scenario())
 
 
+def test_a_cancelled_pending_start_takes_no_more_inputs(scene: Scene) -> None:
+    """Goal: once a cancel request stands on the pending instance, a debounced start no longer
+    collapses into it (it would move the time the cancel made due): another input is refused,
+    and the instance ends CANCELLED with no step run.
+
+    Method: start, cancel, a debounced start of another input, a worker."""
+
+    async def scenario() -> None:
+        first = await scene.start(1)
+        async with lf.Engine(scene.url, scene.registry, clock=scene.clock) as engine:
+            await engine.cancel(first.instance_id, reason="the document was deleted")
+        with pytest.raises(KeyInUseError):
+            await scene.start(2)
+        await scene.work()
+        record, _ = await scene.state(first.instance_id)
+        assert record.status is lf.InstanceStatus.CANCELLED
+        assert (scene.seen, JSON.decode(record.input)) == ([], 1)
+
+    scene.run(scenario())
+
+
 def test_a_start_racing_the_claim_never_runs_twice_nor_drops_its_input(scene: Scene) -> None:
     """Goal: a debounced start that commits between a worker's claim and the run's first
     commit finds the instance claimed: it does not collapse (the worker read the input it

@@ -94,8 +94,10 @@ class StartRequest:
     """Start (or find) the instance of a business key (``tenant`` None: the caller's), with
     the start options (docs/programming-model.md): when (``start_at`` epoch seconds or
     ``start_in`` seconds: SCHEDULED until then), what a used key does (``if_running``,
-    ``if_ended``), and an event delivered in the start's transaction (``signal`` with its
-    ``signal_event_id`` and ``signal_payload``: signal-with-start)."""
+    ``if_ended``), a debounce (``debounce_seconds``, ``debounce_max_seconds``: a start while
+    the key's instance is pending replaces its input), and an event delivered in the start's
+    transaction (``signal`` with its ``signal_event_id`` and ``signal_payload``:
+    signal-with-start)."""
 
     workflow: str
     key: str
