@@ -215,6 +215,24 @@ def test_a_cancelled_pending_start_takes_no_more_inputs(scene: Scene) -> None:
     scene.run(scenario())
 
 
+def test_a_debounced_start_of_another_version_is_refused(scene: Scene) -> None:
+    """Goal: a collapse takes a new input, never a new version: a debounced start of v2 on a
+    pending v1 instance is refused (KeyInUseError) and the instance keeps v1 and its input."""
+
+    @scene.registry.workflow(name="reindex", version=2)
+    async def reindex_v2(ctx: lf.WorkflowContext, value: Any) -> Any:
+        return value
+
+    async def scenario() -> None:
+        first = await scene.start(1, version=1)
+        with pytest.raises(KeyInUseError):
+            await scene.start(2, version=2)
+        record, _ = await scene.state(first.instance_id)
+        assert (record.workflow_version, JSON.decode(record.input)) == (1, 1)
+
+    scene.run(scenario())
+
+
 def test_a_start_racing_the_claim_never_runs_twice_nor_drops_its_input(scene: Scene) -> None:
     """Goal: a debounced start that commits between a worker's claim and the run's first
     commit finds the instance claimed: it does not collapse (the worker read the input it

@@ -68,6 +68,8 @@ def collapse(store: SqlSeam, new: NewInstance, now: float) -> InstanceRecord | N
     record = instance_from_row(rows[0])
     if record.status is not InstanceStatus.SCHEDULED or record.reason_code != DEBOUNCED:
         return None
+    if record.workflow_version != new.workflow_version:
+        return None  # another version is another request: the key's rules refuse it
     window, _ = store._run("select_debounce_window", {"instance_id": new.instance_id})
     opened_at = float(window[0]["opened_at"]) if window[0]["opened_at"] is not None else now
     starts = int(window[0]["starts"] or 1) + 1
