@@ -63,17 +63,24 @@ LEDGERFLOW_ALL = [
 ]
 
 PARTICIPANT_ALL = [
+    "Applied",
     "Classification",
     "EffectCall",
     "EffectDeclaration",
     "EffectRejectedError",
     "HeartbeatAnswer",
+    "Kit",
+    "KitRequest",
     "LookupAnswer",
     "LookupVerdict",
     "Participant",
     "Precondition",
     "PreconditionVerdict",
+    "Refused",
     "RetryPolicy",
+    "handle_message",
+    "kit_app",
+    "kit_routes",
     "remote_participant",
 ]
 

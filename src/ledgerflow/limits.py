@@ -256,3 +256,6 @@ FLOW_CONCURRENCY_POLL_SECONDS = 0.05
 FLOW_WAKE_LEAD_SECONDS = 0.3
 FLOW_IN_FLIGHT_UNBOUNDED = 2_000_000_000
 FLOW_ADMISSIONS_LISTED_MAX = 100_000
+
+# The participant kit (ledgerflow.participant.Kit): idle connections it keeps for reuse.
+KIT_IDLE_CONNECTIONS_MAX = 8

@@ -4,6 +4,12 @@ Each participant of :mod:`ledgerflow.demo.service` keeps this record in its own 
 ``<dir>/<name>.participant.db``. Tests compare it with the engine's ledger, so it must not
 flatter the engine: a participant that does not deduplicate applies a repeated key again (a
 second ``applied`` row), and a fenced dispatch is refused however late it arrives.
+
+A deduplicating participant is built as a real service would be, with the participant kit
+(:class:`~ledgerflow.participant.Kit`, in the same file): the kit's record of the key and the
+``applied`` row commit in one transaction, a repeat is answered from the kit, and its lookup
+and fences are the kit's. A participant that does not deduplicate cannot use the kit (which
+always does), so its bookkeeping stays here.
 """
 
 from __future__ import annotations
@@ -14,13 +20,18 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ledgerflow.demo.own_file import write_transaction
 from ledgerflow.model.definition import check_name
+from ledgerflow.model.effect import LookupVerdict
+from ledgerflow.participant import Kit, KitRequest, Refused
 
 CONTROL_PREFIX = "_control"
+# How long a demo participant's kit keeps its keys: past any retry horizon of the demo.
+KIT_RETENTION = timedelta(days=30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +91,9 @@ class ParticipantLedger:
                 key TEXT PRIMARY KEY, reversed_by TEXT, reversed_at REAL);
             """
         )
+        self.kit: Kit[sqlite3.Connection] | None = None
+        if spec.deduplicates:
+            self.kit = Kit.sqlite(str(self.path), namespace=spec.name, retention=KIT_RETENTION)
 
     def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return write_transaction(self._db, self._lock)
@@ -105,9 +119,54 @@ class ParticipantLedger:
                 (key, operation, attempt, time.time()),
             )
 
-    def apply(
-        self, key: str, operation: str, payload: str, attempt: int
+    def _insert_applied(self, db: sqlite3.Connection, request: KitRequest) -> dict[str, Any]:
+        """The business write: one ``applied`` row, in the transaction it is given."""
+        cursor = db.execute(
+            "INSERT INTO applied (key, operation, payload, attempt, applied_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (
+                request.key,
+                request.operation,
+                json.dumps(request.payload),
+                request.attempt,
+                time.time(),
+            ),
+        )
+        return {
+            "participant": self.spec.name,
+            "operation": request.operation,
+            "key": request.key,
+            "applied_seq": cursor.lastrowid,
+        }
+
+    def _kit_apply(
+        self, kit: Kit[sqlite3.Connection], request: KitRequest
     ) -> tuple[int, dict[str, Any]]:
+        with self._lock:  # this process's other writes to the file wait for the kit's
+            outcome = kit.apply_request(request, self._insert_applied)
+        if isinstance(outcome, Refused):
+            refused = {"status": "rejected", "error_code": outcome.error_code}
+            return 409, {**refused, "retryable": outcome.retryable, "message": outcome.message}
+        answer = {"status": "applied", "receipt": outcome.receipt}
+        return 200, answer if outcome.first else {**answer, "duplicate": True}
+
+    def apply(
+        self,
+        key: str,
+        operation: str,
+        payload: str,
+        attempt: int,
+        original_key: str | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        if self.kit is not None:
+            request = KitRequest(
+                key=key,
+                attempt=attempt,
+                operation=operation,
+                payload=json.loads(payload),
+                original_key=original_key,
+            )
+            return self._kit_apply(self.kit, request)
         with self._transaction() as db:
             # up_to_attempt NULL fences every attempt of the key.
             fence = db.execute(
@@ -139,6 +198,12 @@ class ParticipantLedger:
             return 200, {"status": "applied", "receipt": receipt}
 
     def lookup(self, key: str, attempt: int | None) -> dict[str, Any]:
+        if self.kit is not None:
+            with self._lock:
+                answer = self.kit.lookup(key, attempt)
+            if answer.verdict is LookupVerdict.APPLIED:
+                return {"verdict": answer.verdict.value, "evidence": answer.evidence}
+            return {"verdict": answer.verdict.value}
         with self._transaction() as db:
             first = self._first_application(db, key)
             if first is not None:
@@ -181,8 +246,12 @@ class ParticipantLedger:
             received = [dict(row) for row in db.execute("SELECT * FROM received ORDER BY seq")]
             fenced = [dict(row) for row in db.execute("SELECT * FROM fenced ORDER BY key")]
             reverse = [dict(row) for row in db.execute("SELECT * FROM reversed ORDER BY key")]
+        if self.kit is not None:
+            fenced = [{"key": k, "up_to_attempt": n} for k, n in self.kit.fences()]
         return {"applied": applied, "received": received, "fenced": fenced, "reversed": reverse}
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self.kit is not None:
+                self.kit.close()

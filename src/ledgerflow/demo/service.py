@@ -51,6 +51,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ledgerflow.demo.participant_ledger import ParticipantLedger, ParticipantSpec
+from ledgerflow.participant.remote import IDEMPOTENCY_KEY_HEADER, read_idempotency_key_header
 
 # What an injected action answers instead of applying; "hold" decides later, "apply" applies.
 _LATER = {"status": "rejected", "error_code": "temporarily_unavailable", "retryable": True}
@@ -192,6 +193,15 @@ class ParticipantService:
             return _error(400, "'key' and 'operation' must be non-empty strings")
         if not isinstance(attempt, int) or isinstance(attempt, bool):
             return _error(400, "'attempt' must be an integer")
+        original = body.get("original_key")
+        if original is not None and (not isinstance(original, str) or not original):
+            return _error(400, "'original_key' must be a non-empty string when given")
+        header = request.headers.get(IDEMPOTENCY_KEY_HEADER)
+        try:
+            if header is not None and read_idempotency_key_header(header) != key:
+                return _error(400, f"the {IDEMPOTENCY_KEY_HEADER} header names another key")
+        except ValueError as error:
+            return _error(400, str(error))
         payload = json.dumps(body.get("payload"))
 
         await asyncio.to_thread(ledger.record_received, key, operation, attempt)
@@ -201,7 +211,9 @@ class ParticipantService:
         if action in _ANSWERS:
             status, answer = _ANSWERS[action]
         else:
-            status, answer = await asyncio.to_thread(ledger.apply, key, operation, payload, attempt)
+            status, answer = await asyncio.to_thread(
+                ledger.apply, key, operation, payload, attempt, original
+            )
         return JSONResponse(answer, status_code=status)
 
     async def _lookup(self, request: Request) -> Response:

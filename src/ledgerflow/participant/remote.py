@@ -10,7 +10,10 @@ that proves neither way must never be read as either.
 Protocol, for a participant ``name`` at ``base_url``:
 
 - ``POST {base_url}/{name}/apply`` with ``{"key", "operation", "payload", "effect_id",
-  "instance_id", "attempt"}``; ``200 {"status": "applied", "receipt": {...}}`` or
+  "instance_id", "attempt"}`` and the key again as an ``Idempotency-Key`` header (the IETF
+  httpapi draft's convention: a quoted structured-field string; left out for a key that is not
+  printable ASCII, which a header cannot carry: the body's key is the one that counts);
+  ``200 {"status": "applied", "receipt": {...}}`` or
   ``409``/``422 {"status": "rejected", "error_code": str, "retryable": bool}``.
 - ``GET {base_url}/{name}/lookup/{key}?attempt=N`` (key percent-encoded) answering
   ``{"verdict": "applied", "evidence": ...}``, ``{"verdict": "not-applied"}`` (which fences
@@ -48,6 +51,43 @@ from ledgerflow.redaction import redact
 # The W3C trace-context propagator's module: loaded only when the process traces (the otel
 # extra: an engine made with tracing, or the application's own OpenTelemetry).
 _TRACECONTEXT = "opentelemetry.trace.propagation.tracecontext"
+
+
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+
+
+def idempotency_key_header(key: str) -> dict[str, str]:
+    """The ``Idempotency-Key`` header carrying ``key`` as a structured-field string (RFC 8941
+    3.3.3: printable ASCII, ``"`` and ``\\`` escaped); none when ``key`` cannot be one."""
+    if not all(" " <= char <= "~" for char in key):
+        return {}
+    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+    return {IDEMPOTENCY_KEY_HEADER: f'"{escaped}"'}
+
+
+def read_idempotency_key_header(value: str) -> str:
+    """The key an ``Idempotency-Key`` header carries: a structured-field string, or (as some
+    clients send it) the bare key; ``ValueError`` for a malformed quoted string."""
+    text = value.strip(" ")
+    if not text.startswith('"'):
+        return text
+    key: list[str] = []
+    escaped = False
+    for index, char in enumerate(text[1:], start=1):
+        if escaped:
+            if char not in '"\\':
+                raise ValueError(f"{IDEMPOTENCY_KEY_HEADER}: '\\{char}' is not an escape")
+            key.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            if index != len(text) - 1:
+                raise ValueError(f"{IDEMPOTENCY_KEY_HEADER}: text after the closing quote")
+            return "".join(key)
+        else:
+            key.append(char)
+    raise ValueError(f"{IDEMPOTENCY_KEY_HEADER}: the quoted string is not closed")
 
 
 def trace_headers() -> dict[str, str]:
@@ -189,7 +229,11 @@ class RemoteParticipant(Participant):
         response = await client.post(
             f"{self.base_url}/{self.name}/apply",
             content=body,
-            headers={"content-type": "application/json", **trace_headers()},
+            headers={
+                "content-type": "application/json",
+                **idempotency_key_header(call.idempotency_key),
+                **trace_headers(),
+            },
         )
         return self._read_apply(operation, call.idempotency_key, response)
 

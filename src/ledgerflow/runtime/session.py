@@ -268,8 +268,12 @@ class Session:
         writes never touch it, and a heartbeat committed while this write was being built
         (an attempt cut off mid-heartbeat) must not be forgotten here."""
         known = self.journal.effects.get(record.seq)
-        if known is None:
-            return record
+        if known is None or (
+            known.heartbeat_attempt == record.heartbeat_attempt
+            and known.heartbeat_generation == record.heartbeat_generation
+            and known.heartbeat_details == record.heartbeat_details
+        ):
+            return record  # the common case, an effect without heartbeats: nothing to copy
         return dataclasses.replace(
             record,
             heartbeat_attempt=known.heartbeat_attempt,
