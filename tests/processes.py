@@ -168,6 +168,22 @@ def worker_process(
         return subprocess.Popen(command, env=env, stdout=out, stderr=out)
 
 
+def killed_script(script: Path, *args: str, rules: list[dict[str, Any]]) -> None:
+    """Run a test's own process (``python SCRIPT ARGS``, its output dropped) under the fault
+    plan ``rules``: it must die by SIGKILL at one of their points, within the bound."""
+    env = dict(os.environ)
+    env["LEDGERFLOW_FAULTS"] = json.dumps(rules)
+    process = subprocess.run(
+        [sys.executable, str(script), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=WAIT_SECONDS_MAX * 2,
+        check=False,
+    )
+    assert process.returncode == -signal.SIGKILL, "the process was to die by SIGKILL at the point"
+
+
 @dataclass
 class Workers:
     """Worker processes for ``target`` (``module:registry``), importable from ``path``."""

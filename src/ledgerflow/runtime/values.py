@@ -62,6 +62,7 @@ from ledgerflow.model.signal import UPDATE_PREFIX, Signal
 from ledgerflow.model.step import StepEvent, StepKind
 from ledgerflow.runtime.core import Delivered, DeliveryOutcome, EngineCore, Started, StartOptions
 from ledgerflow.runtime.doorbell import rung_or_timeout
+from ledgerflow.runtime.debounce import refuse_debounce
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.store import LedgerReads
@@ -433,6 +434,7 @@ class ValueCalls:
         name = value_name(update)
         update_id = names.event_text(update_id, what="update id")
         definition, new = self._core.prepare(workflow, now=time.time(), **options)
+        refuse_debounce(new, "update_with_start")
         validate(self.registry, definition.name, name, payload, new.instance_id, update_id)
         request = request_of(self._core, new.instance_id, name, payload, update_id)
         started: Started = await self._call(self._start_with, new, request)
