@@ -61,8 +61,8 @@ from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import UPDATE_PREFIX, Signal
 from ledgerflow.model.step import StepEvent, StepKind
 from ledgerflow.runtime.core import Delivered, DeliveryOutcome, EngineCore, Started, StartOptions
-from ledgerflow.runtime.doorbell import rung_or_timeout
 from ledgerflow.runtime.debounce import refuse_debounce
+from ledgerflow.runtime.doorbell import rung_or_timeout
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.store import LedgerReads
