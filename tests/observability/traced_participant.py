@@ -45,7 +45,7 @@ def traced_participant(name: str) -> Iterator[tuple[str, Seen]]:
             request = json.loads(self.rfile.read(int(self.headers["content-length"])))
             key = request["key"]
             seen.requests.append(("apply", request["operation"], self.headers.get("traceparent")))
-            receipt = seen.applied.setdefault(key, {"entry": len(seen.applied) + 1})
+            receipt = seen.applied.setdefault(key, {"entry": len(seen.applied) + 1, "key": key})
             self._answer({"status": "applied", "receipt": receipt})
 
         def do_GET(self) -> None:
