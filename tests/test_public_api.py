@@ -142,6 +142,7 @@ ERRORS = [
     "NotAuthorizedError",
     "NotCommittedError",
     "OperatorError",
+    "ParticipantUnreachableError",
     "PayloadError",
     "PayloadTooLargeError",
     "RegistrationError",
