@@ -76,8 +76,10 @@ def test_an_honest_participant_proves_every_claim(tmp_path: Path) -> None:
         assert report["run"].startswith("lf-check-")
         assert process.service is not None
         applied = process.service.ledger("pay")["applied"]
-        assert applied and all(row["key"].removeprefix("compensate:").startswith(report["run"])
-                               for row in applied)
+        assert applied
+        assert all(
+            row["key"].removeprefix("compensate:").startswith(report["run"]) for row in applied
+        )
         # The dedupe claim's key was applied once though sent twice.
         assert sum(row["key"] == f"{report['run']}-dedupe" for row in applied) == 1
         assert claim(report, "key-window")["detail"]["declared_seconds"] == 7 * 24 * 3600
@@ -123,7 +125,8 @@ def test_a_participant_whose_lookup_lies_is_refuted(tmp_path: Path) -> None:
         assert found["lookup-during"] == "refuted"
         asked, late = claim(report, "fence")["evidence"]
         assert asked["answer"] == {"verdict": "not-applied"}
-        assert late["status"] == 200 and late["request"]["body"]["attempt"] == 1
+        assert late["status"] == 200
+        assert late["request"]["body"]["attempt"] == 1
         assert "not-applied" in claim(report, "lookup-after")["summary"]
     finally:
         process.stop()
@@ -165,7 +168,8 @@ def test_the_human_report_is_a_table_of_claims(tmp_path: Path) -> None:
     assert done.returncode == 3
     for name in CLAIMS:
         assert name in done.stdout
-    assert "refuted" in done.stdout and "POST /pay/apply key=<run>-dedupe" in done.stdout
+    assert "refuted" in done.stdout
+    assert "POST /pay/apply key=<run>-dedupe" in done.stdout
     assert "6 proven, 1 refuted, 0 not claimed" in done.stdout
 
 

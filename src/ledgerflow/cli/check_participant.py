@@ -166,9 +166,7 @@ def register(group: click.Group) -> None:
             _url(participant, url), participant.name, timeout_seconds=timeout, clock=clock
         )
         report = asyncio.run(
-            check_participant(
-                participant, transport, operation=chosen, payload=body, clock=clock
-            )
+            check_participant(participant, transport, operation=chosen, payload=body, clock=clock)
         )
         if as_json:
             echo_json(report.to_record())

@@ -178,9 +178,7 @@ class HttpTransport:
 
     async def lookup(self, key: str, attempt: int) -> Exchange:
         path = f"/{self._name}/lookup/{quote(key, safe='')}"
-        request = self._client.build_request(
-            "GET", self.target + path, params={"attempt": attempt}
-        )
+        request = self._client.build_request("GET", self.target + path, params={"attempt": attempt})
         return await self._send("lookup", request, {"GET": f"{path}?attempt={attempt}"})
 
     async def aclose(self) -> None:
@@ -419,7 +417,9 @@ class Checker:
             return _refuted("compensation-key", f"the original {operation} was not applied", first)
         undone, undo_receipt = await self.apply(undo, 1, operation=compensation, original=key)
         if undo_receipt is None or undo_receipt == receipt:
-            why = "answered with the original's receipt" if undo_receipt == receipt else "not applied"
+            why = (
+                "answered with the original's receipt" if undo_receipt == receipt else "not applied"
+            )
             return _refuted(
                 "compensation-key", f"the compensation under {undo!r} was {why}", first, undone
             )
@@ -449,8 +449,8 @@ class Checker:
         }
         evidence: list[Exchange] = []
         if self.reported_windows:
-            reported, exchange = min(self.reported_windows, key=lambda pair: pair[0])
-            detail["reported_seconds"] = reported
+            shortest, exchange = min(self.reported_windows, key=lambda pair: pair[0])
+            detail["reported_seconds"] = shortest
             evidence.append(exchange)
         stated = [v for v in (detail["declared_seconds"], detail["reported_seconds"]) if v]
         if not stated:
@@ -463,13 +463,13 @@ class Checker:
                 detail=detail,
             )
         window = min(stated)
-        if detail["reported_seconds"] is not None and declared is not None:
-            if detail["reported_seconds"] < declared.total_seconds():
-                why = (
-                    f"the service reports keeping keys {_seconds(detail['reported_seconds'])}, "
-                    f"less than the {_seconds(declared.total_seconds())} declared"
-                )
-                return _refuted("key-window", why, *evidence, detail=detail)
+        reported = detail["reported_seconds"]
+        if reported is not None and declared is not None and reported < declared.total_seconds():
+            why = (
+                f"the service reports keeping keys {_seconds(reported)}, "
+                f"less than the {_seconds(declared.total_seconds())} declared"
+            )
+            return _refuted("key-window", why, *evidence, detail=detail)
         if window < horizon.total_seconds():
             why = (
                 f"keys are kept {_seconds(window)}, less than the engine's retry horizon of "
