@@ -85,7 +85,8 @@ def names_another(
     for where in (receipt, answer):
         if isinstance(where, Mapping):
             for field in ("key", "effect_id"):
-                named.setdefault(field, where.get(field))
+                if named.get(field) is None:
+                    named[field] = where.get(field)
     if named.get("key") is None and named.get("effect_id") is None:
         return "it names neither the key nor the effect id"
     if named.get("key") is not None and named["key"] != key:
