@@ -476,9 +476,10 @@ class Checker:
                 f"{_seconds(horizon.total_seconds())}"
             )
             return _refuted("key-window", why, *evidence, detail=detail)
+        source = "reported" if reported is not None else "declared; the service reports none"
         return _proven(
             "key-window",
-            f"keys are kept {_seconds(window)}, at least the retry horizon of "
+            f"keys are kept {_seconds(window)} ({source}), at least the retry horizon of "
             f"{_seconds(horizon.total_seconds())}",
             *evidence,
             detail=detail,
