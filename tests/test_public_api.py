@@ -149,6 +149,7 @@ ERRORS = [
     "NotAuthorizedError",
     "NotCommittedError",
     "OperatorError",
+    "ParticipantUnreachableError",
     "PayloadError",
     "PayloadTooLargeError",
     "RegistrationError",

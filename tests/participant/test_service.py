@@ -338,6 +338,7 @@ def test_remote_effect_returns_the_receipt_as_evidence(service: Service) -> None
         "participant": "payment",
         "operation": "op",
         "key": "remote-ok-1",
+        "effect_id": "remote-ok-1/effect",
         "applied_seq": row[0]["seq"],
     }
     assert row[0]["payload"] == {"amount": 5}

@@ -9,7 +9,16 @@ A deduplicating participant is built as a real service would be, with the partic
 (:class:`~ledgerflow.participant.Kit`, in the same file): the kit's record of the key and the
 ``applied`` row commit in one transaction, a repeat is answered from the kit, and its lookup
 and fences are the kit's. A participant that does not deduplicate cannot use the kit (which
-always does), so its bookkeeping stays here.
+always does), so its bookkeeping stays here. Nor can one that breaks its promises on
+purpose (below): the kit would keep them.
+
+Three flags make a participant break its promises on purpose, for ``ledgerflow
+check-participant`` and the drift tests to catch: ``lying-lookup`` (the lookup answers
+not-applied for every key and fences nothing), ``short-window`` (keys are remembered only
+``SHORT_WINDOW_SECONDS``, as every applied answer reports), and :meth:`ParticipantLedger.lose_keys`
+(the key table is lost while the record of what was applied survives, so a test can still
+count applications; the participant knows it, and answers a lookup it cannot vouch for
+"unknown").
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from ledgerflow.participant import Kit, KitRequest, Refused
 CONTROL_PREFIX = "_control"
 # How long a demo participant's kit keeps its keys: past any retry horizon of the demo.
 KIT_RETENTION = timedelta(days=30)
+SHORT_WINDOW_SECONDS = 1.0
+_FLAGS = ("dedupe", "lookup", "lying-lookup", "short-window")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +52,9 @@ class ParticipantSpec:
     name: str
     deduplicates: bool = False
     lookup: bool = False
+    lying_lookup: bool = False
+    # Seconds a key is remembered; None: for ever.
+    key_window_seconds: float | None = None
 
     def __post_init__(self) -> None:
         check_name("participant", self.name)
@@ -49,15 +63,23 @@ class ParticipantSpec:
 
     @classmethod
     def parse(cls, text: str) -> ParticipantSpec:
-        """Read ``name:flags`` where flags are ``dedupe``, ``lookup`` joined by '+', or ``none``."""
+        """Read ``name:flags``: flags of ``dedupe``, ``lookup``, ``lying-lookup``, ``short-window``
+        joined by '+', or ``none``."""
         name, _, flags_text = text.partition(":")
         flags = {flag.strip() for flag in flags_text.split("+") if flag.strip()} or {"none"}
-        unknown = flags - {"dedupe", "lookup", "none"}
+        unknown = flags - {*_FLAGS, "none"}
         if unknown or ("none" in flags and len(flags) > 1):
             raise ValueError(
-                f"participant {text!r}: flags are 'dedupe', 'lookup' joined by '+', or 'none'"
+                f"participant {text!r}: flags are {', '.join(map(repr, _FLAGS))} joined by '+', "
+                "or 'none'"
             )
-        return cls(name=name, deduplicates="dedupe" in flags, lookup="lookup" in flags)
+        return cls(
+            name=name,
+            deduplicates="dedupe" in flags,
+            lookup="lookup" in flags or "lying-lookup" in flags,
+            lying_lookup="lying-lookup" in flags,
+            key_window_seconds=SHORT_WINDOW_SECONDS if "short-window" in flags else None,
+        )
 
 
 class ParticipantLedger:
@@ -80,7 +102,7 @@ class ParticipantLedger:
             """
             CREATE TABLE IF NOT EXISTS applied (
                 seq INTEGER PRIMARY KEY, key TEXT, operation TEXT, payload TEXT,
-                attempt INT, applied_at REAL);
+                attempt INT, applied_at REAL, effect_id TEXT);
             CREATE INDEX IF NOT EXISTS applied_by_key ON applied (key, seq);
             CREATE TABLE IF NOT EXISTS received (
                 seq INTEGER PRIMARY KEY, key TEXT, operation TEXT, attempt INT,
@@ -89,10 +111,13 @@ class ParticipantLedger:
                 key TEXT PRIMARY KEY, up_to_attempt INT, fenced_at REAL);
             CREATE TABLE IF NOT EXISTS reversed (
                 key TEXT PRIMARY KEY, reversed_by TEXT, reversed_at REAL);
+            CREATE TABLE IF NOT EXISTS keys_lost (
+                up_to_seq INT, lost_at REAL);
             """
         )
         self.kit: Kit[sqlite3.Connection] | None = None
-        if spec.deduplicates:
+        honest = not spec.lying_lookup and spec.key_window_seconds is None
+        if spec.deduplicates and honest and not self._keys_were_lost():
             self.kit = Kit.sqlite(str(self.path), namespace=spec.name, retention=KIT_RETENTION)
 
     def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
@@ -103,14 +128,45 @@ class ParticipantLedger:
             "participant": self.spec.name,
             "operation": row["operation"],
             "key": row["key"],
+            "effect_id": row["effect_id"],
             "applied_seq": row["seq"],
         }
 
+    def _answer(self, receipt: dict[str, Any], **more: Any) -> dict[str, Any]:
+        answer = {"status": "applied", "receipt": receipt, **more}
+        if self.spec.key_window_seconds is not None:
+            answer["key_retention_seconds"] = self.spec.key_window_seconds
+        return answer
+
     def _first_application(self, db: sqlite3.Connection, key: str) -> sqlite3.Row | None:
+        """The first application of ``key`` the participant still remembers: none from before
+        its keys were lost, none older than its key window."""
+        window = self.spec.key_window_seconds
+        since = 0.0 if window is None else time.time() - window
         row: sqlite3.Row | None = db.execute(
-            "SELECT seq, key, operation FROM applied WHERE key = ? ORDER BY seq LIMIT 1", (key,)
+            "SELECT seq, key, operation, effect_id FROM applied WHERE key = ? AND applied_at >= ? "
+            "AND seq > (SELECT coalesce(max(up_to_seq), 0) FROM keys_lost) ORDER BY seq LIMIT 1",
+            (key, since),
         ).fetchone()
         return row
+
+    def _keys_were_lost(self) -> bool:
+        with self._transaction() as db:
+            return db.execute("SELECT 1 FROM keys_lost").fetchone() is not None
+
+    def lose_keys(self) -> None:
+        """Forget every key and fence (a restore without the key table); the record stays.
+        A participant that kept its keys with the kit stops using it: its keys are gone."""
+        if self.kit is not None:
+            self.kit.close()
+            self.kit = None
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO keys_lost (up_to_seq, lost_at) "
+                "SELECT coalesce(max(seq), 0), ? FROM applied",
+                (time.time(),),
+            )
+            db.execute("DELETE FROM fenced")
 
     def record_received(self, key: str, operation: str, attempt: int) -> None:
         with self._transaction() as db:
@@ -122,20 +178,22 @@ class ParticipantLedger:
     def _insert_applied(self, db: sqlite3.Connection, request: KitRequest) -> dict[str, Any]:
         """The business write: one ``applied`` row, in the transaction it is given."""
         cursor = db.execute(
-            "INSERT INTO applied (key, operation, payload, attempt, applied_at) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO applied (key, operation, payload, attempt, applied_at, effect_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             (
                 request.key,
                 request.operation,
                 json.dumps(request.payload),
                 request.attempt,
                 time.time(),
+                request.effect_id,
             ),
         )
         return {
             "participant": self.spec.name,
             "operation": request.operation,
             "key": request.key,
+            "effect_id": request.effect_id,
             "applied_seq": cursor.lastrowid,
         }
 
@@ -147,8 +205,9 @@ class ParticipantLedger:
         if isinstance(outcome, Refused):
             refused = {"status": "rejected", "error_code": outcome.error_code}
             return 409, {**refused, "retryable": outcome.retryable, "message": outcome.message}
-        answer = {"status": "applied", "receipt": outcome.receipt}
-        return 200, answer if outcome.first else {**answer, "duplicate": True}
+        if outcome.first:
+            return 200, self._answer(outcome.receipt)
+        return 200, self._answer(outcome.receipt, duplicate=True)
 
     def apply(
         self,
@@ -157,6 +216,7 @@ class ParticipantLedger:
         payload: str,
         attempt: int,
         original_key: str | None = None,
+        effect_id: str | None = None,
     ) -> tuple[int, dict[str, Any]]:
         if self.kit is not None:
             request = KitRequest(
@@ -165,6 +225,7 @@ class ParticipantLedger:
                 operation=operation,
                 payload=json.loads(payload),
                 original_key=original_key,
+                effect_id=effect_id,
             )
             return self._kit_apply(self.kit, request)
         with self._transaction() as db:
@@ -179,25 +240,24 @@ class ParticipantLedger:
             if self.spec.deduplicates:
                 first = self._first_application(db, key)
                 if first is not None:
-                    return 200, {
-                        "status": "applied",
-                        "receipt": self._receipt(first),
-                        "duplicate": True,
-                    }
+                    return 200, self._answer(self._receipt(first), duplicate=True)
             cursor = db.execute(
-                "INSERT INTO applied (key, operation, payload, attempt, applied_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (key, operation, payload, attempt, time.time()),
+                "INSERT INTO applied (key, operation, payload, attempt, applied_at, effect_id) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (key, operation, payload, attempt, time.time(), effect_id),
             )
             receipt = {
                 "participant": self.spec.name,
                 "operation": operation,
                 "key": key,
+                "effect_id": effect_id,
                 "applied_seq": cursor.lastrowid,
             }
-            return 200, {"status": "applied", "receipt": receipt}
+            return 200, self._answer(receipt)
 
     def lookup(self, key: str, attempt: int | None) -> dict[str, Any]:
+        if self.spec.lying_lookup:
+            return {"verdict": "not-applied"}
         if self.kit is not None:
             with self._lock:
                 answer = self.kit.lookup(key, attempt)
@@ -208,6 +268,9 @@ class ParticipantLedger:
             first = self._first_application(db, key)
             if first is not None:
                 return {"verdict": "applied", "evidence": self._receipt(first)}
+            if db.execute("SELECT 1 FROM keys_lost").fetchone() is not None:
+                # Absence proves nothing once the keys were lost: the key may be among them.
+                return {"verdict": "unknown", "reason": "this participant lost its keys"}
             # A fence only ever widens: a later, lower lookup must not unfence what was promised.
             db.execute(
                 "INSERT INTO fenced (key, up_to_attempt, fenced_at) VALUES (?, ?, ?) "

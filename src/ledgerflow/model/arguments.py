@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from ledgerflow.errors import RegistrationError
@@ -89,6 +90,16 @@ def seconds(value: object, *, what: str, option: str, optional: bool = False) ->
     if value <= 0:
         raise RegistrationError(f"{what}: {option} must be positive, not {value!r}")
     return float(value)
+
+
+def duration(value: object, *, what: str, option: str) -> timedelta | None:
+    """An optional positive ``timedelta``."""
+    if value is None or (isinstance(value, timedelta) and value > timedelta(0)):
+        return value
+    raise RegistrationError(
+        f"{what}: {option}= takes a positive datetime.timedelta, e.g. "
+        f"{option}=timedelta(days=7), not {kind_of(value)}"
+    )
 
 
 def flag(value: object, *, what: str, option: str) -> bool:

@@ -15,6 +15,7 @@ import re
 import textwrap
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from ledgerflow import limits
@@ -138,6 +139,9 @@ class Participant:
     (the participant is unreachable) is no answer: it is asked again on ``lookup_retry``, and
     only when that is spent is the doubt settled without it (or handed to a person).
 
+    ``key_retention`` states how long the participant remembers a key (its deduplication and
+    lookup window); ``ledgerflow check-participant`` holds it to the engine's retry horizon.
+
     ``@payments.effect(..., heartbeat_timeout=seconds)`` asks a long effect to call ``await
     call.heartbeat(details)`` at least that often; an attempt that misses it is cut off, its
     outcome UNKNOWN and settled by the lookup, and the next attempt reads
@@ -150,9 +154,11 @@ class Participant:
         *,
         deduplicates: bool = False,
         lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
+        key_retention: timedelta | None = None,
     ) -> None:
         self.name = check_name("participant", name)
         what = f"participant {name}"
+        self.key_retention = arguments.duration(key_retention, what=what, option="key_retention")
         self.deduplicates = arguments.flag(deduplicates, what=what, option="deduplicates")
         self.lookup_retry = arguments.retry_policy(lookup_retry, what=what, option="lookup_retry")
         self.lookup_function: LookupFunction | None = None
