@@ -3,12 +3,12 @@
 A service hosts its participant with :func:`kit_routes` (to add to its own Starlette or FastAPI
 app) or :func:`kit_app` (a whole ASGI app), backed by a :class:`~ledgerflow.participant.Kit`:
 
-- ``POST /{name}/apply``: ``200 {"status": "applied", "receipt", "duplicate"}``, or ``409
+- ``POST /{name}/apply``: ``200 {"status": "applied", "key", "receipt", "duplicate"}``, or ``409
   {"status": "rejected", "error_code", "retryable", "message"}`` for what the kit or the business
   write refused (``422`` for an operation the service does not have). A body that does not speak
   the protocol, or an ``Idempotency-Key`` header naming another key than the body, is a ``400``
   problem (``application/problem+json``), which the engine reads as UNKNOWN, never as applied.
-- ``GET /{name}/lookup/{key}?attempt=N``: ``{"verdict": "applied", "evidence"}`` or
+- ``GET /{name}/lookup/{key}?attempt=N``: ``{"verdict": "applied", "key", "evidence"}`` or
   ``{"verdict": "not-applied"}`` (attempts 1..N fenced).
 - ``GET /{name}/precondition/{key}?original=K``: holds, satisfied or violated.
 - ``GET /{name}/_kit``: the kit's declaration (its key-retention window), for a checker.
@@ -71,7 +71,7 @@ def kit_routes(
         outcome = await run_in_threadpool(kit.apply_request, read, do)
         if isinstance(outcome, Refused):
             return _rejected(409, outcome)
-        return _applied(outcome)
+        return _applied(outcome, key=read.key)
 
     async def lookup(request: Request) -> JSONResponse:
         key = request.path_params["key"]
@@ -84,7 +84,8 @@ def kit_routes(
             return problem(400, "bad lookup", "a key and '?attempt=' (a positive integer)")
         answer = await run_in_threadpool(kit.lookup, key, attempt)
         if answer.verdict is LookupVerdict.APPLIED:
-            return JSONResponse({"verdict": answer.verdict.value, "evidence": answer.evidence})
+            evidence = {"verdict": answer.verdict.value, "key": key, "evidence": answer.evidence}
+            return JSONResponse(evidence)
         return JSONResponse({"verdict": answer.verdict.value})
 
     async def precondition(request: Request) -> JSONResponse:
@@ -171,10 +172,17 @@ def _precondition_body(found: Precondition) -> dict[str, Any]:
     return body
 
 
-def _applied(outcome: Applied) -> JSONResponse:
+def _applied(outcome: Applied, *, key: str) -> JSONResponse:
     from starlette.responses import JSONResponse
 
-    body = {"status": "applied", "receipt": outcome.receipt, "duplicate": not outcome.first}
+    # The answer names the key it is about: the engine takes an applied answer as evidence
+    # only for the request it names (participant/remote.py), whatever the receipt holds.
+    body = {
+        "status": "applied",
+        "key": key,
+        "receipt": outcome.receipt,
+        "duplicate": not outcome.first,
+    }
     return JSONResponse(body)
 
 
