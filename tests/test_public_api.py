@@ -47,6 +47,7 @@ LEDGERFLOW_ALL = [
     "NotPublished",
     "Participant",
     "Published",
+    "RabbitMQRelay",
     "Registry",
     "RetryPolicy",
     "RunRecord",
@@ -73,7 +74,11 @@ PARTICIPANT_ALL = [
     "Participant",
     "Precondition",
     "PreconditionVerdict",
+    "RabbitMQParticipant",
+    "RabbitMQRoute",
     "RetryPolicy",
+    "declare_topology",
+    "rabbitmq_participant",
     "remote_participant",
 ]
 

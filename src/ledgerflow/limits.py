@@ -251,3 +251,7 @@ FLOW_CONCURRENCY_POLL_SECONDS = 0.05
 FLOW_WAKE_LEAD_SECONDS = 0.3
 FLOW_IN_FLIGHT_UNBOUNDED = 2_000_000_000
 FLOW_ADMISSIONS_LISTED_MAX = 100_000
+# Messages a broker relay holds unacknowledged at once (RabbitMQ's prefetch): each is acked
+# only after the journal commit it causes, so this bounds the work a killed relay leaves to
+# redelivery.
+RELAY_PREFETCH = 64

@@ -19,6 +19,10 @@ from ledgerflow.model.effect import LookupAnswer as LookupAnswer
 from ledgerflow.model.effect import LookupVerdict as LookupVerdict
 from ledgerflow.model.heartbeat import HeartbeatAnswer as HeartbeatAnswer
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
+from ledgerflow.model.broker import RabbitMQRoute as RabbitMQRoute
+from ledgerflow.participant.rabbitmq import RabbitMQParticipant as RabbitMQParticipant
+from ledgerflow.participant.rabbitmq import declare_topology as declare_topology
+from ledgerflow.participant.rabbitmq import rabbitmq_participant as rabbitmq_participant
 from ledgerflow.participant.remote import remote_participant as remote_participant
 
 __all__ = [
@@ -32,6 +36,10 @@ __all__ = [
     "Participant",
     "Precondition",
     "PreconditionVerdict",
+    "RabbitMQParticipant",
+    "RabbitMQRoute",
     "RetryPolicy",
+    "declare_topology",
+    "rabbitmq_participant",
     "remote_participant",
 ]

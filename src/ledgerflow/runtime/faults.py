@@ -48,6 +48,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
   any start option) or ``signal_with_start`` is decided, its transaction (insert, new run or
   refusal; the event) not yet committed / committed and not yet answered (``kind`` is
   ``start`` or ``signal_with_start``; ``instance`` the business key asked for)
+- ``relay.before_commit`` / ``relay.before_ack``: a broker relay read a participant's reply
+  and has not yet committed it to the journal / committed it and not yet acknowledged it to
+  the broker (``key`` and ``attempt`` are the reply's)
 - ``lock.before_release``: the workflow left a durable lock's block, the release (and the
   hand-over to the first waiter) is not yet durable (``seq`` is the release's position)
 """

@@ -1,0 +1,55 @@
+"""Where a participant's requests and replies travel over a message broker (internal).
+
+A participant reached through RabbitMQ is declared with its route: the exchange its requests
+are published to (routing key: the operation), the queue it consumes them from, the
+dead-letter exchange and queue its exhausted deliveries go to, and the queue its replies come
+back on. The route is data the publishing side (:mod:`ledgerflow.participant.rabbitmq`) and
+the relay that consumes replies and dead letters (:mod:`ledgerflow.runtime.relay`) both read;
+neither imports the other. The relay proves at start that the broker keeps what the route
+claims (durable quorum queues, a dead-letter route) and refuses to run otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RabbitMQRoute:
+    """One participant's topology on a RabbitMQ broker, as its declaration claims it."""
+
+    participant: str
+    url: str
+    exchange: str
+    request_queue: str
+    dead_letter_exchange: str
+    dead_letter_queue: str
+    reply_queue: str
+
+    @property
+    def unmatched_queue(self) -> str:
+        """Where replies the relay cannot deliver to any effect (no effect has their key, or
+        they are not the protocol) are dead-lettered and kept for a person."""
+        return f"{self.reply_queue}.unmatched"
+
+    def arguments(self, queue: str) -> dict[str, Any]:
+        """The arguments a queue of the route is declared with. The request and reply queues are
+        quorum queues (durable, replicated, with a delivery limit) whose exhausted or refused
+        messages are dead-lettered, never dropped: requests to the dead-letter queue the relay
+        consumes, replies to the unmatched queue a person reads."""
+        if queue in (self.dead_letter_queue, self.unmatched_queue):
+            return {"x-queue-type": "quorum"}
+        return {
+            "x-queue-type": "quorum",
+            "x-dead-letter-exchange": self.dead_letter_exchange,
+            "x-dead-letter-routing-key": DEAD if queue == self.request_queue else UNMATCHED,
+        }
+
+    def queues(self) -> tuple[str, ...]:
+        return (self.request_queue, self.reply_queue, self.dead_letter_queue, self.unmatched_queue)
+
+
+# The dead-letter exchange's routing keys: an exhausted request, a reply no effect takes.
+DEAD = "dead"
+UNMATCHED = "unmatched"

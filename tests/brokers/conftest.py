@@ -1,0 +1,61 @@
+"""RabbitMQ for the broker tests: its URL from ``LEDGERFLOW_TEST_RABBITMQ_URL`` (CI sets it and
+fails if the broker is unreachable); without it the tests are skipped with that reason. Each
+test gets its own exchanges and queues (the broker is shared), deleted after it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from ledgerflow.participant import RabbitMQRoute
+
+ENVIRONMENT_VARIABLE = "LEDGERFLOW_TEST_RABBITMQ_URL"
+
+
+@pytest.fixture
+def rabbitmq_url() -> str:
+    url = os.environ.get(ENVIRONMENT_VARIABLE)
+    if not url:
+        pytest.skip(
+            f"RabbitMQ tests need {ENVIRONMENT_VARIABLE} (e.g. amqp://guest:guest@127.0.0.1:5672/)"
+        )
+    return url
+
+
+@pytest.fixture
+def route_suffix(rabbitmq_url: str) -> Iterator[str]:
+    """A fresh name for this test's topology; its queues and exchanges are deleted after it."""
+    suffix = uuid.uuid4().hex[:10]
+    yield suffix
+    asyncio.run(_delete(rabbitmq_url, suffix))
+
+
+def route_for(url: str, suffix: str) -> RabbitMQRoute:
+    """The route rabbitmq_participant declares for the tests' payments service."""
+    return RabbitMQRoute(
+        participant="payments",
+        url=url,
+        exchange=f"payments.{suffix}",
+        request_queue=f"payments.requests.{suffix}",
+        dead_letter_exchange=f"payments.dead.{suffix}",
+        dead_letter_queue=f"payments.dead.{suffix}",
+        reply_queue=f"ledgerflow.replies.{suffix}",
+    )
+
+
+async def _delete(url: str, suffix: str) -> None:
+    import aio_pika
+
+    route = route_for(url, suffix)
+    connection = await aio_pika.connect(url)
+    async with connection:
+        for queue in route.queues():
+            channel = await connection.channel()
+            await channel.queue_delete(queue)
+        for exchange in (route.exchange, route.dead_letter_exchange):
+            channel = await connection.channel()
+            await channel.exchange_delete(exchange)
