@@ -255,3 +255,6 @@ FLOW_ADMISSIONS_LISTED_MAX = 100_000
 # only after the journal commit it causes, so this bounds the work a killed relay leaves to
 # redelivery.
 RELAY_PREFETCH = 64
+# Deliveries of one request a broker makes before it dead-letters it (RabbitMQ's quorum
+# queue x-delivery-limit, RabbitMQ 4's own default).
+BROKER_DELIVERY_LIMIT_DEFAULT = 20

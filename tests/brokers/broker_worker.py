@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
-import ledgerflow as lf
 from broker_workflows import payments, registry
+
+import ledgerflow as lf
 from ledgerflow.runtime import faults
 
 

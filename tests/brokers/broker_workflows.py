@@ -14,7 +14,11 @@ SUFFIX = os.environ.get("LF_TEST_ROUTE", "default")
 
 
 def build(
-    *, suffix: str = SUFFIX, deduplicates: bool = True, reply_within_seconds: float = 8.0
+    *,
+    suffix: str = SUFFIX,
+    deduplicates: bool = True,
+    reply_within_seconds: float = 8.0,
+    delivery_limit: int = 20,
 ) -> tuple[lf.Registry, lf.participant.RabbitMQParticipant]:
     registry = lf.Registry()
     payments = rabbitmq_participant(
@@ -28,6 +32,7 @@ def build(
         reply_queue=f"ledgerflow.replies.{suffix}",
         dead_letter_exchange=f"payments.dead.{suffix}",
         dead_letter_queue=f"payments.dead.{suffix}",
+        delivery_limit=delivery_limit,
         retry=lf.RetryPolicy(
             attempts_max=8,
             backoff_initial=timedelta(milliseconds=50),

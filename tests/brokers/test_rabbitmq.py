@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_workflows import build
 
 import ledgerflow as lf
-from broker_workflows import build
 from conditions import until
 from conftest import route_for
 from ledgerflow.demo.broker_payments import Misbehaviour, serve
@@ -111,16 +111,15 @@ async def test_a_reply_duplicated_three_times_completes_once_and_a_lost_one_is_r
         rabbitmq_url, ledger, route_suffix, replies=3, lose_replies_for={"order-3"}
     )
     async with running(journal_url, payments, registry, consumer=consumer) as (engine, relay):
-        started = [
-            await engine.start("order", key=o["name"], input=o) for o in orders(6)
-        ]
+        started = [await engine.start("order", key=o["name"], input=o) for o in orders(6)]
         results = [await engine.result(s.instance_id, timeout=30) for s in started]
         effects = [await effect_of(engine, s.instance_id) for s in started]
     assert [r["receipt"]["amount"] for r in results] == [100 + n for n in range(6)]
     assert all(e.state is lf.EffectState.CONFIRMED for e in effects)
     # The lost reply's effect went UNKNOWN at its deadline and was published again under its
     # key; the participant answered the repeat with its first receipt.
-    assert effects[3].attempt == 2 and all(e.attempt == 1 for e in effects[:3] + effects[4:])
+    assert effects[3].attempt == 2
+    assert all(e.attempt == 1 for e in effects[:3] + effects[4:])
     assert applications(ledger) == {e.idempotency_key: 1 for e in effects}
     assert relay.counts["completed"] == 6
     assert relay.counts["duplicate"] == 2 * 6
@@ -177,7 +176,8 @@ async def test_an_unroutable_publish_is_proven_not_sent_and_succeeds_once_bound(
         result = await engine.result(started.instance_id, timeout=30)
         effect = await effect_of(engine, started.instance_id)
     assert "unroutable" in (refused.attempt_errors or "")
-    assert effect.state is lf.EffectState.CONFIRMED and result["receipt"]["amount"] == 100
+    assert effect.state is lf.EffectState.CONFIRMED
+    assert result["receipt"]["amount"] == 100
     assert applications(ledger) == {effect.idempotency_key: 1}
 
 
@@ -216,8 +216,10 @@ async def test_superseded_foreign_and_conflicting_replies_are_kept_refused(
         detail = await engine.detail(started.instance_id)
     refusals = {d.refusal: d.reason for d in detail.inbox if d.refusal}
     assert set(refusals) == {"superseded", "foreign"}
-    assert "attempt 7" in refusals["superseded"] and "ef_someone_else" in refusals["foreign"]
-    assert relay.counts["duplicate"] == 1 and relay.counts["completed"] == 1
+    assert "attempt 7" in refusals["superseded"]
+    assert "ef_someone_else" in refusals["foreign"]
+    assert relay.counts["duplicate"] == 1
+    assert relay.counts["completed"] == 1
     assert result == {"receipt": receipt}
     assert json.loads(detail.effects[0].evidence or "null") == receipt
 
@@ -245,37 +247,42 @@ async def test_a_reply_for_an_ended_instance_is_kept_refused(
         await until(lambda: relay.counts["refused"] == 1, what="the reply refused")
         detail = await engine.detail(started.instance_id)
     (kept,) = [d for d in detail.inbox if d.event_id.endswith(":2")]
-    assert kept.refusal == "ended" and kept.state.value == "REJECTED"
+    assert kept.refusal == "ended"
+    assert kept.state.value == "REJECTED"
     assert detail.effects[0].state is lf.EffectState.CONFIRMED
 
 
+@pytest.mark.parametrize(("requeue", "why"), [(True, "delivery_limit"), (False, "rejected")])
 @sync
 async def test_a_dead_lettered_request_parks_the_instance_with_the_brokers_evidence(
-    journal_url: str, rabbitmq_url: str, route_suffix: str
+    journal_url: str, rabbitmq_url: str, route_suffix: str, requeue: bool, why: str
 ) -> None:
     import aio_pika
 
-    registry, payments = build(suffix=route_suffix, reply_within_seconds=30)
+    registry, payments = build(suffix=route_suffix, reply_within_seconds=30, delivery_limit=2)
     await declare_topology(payments.route, operations=OPERATIONS)
 
     async def poison_refuser() -> None:
-        # A consumer that cannot process the request: it refuses it without requeue, so the
-        # quorum queue dead-letters it.
+        # A consumer that cannot process the request: it gives it back each time (until the
+        # quorum queue's delivery limit is spent), or refuses it outright.
         connection = await aio_pika.connect(rabbitmq_url)
         async with connection:
             channel = await connection.channel()
             queue = await channel.get_queue(payments.route.request_queue)
             async with queue.iterator() as messages:
                 async for message in messages:
-                    await message.reject(requeue=False)
+                    await message.reject(requeue=requeue)
 
     async with running(journal_url, payments, registry, consumer=poison_refuser) as (engine, _):
         started = await engine.start("order", key="o-1", input=orders(1)[0])
         parked = await until(lambda: _parked(engine, started.instance_id), what="parked")
         effect = await effect_of(engine, started.instance_id)
-    assert effect.state is lf.EffectState.UNKNOWN and effect.doubt == 1
-    assert "dead-lettered" in (parked.reason or "") and "rejected" in (parked.reason or "")
+    assert effect.state is lf.EffectState.UNKNOWN
+    assert effect.doubt == 1
+    assert "dead-lettered" in (parked.reason or "")
+    assert why in (parked.reason or "")
     assert payments.route.request_queue in (effect.reason or "")
+    assert ('"delivery_limit":2' in (effect.reason or "")) is requeue
 
 
 @pytest.mark.parametrize(
@@ -312,7 +319,8 @@ async def test_the_relay_proves_a_topology_that_keeps_its_claims(
     await declare_topology(payments.route, operations=OPERATIONS)
     async with lf.Engine(f"sqlite:///{tmp_path}/j.db", lf.Registry()) as engine:
         proven = await lf.RabbitMQRelay(engine, payments.route).check()
-    assert len(proven) == 6 and all("quorum" in p for p in proven[2:])
+    assert len(proven) == 6
+    assert all("quorum" in p for p in proven[2:])
 
 
 async def declare_topology_except_requests(route: lf.participant.RabbitMQRoute) -> None:

@@ -125,7 +125,9 @@ async def serve(
         async with queue.iterator() as messages:
             async for message in messages:
                 request = json.loads(message.body)
-                ledger.saw(request["key"], request.get("attempt"), redelivered=message.redelivered)
+                ledger.saw(
+                    request["key"], request.get("attempt"), redelivered=bool(message.redelivered)
+                )
                 if misbehaviour.silent:
                     await message.ack()
                     continue

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ledgerflow import limits
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RabbitMQRoute:
@@ -26,6 +28,9 @@ class RabbitMQRoute:
     dead_letter_exchange: str
     dead_letter_queue: str
     reply_queue: str
+    # Deliveries of one request before the broker dead-letters it (a quorum queue's
+    # x-delivery-limit): a poison request goes to a person, not round and round.
+    delivery_limit: int = limits.BROKER_DELIVERY_LIMIT_DEFAULT
 
     @property
     def unmatched_queue(self) -> str:
@@ -40,13 +45,21 @@ class RabbitMQRoute:
         consumes, replies to the unmatched queue a person reads."""
         if queue in (self.dead_letter_queue, self.unmatched_queue):
             return {"x-queue-type": "quorum"}
+        if queue == self.request_queue:
+            return {
+                "x-queue-type": "quorum",
+                "x-dead-letter-exchange": self.dead_letter_exchange,
+                "x-dead-letter-routing-key": DEAD,
+                "x-delivery-limit": self.delivery_limit,
+            }
         return {
             "x-queue-type": "quorum",
             "x-dead-letter-exchange": self.dead_letter_exchange,
-            "x-dead-letter-routing-key": DEAD if queue == self.request_queue else UNMATCHED,
+            "x-dead-letter-routing-key": UNMATCHED,
         }
 
     def queues(self) -> tuple[str, ...]:
+        """Every queue of the route: requests, replies, dead letters, unmatched replies."""
         return (self.request_queue, self.reply_queue, self.dead_letter_queue, self.unmatched_queue)
 
 

@@ -9,6 +9,7 @@ nothing was applied, and lets anything else propagate: that makes the outcome UN
 from __future__ import annotations
 
 from ledgerflow.errors import EffectRejectedError as EffectRejectedError
+from ledgerflow.model.broker import RabbitMQRoute as RabbitMQRoute
 from ledgerflow.model.classification import Classification as Classification
 from ledgerflow.model.compensation import Precondition as Precondition
 from ledgerflow.model.compensation import PreconditionVerdict as PreconditionVerdict
@@ -19,7 +20,6 @@ from ledgerflow.model.effect import LookupAnswer as LookupAnswer
 from ledgerflow.model.effect import LookupVerdict as LookupVerdict
 from ledgerflow.model.heartbeat import HeartbeatAnswer as HeartbeatAnswer
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
-from ledgerflow.model.broker import RabbitMQRoute as RabbitMQRoute
 from ledgerflow.participant.rabbitmq import RabbitMQParticipant as RabbitMQParticipant
 from ledgerflow.participant.rabbitmq import declare_topology as declare_topology
 from ledgerflow.participant.rabbitmq import rabbitmq_participant as rabbitmq_participant

@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ledgerflow import limits
 from ledgerflow.errors import EffectRejectedError, RegistrationError
 from ledgerflow.extras import require_extra
 from ledgerflow.model.broker import DEAD, UNMATCHED, RabbitMQRoute
@@ -167,6 +168,7 @@ def rabbitmq_participant(
     reply_queue: str = "ledgerflow.replies",
     dead_letter_exchange: str | None = None,
     dead_letter_queue: str | None = None,
+    delivery_limit: int = limits.BROKER_DELIVERY_LIMIT_DEFAULT,
     confirm_seconds: float = CONFIRM_SECONDS_DEFAULT,
     retry: RetryPolicy | None = None,
 ) -> RabbitMQParticipant:
@@ -184,8 +186,10 @@ def rabbitmq_participant(
     A dispatch publishes to ``exchange`` (default: the participant's name) with the operation
     as routing key; the confirm makes the effect ACCEPTED; the participant's reply on
     ``reply_queue`` completes it, and with no reply within ``reply_within_seconds`` its outcome
-    is UNKNOWN. ``deduplicates`` promises that the consumer applies a ``message_id`` once,
-    however often it is delivered: only then is an UNKNOWN effect published again.
+    is UNKNOWN. A request delivered ``delivery_limit`` times without an ack is dead-lettered by
+    the broker, and its instance goes to a person. ``deduplicates`` promises that the consumer
+    applies a ``message_id`` once, however often it is delivered: only then is an UNKNOWN effect
+    published again.
     """
     require_extra("brokers", purpose=f"rabbitmq participant {name}")
     if not isinstance(url, str) or not url.startswith(("amqp://", "amqps://")):
@@ -206,6 +210,7 @@ def rabbitmq_participant(
         dead_letter_exchange=dead_letter_exchange or f"{name}.dead",
         dead_letter_queue=dead_letter_queue or f"{name}.dead",
         reply_queue=reply_queue,
+        delivery_limit=delivery_limit,
     )
     participant = RabbitMQParticipant(route, deduplicates=deduplicates)
     for operation, classification in operations.items():

@@ -454,13 +454,17 @@ class EngineCore:
         if self.get(effect.instance_id).status in TERMINAL_STATUSES:
             pass  # refused as for an ended instance, which says the most
         elif effect_id is not None and effect_id != effect.effect_id:
-            refuse = "foreign", (
-                f"the reply names effect {effect_id}; key {idempotency_key} is effect "
-                f"{effect.effect_id}"
+            refuse = (
+                "foreign",
+                (
+                    f"the reply names effect {effect_id}; key {idempotency_key} is effect "
+                    f"{effect.effect_id}"
+                ),
             )
         elif attempt is not None and attempt != effect.attempt:
-            refuse = "superseded", (
-                f"the reply answers attempt {attempt}; the effect is on attempt {effect.attempt}"
+            refuse = (
+                "superseded",
+                (f"the reply answers attempt {attempt}; the effect is on attempt {effect.attempt}"),
             )
         return self._deliver(
             effect.instance_id,

@@ -120,6 +120,7 @@ class RabbitMQRelay:
         )
 
     def stop(self) -> None:
+        """Ask :meth:`run` to return (what it has not acknowledged, the broker delivers again)."""
         self._stopping.set()
 
     async def run(self) -> None:
@@ -173,7 +174,9 @@ class RabbitMQRelay:
             return
         except LedgerflowError as error:
             # The journal could not take it now (unavailable, busy): the broker keeps it.
-            log.warning("relay %s: reply for %s not kept yet: %s", self.route.participant, key, error)
+            log.warning(
+                "relay %s: reply for %s not kept yet: %s", self.route.participant, key, error
+            )
             await message.nack(requeue=True)
             return
         if faults.plan is not None:
@@ -196,6 +199,9 @@ class RabbitMQRelay:
     async def _dead_letter(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         key = message.message_id
         evidence = _death(message.headers)
+        if evidence.get("reason") == "delivery_limit":
+            # The broker delivered it as often as the queue's limit (proven by check()).
+            evidence["delivery_limit"] = self.route.delivery_limit
         try:
             request = json.loads(message.body)
             attempt = request.get("attempt") if isinstance(request, dict) else None
