@@ -258,3 +258,7 @@ RELAY_PREFETCH = 64
 # Deliveries of one request a broker makes before it dead-letters it (RabbitMQ's quorum
 # queue x-delivery-limit, RabbitMQ 4's own default).
 BROKER_DELIVERY_LIMIT_DEFAULT = 20
+# Seconds a broker relay waits before connecting again after its connection was lost: the
+# first pause, doubled after each failure up to the last.
+RELAY_RECONNECT_SECONDS_MIN = 0.1
+RELAY_RECONNECT_SECONDS_MAX = 5.0

@@ -35,16 +35,12 @@ def route_suffix(rabbitmq_url: str) -> Iterator[str]:
 
 
 def route_for(url: str, suffix: str) -> RabbitMQRoute:
-    """The route rabbitmq_participant declares for the tests' payments service."""
-    return RabbitMQRoute(
-        participant="payments",
-        url=url,
-        exchange=f"payments.{suffix}",
-        request_queue=f"payments.requests.{suffix}",
-        dead_letter_exchange=f"payments.dead.{suffix}",
-        dead_letter_queue=f"payments.dead.{suffix}",
-        reply_queue=f"ledgerflow.replies.{suffix}",
-    )
+    """The route the tests' payments service is declared with (broker_workflows.build)."""
+    from broker_workflows import build
+
+    route = build(suffix=suffix)[1].route
+    assert route.url == url, "the tests' workflows read the same LEDGERFLOW_TEST_RABBITMQ_URL"
+    return route
 
 
 async def _delete(url: str, suffix: str) -> None:

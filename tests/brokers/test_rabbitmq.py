@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import shutil
 import sqlite3
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -250,6 +252,54 @@ async def test_a_reply_for_an_ended_instance_is_kept_refused(
     assert kept.refusal == "ended"
     assert kept.state.value == "REJECTED"
     assert detail.effects[0].state is lf.EffectState.CONFIRMED
+
+
+@sync
+async def test_orders_complete_once_when_the_broker_drops_the_connections_mid_run(
+    journal_url: str, rabbitmq_url: str, route_suffix: str, tmp_path: Path
+) -> None:
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("closing a connection from the broker's side needs rabbitmqctl")
+    registry, payments = build(suffix=route_suffix, reply_within_seconds=3)
+    await declare_topology(payments.route, operations=OPERATIONS)
+    ledger = tmp_path / "payments.db"
+    consumer = consumer_of(rabbitmq_url, ledger, route_suffix)
+    async with running(journal_url, payments, registry, consumer=consumer) as (engine, relay):
+        first = [await engine.start("order", key=o["name"], input=o) for o in orders(10)]
+        await until(lambda: relay.counts["completed"] >= 3, what="some replies carried")
+        closed = await asyncio.to_thread(close_connections, route_suffix)
+        second = [await engine.start("order", key=f"late-{o['name']}", input=o) for o in orders(10)]
+        started = first + second
+        results = [await engine.result(s.instance_id, timeout=30) for s in started]
+        effects = [await effect_of(engine, s.instance_id) for s in started]
+    # The relay's connection and the publisher's were both closed by the broker.
+    assert closed == 2
+    assert all(r["receipt"]["amount"] >= 100 for r in results)
+    assert all(e.state is lf.EffectState.CONFIRMED for e in effects)
+    assert applications(ledger) == {e.idempotency_key: 1 for e in effects}
+
+
+def close_connections(suffix: str) -> int:
+    """Close, from the broker's side, the connections Ledgerflow opened for this test's route."""
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    pids = [
+        line.split("\t", 1)[0]
+        for line in listed.splitlines()
+        if "ledgerflow" in line and suffix in line
+    ]
+    for pid in pids:
+        subprocess.run(
+            ["rabbitmqctl", "-q", "close_connection", pid, "dropped by the test"],
+            check=True,
+            timeout=60,
+        )
+    return len(pids)
 
 
 @pytest.mark.parametrize(("requeue", "why"), [(True, "delivery_limit"), (False, "rejected")])

@@ -21,18 +21,23 @@ queue as ``reply_to``. It needs the ``brokers`` extra (aio-pika), imported on fi
 from __future__ import annotations
 
 import asyncio
-import json
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ledgerflow import limits
-from ledgerflow.errors import EffectRejectedError, RegistrationError
+from ledgerflow.errors import EffectRejectedError
 from ledgerflow.extras import require_extra
 from ledgerflow.model.broker import DEAD, UNMATCHED, RabbitMQRoute
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.definition import EffectCall, Participant
 from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_LOOKUP_RETRY, RetryPolicy
+from ledgerflow.participant.declaring import (
+    check_operations,
+    check_url,
+    per_operation,
+    request_text,
+)
 from ledgerflow.redaction import redact
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
 
 # Seconds a publish waits for its confirm when the declaration gives no timeout of its own.
 CONFIRM_SECONDS_DEFAULT = 10.0
+EXAMPLE_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 class PublishOutcomeUnknown(Exception):  # noqa: N818 - named for the effect state it produces.
@@ -66,6 +72,9 @@ class RabbitMQParticipant(Participant):
             asyncio.AbstractEventLoop,
             tuple[aio_pika.abc.AbstractConnection, aio_pika.abc.AbstractChannel],
         ] = weakref.WeakKeyDictionary()
+        self._opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __repr__(self) -> str:
         return (
@@ -77,12 +86,19 @@ class RabbitMQParticipant(Participant):
         import aio_pika
 
         loop = asyncio.get_running_loop()
-        opened = self._channels.get(loop)
-        if opened is None or opened[1].is_closed:
-            connection = await aio_pika.connect(self.route.url)
-            # A returned (unroutable) mandatory publish raises, so it can be told from a routed one.
-            channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-            opened = self._channels[loop] = connection, channel
+        lock = self._opening.setdefault(loop, asyncio.Lock())
+        async with lock:  # one connection per loop, however many effects publish at once
+            opened = self._channels.get(loop)
+            if opened is None or opened[1].is_closed:
+                if opened is not None:
+                    await opened[0].close()
+                connection = await aio_pika.connect(
+                    self.route.url,
+                    client_properties={"connection_name": f"ledgerflow {self.route.exchange}"},
+                )
+                # A returned (unroutable) mandatory publish raises: told from a routed one.
+                channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+                opened = self._channels[loop] = connection, channel
         return opened[1]
 
     async def aclose(self) -> None:
@@ -97,22 +113,7 @@ class RabbitMQParticipant(Participant):
         import aio_pika
         from aio_pika.exceptions import DeliveryError
 
-        request = {
-            "key": call.idempotency_key,
-            "operation": operation,
-            "payload": call.payload,
-            "effect_id": call.effect_id,
-            "instance_id": call.instance_id,
-            "attempt": call.attempt,
-        }
-        try:
-            body = json.dumps(request).encode()
-        except (TypeError, ValueError) as error:
-            raise EffectRejectedError(
-                f"{self.name}.{operation}: payload is not JSON: {error}",
-                error_code="payload_not_json",
-                retryable=False,
-            ) from error
+        body = request_text(self.name, operation, call).encode()
         try:
             channel = await self._channel()
             exchange = await channel.get_exchange(self.route.exchange, ensure=False)
@@ -191,17 +192,10 @@ def rabbitmq_participant(
     applies a ``message_id`` once, however often it is delivered: only then is an UNKNOWN effect
     published again.
     """
-    require_extra("brokers", purpose=f"rabbitmq participant {name}")
-    if not isinstance(url, str) or not url.startswith(("amqp://", "amqps://")):
-        raise RegistrationError(
-            f"rabbitmq participant {name}: url takes the broker's URL as a string, e.g. "
-            f"'amqp://guest:guest@127.0.0.1:5672/'"
-        )
-    if not isinstance(operations, Mapping) or not operations:
-        raise RegistrationError(
-            f"rabbitmq participant {name}: operations= takes a dict of operation name to "
-            f"classification, e.g. operations={{'charge': 'compensatable'}}"
-        )
+    what = f"rabbitmq participant {name}"
+    require_extra("brokers", purpose=what)
+    check_url(url, what=what, schemes=("amqp://", "amqps://"), example=EXAMPLE_URL)
+    check_operations(operations, what=what, example="'charge': 'compensatable'")
     route = RabbitMQRoute(
         participant=name,
         url=url,
@@ -220,18 +214,8 @@ def rabbitmq_participant(
             timeout_seconds=confirm_seconds,
             retry=retry if retry is not None else DEFAULT_EFFECT_RETRY,
             completes_by_callback=reply_within_seconds,
-        )(_publisher(participant, operation))
+        )(per_operation(name, operation, participant.publish))
     return participant
-
-
-def _publisher(
-    participant: RabbitMQParticipant, operation: str
-) -> Callable[[EffectCall], Awaitable[Any]]:
-    async def publish(call: EffectCall) -> Any:
-        return await participant.publish(operation, call)
-
-    publish.__qualname__ = f"{participant.name}.{operation}"
-    return publish
 
 
 async def declare_topology(route: RabbitMQRoute, *, operations: tuple[str, ...]) -> None:

@@ -23,6 +23,7 @@ proves the route's claims and refuses to run on a lie.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -124,25 +125,48 @@ class RabbitMQRelay:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Check the route, then consume its reply and dead-letter queues until :meth:`stop`."""
-        import aio_pika
+        """Check the route, then consume its reply and dead-letter queues until :meth:`stop`;
+        a lost connection is opened again (what was not acknowledged is delivered again)."""
+        from aio_pika.exceptions import AMQPError
 
         await self.check()
-        connection = await aio_pika.connect(self.route.url)
+        pause = limits.RELAY_RECONNECT_SECONDS_MIN
+        while not self._stopping.is_set():
+            try:
+                await self._consume()
+            except (OSError, AMQPError, ConnectionError) as error:
+                log.warning("relay %s: %s; connecting again", self.route.participant, error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), pause)
+                pause = min(pause * 2, limits.RELAY_RECONNECT_SECONDS_MAX)
+            else:
+                pause = limits.RELAY_RECONNECT_SECONDS_MIN
+
+    async def _consume(self) -> None:
+        """Consume on one connection until :meth:`stop` (returns) or the connection is lost
+        (raises)."""
+        import aio_pika
+
+        connection = await aio_pika.connect(
+            self.route.url,
+            client_properties={"connection_name": f"ledgerflow relay {self.route.reply_queue}"},
+        )
         async with connection:
             channel = await connection.channel()
             await channel.set_qos(prefetch_count=self.prefetch)
             replies = await channel.get_queue(self.route.reply_queue, ensure=False)
             dead = await channel.get_queue(self.route.dead_letter_queue, ensure=False)
+            # A close from the broker's side is told by the close callbacks only.
+            lost = asyncio.Event()
+            connection.close_callbacks.add(lambda *_: lost.set())
             await replies.consume(self._reply)
             await dead.consume(self._dead_letter)
-            closed = asyncio.ensure_future(connection.closed())
-            stopping = asyncio.ensure_future(self._stopping.wait())
-            await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if closed.done() and not self._stopping.is_set():
-                raise ConnectionError(f"relay {self.route.participant}: the broker went away")
-            closed.cancel()
+            waits = {asyncio.ensure_future(e.wait()) for e in (lost, self._stopping)}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+            if not self._stopping.is_set():
+                raise ConnectionError("the broker closed the connection")
 
     async def _reply(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
         reply = _reply_fields(message.body)
