@@ -23,8 +23,8 @@ import ledgerflow as lf
 from conditions import until
 from conftest import route_for
 from ledgerflow.demo.broker_payments import Misbehaviour, serve
-from ledgerflow.errors import ConfigurationError
-from ledgerflow.participant import RabbitMQParticipant, declare_topology
+from ledgerflow.errors import ConfigurationError, RegistrationError
+from ledgerflow.participant import RabbitMQParticipant, declare_topology, rabbitmq_participant
 
 OPERATIONS = ("charge",)
 
@@ -407,3 +407,20 @@ async def _parked(engine: lf.Engine, instance_id: str) -> lf.InstanceRecord | No
 async def _ended(engine: lf.Engine, instance_id: str) -> bool:
     record = await engine.get(instance_id)
     return record.status.value in ("CANCELLED", "COMPENSATED", "FAILED", "COMPLETED")
+
+
+@pytest.mark.parametrize(
+    ("url", "operations", "refused"),
+    [
+        ("http://127.0.0.1:5672/", {"charge": "compensatable"}, "amqp://guest"),
+        ("amqp://guest:guest@127.0.0.1:5672/", {}, "operations= takes a dict"),
+        ("amqp://guest:guest@127.0.0.1:5672/", {"charge": "sometimes"}, "unknown classification"),
+    ],
+)
+def test_a_rabbitmq_participant_declared_wrongly_is_refused_with_what_to_pass(
+    url: str, operations: dict[str, str], refused: str
+) -> None:
+    with pytest.raises(RegistrationError, match=refused):
+        rabbitmq_participant(
+            "payments", url, operations=operations, deduplicates=True, reply_within_seconds=5
+        )

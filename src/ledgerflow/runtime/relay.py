@@ -169,54 +169,17 @@ class RabbitMQRelay:
                 raise ConnectionError("the broker closed the connection")
 
     async def _reply(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
-        reply = _reply_fields(message.body)
-        if reply is None:
-            log.warning("relay %s: a reply that is not the protocol", self.route.participant)
+        verdict = await journal_reply(
+            self.engine, message.body, self.counts, participant=self.route.participant
+        )
+        if verdict == "unmatched":
             await self._unmatched(message)
-            return
-        key, attempt = reply["key"], reply["attempt"]
-        if faults.plan is not None:
-            faults.point("relay.before_commit", key=key, attempt=attempt)
-        # One event per (key, effect, attempt): repeats of a reply are one event, and a reply
-        # naming another effect is an event of its own, kept refused.
-        named = hashlib.sha256(f"{key}\n{reply['effect_id']}".encode()).hexdigest()[:24]
-        try:
-            delivered = await self.engine.complete_effect(
-                key,
-                applied=reply["applied"],
-                evidence=reply.get("evidence"),
-                reason=reply.get("reason"),
-                event_id=f"reply:{named}:{attempt}",
-                attempt=attempt,
-                effect_id=reply["effect_id"],
-            )
-        except (InstanceNotFoundError, ConcurrencyError, PayloadError) as error:
-            # No effect has this key, the participant answered one attempt two ways, or the
-            # reply cannot be kept as it is: a person reads it in the unmatched queue.
-            log.warning("relay %s: reply for %s unmatched: %s", self.route.participant, key, error)
-            await self._unmatched(message)
-            return
-        except LedgerflowError as error:
-            # The journal could not take it now (unavailable, busy): the broker keeps it.
-            log.warning(
-                "relay %s: reply for %s not kept yet: %s", self.route.participant, key, error
-            )
+        elif verdict == "again":
             await message.nack(requeue=True)
-            return
-        if faults.plan is not None:
-            faults.point("relay.before_ack", key=key, attempt=attempt)
-        outcome = delivered.outcome
-        if outcome is DeliveryOutcome.ACCEPTED:
-            self.counts["completed"] += 1
-        elif outcome is DeliveryOutcome.DUPLICATE:
-            self.counts["duplicate"] += 1
         else:
-            self.counts["refused"] += 1
-        # Acknowledged only now that the journal holds it.
-        await message.ack()
+            await message.ack()  # only now that the journal holds it
 
     async def _unmatched(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
-        self.counts["unmatched"] += 1
         # Refused without requeue: the reply queue dead-letters it to the unmatched queue.
         await message.reject(requeue=False)
 
@@ -248,6 +211,55 @@ class RabbitMQRelay:
             log.warning("relay %s: dead letter %s: %s", self.route.participant, key, error)
         self.counts["dead_lettered"] += 1
         await message.ack()
+
+
+async def journal_reply(
+    engine: Engine, body: bytes, counts: dict[str, int], *, participant: str
+) -> str:
+    """Carry one reply into the journal, on the callback's path; what to tell the broker:
+    ``"ack"`` (the journal holds it: kept, a duplicate, or kept refused), ``"unmatched"`` (no
+    effect takes it: a person's) or ``"again"`` (the journal could not take it now)."""
+    reply = _reply_fields(body)
+    if reply is None:
+        log.warning("relay %s: a reply that is not the protocol", participant)
+        counts["unmatched"] += 1
+        return "unmatched"
+    key, attempt = reply["key"], reply["attempt"]
+    if faults.plan is not None:
+        faults.point("relay.before_commit", key=key, attempt=attempt)
+    # One event per (key, effect, attempt): repeats of a reply are one event, and a reply
+    # naming another effect is an event of its own, kept refused.
+    named = hashlib.sha256(f"{key}\n{reply['effect_id']}".encode()).hexdigest()[:24]
+    try:
+        delivered = await engine.complete_effect(
+            key,
+            applied=reply["applied"],
+            evidence=reply.get("evidence"),
+            reason=reply.get("reason"),
+            event_id=f"reply:{named}:{attempt}",
+            attempt=attempt,
+            effect_id=reply["effect_id"],
+        )
+    except (InstanceNotFoundError, ConcurrencyError, PayloadError) as error:
+        # No effect has this key, the participant answered one attempt two ways, or the reply
+        # cannot be kept as it is.
+        log.warning("relay %s: reply for %s unmatched: %s", participant, key, error)
+        counts["unmatched"] += 1
+        return "unmatched"
+    except LedgerflowError as error:
+        # The journal could not take it now (unavailable, busy): the broker keeps it.
+        log.warning("relay %s: reply for %s not kept yet: %s", participant, key, error)
+        return "again"
+    if faults.plan is not None:
+        faults.point("relay.before_ack", key=key, attempt=attempt)
+    outcome = delivered.outcome
+    if outcome is DeliveryOutcome.ACCEPTED:
+        counts["completed"] += 1
+    elif outcome is DeliveryOutcome.DUPLICATE:
+        counts["duplicate"] += 1
+    else:
+        counts["refused"] += 1
+    return "ack"
 
 
 def _reply_fields(body: bytes) -> dict[str, Any] | None:
