@@ -1,6 +1,7 @@
-"""RabbitMQ for the broker tests: its URL from ``LEDGERFLOW_TEST_RABBITMQ_URL`` (CI sets it and
-fails if the broker is unreachable); without it the tests are skipped with that reason. Each
-test gets its own exchanges and queues (the broker is shared), deleted after it."""
+"""RabbitMQ and NATS for the broker tests: their URLs from ``LEDGERFLOW_TEST_RABBITMQ_URL`` and
+``LEDGERFLOW_TEST_NATS_URL`` (CI sets both and fails if a broker is unreachable); without one
+its tests are skipped with that reason. Each test gets its own exchanges and queues, or
+streams (the brokers are shared), deleted after it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ import pytest
 from ledgerflow.participant import RabbitMQRoute
 
 ENVIRONMENT_VARIABLE = "LEDGERFLOW_TEST_RABBITMQ_URL"
+NATS_VARIABLE = "LEDGERFLOW_TEST_NATS_URL"
+
+
+@pytest.fixture
+def nats_url() -> str:
+    url = os.environ.get(NATS_VARIABLE)
+    if not url:
+        pytest.skip(f"NATS tests need {NATS_VARIABLE} (e.g. nats://127.0.0.1:4222)")
+    return url
 
 
 @pytest.fixture

@@ -147,6 +147,48 @@ async def serve(
                 await message.ack()
 
 
+async def serve_nats(
+    url: str,
+    ledger_path: Path,
+    *,
+    stream: str,
+    subject: str,
+    misbehaviour: Misbehaviour,
+    deduplicates: bool = True,
+) -> None:
+    """Consume requests from a JetStream stream until cancelled; replies go to the subject
+    each request names (``Lf-Reply-To``), acknowledged after the reply's PubAck."""
+    import nats
+    import nats.errors
+
+    ledger = PaymentsLedger(ledger_path, deduplicates=deduplicates)
+    connection = await nats.connect(url)
+    try:
+        jetstream = connection.jetstream()
+        requests = await jetstream.pull_subscribe(
+            f"{subject}.>", durable="payments-service", stream=stream
+        )
+        while True:
+            try:
+                messages = await requests.fetch(16, timeout=0.5)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            for message in messages:
+                request = json.loads(message.data)
+                redelivered = message.metadata.num_delivered > 1
+                ledger.saw(request["key"], request.get("attempt"), redelivered=redelivered)
+                if not misbehaviour.silent:
+                    reply = json.dumps(answer(ledger, request)).encode()
+                    order = request["payload"].get("order")
+                    lost = order in misbehaviour.lose_replies_for
+                    misbehaviour.lose_replies_for.discard(order)
+                    for _ in range(0 if lost else misbehaviour.replies):
+                        await jetstream.publish((message.headers or {})["Lf-Reply-To"], reply)
+                await message.ack()
+    finally:
+        await connection.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url")

@@ -66,3 +66,25 @@ class RabbitMQRoute:
 # The dead-letter exchange's routing keys: an exhausted request, a reply no effect takes.
 DEAD = "dead"
 UNMATCHED = "unmatched"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NatsRoute:
+    """One participant's streams on a NATS JetStream server, as its declaration claims them.
+
+    Requests are published to ``{subject}.{operation}``, which the ``stream`` keeps and
+    deduplicates by ``Nats-Msg-Id`` (the effect's idempotency key) within its duplicate window;
+    replies are published to ``reply_subject``, kept by ``reply_stream`` and read by the
+    relay's durable ``consumer``. ``retry_horizon_seconds`` is the longest time between a key's
+    first publish and its last same-key re-publish: the stream's duplicate window must cover it,
+    or a late re-publish would be stored again.
+    """
+
+    participant: str
+    url: str
+    stream: str
+    subject: str
+    reply_stream: str
+    reply_subject: str
+    consumer: str
+    retry_horizon_seconds: float

@@ -9,6 +9,7 @@ nothing was applied, and lets anything else propagate: that makes the outcome UN
 from __future__ import annotations
 
 from ledgerflow.errors import EffectRejectedError as EffectRejectedError
+from ledgerflow.model.broker import NatsRoute as NatsRoute
 from ledgerflow.model.broker import RabbitMQRoute as RabbitMQRoute
 from ledgerflow.model.classification import Classification as Classification
 from ledgerflow.model.compensation import Precondition as Precondition
@@ -20,6 +21,9 @@ from ledgerflow.model.effect import LookupAnswer as LookupAnswer
 from ledgerflow.model.effect import LookupVerdict as LookupVerdict
 from ledgerflow.model.heartbeat import HeartbeatAnswer as HeartbeatAnswer
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
+from ledgerflow.participant.nats import NatsParticipant as NatsParticipant
+from ledgerflow.participant.nats import declare_streams as declare_streams
+from ledgerflow.participant.nats import nats_participant as nats_participant
 from ledgerflow.participant.rabbitmq import RabbitMQParticipant as RabbitMQParticipant
 from ledgerflow.participant.rabbitmq import declare_topology as declare_topology
 from ledgerflow.participant.rabbitmq import rabbitmq_participant as rabbitmq_participant
@@ -33,13 +37,17 @@ __all__ = [
     "HeartbeatAnswer",
     "LookupAnswer",
     "LookupVerdict",
+    "NatsParticipant",
+    "NatsRoute",
     "Participant",
     "Precondition",
     "PreconditionVerdict",
     "RabbitMQParticipant",
     "RabbitMQRoute",
     "RetryPolicy",
+    "declare_streams",
     "declare_topology",
+    "nats_participant",
     "rabbitmq_participant",
     "remote_participant",
 ]
