@@ -15,8 +15,11 @@ from ledgerflow.runtime import faults
 async def main(db: str) -> None:
     faults.install_from_environment()
     async with lf.Engine(db, registry) as engine:
-        relay = lf.RabbitMQRelay(engine, payments.route)
-        await relay.check()
+        relay: lf.RabbitMQRelay | lf.NatsRelay
+        if isinstance(payments, lf.participant.NatsParticipant):
+            relay = lf.NatsRelay(engine, payments.route)
+        else:
+            relay = lf.RabbitMQRelay(engine, payments.route)
         worker = engine.worker(lease_seconds=3.0, poll_seconds=0.2)
         await asyncio.gather(worker.run(), relay.run())
 

@@ -1,5 +1,6 @@
-"""The broker tests' order workflow: one charge, published to RabbitMQ (the route's names come
-from the environment, so a worker process and the test agree on them)."""
+"""The broker tests' order workflow: one charge, published to RabbitMQ or NATS JetStream (the
+broker and the route's names come from the environment, so a worker process and the test agree
+on them)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ import os
 from datetime import timedelta
 
 import ledgerflow as lf
-from ledgerflow.participant import rabbitmq_participant
+from ledgerflow.participant import (
+    NatsParticipant,
+    RabbitMQParticipant,
+    nats_participant,
+    rabbitmq_participant,
+)
 
 URL = os.environ.get("LEDGERFLOW_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+NATS_URL = os.environ.get("LEDGERFLOW_TEST_NATS_URL", "nats://127.0.0.1:4222")
 SUFFIX = os.environ.get("LF_TEST_ROUTE", "default")
 
 
@@ -19,8 +26,7 @@ def build(
     deduplicates: bool = True,
     reply_within_seconds: float = 8.0,
     delivery_limit: int = 20,
-) -> tuple[lf.Registry, lf.participant.RabbitMQParticipant]:
-    registry = lf.Registry()
+) -> tuple[lf.Registry, RabbitMQParticipant]:
     payments = rabbitmq_participant(
         "payments",
         URL,
@@ -39,6 +45,38 @@ def build(
             backoff_max=timedelta(milliseconds=400),
         ),
     )
+    return with_order(payments), payments
+
+
+def build_nats(
+    *,
+    suffix: str = SUFFIX,
+    deduplicates: bool = True,
+    reply_within_seconds: float = 8.0,
+    attempts_max: int = 8,
+) -> tuple[lf.Registry, NatsParticipant]:
+    payments = nats_participant(
+        "payments",
+        NATS_URL,
+        operations={"charge": "compensatable"},
+        deduplicates=deduplicates,
+        reply_within_seconds=reply_within_seconds,
+        stream=f"PAY_{suffix}",
+        subject=f"pay.{suffix}",
+        reply_subject=f"ledgerflow.replies.{suffix}",
+        confirm_seconds=2.0,
+        retry=lf.RetryPolicy(
+            attempts_max=attempts_max,
+            backoff_initial=timedelta(milliseconds=50),
+            backoff_max=timedelta(milliseconds=400),
+        ),
+    )
+    return with_order(payments), payments
+
+
+def with_order(payments: lf.Participant) -> lf.Registry:
+    """A registry of the order workflow, whose one charge goes to ``payments``."""
+    registry = lf.Registry()
     registry.add_participant(payments)
     charge = payments.effects["charge"]
 
@@ -47,10 +85,9 @@ def build(
         receipt = await ctx.effect(charge, {"amount": order["amount"], "order": order["name"]})
         return {"receipt": receipt}
 
-    return registry, payments
+    return registry
 
 
-registry, payments = build(
-    deduplicates=os.environ.get("LF_TEST_DEDUPLICATES", "1") == "1",
-    reply_within_seconds=float(os.environ.get("LF_TEST_REPLY_SECONDS", "8")),
-)
+# What a worker process serves: the broker the test names.
+BROKER = os.environ.get("LF_TEST_BROKER", "rabbitmq")
+registry, payments = build_nats() if BROKER == "nats" else build()

@@ -6,6 +6,7 @@ streams (the brokers are shared), deleted after it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -65,3 +66,24 @@ async def _delete(url: str, suffix: str) -> None:
         for exchange in (route.exchange, route.dead_letter_exchange):
             channel = await connection.channel()
             await channel.exchange_delete(exchange)
+
+
+@pytest.fixture
+def nats_suffix(nats_url: str) -> Iterator[str]:
+    """A fresh name for this test's streams; deleted after it."""
+    suffix = uuid.uuid4().hex[:10]
+    yield suffix
+    asyncio.run(delete_streams(nats_url, suffix))
+
+
+async def delete_streams(url: str, suffix: str) -> None:
+    import nats
+    import nats.js.errors
+
+    connection = await nats.connect(url)
+    try:
+        for stream in (f"PAY_{suffix}", f"PAY_{suffix}_REPLIES"):
+            with contextlib.suppress(nats.js.errors.NotFoundError):
+                await connection.jetstream().delete_stream(stream)
+    finally:
+        await connection.close()

@@ -5,111 +5,34 @@ than the retry horizon."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import json
-import sqlite3
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_running import applications, running, sync
+from broker_workflows import NATS_URL, build_nats
 
 import ledgerflow as lf
 from conditions import until
+from conftest import delete_streams
 from ledgerflow.demo.broker_payments import Misbehaviour, serve_nats
 from ledgerflow.errors import ConfigurationError
 from ledgerflow.model.definition import EffectCall
-from ledgerflow.participant import NatsParticipant, declare_streams, nats_participant
-
-
-def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    @functools.wraps(test)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
-@pytest.fixture
-def suffix(nats_url: str) -> Iterator[str]:
-    """This test's streams' names; deleted after it."""
-    name = uuid.uuid4().hex[:10]
-    yield name
-    asyncio.run(_delete(nats_url, name))
-
-
-async def _delete(url: str, suffix: str) -> None:
-    import nats
-    import nats.js.errors
-
-    connection = await nats.connect(url)
-    try:
-        for stream in (f"PAY_{suffix}", f"PAY_{suffix}_REPLIES"):
-            with contextlib.suppress(nats.js.errors.NotFoundError):
-                await connection.jetstream().delete_stream(stream)
-    finally:
-        await connection.close()
+from ledgerflow.participant import NatsParticipant, declare_streams
 
 
 def build(
     url: str, suffix: str, *, deduplicates: bool = True, reply_within_seconds: float = 1.5
 ) -> tuple[lf.Registry, NatsParticipant]:
-    registry = lf.Registry()
-    payments = nats_participant(
-        "payments",
-        url,
-        operations={"charge": "compensatable"},
+    assert url == NATS_URL, "the tests' workflows read the same LEDGERFLOW_TEST_NATS_URL"
+    return build_nats(
+        suffix=suffix,
         deduplicates=deduplicates,
         reply_within_seconds=reply_within_seconds,
-        stream=f"PAY_{suffix}",
-        subject=f"pay.{suffix}",
-        reply_subject=f"ledgerflow.replies.{suffix}",
-        confirm_seconds=2.0,
-        retry=lf.RetryPolicy(
-            attempts_max=4,
-            backoff_initial=timedelta(milliseconds=50),
-            backoff_max=timedelta(milliseconds=200),
-        ),
+        attempts_max=4,
     )
-    registry.add_participant(payments)
-    charge = payments.effects["charge"]
-
-    @registry.workflow(name="order", version=1)
-    async def order(ctx: lf.WorkflowContext, order: dict) -> dict:
-        receipt = await ctx.effect(charge, {"amount": order["amount"], "order": order["name"]})
-        return {"receipt": receipt}
-
-    return registry, payments
-
-
-@asynccontextmanager
-async def running(
-    journal_url: str,
-    participant: NatsParticipant,
-    registry: lf.Registry,
-    *,
-    consumer: Callable[[], Awaitable[None]] | None,
-) -> AsyncIterator[tuple[lf.Engine, lf.NatsRelay]]:
-    async with lf.Engine(journal_url, registry) as engine:
-        relay = lf.NatsRelay(engine, participant.route)
-        worker = engine.worker(poll_seconds=0.05)
-        tasks = [asyncio.create_task(worker.run()), asyncio.create_task(relay.run())]
-        if consumer is not None:
-            tasks.append(asyncio.create_task(consumer()))
-        try:
-            yield engine, relay
-        finally:
-            worker.stop()
-            relay.stop()
-            if consumer is not None:
-                tasks[-1].cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await participant.aclose()
 
 
 def consumer_of(
@@ -125,16 +48,11 @@ def consumer_of(
     )
 
 
-def applications(ledger: Path) -> dict[str, int]:
-    with sqlite3.connect(ledger) as db:
-        return dict(db.execute("SELECT key, count(*) FROM applications GROUP BY key").fetchall())
-
-
 @sync
 async def test_replies_three_times_over_complete_once_and_a_lost_reply_goes_to_a_person(
-    journal_url: str, nats_url: str, suffix: str, tmp_path: Path
+    journal_url: str, nats_url: str, nats_suffix: str, tmp_path: Path
 ) -> None:
-    registry, payments = build(nats_url, suffix, reply_within_seconds=1.0)
+    registry, payments = build(nats_url, nats_suffix, reply_within_seconds=1.0)
     await declare_streams(payments.route)
     ledger = tmp_path / "payments.db"
     consumer = consumer_of(payments, ledger, replies=3, lose_replies_for={"order-2"})
@@ -167,9 +85,9 @@ async def test_replies_three_times_over_complete_once_and_a_lost_reply_goes_to_a
 
 @sync
 async def test_the_puback_is_accepted_and_a_silent_participant_leaves_the_effect_unknown(
-    journal_url: str, nats_url: str, suffix: str, tmp_path: Path
+    journal_url: str, nats_url: str, nats_suffix: str, tmp_path: Path
 ) -> None:
-    registry, payments = build(nats_url, suffix, deduplicates=False, reply_within_seconds=1.0)
+    registry, payments = build(nats_url, nats_suffix, deduplicates=False, reply_within_seconds=1.0)
     await declare_streams(payments.route)
     consumer = consumer_of(payments, tmp_path / "payments.db", silent=True)
     async with running(journal_url, payments, registry, consumer=consumer) as (engine, _):
@@ -194,10 +112,12 @@ async def test_the_puback_is_accepted_and_a_silent_participant_leaves_the_effect
 
 
 @sync
-async def test_a_same_key_republish_is_dropped_by_the_stream(nats_url: str, suffix: str) -> None:
+async def test_a_same_key_republish_is_dropped_by_the_stream(
+    nats_url: str, nats_suffix: str
+) -> None:
     import nats
 
-    _, payments = build(nats_url, suffix)
+    _, payments = build(nats_url, nats_suffix)
     await declare_streams(payments.route)
     call = EffectCall(
         participant="payments",
@@ -221,8 +141,10 @@ async def test_a_same_key_republish_is_dropped_by_the_stream(nats_url: str, suff
 
 
 @sync
-async def test_no_stream_for_the_subject_is_proven_not_stored(nats_url: str, suffix: str) -> None:
-    _, payments = build(nats_url, suffix)
+async def test_no_stream_for_the_subject_is_proven_not_stored(
+    nats_url: str, nats_suffix: str
+) -> None:
+    _, payments = build(nats_url, nats_suffix)
     call = EffectCall(
         participant="payments",
         operation="charge",
@@ -241,15 +163,15 @@ async def test_no_stream_for_the_subject_is_proven_not_stored(nats_url: str, suf
 
 @sync
 async def test_the_relay_refuses_a_duplicate_window_shorter_than_the_retry_horizon(
-    nats_url: str, suffix: str, tmp_path: Path
+    nats_url: str, nats_suffix: str, tmp_path: Path
 ) -> None:
-    _, payments = build(nats_url, suffix)
+    _, payments = build(nats_url, nats_suffix)
     horizon = payments.route.retry_horizon_seconds
     await declare_streams(payments.route, duplicate_window_seconds=horizon / 2)
     async with lf.Engine(f"sqlite:///{tmp_path}/j.db", lf.Registry()) as engine:
         with pytest.raises(ConfigurationError, match="shorter than the retry horizon"):
             await lf.NatsRelay(engine, payments.route).check()
-        await _delete(nats_url, suffix)
+        await delete_streams(nats_url, nats_suffix)
         await declare_streams(payments.route)
         proven = await lf.NatsRelay(engine, payments.route).check()
     assert any(">= the retry horizon" in fact for fact in proven)

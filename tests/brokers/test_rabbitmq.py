@@ -6,17 +6,15 @@ retried, a dead-lettered request goes to a person, and the relay refuses a broke
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import shutil
-import sqlite3
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_running import applications, running, sync
 from broker_workflows import build
 
 import ledgerflow as lf
@@ -24,44 +22,9 @@ from conditions import until
 from conftest import route_for
 from ledgerflow.demo.broker_payments import Misbehaviour, serve
 from ledgerflow.errors import ConfigurationError, RegistrationError
-from ledgerflow.participant import RabbitMQParticipant, declare_topology, rabbitmq_participant
+from ledgerflow.participant import declare_topology, rabbitmq_participant
 
 OPERATIONS = ("charge",)
-
-
-def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    """A test written as a coroutine, run on its own event loop."""
-
-    @functools.wraps(test)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
-@asynccontextmanager
-async def running(
-    journal_url: str,
-    participant: RabbitMQParticipant,
-    registry: lf.Registry,
-    *,
-    consumer: Callable[[], Awaitable[None]] | None,
-) -> AsyncIterator[tuple[lf.Engine, lf.RabbitMQRelay]]:
-    """An engine, its worker, its relay and the participant's consumer, all on this loop."""
-    async with lf.Engine(journal_url, registry) as engine:
-        relay = lf.RabbitMQRelay(engine, participant.route)
-        worker = engine.worker(poll_seconds=0.05)
-        tasks = [asyncio.create_task(worker.run()), asyncio.create_task(relay.run())]
-        if consumer is not None:
-            tasks.append(asyncio.create_task(consumer()))
-        try:
-            yield engine, relay
-        finally:
-            worker.stop()
-            relay.stop()
-            tasks[-1].cancel() if consumer is not None else None
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await participant.aclose()
 
 
 def consumer_of(url: str, ledger: Path, suffix: str, **misbehaving: Any) -> Callable[[], Any]:
@@ -74,12 +37,6 @@ def consumer_of(url: str, ledger: Path, suffix: str, **misbehaving: Any) -> Call
         misbehaviour=Misbehaviour(**misbehaving),
         deduplicates=deduplicates,
     )
-
-
-def applications(ledger: Path) -> dict[str, int]:
-    with sqlite3.connect(ledger) as db:
-        rows = db.execute("SELECT key, count(*) FROM applications GROUP BY key").fetchall()
-    return dict(rows)
 
 
 async def effect_of(engine: lf.Engine, instance_id: str) -> lf.EffectRecord:

@@ -11,7 +11,8 @@ answered with the first application's receipt.
 :func:`answer` is where a participant's own logic sits: a participant kit's handler
 (``handle_message(kit, message) -> reply``) takes its place one for one.
 
-Run one with ``python -m ledgerflow.demo.broker_payments URL LEDGER [--participant NAME]``;
+Run one with ``python -m ledgerflow.demo.broker_payments URL LEDGER [--request-queue QUEUE]``
+(RabbitMQ) or ``... URL LEDGER --nats-stream STREAM --nats-subject SUBJECT`` (NATS JetStream);
 ``--lose-replies-for ORDER``, ``--replies N`` and ``--silent`` make it misbehave for the tests
 (a lost reply, each reply sent N times, no reply at all).
 """
@@ -198,21 +199,32 @@ def main() -> None:
     parser.add_argument("--replies", type=int, default=1)
     parser.add_argument("--silent", action="store_true")
     parser.add_argument("--no-dedupe", action="store_true")
+    parser.add_argument("--nats-stream", help="consume this JetStream stream (a nats:// URL)")
+    parser.add_argument("--nats-subject", help="the requests' subject, before the operation")
     options = parser.parse_args()
     misbehaviour = Misbehaviour(
         lose_replies_for=set(options.lose_replies_for),
         replies=options.replies,
         silent=options.silent,
     )
-    asyncio.run(
-        serve(
+    if options.nats_stream:
+        served = serve_nats(
+            options.url,
+            options.ledger,
+            stream=options.nats_stream,
+            subject=options.nats_subject,
+            misbehaviour=misbehaviour,
+            deduplicates=not options.no_dedupe,
+        )
+    else:
+        served = serve(
             options.url,
             options.ledger,
             request_queue=options.request_queue,
             misbehaviour=misbehaviour,
             deduplicates=not options.no_dedupe,
         )
-    )
+    asyncio.run(served)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,19 @@
-"""What the adapters of a participant service share when they declare it (internal): the
-checks of what they are given, and one effect function per operation."""
+"""What the adapters of a participant service share (internal): the checks of what they are
+given, one effect function per operation, the request's text, and one connection per loop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ledgerflow.errors import EffectRejectedError, RegistrationError
 from ledgerflow.model import arguments
 from ledgerflow.model.definition import EffectCall
+
+Opened = TypeVar("Opened")
 
 
 def check_url(url: object, *, what: str, schemes: tuple[str, ...], example: str) -> None:
@@ -71,3 +75,41 @@ def request_text(name: str, operation: str, call: EffectCall) -> str:
             error_code="payload_not_json",
             retryable=False,
         ) from error
+
+
+class PerLoop(Generic[Opened]):
+    """One connection to a broker per event loop (a client is bound to the loop it was opened
+    on), opened on first use under a lock, however many effects publish at once, and opened
+    again once ``closed`` says it is."""
+
+    def __init__(
+        self,
+        opener: Callable[[], Awaitable[Opened]],
+        *,
+        closed: Callable[[Opened], bool],
+        closer: Callable[[Opened], Awaitable[object]],
+    ) -> None:
+        self._opener, self._closed, self._closer = opener, closed, closer
+        self._opened: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Opened] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def get(self) -> Opened:
+        """The running loop's connection, opened now if it has none that is open."""
+        loop = asyncio.get_running_loop()
+        async with self._locks.setdefault(loop, asyncio.Lock()):
+            opened = self._opened.get(loop)
+            if opened is None or self._closed(opened):
+                if opened is not None:
+                    await self._closer(opened)
+                opened = self._opened[loop] = await self._opener()
+        return opened
+
+    async def close(self) -> None:
+        """Close the running loop's connection, if it has one."""
+        opened = self._opened.pop(asyncio.get_running_loop(), None)
+        if opened is not None:
+            await self._closer(opened)

@@ -17,8 +17,6 @@ It needs the ``brokers`` extra (nats-py), imported on first use.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +27,7 @@ from ledgerflow.model.classification import Classification
 from ledgerflow.model.definition import EffectCall, Participant
 from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, RetryPolicy
 from ledgerflow.participant.declaring import (
+    PerLoop,
     check_operations,
     check_url,
     per_operation,
@@ -38,7 +37,6 @@ from ledgerflow.redaction import redact
 
 if TYPE_CHECKING:
     import nats.aio.client
-    import nats.js
 
 CONFIRM_SECONDS_DEFAULT = 10.0
 
@@ -57,11 +55,8 @@ class NatsParticipant(Participant):
         super().__init__(route.participant, deduplicates=deduplicates)
         self.route = route
         self.confirm_seconds = confirm_seconds
-        self._connections: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, nats.aio.client.Client
-        ] = weakref.WeakKeyDictionary()
-        self._opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
+        self._connection: PerLoop[nats.aio.client.Client] = PerLoop(
+            self._connect, closed=lambda c: c.is_closed, closer=lambda c: c.close()
         )
 
     def __repr__(self) -> str:
@@ -70,22 +65,14 @@ class NatsParticipant(Participant):
             f"stream={self.route.stream!r}, deduplicates={self.deduplicates})"
         )
 
-    async def _jetstream(self) -> nats.js.JetStreamContext:
+    async def _connect(self) -> nats.aio.client.Client:
         import nats
 
-        loop = asyncio.get_running_loop()
-        async with self._opening.setdefault(loop, asyncio.Lock()):
-            connection = self._connections.get(loop)
-            if connection is None or connection.is_closed:
-                connection = await nats.connect(self.route.url, allow_reconnect=True)
-                self._connections[loop] = connection
-        return connection.jetstream()
+        return await nats.connect(self.route.url, allow_reconnect=True)
 
     async def aclose(self) -> None:
         """Close the running loop's connection."""
-        connection = self._connections.pop(asyncio.get_running_loop(), None)
-        if connection is not None:
-            await connection.close()
+        await self._connection.close()
 
     async def publish(self, operation: str, call: EffectCall) -> dict[str, Any]:
         """Publish one dispatch and wait for the stream's PubAck: the ACCEPTED evidence, a
@@ -95,7 +82,7 @@ class NatsParticipant(Participant):
 
         body = request_text(self.name, operation, call).encode()
         try:
-            jetstream = await self._jetstream()
+            jetstream = (await self._connection.get()).jetstream()
         except (OSError, nats.errors.Error) as error:
             raise EffectRejectedError(
                 f"{self.name}.{operation}: the NATS server could not be reached: {error}",

@@ -20,8 +20,6 @@ queue as ``reply_to``. It needs the ``brokers`` extra (aio-pika), imported on fi
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +31,7 @@ from ledgerflow.model.classification import Classification
 from ledgerflow.model.definition import EffectCall, Participant
 from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_LOOKUP_RETRY, RetryPolicy
 from ledgerflow.participant.declaring import (
+    PerLoop,
     check_operations,
     check_url,
     per_operation,
@@ -68,13 +67,9 @@ class RabbitMQParticipant(Participant):
     ) -> None:
         super().__init__(route.participant, deduplicates=deduplicates, lookup_retry=lookup_retry)
         self.route = route
-        self._channels: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop,
-            tuple[aio_pika.abc.AbstractConnection, aio_pika.abc.AbstractChannel],
-        ] = weakref.WeakKeyDictionary()
-        self._opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._channel: PerLoop[
+            tuple[aio_pika.abc.AbstractConnection, aio_pika.abc.AbstractChannel]
+        ] = PerLoop(self._connect, closed=lambda o: o[1].is_closed, closer=lambda o: o[0].close())
 
     def __repr__(self) -> str:
         return (
@@ -82,30 +77,22 @@ class RabbitMQParticipant(Participant):
             f"exchange={self.route.exchange!r}, deduplicates={self.deduplicates})"
         )
 
-    async def _channel(self) -> aio_pika.abc.AbstractChannel:
+    async def _connect(
+        self,
+    ) -> tuple[aio_pika.abc.AbstractConnection, aio_pika.abc.AbstractChannel]:
         import aio_pika
 
-        loop = asyncio.get_running_loop()
-        lock = self._opening.setdefault(loop, asyncio.Lock())
-        async with lock:  # one connection per loop, however many effects publish at once
-            opened = self._channels.get(loop)
-            if opened is None or opened[1].is_closed:
-                if opened is not None:
-                    await opened[0].close()
-                connection = await aio_pika.connect(
-                    self.route.url,
-                    client_properties={"connection_name": f"ledgerflow {self.route.exchange}"},
-                )
-                # A returned (unroutable) mandatory publish raises: told from a routed one.
-                channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-                opened = self._channels[loop] = connection, channel
-        return opened[1]
+        connection = await aio_pika.connect(
+            self.route.url,
+            client_properties={"connection_name": f"ledgerflow {self.route.exchange}"},
+        )
+        # A returned (unroutable) mandatory publish raises: told from a routed one.
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        return connection, channel
 
     async def aclose(self) -> None:
         """Close the running loop's connection (the loop's end closes it too)."""
-        opened = self._channels.pop(asyncio.get_running_loop(), None)
-        if opened is not None:
-            await opened[0].close()
+        await self._channel.close()
 
     async def publish(self, operation: str, call: EffectCall) -> dict[str, Any]:
         """Publish one dispatch and wait for its confirm: the ACCEPTED evidence, a rejection
@@ -115,7 +102,7 @@ class RabbitMQParticipant(Participant):
 
         body = request_text(self.name, operation, call).encode()
         try:
-            channel = await self._channel()
+            _, channel = await self._channel.get()
             exchange = await channel.get_exchange(self.route.exchange, ensure=False)
         except (OSError, aio_pika.exceptions.AMQPError) as error:
             # No channel: nothing was published.

@@ -3,7 +3,8 @@
 
 As the RabbitMQ relay (:mod:`ledgerflow.runtime.relay`), and through the same
 :func:`~ledgerflow.runtime.relay.journal_reply`: a reply completes its effect on the
-callback's path, deduplicated, a superseded, foreign or late one kept refused; a message is
+callback's path, deduplicated, a foreign or late one kept refused (not a reply for an earlier
+attempt: within its window the stream keeps one message per key, the first attempt's); a message is
 acknowledged only after the journal commit, so a redelivery (a relay killed, an ack after the
 consumer's ack wait) is a duplicate and changes nothing. A reply no effect takes is
 terminated: it stays in the reply stream, for a person, and is not delivered again.
@@ -125,8 +126,15 @@ class NatsRelay:
                 except (TimeoutError, nats.errors.TimeoutError):
                     continue
                 for message in messages:
+                    # The stream keeps one message per key within its window, so the
+                    # participant can only answer the attempt it stored: a reply is fenced by
+                    # its effect, not by its attempt.
                     verdict = await journal_reply(
-                        self.engine, message.data, self.counts, participant=self.route.participant
+                        self.engine,
+                        message.data,
+                        self.counts,
+                        participant=self.route.participant,
+                        fence_attempt=False,
                     )
                     if verdict == "unmatched":
                         await message.term()

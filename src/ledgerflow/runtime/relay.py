@@ -214,11 +214,18 @@ class RabbitMQRelay:
 
 
 async def journal_reply(
-    engine: Engine, body: bytes, counts: dict[str, int], *, participant: str
+    engine: Engine,
+    body: bytes,
+    counts: dict[str, int],
+    *,
+    participant: str,
+    fence_attempt: bool = True,
 ) -> str:
     """Carry one reply into the journal, on the callback's path; what to tell the broker:
     ``"ack"`` (the journal holds it: kept, a duplicate, or kept refused), ``"unmatched"`` (no
-    effect takes it: a person's) or ``"again"`` (the journal could not take it now)."""
+    effect takes it: a person's) or ``"again"`` (the journal could not take it now). Without
+    ``fence_attempt`` a reply for an earlier attempt is not refused (a broker that keeps one
+    message per key answers only the first attempt it stored)."""
     reply = _reply_fields(body)
     if reply is None:
         log.warning("relay %s: a reply that is not the protocol", participant)
@@ -237,7 +244,7 @@ async def journal_reply(
             evidence=reply.get("evidence"),
             reason=reply.get("reason"),
             event_id=f"reply:{named}:{attempt}",
-            attempt=attempt,
+            attempt=attempt if fence_attempt else None,
             effect_id=reply["effect_id"],
         )
     except (InstanceNotFoundError, ConcurrencyError, PayloadError) as error:
