@@ -262,3 +262,6 @@ BROKER_DELIVERY_LIMIT_DEFAULT = 20
 # first pause, doubled after each failure up to the last.
 RELAY_RECONNECT_SECONDS_MIN = 0.1
 RELAY_RECONNECT_SECONDS_MAX = 5.0
+# Seconds a NATS relay's consumer waits for the ack of a reply before the server delivers it
+# again (JetStream's AckWait): what a killed relay held comes back this soon.
+RELAY_ACK_WAIT_SECONDS = 5.0

@@ -161,13 +161,17 @@ async def serve_nats(
     each request names (``Lf-Reply-To``), acknowledged after the reply's PubAck."""
     import nats
     import nats.errors
+    from nats.js.api import ConsumerConfig
 
     ledger = PaymentsLedger(ledger_path, deduplicates=deduplicates)
     connection = await nats.connect(url)
     try:
         jetstream = connection.jetstream()
         requests = await jetstream.pull_subscribe(
-            f"{subject}.>", durable="payments-service", stream=stream
+            f"{subject}.>",
+            durable="payments-service",
+            stream=stream,
+            config=ConsumerConfig(ack_wait=5.0),
         )
         while True:
             try:

@@ -110,15 +110,19 @@ class NatsRelay:
         """Check the route, then consume its replies until :meth:`stop`."""
         import nats
         import nats.errors
+        from nats.js.api import ConsumerConfig
 
         await self.check()
         connection = await nats.connect(self.route.url, allow_reconnect=True)
         try:
             jetstream = connection.jetstream()
+            # A reply handed to a relay that died is delivered again after the ack wait; one
+            # delivered again while it is still being committed is a duplicate, never a change.
             subscription = await jetstream.pull_subscribe(
                 self.route.reply_subject,
                 durable=self.route.consumer,
                 stream=self.route.reply_stream,
+                config=ConsumerConfig(ack_wait=limits.RELAY_ACK_WAIT_SECONDS),
             )
             while not self._stopping.is_set():
                 try:
