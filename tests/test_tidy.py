@@ -46,6 +46,8 @@ DRIVER_IMPORTS_ALLOWED = {
     "the participant's own database, in the service's transaction: never Ledgerflow's journal",
     "demo/reservations.py": "a participant's reservation book lives in the participant's "
     "own database file, not in Ledgerflow's journal, so it must not go through Ledgerflow's store",
+    "demo/broker_payments.py": "the payment service reached through RabbitMQ keeps its own "
+    "ledger, not Ledgerflow's journal, so it must not go through Ledgerflow's store",
 }
 DRIVERS = {"sqlite3", "psycopg", "psycopg2", "psycopg_pool", "asyncpg"}
 

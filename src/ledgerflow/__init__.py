@@ -91,6 +91,8 @@ from ledgerflow.runtime.engine import InstanceDetail as InstanceDetail
 from ledgerflow.runtime.engine import SignalStarted as SignalStarted
 from ledgerflow.runtime.engine import Started as Started
 from ledgerflow.runtime.metrics import Metrics as Metrics
+from ledgerflow.runtime.nats_relay import NatsRelay as NatsRelay
+from ledgerflow.runtime.relay import RabbitMQRelay as RabbitMQRelay
 from ledgerflow.runtime.sync_engine import SyncEngine as SyncEngine
 from ledgerflow.runtime.values import UpdateStarted as UpdateStarted
 from ledgerflow.runtime.worker import Worker as Worker
@@ -133,6 +135,8 @@ __all__ = [
     "Delivered",
     "DeliveryOutcome",
     "Metrics",
+    "NatsRelay",
+    "RabbitMQRelay",
     # Reading the ledgers
     "InstanceDetail",
     "InstanceRecord",

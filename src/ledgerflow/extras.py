@@ -4,7 +4,8 @@ The core (the engine, SQLite journals, the ``ledgerflow`` command) needs no serv
 ``pip install 'ledgerflow[postgres]'`` adds psycopg and its pool for PostgreSQL journals;
 ``pip install 'ledgerflow[http]'`` adds Starlette, uvicorn, FastAPI and Jinja2 for ``ledgerflow
 serve``, the demo and its participant service; ``pip install 'ledgerflow[otel]'`` adds the
-OpenTelemetry API for traces. Each is imported only where it is used, after
+OpenTelemetry API for traces; ``pip install 'ledgerflow[brokers]'`` adds aio-pika and nats-py
+for participants reached through a message broker. Each is imported only where it is used, after
 :func:`require_extra` has said, by name, which extra is missing.
 """
 
@@ -19,6 +20,7 @@ EXTRAS = {
     "postgres": ("psycopg", "psycopg_pool"),
     "http": ("starlette", "uvicorn", "fastapi", "pydantic", "jinja2", "multipart"),
     "otel": ("opentelemetry",),
+    "brokers": ("aio_pika", "nats"),
 }
 
 

@@ -259,3 +259,17 @@ FLOW_ADMISSIONS_LISTED_MAX = 100_000
 
 # The participant kit (ledgerflow.participant.Kit): idle connections it keeps for reuse.
 KIT_IDLE_CONNECTIONS_MAX = 8
+# Messages a broker relay holds unacknowledged at once (RabbitMQ's prefetch): each is acked
+# only after the journal commit it causes, so this bounds the work a killed relay leaves to
+# redelivery.
+RELAY_PREFETCH = 64
+# Deliveries of one request a broker makes before it dead-letters it (RabbitMQ's quorum
+# queue x-delivery-limit, RabbitMQ 4's own default).
+BROKER_DELIVERY_LIMIT_DEFAULT = 20
+# Seconds a broker relay waits before connecting again after its connection was lost: the
+# first pause, doubled after each failure up to the last.
+RELAY_RECONNECT_SECONDS_MIN = 0.1
+RELAY_RECONNECT_SECONDS_MAX = 5.0
+# Seconds a NATS relay's consumer waits for the ack of a reply before the server delivers it
+# again (JetStream's AckWait): what a killed relay held comes back this soon.
+RELAY_ACK_WAIT_SECONDS = 5.0

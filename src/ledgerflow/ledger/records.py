@@ -430,7 +430,8 @@ class Delivery:
     state: DeliveryState
     reason: str | None
     consumed_seq: int | None = None
-    # Why a REJECTED event was refused: "ended", "late" or "not-approver".
+    # Why a REJECTED event was refused: "ended", "late", "not-approver", or for a broker
+    # reply "superseded" (an attempt the effect moved past) or "foreign" (another effect).
     refusal: str | None = None
     # The run it is filed under: the run open when it was kept, moved to the next run by a
     # switch while no wait has taken it (so, once consumed, the run whose step took it).

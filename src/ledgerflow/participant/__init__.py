@@ -14,6 +14,8 @@ or behind a broker's consumer by :func:`handle_message`.
 from __future__ import annotations
 
 from ledgerflow.errors import EffectRejectedError as EffectRejectedError
+from ledgerflow.model.broker import NatsRoute as NatsRoute
+from ledgerflow.model.broker import RabbitMQRoute as RabbitMQRoute
 from ledgerflow.model.classification import Classification as Classification
 from ledgerflow.model.compensation import Precondition as Precondition
 from ledgerflow.model.compensation import PreconditionVerdict as PreconditionVerdict
@@ -31,6 +33,12 @@ from ledgerflow.participant.kit import Applied as Applied
 from ledgerflow.participant.kit import Kit as Kit
 from ledgerflow.participant.kit import KitRequest as KitRequest
 from ledgerflow.participant.kit import Refused as Refused
+from ledgerflow.participant.nats import NatsParticipant as NatsParticipant
+from ledgerflow.participant.nats import declare_streams as declare_streams
+from ledgerflow.participant.nats import nats_participant as nats_participant
+from ledgerflow.participant.rabbitmq import RabbitMQParticipant as RabbitMQParticipant
+from ledgerflow.participant.rabbitmq import declare_topology as declare_topology
+from ledgerflow.participant.rabbitmq import rabbitmq_participant as rabbitmq_participant
 from ledgerflow.participant.remote import remote_participant as remote_participant
 
 __all__ = [
@@ -44,13 +52,21 @@ __all__ = [
     "KitRequest",
     "LookupAnswer",
     "LookupVerdict",
+    "NatsParticipant",
+    "NatsRoute",
     "Participant",
     "Precondition",
     "PreconditionVerdict",
+    "RabbitMQParticipant",
+    "RabbitMQRoute",
     "Refused",
     "RetryPolicy",
+    "declare_streams",
+    "declare_topology",
     "handle_message",
     "kit_app",
     "kit_routes",
+    "nats_participant",
+    "rabbitmq_participant",
     "remote_participant",
 ]

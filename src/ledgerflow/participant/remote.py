@@ -36,10 +36,9 @@ Protocol, for a participant ``name`` at ``base_url``:
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -55,6 +54,12 @@ from ledgerflow.model.definition import EffectCall, Participant
 from ledgerflow.model.effect import LookupAnswer, LookupVerdict
 from ledgerflow.model.ids import IdempotencyKey
 from ledgerflow.model.retry import DEFAULT_EFFECT_RETRY, DEFAULT_LOOKUP_RETRY, RetryPolicy
+from ledgerflow.participant.declaring import (
+    check_operations,
+    described,
+    per_operation,
+    request_text,
+)
 from ledgerflow.redaction import redact
 
 # The W3C trace-context propagator's module: loaded only when the process traces (the otel
@@ -241,25 +246,7 @@ class RemoteParticipant(Participant):
 
     async def apply(self, operation: str, call: EffectCall) -> Any:
         """Send one dispatch; return the receipt, raise a rejection, or raise for UNKNOWN."""
-        request = {
-            "key": call.idempotency_key,
-            "operation": operation,
-            "payload": call.payload,
-            "effect_id": call.effect_id,
-            "instance_id": call.instance_id,
-            "attempt": call.attempt,
-        }
-        if call.original_key is not None:
-            request["original_key"] = call.original_key
-        try:
-            body = json.dumps(request)
-        except (TypeError, ValueError) as error:
-            # Nothing left this process, so "not applied" is proven, and no retry can fix it.
-            raise EffectRejectedError(
-                f"{self.name}.{operation}: payload is not JSON: {error}",
-                error_code="payload_not_json",
-                retryable=False,
-            ) from error
+        body = request_text(self.name, operation, call)
         client = await self._client()
         response = await client.post(
             f"{self.base_url}/{self.name}/apply",
@@ -447,7 +434,7 @@ def remote_participant(
             timeout_seconds=timeout_seconds,
             retry=policy,
             compensation=undo.get(operation),
-        )(_effect_function(participant, operation))
+        )(per_operation(participant.name, operation, participant.apply))
     # Several operations may share one compensation: it is declared once.
     for compensation in dict.fromkeys(undo.values()):
         participant.compensation(
@@ -455,7 +442,7 @@ def remote_participant(
             retry=policy,
             timeout_seconds=timeout_seconds,
             precondition=participant.precondition if preconditions else None,
-        )(_effect_function(participant, compensation))
+        )(per_operation(participant.name, compensation, participant.apply))
     if has_lookup:
         participant.lookup(participant.ask)
     return participant
@@ -469,13 +456,9 @@ def _check_remote_arguments(
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
         raise RegistrationError(
             f"{what}: base_url takes the service's URL as a string, e.g. "
-            f"'http://127.0.0.1:8800', not {_described(base_url)}"
+            f"'http://127.0.0.1:8800', not {described(base_url)}"
         )
-    if not isinstance(operations, Mapping) or not operations:
-        raise RegistrationError(
-            f"{what}: operations= takes a dict of operation name to classification, e.g. "
-            f"operations={{'reserve': 'reversible'}}, not {_described(operations)}"
-        )
+    check_operations(operations, what=what, example="'reserve': 'reversible'")
     if compensations is not None and not isinstance(compensations, Mapping):
         raise RegistrationError(
             f"{what}: compensations= takes a dict of operation name to the name of the "
@@ -483,20 +466,3 @@ def _check_remote_arguments(
             f"{arguments.kind_of(compensations)}"
         )
     arguments.flag(has_lookup, what=what, option="has_lookup")
-
-
-def _described(value: object) -> str:
-    if isinstance(value, str):
-        return repr(value)  # a short string the caller typed: quoting it is the clearest
-    return arguments.kind_of(value)
-
-
-def _effect_function(
-    participant: RemoteParticipant, operation: str
-) -> Callable[[EffectCall], Awaitable[Any]]:
-    # A closure per operation, because one effect function serves exactly one declared operation.
-    async def apply(call: EffectCall) -> Any:
-        return await participant.apply(operation, call)
-
-    apply.__qualname__ = f"{participant.name}.{operation}"
-    return apply

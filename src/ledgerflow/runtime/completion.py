@@ -21,7 +21,7 @@ from ledgerflow.model.ids import EffectId
 from ledgerflow.model.instance import InstanceEvent
 from ledgerflow.model.step import StepEvent
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.control import Waiting
+from ledgerflow.runtime.control import Park, Waiting
 from ledgerflow.runtime.effect_moves import Move, Resolve, Settled
 from ledgerflow.runtime.effect_writes import EffectWrites
 
@@ -100,6 +100,18 @@ class CallbackCompletion:
         driver, s = self.driver, self.driver.session
         body = s.codec.decode(delivery.payload)
         consume = ConsumeDelivery(event_id=delivery.event_id, seq=driver.seq)
+        dead = body.get("dead_letter")
+        if dead is not None:
+            # The broker gave up delivering the request: it may have been applied by a
+            # consumer that died before its ack, so only a person can settle it.
+            reason = f"the broker dead-lettered the request: {s.codec.encode(dead)}"[:500]
+            await s.commit(
+                consume,
+                driver.effect_write(
+                    EffectEvent.LOSE_OUTCOME, attempt=attempt, doubt=attempt, reason=reason
+                ),
+            )
+            raise Park("effect_outcome_unknown", f"step {driver.seq} ({driver.name}): {reason}")
         if body.get("applied"):
             evidence = s.codec.encode(body.get("evidence"))
             await s.commit(

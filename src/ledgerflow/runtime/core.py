@@ -105,6 +105,10 @@ _REFUSALS = {
     "ended": DeliveryOutcome.ENDED,
     "late": DeliveryOutcome.LATE,
     "not-approver": DeliveryOutcome.NOT_APPROVER,
+    # A broker reply for an attempt the effect has moved past, or one whose effect id is not
+    # the key's: kept, refused, as late ones are.
+    "superseded": DeliveryOutcome.LATE,
+    "foreign": DeliveryOutcome.LATE,
 }
 
 
@@ -197,6 +201,13 @@ class CompletionOptions(TypedDict, total=False):
     evidence: Any
     reason: str | None
     event_id: str | None
+    # A reply that names the attempt and the effect it answers (a broker reply): one for an
+    # attempt the effect has moved past, or for another effect than the key's, is refused.
+    attempt: int | None
+    effect_id: str | None
+    # The broker dead-lettered the request (its delivery count...): the outcome goes to a
+    # person, never read as applied or not.
+    dead_letter: dict[str, Any] | None
 
 
 class ListOptions(TypedDict, total=False):
@@ -329,6 +340,7 @@ class EngineCore:
         sender: str | None = None,
         for_step: int | None = None,
         run: int | None = None,
+        refuse: tuple[str, str] | None = None,
     ) -> Delivered:
         """Keep an event in the inbox, under any name (a signal's or a completion's)."""
         name, event_id = (
@@ -336,7 +348,7 @@ class EngineCore:
             names.event_text(event_id, what="event id"),
         )
         record = self.get(instance_id)
-        refuse = self._approval_refusal(record, name=name, sender=sender)
+        refuse = refuse or self._approval_refusal(record, name=name, sender=sender)
         stored = self.store.deliver(
             Deliver(
                 instance_id=record.instance_id,
@@ -445,6 +457,9 @@ class EngineCore:
         evidence: Any = None,
         reason: str | None = None,
         event_id: str | None = None,
+        attempt: int | None = None,
+        effect_id: str | None = None,
+        dead_letter: dict[str, Any] | None = None,
     ) -> Delivered:
         """A participant's callback for an asynchronous effect, delivered to its step."""
         effect = self.store.find_effect(idempotency_key)
@@ -452,15 +467,35 @@ class EngineCore:
             raise InstanceNotFoundError(
                 f"no effect has the idempotency key {idempotency_key!r}", key=idempotency_key
             )
+        payload: dict[str, Any] = {"applied": applied, "evidence": evidence, "reason": reason}
+        if dead_letter is not None:
+            payload["dead_letter"] = dead_letter
+        refuse: tuple[str, str] | None = None
+        if self.get(effect.instance_id).status in TERMINAL_STATUSES:
+            pass  # refused as for an ended instance, which says the most
+        elif effect_id is not None and effect_id != effect.effect_id:
+            refuse = (
+                "foreign",
+                (
+                    f"the reply names effect {effect_id}; key {idempotency_key} is effect "
+                    f"{effect.effect_id}"
+                ),
+            )
+        elif attempt is not None and attempt != effect.attempt:
+            refuse = (
+                "superseded",
+                (f"the reply answers attempt {attempt}; the effect is on attempt {effect.attempt}"),
+            )
         return self._deliver(
             effect.instance_id,
             completion_event(effect.effect_id),
             event_id=event_id or f"completion:{idempotency_key}",
-            payload={"applied": applied, "evidence": evidence, "reason": reason},
+            payload=payload,
             sender=effect.participant,
             for_step=effect.seq,
             run=effect.run,
             now=now,
+            refuse=refuse,
         )
 
     def _approval_refusal(

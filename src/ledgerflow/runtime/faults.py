@@ -50,6 +50,9 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
   ``start`` or ``signal_with_start``; ``instance`` the business key asked for)
 - ``update.before_reply``: a declared update handler (``ctx.on_update``) returned under a wait
   (its take and its steps may be durable), its reply not yet published (``seq`` is the take's)
+- ``relay.before_commit`` / ``relay.before_ack``: a broker relay read a participant's reply
+  and has not yet committed it to the journal / committed it and not yet acknowledged it to
+  the broker (``key`` and ``attempt`` are the reply's)
 - ``lock.before_release``: the workflow left a durable lock's block, the release (and the
   hand-over to the first waiter) is not yet durable (``seq`` is the release's position)
 """

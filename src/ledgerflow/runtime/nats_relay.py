@@ -1,0 +1,151 @@
+"""The relay of a participant reached through NATS JetStream: its replies into the journal
+(internal; the front door exports :class:`NatsRelay`).
+
+As the RabbitMQ relay (:mod:`ledgerflow.runtime.relay`), and through the same
+:func:`~ledgerflow.runtime.relay.journal_reply`: a reply completes its effect on the
+callback's path, deduplicated, a foreign or late one kept refused (not a reply for an earlier
+attempt: within its window the stream keeps one message per key, the first attempt's); a message is
+acknowledged only after the journal commit, so a redelivery (a relay killed, an ack after the
+consumer's ack wait) is a duplicate and changes nothing. A reply no effect takes is
+terminated: it stays in the reply stream, for a person, and is not delivered again.
+
+At start :meth:`NatsRelay.check` proves the route's claims: both streams exist on file
+storage, and the request stream's duplicate window covers the route's retry horizon (a
+same-key re-publish later than the window would be stored, and delivered, again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from ledgerflow import limits
+from ledgerflow.errors import ConfigurationError
+from ledgerflow.model.broker import NatsRoute
+from ledgerflow.runtime.relay import journal_reply
+
+if TYPE_CHECKING:
+    from ledgerflow.runtime.engine import Engine
+
+log = logging.getLogger("ledgerflow.relay")
+
+
+class NatsRelay:
+    """Consumes one NATS route's replies into an engine's journal.
+
+    Example::
+
+        relay = lf.NatsRelay(engine, payments.route)
+        task = asyncio.create_task(relay.run())  # checks the streams first
+        ...
+        relay.stop()
+        await task
+
+    ``counts`` says what it did, as :class:`RabbitMQRelay`'s (``dead_lettered`` stays 0: the
+    participant's consumer's own ``max_deliver`` is not watched yet).
+    """
+
+    def __init__(
+        self, engine: Engine, route: NatsRoute, *, batch: int = limits.RELAY_PREFETCH
+    ) -> None:
+        self.engine = engine
+        self.route = route
+        self.batch = batch
+        self.counts = dict.fromkeys(
+            ("completed", "duplicate", "refused", "unmatched", "dead_lettered"), 0
+        )
+        self._stopping = asyncio.Event()
+
+    async def check(self) -> list[str]:
+        """Prove what the route claims of the server: both streams exist, on file storage, the
+        request stream's duplicate window at least the retry horizon. Refused, naming the lie,
+        with :class:`~ledgerflow.errors.ConfigurationError`; the facts proven otherwise."""
+        import nats
+        import nats.js.errors
+        from nats.js.api import StorageType
+
+        route = self.route
+        proven = []
+        connection = await nats.connect(route.url)
+        try:
+            jetstream = connection.jetstream()
+            for stream in (route.stream, route.reply_stream):
+                try:
+                    info = await jetstream.stream_info(stream)
+                except nats.js.errors.NotFoundError:
+                    raise self._refused(f"stream {stream!r} does not exist") from None
+                # The server's answer may leave the storage type as its wire text.
+                storage = getattr(info.config.storage, "value", info.config.storage)
+                if storage != StorageType.FILE.value:
+                    raise self._refused(f"stream {stream!r} is not on file storage")
+                proven.append(f"stream {stream} exists on file storage")
+            info = await jetstream.stream_info(route.stream)
+            window = info.config.duplicate_window or 0.0
+            if window < route.retry_horizon_seconds:
+                raise self._refused(
+                    f"stream {route.stream!r} keeps message ids for {window:g}s, shorter than "
+                    f"the retry horizon of {route.retry_horizon_seconds:g}s"
+                )
+            proven.append(
+                f"stream {route.stream} deduplicates for {window:g}s >= the retry horizon "
+                f"{route.retry_horizon_seconds:g}s"
+            )
+        finally:
+            await connection.close()
+        return proven
+
+    def _refused(self, what: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"nats participant {self.route.participant}: {what}; the relay refuses to run on "
+            f"a server that does not keep what the route claims"
+        )
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (what it has not acknowledged, the server delivers again)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Check the route, then consume its replies until :meth:`stop`."""
+        import nats
+        import nats.errors
+        from nats.js.api import ConsumerConfig
+
+        await self.check()
+        connection = await nats.connect(self.route.url, allow_reconnect=True)
+        try:
+            jetstream = connection.jetstream()
+            # A reply handed to a relay that died is delivered again after the ack wait; one
+            # delivered again while it is still being committed is a duplicate, never a change.
+            subscription = await jetstream.pull_subscribe(
+                self.route.reply_subject,
+                durable=self.route.consumer,
+                stream=self.route.reply_stream,
+                config=ConsumerConfig(ack_wait=limits.RELAY_ACK_WAIT_SECONDS),
+            )
+            while not self._stopping.is_set():
+                try:
+                    messages = await subscription.fetch(self.batch, timeout=0.5)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    continue
+                for message in messages:
+                    # The stream keeps one message per key within its window, so the
+                    # participant can only answer the attempt it stored: a reply is fenced by
+                    # its effect, not by its attempt.
+                    verdict = await journal_reply(
+                        self.engine,
+                        message.data,
+                        self.counts,
+                        participant=self.route.participant,
+                        fence_attempt=False,
+                    )
+                    if verdict == "unmatched":
+                        await message.term()
+                    elif verdict == "again":
+                        await message.nak(delay=1.0)
+                    else:
+                        await message.ack()  # only now that the journal holds it
+        finally:
+            with contextlib.suppress(Exception):
+                await connection.close()
