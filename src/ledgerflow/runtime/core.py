@@ -15,7 +15,7 @@ import enum
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Required, TypedDict, Unpack
+from typing import Any, Unpack
 
 from ledgerflow import limits
 from ledgerflow.deprecation import renamed
@@ -53,6 +53,10 @@ from ledgerflow.model.instance import TERMINAL_STATUSES, InstanceStatus
 from ledgerflow.model.signal import not_approver, signal_name
 from ledgerflow.model.start_policy import policies, start_time
 from ledgerflow.model.step import StepKind, StepStatus
+from ledgerflow.runtime.call_options import CompletionOptions as CompletionOptions
+from ledgerflow.runtime.call_options import ListOptions as ListOptions
+from ledgerflow.runtime.call_options import SignalOptions as SignalOptions
+from ledgerflow.runtime.call_options import StartOptions as StartOptions
 from ledgerflow.runtime.completion import completion_event
 from ledgerflow.runtime.debounce import collapsed, refuse_debounce
 from ledgerflow.runtime.metrics import Metrics
@@ -157,67 +161,6 @@ class InstanceDetail:
         """Deprecated: the old name of :attr:`timeline` (removed in 0.3.0)."""
         renamed("InstanceDetail.events", "InstanceDetail.timeline")
         return self.timeline
-
-
-class StartOptions(TypedDict, total=False):
-    """How a start is asked for, as every face takes it (declared here once): the business
-    key, the input, a version of the workflow other than the newest, the tenant; when it
-    starts (``start_at``: epoch seconds or an aware datetime, or ``start_in`` seconds: it is
-    SCHEDULED until then, or ``debounce_seconds`` with ``debounce_max_seconds``: due once no
-    other start of the key came for that long, see :mod:`ledgerflow.model.debounce`), and what
-    it does when its key has started an instance already (``if_running``, ``if_ended``: see
-    :mod:`ledgerflow.model.start_policy`)."""
-
-    key: Required[str]
-    input: Any
-    version: int | None
-    tenant: str | None
-    start_at: float | datetime.datetime | None
-    start_in: float | None
-    if_running: Literal["return", "fail"]
-    if_ended: Literal["return", "new_run", "new_run_if_failed", "fail"]
-    debounce_seconds: float | None
-    debounce_max_seconds: float | None
-
-
-class SignalOptions(TypedDict, total=False):
-    """How an event is sent, as every face takes it (declared here once): its id (the inbox
-    keeps it once per id), its payload, who sent it, and the step and run it is meant for
-    (an event for a closed step or an older run is kept as refused)."""
-
-    event_id: Required[str]
-    payload: Any
-    sender: str | None
-    for_step: int | None
-    run: int | None
-
-
-class CompletionOptions(TypedDict, total=False):
-    """How a participant's callback completes an asynchronous effect, as every face takes it:
-    whether it was applied, its evidence or the reason it was not, and the event's id (by
-    default derived from the effect's idempotency key, so a repeated callback is a no-op)."""
-
-    applied: Required[bool]
-    evidence: Any
-    reason: str | None
-    event_id: str | None
-    # A reply that names the attempt and the effect it answers (a broker reply): one for an
-    # attempt the effect has moved past, or for another effect than the key's, is refused.
-    attempt: int | None
-    effect_id: str | None
-    # The broker dead-lettered the request (its delivery count...): the outcome goes to a
-    # person, never read as applied or not.
-    dead_letter: dict[str, Any] | None
-
-
-class ListOptions(TypedDict, total=False):
-    """Which instances a listing shows, newest first: at most ``limit`` (100 by default),
-    filtered by status, workflow name and tenant."""
-
-    status: InstanceStatus | None
-    workflow: str | None
-    tenant: str | None
-    limit: int
 
 
 def _workflow_name(workflow: str | WorkflowFunction) -> str:
