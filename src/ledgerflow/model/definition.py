@@ -25,6 +25,9 @@ from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.defects import OnDefect, declared_names, is_business_failure
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.effect_call import EffectCall as EffectCall
+from ledgerflow.model.flow import EffectLimit, FlowLimit, LimitDeclarations, declared_limit
+from ledgerflow.model.flow import declared_priority, effect_scope
+from ledgerflow.model.flow_order import PRIORITY_DEFAULT
 from ledgerflow.model.heartbeat import checked_heartbeat_timeout
 from ledgerflow.model.ids import IdempotencyKey
 from ledgerflow.model.retry import (
@@ -87,9 +90,12 @@ class EffectDeclaration:
     # Seconds an attempt may go without a heartbeat (call.heartbeat) before it is cut off and
     # its outcome is UNKNOWN; None: no heartbeat is asked for (checked as it is declared).
     heartbeat_timeout_seconds: float | None = None
+    priority: int = PRIORITY_DEFAULT  # a call's flow-control priority unless it gives its own
+    limit: FlowLimit | None = None
 
     def __post_init__(self) -> None:
         what = f"effect {self.participant.name}.{self.operation}"
+        object.__setattr__(self, "priority", declared_priority(self.priority, what=what))
         seconds = checked_heartbeat_timeout(
             self.heartbeat_timeout_seconds, self.function, what=what, timeout=self.timeout_seconds
         )
@@ -172,8 +178,11 @@ class Participant:
         completes_by_callback: float | None = None,
         contract_version: int | str | None = None,
         heartbeat_timeout: float | None = None,
+        priority: int = PRIORITY_DEFAULT,
+        limit: EffectLimit | None = None,
     ) -> Callable[[EffectFunction], EffectDeclaration]:
         """Declare an effect. ``classification`` is required: there is no safe default.
+        ``priority`` and ``limit``: its flow control (docs/programming-model.md).
 
         ``contract_version`` names the version of the participant's contract (the shape of the
         payload it takes) this declaration speaks; it is recorded with every effect, so that a
@@ -226,8 +235,9 @@ class Participant:
                     completes_by_callback, what=what, option="completes_by_callback", optional=True
                 ),
                 contract_version=contract_text(f"effect {self.name}.{op}", contract_version),
-                heartbeat_timeout_seconds=heartbeat_timeout,
-            )
+                heartbeat_timeout_seconds=heartbeat_timeout, priority=priority,
+                limit=declared_limit(limit, scope=effect_scope(self.name, op)),
+            )  # fmt: skip
             return declaration
 
         return register
@@ -429,7 +439,7 @@ class WorkflowDefinition:
         )
 
 
-class Registry(ScheduleDeclarations, UpdateDeclarations):
+class Registry(ScheduleDeclarations, UpdateDeclarations, LimitDeclarations):
     """The workflows, participants and schedules a process knows; what ``ledgerflow worker``
     loads.
 
@@ -447,6 +457,7 @@ class Registry(ScheduleDeclarations, UpdateDeclarations):
         self.participants: dict[str, Participant] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
         self.update_validators: dict[tuple[str, str], Validator] = {}
+        self.limits_declared: dict[str, FlowLimit] = {}
 
     def add_participant(self, participant: Participant) -> Participant:
         """Add a participant the workflows of this registry change; return it."""

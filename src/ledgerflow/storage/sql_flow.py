@@ -10,8 +10,12 @@ database's clock, so a limit holds across every worker. See :mod:`ledgerflow.mod
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from ledgerflow import limits
 from ledgerflow.errors import FencedOutError
+from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.model.flow import (
     Admission,
     AdmissionState,
@@ -21,6 +25,7 @@ from ledgerflow.model.flow import (
     KeyState,
     decide,
 )
+from ledgerflow.model.flow_order import Waiter, ahead_of, start_tag
 from ledgerflow.model.ids import Generation, InstanceId
 from ledgerflow.storage.rows import Row
 from ledgerflow.storage.sql_seam import SqlSeam
@@ -35,6 +40,37 @@ def _limit_from_row(r: Row) -> FlowLimit:
         rate_per_second=None if rate is None else float(rate),
         burst=int(r["burst"] or 1),
         per=r["per"],
+        fair_by=r["fair_by"],
+        weights=json.loads(r["weights"]) if r["weights"] else {},
+    )
+
+
+def declared_text(limit: FlowLimit) -> str:
+    """A declaration as the row keeps it, to tell whether the code's has changed."""
+    bounds = {k: v for k, v in limit_record(limit).items() if k != "scope"}
+    return json.dumps(bounds, sort_keys=True)
+
+
+def limit_record(limit: FlowLimit) -> dict[str, object]:
+    return {
+        "scope": limit.scope,
+        "concurrency_max": limit.concurrency_max,
+        "rate_per_second": limit.rate_per_second,
+        "burst": limit.burst,
+        "per": limit.per,
+        "fair_by": limit.fair_by,
+        "weights": dict(limit.weights),
+    }
+
+
+def _waiter(r: Row) -> Waiter:
+    return Waiter(
+        effect_id=str(r["effect_id"]),
+        attempt=int(r["attempt"]),
+        priority=int(r["priority"]),
+        tag=float(r["tag"] or 0.0),
+        since=float(r["throttled_since"] or 0.0),
+        retry_at=None if r["retry_at"] is None else float(r["retry_at"]),
     )
 
 
@@ -59,6 +95,10 @@ def _admission_from_row(r: Row, now: float | None = None) -> Admission:
         rate_per_second=real("rate_per_second"),
         burst=None if r["burst"] is None else int(r["burst"]),
         now=now,
+        priority=int(r["priority"]),
+        fairness_key=str(r["fairness_key"]),
+        tag=real("tag"),
+        weight=float(r["weight"]),
     )
 
 
@@ -80,8 +120,42 @@ class FlowStore(SqlSeam):
                     "rate_per_second": limit.rate_per_second,
                     "burst": limit.burst,
                     "per": limit.per,
+                    "fair_by": limit.fair_by,
+                    "weights": json.dumps(dict(limit.weights)) if limit.weights else None,
                 },
             )  # fmt: skip
+
+    def declare_effect_limits(self, declared: list[FlowLimit], *, actor: str) -> list[FlowLimit]:
+        """Apply the limits declared in code that are new or changed since last applied, each
+        with its audit record, in one transaction; return those applied. A limit changed at run
+        time since its declaration was last applied keeps the run-time change until the
+        declaration itself changes."""
+        applied: list[FlowLimit] = []
+        with self._write_transaction():
+            for limit in declared:
+                text = declared_text(limit)
+                rows, _ = self._run("select_effect_limit", {"scope": limit.scope})
+                if rows and rows[0]["declared"] == text:
+                    continue
+                self.set_effect_limit(limit)
+                self._run("set_declared_limit", {"scope": limit.scope, "declared": text})
+                plan = json.dumps(limit_record(limit), sort_keys=True)
+                identity = json.dumps(["flow-limit-declared", limit.scope, plan])
+                self._insert_audit(
+                    AuditEntry(
+                        actor=actor, role=None, kind="flow-limit-declared", instance_id=None,
+                        target=limit.scope, outcome="applied", evidence=None, plan=plan,
+                        fingerprint=hashlib.sha256(identity.encode()).hexdigest(),
+                        reason="declared in code" + (", changed" if rows else ""),
+                    ),
+                    self._database_now(),
+                )  # fmt: skip
+                applied.append(limit)
+        return applied
+
+    def _database_now(self) -> float:
+        clock, _ = self._run("database_now", {})
+        return float(clock[0]["now"])
 
     def effect_limits(self) -> list[FlowLimit]:
         with self._read():
@@ -125,10 +199,9 @@ class FlowStore(SqlSeam):
             if now is None:
                 # Read under the key's lock: the admissions of one key are decided, and
                 # stamped, in one order by one clock (a GCRA needs its times not to go back).
-                clock, _ = self._run("database_now", {})
-                now = float(clock[0]["now"])
+                now = self._database_now()
             state = KeyState(
-                tat=float(state_rows[0]["tat"]), queue_tat=float(state_rows[0]["queue_tat"])
+                tat=float(state_rows[0]["tat"]), vtime=float(state_rows[0]["vtime"])
             )
             in_flight = 0
             if limit.concurrency_max is not None:
@@ -138,19 +211,35 @@ class FlowStore(SqlSeam):
             mine = {"effect_id": ask.effect_id, "attempt": ask.attempt}
             before, _ = self._run("select_flow_admission", mine)
             previous = _admission_from_row(before[0]) if before else None
-            slot = None if not before or before[0]["slot"] is None else float(before[0]["slot"])
+            weight = limit.weight(ask.fairness_key)
+            tag = previous.tag if previous is not None else None
+            if tag is None:
+                # Its first ask: its place among the key's waiters (flow_order).
+                fair = {**key, "fairness_key": ask.fairness_key}
+                finish, _ = self._run("select_flow_fair", fair)
+                tag, after = start_tag(
+                    vtime=state.vtime,
+                    finish=float(finish[0]["finish"]) if finish else None,
+                    weight=weight,
+                )
+                self._run("set_flow_fair", {**fair, "finish": after})
+            since = previous.throttled_since if previous is not None else None
+            me = Waiter(ask.effect_id, ask.attempt, ask.priority, tag, since or now, None)
+            waiters, _ = self._run("select_flow_waiters", key)
             decision = decide(
                 limit,
                 state,
                 in_flight=in_flight,
-                slot=slot,
+                ahead=ahead_of(me, [_waiter(w) for w in waiters], now=now),
+                tag=tag,
                 now=now,
                 poll_seconds=limits.FLOW_CONCURRENCY_POLL_SECONDS,
             )
             if decision.key_state != state:
-                ahead = {"tat": decision.key_state.tat, "queue_tat": decision.key_state.queue_tat}
-                self._run("update_flow_key", {**key, **ahead})
-            self._record(ask, limit, decision, previous, now)
+                moved = {"tat": decision.key_state.tat, "vtime": decision.key_state.vtime}
+                self._run("update_flow_key", {**key, **moved})
+                self._run("prune_flow_fair", {**key, "vtime": decision.key_state.vtime})
+            self._record(ask, limit, decision, previous, now, tag=tag, weight=weight)
             fresh, _ = self._run("select_flow_admission", mine)
         return _admission_from_row(fresh[0], now=now)
 
@@ -172,6 +261,9 @@ class FlowStore(SqlSeam):
         decision: Decision,
         previous: Admission | None,
         now: float,
+        *,
+        tag: float,
+        weight: float,
     ) -> None:
         """Write the attempt's admission row, and a timeline entry when it begins to wait and
         when, having waited, it is admitted."""
@@ -189,7 +281,6 @@ class FlowStore(SqlSeam):
                 "instance_id": ask.instance_id,
                 "state": str(decision.state),
                 "reason": decision.reason,
-                "slot": decision.slot,
                 "throttled_since": since,
                 "retry_at": decision.retry_at,
                 "admitted_at": now if admitted else None,
@@ -197,6 +288,10 @@ class FlowStore(SqlSeam):
                 "concurrency_max": limit.concurrency_max,
                 "rate_per_second": limit.rate_per_second,
                 "burst": limit.burst,
+                "priority": ask.priority,
+                "fairness_key": ask.fairness_key,
+                "tag": tag,
+                "weight": weight,
             },
         )
         if since is not None and (previous is None or admitted):

@@ -369,6 +369,10 @@ class JournalStore(LedgerReads, Protocol):
         """Set an effect limit (scope ``effect:PARTICIPANT.OPERATION``), or remove ``scope``'s."""
         ...
 
+    def declare_effect_limits(self, declared: list[FlowLimit], *, actor: str) -> list[FlowLimit]:
+        """Apply the limits declared in code that are new or changed, audited (see sql_flow)."""
+        ...
+
     def admit_effect(self, ask: FlowAsk, *, now: float | None) -> Admission | None:
         """Decide one attempt's dispatch under its limit in one transaction (None: no limit)."""
         ...
