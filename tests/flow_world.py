@@ -60,4 +60,4 @@ async def find(key: str, attempt: int) -> lf.participant.LookupAnswer:
 
 @registry.workflow(name="notify", version=1)
 async def notify(ctx: lf.WorkflowContext, job: dict[str, Any]) -> Any:
-    return await ctx.effect(send, job)
+    return await ctx.effect(send, job, priority=job.get("priority"))

@@ -69,12 +69,12 @@ def test_the_order_is_priority_then_fair_tag_then_arrival() -> None:
     low_early, high_late = w("a", 2, 0.0, 1.0), w("b", 4, 5.0, 9.0)
     same_tag_later = w("c", 2, 0.0, 2.0)
     waiters = [low_early, high_late, same_tag_later]
-    assert ahead_of(high_late, waiters, now=10.0) == 0
-    assert ahead_of(low_early, waiters, now=10.0) == 1
-    assert ahead_of(same_tag_later, waiters, now=10.0) == 2
+    assert ahead_of(high_late, waiters, now=10.0) == (0, 0)
+    assert ahead_of(low_early, waiters, now=10.0) == (1, 0)
+    assert ahead_of(same_tag_later, waiters, now=10.0) == (2, 0)
     # A waiter silent long past its time is not waited for.
     stale = w("d", 5, 0.0, 0.0, retry=10.0 - WAITER_STALE_SECONDS - 0.1)
-    assert ahead_of(high_late, [*waiters, stale], now=10.0) == 0
+    assert ahead_of(high_late, [*waiters, stale], now=10.0) == (0, 1)
 
 
 def test_start_time_fair_tags_interleave_a_heavy_and_a_light_key_by_weight() -> None:

@@ -308,6 +308,7 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "fairness_key",
         "tag",
         "weight",
+        "passed_over",
     ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],

@@ -259,6 +259,8 @@ class Admission:
     fairness_key: str = ONE_FAIRNESS_KEY
     tag: float | None = None
     weight: float = 1.0
+    # Waiters before it in order passed over at its admission, their workers silent too long.
+    passed_over: int = 0
 
 
 def declared_limit(limit: object, *, scope: str) -> FlowLimit | None:

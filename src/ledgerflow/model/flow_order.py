@@ -84,16 +84,19 @@ def order_key(w: Waiter) -> tuple[float, float, float, str, int]:
     return (-w.priority, w.tag, w.since, w.effect_id, w.attempt)
 
 
-def ahead_of(me: Waiter, waiters: Iterable[Waiter], *, now: float) -> int:
-    """How many live waiters come before ``me`` (``me`` itself, if listed, is not counted)."""
+def ahead_of(me: Waiter, waiters: Iterable[Waiter], *, now: float) -> tuple[int, int]:
+    """How many live waiters come before ``me``, and how many silent ones before it are passed
+    over (``me`` itself, if listed, is not counted)."""
     mine = order_key(me)
-    return sum(
-        1
-        for w in waiters
-        if (w.effect_id, w.attempt) != (me.effect_id, me.attempt)
-        and (w.retry_at is None or w.retry_at >= now - WAITER_STALE_SECONDS)
-        and order_key(w) < mine
-    )
+    live = passed = 0
+    for w in waiters:
+        if (w.effect_id, w.attempt) == (me.effect_id, me.attempt) or not order_key(w) < mine:
+            continue
+        if w.retry_at is not None and w.retry_at < now - WAITER_STALE_SECONDS:
+            passed += 1
+        else:
+            live += 1
+    return live, passed
 
 
 def start_tag(*, vtime: float, finish: float | None, weight: float) -> tuple[float, float]:

@@ -99,6 +99,7 @@ def _admission_from_row(r: Row, now: float | None = None) -> Admission:
         fairness_key=str(r["fairness_key"]),
         tag=real("tag"),
         weight=float(r["weight"]),
+        passed_over=int(r["passed_over"]),
     )
 
 
@@ -226,11 +227,12 @@ class FlowStore(SqlSeam):
             since = previous.throttled_since if previous is not None else None
             me = Waiter(ask.effect_id, ask.attempt, ask.priority, tag, since or now, None)
             waiters, _ = self._run("select_flow_waiters", key)
+            ahead, passed = ahead_of(me, [_waiter(w) for w in waiters], now=now)
             decision = decide(
                 limit,
                 state,
                 in_flight=in_flight,
-                ahead=ahead_of(me, [_waiter(w) for w in waiters], now=now),
+                ahead=ahead,
                 tag=tag,
                 now=now,
                 poll_seconds=limits.FLOW_CONCURRENCY_POLL_SECONDS,
@@ -239,7 +241,7 @@ class FlowStore(SqlSeam):
                 moved = {"tat": decision.key_state.tat, "vtime": decision.key_state.vtime}
                 self._run("update_flow_key", {**key, **moved})
                 self._run("prune_flow_fair", {**key, "vtime": decision.key_state.vtime})
-            self._record(ask, limit, decision, previous, now, tag=tag, weight=weight)
+            self._record(ask, limit, decision, previous, now, tag=tag, weight=weight, passed=passed)
             fresh, _ = self._run("select_flow_admission", mine)
         return _admission_from_row(fresh[0], now=now)
 
@@ -264,6 +266,7 @@ class FlowStore(SqlSeam):
         *,
         tag: float,
         weight: float,
+        passed: int,
     ) -> None:
         """Write the attempt's admission row, and a timeline entry when it begins to wait and
         when, having waited, it is admitted."""
@@ -292,6 +295,7 @@ class FlowStore(SqlSeam):
                 "fairness_key": ask.fairness_key,
                 "tag": tag,
                 "weight": weight,
+                "passed_over": passed if admitted else 0,
             },
         )
         if since is not None and (previous is None or admitted):

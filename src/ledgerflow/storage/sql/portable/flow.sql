@@ -69,18 +69,19 @@ SELECT * FROM lf_flow_admissions WHERE effect_id = :effect_id AND attempt = :att
 INSERT INTO lf_flow_admissions (
     effect_id, attempt, instance_id, scope, flow_key, state, reason, slot, throttled_since,
     retry_at, admitted_at, throttled_seconds, concurrency_max, rate_per_second, burst,
-    priority, fairness_key, tag, weight)
+    priority, fairness_key, tag, weight, passed_over)
 VALUES (
     :effect_id, :attempt, :instance_id, :scope, :flow_key, :state, :reason, NULL,
     :throttled_since, :retry_at, :admitted_at, :throttled_seconds, :concurrency_max,
-    :rate_per_second, :burst, :priority, :fairness_key, :tag, :weight)
+    :rate_per_second, :burst, :priority, :fairness_key, :tag, :weight, :passed_over)
 ON CONFLICT (effect_id, attempt) DO UPDATE SET
     scope = excluded.scope, flow_key = excluded.flow_key, state = excluded.state,
     reason = excluded.reason, slot = excluded.slot, retry_at = excluded.retry_at,
     admitted_at = excluded.admitted_at, throttled_seconds = excluded.throttled_seconds,
     concurrency_max = excluded.concurrency_max, rate_per_second = excluded.rate_per_second,
     burst = excluded.burst, priority = excluded.priority, tag = excluded.tag,
-    fairness_key = excluded.fairness_key, weight = excluded.weight;
+    fairness_key = excluded.fairness_key, weight = excluded.weight,
+    passed_over = excluded.passed_over;
 
 -- name: select_flow_admissions
 -- An admitted attempt whose outcome is recorded since shows as SETTLED, marked or not yet.
@@ -90,7 +91,8 @@ SELECT a.effect_id, a.attempt, a.instance_id, a.scope, a.flow_key,
         WHERE e.effect_id = a.effect_id AND e.attempt = a.attempt AND e.state = 'INTENDED')
     THEN 'SETTLED' ELSE a.state END AS state,
     a.reason, a.slot, a.throttled_since, a.retry_at, a.admitted_at, a.throttled_seconds,
-    a.concurrency_max, a.rate_per_second, a.burst, a.priority, a.fairness_key, a.tag, a.weight
+    a.concurrency_max, a.rate_per_second, a.burst, a.priority, a.fairness_key, a.tag, a.weight,
+    a.passed_over
 FROM lf_flow_admissions a
 WHERE (CAST(:scope AS TEXT) IS NULL OR a.scope = :scope)
   AND (CAST(:state AS TEXT) IS NULL OR a.state = :state)

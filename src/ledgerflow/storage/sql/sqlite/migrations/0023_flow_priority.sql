@@ -23,8 +23,11 @@ CREATE TABLE lf_flow_fair (
     PRIMARY KEY (scope, flow_key, fairness_key)
 );
 
--- An attempt's priority (1 lowest to 5 highest), fairness key, its tag and that key's weight.
+-- An attempt's priority (1 lowest to 5 highest), fairness key, its tag and that key's weight,
+-- and how many waiters before it in order were passed over when it was admitted (their
+-- workers silent too long: the oracle's order checks allow those admissions).
 ALTER TABLE lf_flow_admissions ADD COLUMN priority INTEGER NOT NULL DEFAULT 3;
 ALTER TABLE lf_flow_admissions ADD COLUMN fairness_key TEXT NOT NULL DEFAULT '*';
 ALTER TABLE lf_flow_admissions ADD COLUMN tag REAL;
 ALTER TABLE lf_flow_admissions ADD COLUMN weight REAL NOT NULL DEFAULT 1;
+ALTER TABLE lf_flow_admissions ADD COLUMN passed_over INTEGER NOT NULL DEFAULT 0;
