@@ -16,8 +16,9 @@ from ledgerflow.model.flow import (
 )
 from ledgerflow.model.flow_order import (
     WAITER_STALE_SECONDS,
+    Standing,
     Waiter,
-    ahead_of,
+    standing,
     checked_priority,
     fairness_bound,
     start_tag,
@@ -26,55 +27,91 @@ from ledgerflow.model.flow_order import (
 LIMIT = FlowLimit(scope="effect:api.send", rate_per_second=10.0, burst=3)
 
 
-def _ask(limit: FlowLimit, key: KeyState, now: float, *, in_flight: int = 0, ahead: int = 0):  # type: ignore[no-untyped-def]
+def _ask(limit: FlowLimit, key: KeyState, now: float, *, in_flight: int = 0, slot=None,  # type: ignore[no-untyped-def]
+         stands: Standing = Standing()):  # fmt: skip
     return decide(
-        limit, key, in_flight=in_flight, ahead=ahead, tag=key.vtime, now=now, poll_seconds=0.05
-    )
+        limit, key, in_flight=in_flight, slot=slot, standing=stands, tag=key.vtime, now=now,
+        poll_seconds=0.05,
+    )  # fmt: skip
 
 
-def test_a_burst_at_once_then_one_an_interval_later() -> None:
+def test_a_burst_at_once_then_reservations_one_interval_apart() -> None:
     key = KeyState()
-    admitted = 0
+    admitted, slots = 0, []
     for _ in range(6):
         d = _ask(LIMIT, key, 100.0)
         key = d.key_state
-        admitted += d.state is AdmissionState.ADMITTED
+        if d.state is AdmissionState.ADMITTED:
+            admitted += 1
+        else:
+            assert d.reason == "rate"
+            slots.append(d.slot)
     assert admitted == 3
-    early = _ask(LIMIT, key, 100.05)
-    assert (early.state, early.reason) == (AdmissionState.THROTTLED, "rate")
-    assert early.retry_at == pytest.approx(100.1)
-    assert _ask(LIMIT, key, 100.1).state is AdmissionState.ADMITTED
+    assert slots == pytest.approx([100.1, 100.2, 100.3])
+    early = _ask(LIMIT, key, 100.05, slot=100.1)
+    assert (early.state, early.retry_at) == (AdmissionState.THROTTLED, 100.1)
+    assert _ask(LIMIT, key, 100.1, slot=100.1).state is AdmissionState.ADMITTED
 
 
-def test_a_waiter_with_others_ahead_waits_its_turn() -> None:
-    """Two waiters ahead: told to ask again two grants after the next, and never admitted
-    while they come first, even when the GCRA would allow it."""
-    d = _ask(LIMIT, KeyState(tat=100.0), 100.0, ahead=2)
-    assert (d.state, d.reason) == (AdmissionState.THROTTLED, "order")
-    assert d.retry_at == pytest.approx(100.2)
-    assert _ask(LIMIT, KeyState(), 100.0, ahead=1).state is AdmissionState.THROTTLED
+def test_a_newcomer_that_comes_first_takes_the_first_slot_behind_it() -> None:
+    """A waiter of higher priority (or smaller fair tag) takes the earliest slot held by
+    waiters after it; theirs (and the reservations' end) move one interval on."""
+    key = KeyState(tat=100.1, queue_tat=100.5)
+    d = _ask(LIMIT, key, 100.0, stands=Standing(behind_slot=100.2))
+    assert (d.state, d.reason, d.slot, d.shift_from) == (
+        AdmissionState.THROTTLED, "order", 100.2, 100.2,
+    )  # fmt: skip
+    assert d.key_state.queue_tat == pytest.approx(100.6)
+    plain = _ask(LIMIT, key, 100.0)
+    assert (plain.slot, plain.shift_from) == (100.5, None)
+
+
+def test_due_waiters_go_in_order_and_higher_priority_first() -> None:
+    key = KeyState(tat=101.0, queue_tat=101.0)
+    # Two due before it: told to ask again two intervals after the next grant.
+    d = _ask(LIMIT, KeyState(tat=101.3), 101.0, slot=100.5, stands=Standing(due_ahead=2))
+    assert (d.state, d.reason) == (AdmissionState.THROTTLED, "rate")
+    assert d.retry_at == pytest.approx(101.3)
+    # The grant is free, but a due waiter comes first (of higher priority, or another
+    # fairness key): it waits for it.
+    blocked = _ask(LIMIT, key, 101.0, slot=100.5, stands=Standing(ahead=1, due_ahead=1))
+    assert (blocked.state, blocked.reason) == (AdmissionState.THROTTLED, "order")
+    assert _ask(LIMIT, key, 101.0, slot=100.5).state is AdmissionState.ADMITTED
 
 
 def test_a_late_waker_is_checked_again_by_the_gcra() -> None:
-    key = KeyState(tat=101.3)  # the key admitted up to its tolerance
-    d = _ask(LIMIT, key, 101.0)
+    key = KeyState(tat=101.3, queue_tat=101.3)  # the key admitted up to its tolerance
+    d = _ask(LIMIT, key, 101.0, slot=100.9)
     assert d.state is AdmissionState.THROTTLED
     assert d.retry_at == pytest.approx(101.1)
 
 
-def test_the_order_is_priority_then_fair_tag_then_arrival() -> None:
-    def w(effect: str, priority: int, tag: float, since: float, retry: float = 10.0) -> Waiter:
-        return Waiter(effect, 1, priority, tag, since, retry)
+def test_without_a_rate_only_the_first_in_order_is_admitted() -> None:
+    limit = FlowLimit(scope="effect:api.send", concurrency_max=3)
+    d = _ask(limit, KeyState(), 5.0, in_flight=1, stands=Standing(ahead=1))
+    assert (d.state, d.reason, d.retry_at) == (AdmissionState.THROTTLED, "order", 5.05)
+    assert _ask(limit, KeyState(), 5.0, in_flight=1).state is AdmissionState.ADMITTED
 
-    low_early, high_late = w("a", 2, 0.0, 1.0), w("b", 4, 5.0, 9.0)
-    same_tag_later = w("c", 2, 0.0, 2.0)
+
+def test_the_order_is_priority_then_fair_tag_then_arrival() -> None:
+    def w(effect: str, priority: int, tag: float, since: float, retry: float = 10.0,
+          slot: float | None = None, fair: str = "x") -> Waiter:  # fmt: skip
+        return Waiter(effect, 1, priority, tag, since, retry, slot, fair)
+
+    low_early, high_late = w("a", 2, 0.0, 1.0, slot=9.0), w("b", 4, 5.0, 9.0, slot=11.0)
+    same_tag_later = w("c", 2, 0.0, 2.0, slot=12.0, fair="y")
     waiters = [low_early, high_late, same_tag_later]
-    assert ahead_of(high_late, waiters, now=10.0) == (0, 0)
-    assert ahead_of(low_early, waiters, now=10.0) == (1, 0)
-    assert ahead_of(same_tag_later, waiters, now=10.0) == (2, 0)
+    assert standing(high_late, waiters, now=10.0) == Standing(ahead=0, behind_slot=9.0)
+    assert standing(low_early, waiters, now=10.0) == Standing(ahead=1, behind_slot=12.0)
+    last = standing(same_tag_later, waiters, now=10.0)
+    assert (last.ahead, last.due_ahead, last.due_higher) == (2, 1, 0)
+    # One of its own priority and fairness key (a, due) does not hold it back: they race for a
+    # grant; b (higher priority) and c (another fairness key) do.
+    twin = standing(w("e", 2, 0.0, 3.0, slot=12.5), waiters, now=10.0)
+    assert (twin.ahead, twin.due_ahead) == (2, 0)
     # A waiter silent long past its time is not waited for.
-    stale = w("d", 5, 0.0, 0.0, retry=10.0 - WAITER_STALE_SECONDS - 0.1)
-    assert ahead_of(high_late, [*waiters, stale], now=10.0) == (0, 1)
+    stale = w("d", 5, 0.0, 0.0, retry=10.0 - WAITER_STALE_SECONDS - 0.1, slot=8.0)
+    assert standing(high_late, [*waiters, stale], now=10.0).silent == 1
 
 
 def test_start_time_fair_tags_interleave_a_heavy_and_a_light_key_by_weight() -> None:

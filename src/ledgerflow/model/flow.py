@@ -10,13 +10,17 @@ The order in which limits apply, for one effect asking to be dispatched:
 
 1. **Concurrency.** Below ``concurrency_max`` dispatched and unsettled, or the effect waits
    (THROTTLED, reason ``concurrency``) and asks again; it takes no rate permit meanwhile.
-2. **Order.** Another waiter of the key comes first (by priority, weighted fairness between
-   keys, then arrival: :mod:`ledgerflow.model.flow_order`): the effect waits (THROTTLED) and
-   asks again about when its turn is due, its place kept.
+2. **Order.** The key's waiters are admitted in order: priority, then weighted fairness
+   between keys, then arrival (:mod:`ledgerflow.model.flow_order`). Without a rate, a waiter
+   with another before it waits (THROTTLED, reason ``order``) and asks again shortly.
 3. **Rate.** The GCRA admits it when the key's theoretical arrival time allows
-   (``burst`` at once, then one each ``1 / rate_per_second`` seconds); otherwise it waits
-   (THROTTLED, reason ``rate``) until then, when the GCRA is checked again, so admissions never
-   exceed the rate even when a waiter wakes late.
+   (``burst`` at once, then one each ``1 / rate_per_second`` seconds). Otherwise it reserves a
+   slot, one interval after the last, in that order: a newcomer that comes before waiters
+   holding slots takes the first of theirs and moves theirs one interval later (reason
+   ``order``; a waiter reads its slot again when it asks). At its slot the GCRA is checked
+   again (so admissions never exceed the rate even when a waiter wakes late); waiters due at
+   once ask one interval apart in order, and none is admitted while a due waiter of higher
+   priority waits (see flow_order for what a late waker changes).
 4. **Dispatch.** Admitted, its timeout's clock starts: waiting while THROTTLED never counts
    toward the effect's timeout nor toward the deadline after which its outcome is UNKNOWN.
 
@@ -28,13 +32,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledgerflow.errors import RegistrationError
 from ledgerflow.model.flow_order import (
     ONE_FAIRNESS_KEY,
     PRIORITY_DEFAULT,
+    Standing,
     checked_priority,
     checked_weights,
 )
@@ -137,10 +142,12 @@ def flow_key(per: str | None, *, tenant: str, payload: Any, one: str = ALL_KEYS)
 
 @dataclass(frozen=True, slots=True)
 class KeyState:
-    """A flow key's GCRA: ``tat`` the theoretical arrival time of admissions; and ``vtime``
-    its virtual time, the fairness tag of its latest admission (see flow_order)."""
+    """A flow key's GCRA: ``tat`` the theoretical arrival time of admissions, ``queue_tat``
+    the end of the slots reserved by throttled effects; and ``vtime`` its virtual time, the
+    fairness tag of its latest admission (see flow_order)."""
 
     tat: float = 0.0
+    queue_tat: float = 0.0
     vtime: float = 0.0
 
 
@@ -148,9 +155,12 @@ class KeyState:
 class Decision:
     state: AdmissionState
     key_state: KeyState
-    # Why it waits ('concurrency', 'rate' or 'order': others come first), when to ask again.
+    # Why it waits ('concurrency', 'rate' or 'order': others come first), when to ask again,
+    # the rate slot it holds, and (taking a slot of others) from which slot theirs move on.
     reason: str | None = None
     retry_at: float | None = None
+    slot: float | None = None
+    shift_from: float | None = None
 
 
 def decide(
@@ -158,36 +168,56 @@ def decide(
     key: KeyState,
     *,
     in_flight: int,
-    ahead: int,
+    slot: float | None,
+    standing: Standing,
     tag: float,
     now: float,
     poll_seconds: float,
 ) -> Decision:
     """Admit one effect now or say how long it waits, in the documented order (concurrency,
-    order, then rate); ``ahead`` is how many live waiters come before it, ``tag`` its fairness
-    tag (the key's virtual time moves to it when it is admitted)."""
+    order, then rate); ``slot`` is the rate slot it holds (None: none yet), ``standing``
+    where it stands among the key's waiters, ``tag`` its fairness tag (the key's virtual time
+    moves to it when it is admitted)."""
     if limit.concurrency_max is not None and in_flight >= limit.concurrency_max:
         return Decision(
-            AdmissionState.THROTTLED, key, reason="concurrency", retry_at=now + poll_seconds
-        )
+            AdmissionState.THROTTLED, key, reason="concurrency", retry_at=now + poll_seconds,
+            slot=slot,
+        )  # fmt: skip
+    admitted = AdmissionState.ADMITTED
     if limit.rate_per_second is None:
-        if ahead:
+        if standing.ahead:
             return Decision(
                 AdmissionState.THROTTLED, key, reason="order", retry_at=now + poll_seconds
             )
-        return Decision(AdmissionState.ADMITTED, KeyState(key.tat, max(key.vtime, tag)))
+        return Decision(admitted, replace(key, vtime=max(key.vtime, tag)))
     interval = 1.0 / limit.rate_per_second
     tolerance = (limit.burst - 1) * interval
     earliest = max(key.tat, now) - tolerance  # when the GCRA admits the next one
-    if ahead:
-        # Its turn is about ``ahead`` grants after the next: ask again then (or sooner, when
-        # others ahead of it arrive or leave, it is told again).
-        turn = max(earliest, now) + ahead * interval
-        return Decision(AdmissionState.THROTTLED, key, reason="order", retry_at=turn)
+    if slot is None and standing.behind_slot is not None:
+        # It comes before waiters that hold slots: it takes the first of theirs, and they
+        # (and the reservations' end) move one interval later.
+        taken = standing.behind_slot
+        return Decision(
+            AdmissionState.THROTTLED, replace(key, queue_tat=key.queue_tat + interval),
+            reason="order", retry_at=max(taken, earliest), slot=taken, shift_from=taken,
+        )  # fmt: skip
+    queued = key.queue_tat > now or standing.due_ahead > 0
+    if slot is None and (queued or earliest > now):
+        reserved = max(key.queue_tat, earliest)
+        return Decision(
+            AdmissionState.THROTTLED, replace(key, queue_tat=reserved + interval),
+            reason="rate", retry_at=reserved, slot=reserved,
+        )  # fmt: skip
+    # The waiters before it whose slots are due too ask one interval apart, in order.
+    turn = max(earliest, now) + standing.due_ahead * interval
+    if slot is not None and slot > now:
+        return Decision(AdmissionState.THROTTLED, key, reason="rate", retry_at=slot, slot=slot)
     if earliest > now:
-        return Decision(AdmissionState.THROTTLED, key, reason="rate", retry_at=earliest)
+        return Decision(AdmissionState.THROTTLED, key, reason="rate", retry_at=turn, slot=slot)
+    if standing.due_ahead:
+        return Decision(AdmissionState.THROTTLED, key, reason="order", retry_at=turn, slot=slot)
     return Decision(
-        AdmissionState.ADMITTED, KeyState(max(key.tat, now) + interval, max(key.vtime, tag))
+        admitted, replace(key, tat=max(key.tat, now) + interval, vtime=max(key.vtime, tag))
     )
 
 

@@ -23,9 +23,15 @@ the first by :func:`order_key`:
    first served.
 3. **Arrival**: when it first asked, then its effect id.
 
-A waiter whose worker has not asked again for :data:`WAITER_STALE_SECONDS` past the time it
-was told to (a dead or stalled process) is not waited for: the next one in order goes instead,
-and the late one keeps its place for when it asks again.
+With a rate, the order is that of the slots waiters reserve (a newcomer that comes before
+others takes the first of their slots and theirs move one interval later). Waiters whose slots
+are due at once ask again one interval apart, in order, and the next grant waits for the first
+of them, except among waiters of one priority and one fairness key, which take a free grant in
+whichever order they ask (the rate is not left unused while one worker is slow; their slots
+keep them in arrival order to within how late they wake). A waiter whose worker has not asked
+again for :data:`WAITER_STALE_SECONDS` past the time it was told to (a dead or stalled process)
+is not waited for: it keeps its place for when it asks again, and the admission that passed it
+over says so (``passed_over``).
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ from dataclasses import dataclass
 PRIORITY_LOWEST = 1
 PRIORITY_HIGHEST = 5
 PRIORITY_DEFAULT = 3
-# A waiter told to ask again at retry_at and still silent this long after is passed over.
-WAITER_STALE_SECONDS = 2.0
+# A waiter told to ask again at retry_at and still silent this long after is passed over (its
+# worker is dead or stalled; a loaded store delays asks by a few hundred milliseconds).
+WAITER_STALE_SECONDS = 1.0
 # Every effect of a limit without fair_by shares this fairness key.
 ONE_FAIRNESS_KEY = "*"
 
@@ -69,7 +76,7 @@ def checked_weights(weights: object, *, what: str) -> dict[str, float]:
 
 @dataclass(frozen=True, slots=True)
 class Waiter:
-    """One THROTTLED attempt, as its order needs it."""
+    """One THROTTLED attempt, as its order needs it (``slot``: the rate slot it holds)."""
 
     effect_id: str
     attempt: int
@@ -77,6 +84,8 @@ class Waiter:
     tag: float
     since: float
     retry_at: float | None
+    slot: float | None = None
+    fairness_key: str = ONE_FAIRNESS_KEY
 
 
 def order_key(w: Waiter) -> tuple[float, float, float, str, int]:
@@ -84,19 +93,45 @@ def order_key(w: Waiter) -> tuple[float, float, float, str, int]:
     return (-w.priority, w.tag, w.since, w.effect_id, w.attempt)
 
 
-def ahead_of(me: Waiter, waiters: Iterable[Waiter], *, now: float) -> tuple[int, int]:
-    """How many live waiters come before ``me``, and how many silent ones before it are passed
-    over (``me`` itself, if listed, is not counted)."""
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where one attempt stands among its key's other waiters of another priority or fairness
+    key: how many live ones come before it, how many of those hold a slot already due (and how
+    many of these have a higher priority), how many before it are silent too long; and the
+    first slot held by any waiter after it (None: none)."""
+
+    ahead: int = 0
+    due_ahead: int = 0
+    due_higher: int = 0
+    silent: int = 0
+    behind_slot: float | None = None
+
+
+def standing(me: Waiter, waiters: Iterable[Waiter], *, now: float) -> Standing:
     mine = order_key(me)
-    live = passed = 0
+    ahead = due = higher = silent = 0
+    behind: float | None = None
     for w in waiters:
-        if (w.effect_id, w.attempt) == (me.effect_id, me.attempt) or not order_key(w) < mine:
+        if (w.effect_id, w.attempt) == (me.effect_id, me.attempt):
+            continue
+        if not order_key(w) < mine:
+            if w.slot is not None and (behind is None or w.slot < behind):
+                behind = w.slot
+            continue
+        if w.priority == me.priority and w.fairness_key == me.fairness_key:
+            # Its own kind: whichever of them asks first when a grant is free takes it (their
+            # slots keep them in arrival order to within how late their workers wake).
             continue
         if w.retry_at is not None and w.retry_at < now - WAITER_STALE_SECONDS:
-            passed += 1
-        else:
-            live += 1
-    return live, passed
+            silent += 1
+            continue
+        ahead += 1
+        if w.slot is not None and w.slot <= now:
+            due += 1
+            higher += w.priority > me.priority
+    return Standing(
+        ahead=ahead, due_ahead=due, due_higher=higher, silent=silent, behind_slot=behind
+    )
 
 
 def start_tag(*, vtime: float, finish: float | None, weight: float) -> tuple[float, float]:

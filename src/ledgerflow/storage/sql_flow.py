@@ -25,7 +25,7 @@ from ledgerflow.model.flow import (
     KeyState,
     decide,
 )
-from ledgerflow.model.flow_order import Waiter, ahead_of, start_tag
+from ledgerflow.model.flow_order import Waiter, standing, start_tag
 from ledgerflow.model.ids import Generation, InstanceId
 from ledgerflow.storage.rows import Row
 from ledgerflow.storage.sql_seam import SqlSeam
@@ -71,6 +71,8 @@ def _waiter(r: Row) -> Waiter:
         tag=float(r["tag"] or 0.0),
         since=float(r["throttled_since"] or 0.0),
         retry_at=None if r["retry_at"] is None else float(r["retry_at"]),
+        slot=None if r["slot"] is None else float(r["slot"]),
+        fairness_key=str(r["fairness_key"]),
     )
 
 
@@ -201,9 +203,11 @@ class FlowStore(SqlSeam):
                 # Read under the key's lock: the admissions of one key are decided, and
                 # stamped, in one order by one clock (a GCRA needs its times not to go back).
                 now = self._database_now()
+            first = state_rows[0]
             state = KeyState(
-                tat=float(state_rows[0]["tat"]), vtime=float(state_rows[0]["vtime"])
-            )
+                tat=float(first["tat"]), queue_tat=float(first["queue_tat"]),
+                vtime=float(first["vtime"]),
+            )  # fmt: skip
             in_flight = 0
             if limit.concurrency_max is not None:
                 self._run("settle_flow_admissions", key)
@@ -225,23 +229,34 @@ class FlowStore(SqlSeam):
                 )
                 self._run("set_flow_fair", {**fair, "finish": after})
             since = previous.throttled_since if previous is not None else None
-            me = Waiter(ask.effect_id, ask.attempt, ask.priority, tag, since or now, None)
+            slot = None if not before or before[0]["slot"] is None else float(before[0]["slot"])
+            me = Waiter(ask.effect_id, ask.attempt, ask.priority, tag, since or now, None, slot,
+                        ask.fairness_key)  # fmt: skip
             waiters, _ = self._run("select_flow_waiters", key)
-            ahead, passed = ahead_of(me, [_waiter(w) for w in waiters], now=now)
+            stands = standing(me, [_waiter(w) for w in waiters], now=now)
             decision = decide(
                 limit,
                 state,
                 in_flight=in_flight,
-                ahead=ahead,
+                slot=slot,
+                standing=stands,
                 tag=tag,
                 now=now,
                 poll_seconds=limits.FLOW_CONCURRENCY_POLL_SECONDS,
             )
-            if decision.key_state != state:
-                moved = {"tat": decision.key_state.tat, "vtime": decision.key_state.vtime}
-                self._run("update_flow_key", {**key, **moved})
-                self._run("prune_flow_fair", {**key, "vtime": decision.key_state.vtime})
-            self._record(ask, limit, decision, previous, now, tag=tag, weight=weight, passed=passed)
+            if decision.shift_from is not None and limit.rate_per_second is not None:
+                moved = {"from_slot": decision.shift_from, "interval": 1 / limit.rate_per_second}
+                self._run("shift_flow_slots", {**key, **moved})
+            after = decision.key_state
+            if after != state:
+                ahead = {"tat": after.tat, "queue_tat": after.queue_tat, "vtime": after.vtime}
+                self._run("update_flow_key", {**key, **ahead})
+                if after.vtime != state.vtime:
+                    self._run("prune_flow_fair", {**key, "vtime": after.vtime})
+            # Admitted before others in order: those silent (late) too long.
+            passed = stands.silent
+            self._record(ask, limit, decision, previous, now, tag=tag, weight=weight,
+                         passed=passed)  # fmt: skip
             fresh, _ = self._run("select_flow_admission", mine)
         return _admission_from_row(fresh[0], now=now)
 
@@ -284,6 +299,7 @@ class FlowStore(SqlSeam):
                 "instance_id": ask.instance_id,
                 "state": str(decision.state),
                 "reason": decision.reason,
+                "slot": decision.slot,
                 "throttled_since": since,
                 "retry_at": decision.retry_at,
                 "admitted_at": now if admitted else None,

@@ -29,8 +29,15 @@ VALUES (:scope, :flow_key, 0, 0, 0)
 ON CONFLICT (scope, flow_key) DO NOTHING;
 
 -- name: update_flow_key
-UPDATE lf_flow_keys SET tat = :tat, vtime = :vtime
+UPDATE lf_flow_keys SET tat = :tat, queue_tat = :queue_tat, vtime = :vtime
 WHERE scope = :scope AND flow_key = :flow_key;
+
+-- name: shift_flow_slots
+-- A newcomer that comes before waiters holding slots took the first of theirs: theirs move
+-- one interval later (each reads its slot again when it asks).
+UPDATE lf_flow_admissions SET slot = slot + :interval
+WHERE scope = :scope AND flow_key = :flow_key AND state = 'THROTTLED'
+  AND slot IS NOT NULL AND slot >= :from_slot;
 
 -- name: select_flow_fair
 SELECT finish FROM lf_flow_fair
@@ -45,7 +52,8 @@ ON CONFLICT (scope, flow_key, fairness_key) DO UPDATE SET finish = excluded.fini
 DELETE FROM lf_flow_fair WHERE scope = :scope AND flow_key = :flow_key AND finish <= :vtime;
 
 -- name: select_flow_waiters
-SELECT effect_id, attempt, priority, tag, throttled_since, retry_at FROM lf_flow_admissions
+SELECT effect_id, attempt, priority, tag, throttled_since, retry_at, slot, fairness_key
+FROM lf_flow_admissions
 WHERE scope = :scope AND flow_key = :flow_key AND state = 'THROTTLED';
 
 -- name: settle_flow_admissions
@@ -71,7 +79,7 @@ INSERT INTO lf_flow_admissions (
     retry_at, admitted_at, throttled_seconds, concurrency_max, rate_per_second, burst,
     priority, fairness_key, tag, weight, passed_over)
 VALUES (
-    :effect_id, :attempt, :instance_id, :scope, :flow_key, :state, :reason, NULL,
+    :effect_id, :attempt, :instance_id, :scope, :flow_key, :state, :reason, :slot,
     :throttled_since, :retry_at, :admitted_at, :throttled_seconds, :concurrency_max,
     :rate_per_second, :burst, :priority, :fairness_key, :tag, :weight, :passed_over)
 ON CONFLICT (effect_id, attempt) DO UPDATE SET

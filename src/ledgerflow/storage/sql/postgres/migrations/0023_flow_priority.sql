@@ -9,8 +9,7 @@ ALTER TABLE lf_limits ADD COLUMN fair_by TEXT;
 ALTER TABLE lf_limits ADD COLUMN weights TEXT;
 ALTER TABLE lf_limits ADD COLUMN declared TEXT;
 
--- Each flow key's virtual time: the fairness tag of its latest admission. (queue_tat, the
--- first-come slot of 0022, is no longer read: waiters are ordered when each asks.)
+-- Each flow key's virtual time: the fairness tag of its latest admission.
 ALTER TABLE lf_flow_keys ADD COLUMN vtime DOUBLE PRECISION NOT NULL DEFAULT 0;
 
 -- Each fairness key's finish tag under one flow key: where its next waiter's tag starts. A row
