@@ -42,7 +42,8 @@ def test_set_list_throttled_and_remove_are_audited(tmp_path: Path) -> None:
         (1, "rate", "THROTTLED", 3)
     ]
     table = runner.invoke(cli, ["flow", "throttled", "--db", db]).output
-    assert "priority" in table and "fair key" in table
+    assert "priority" in table
+    assert "fair key" in table
     assert waiting["items"][0]["effect_id"].endswith("/s2/effect")
     removed = runner.invoke(cli, ["flow", "remove", "api.send", "--db", db])
     assert "removed api.send" in removed.output
@@ -99,12 +100,15 @@ def test_fairness_is_set_and_shown(tmp_path: Path) -> None:
     open_store(db).close()
     bad = runner.invoke(cli, ["flow", "set", "api.send", "--rate", "5", "--fair-by", "tenant",
                               "--weight", "acme", "--db", db])  # fmt: skip
-    assert bad.exit_code != 0 and "KEY=NUMBER" in str(bad.exception)
+    assert bad.exit_code != 0
+    assert "KEY=NUMBER" in str(bad.exception)
+    weights = ["--weight", "acme=3", "--weight", "small=0.5"]
     done = runner.invoke(cli, ["flow", "set", "api.send", "--rate", "5", "--fair-by", "tenant",
-                               "--weight", "acme=3", "--weight", "small=0.5", "--db", db])  # fmt: skip
+                               *weights, "--db", db])  # fmt: skip
     assert done.exit_code == 0, done.output
     listed = json.loads(runner.invoke(cli, ["flow", "limits", "--db", db, "--json"]).output)
     [limit] = listed["items"]
     assert (limit["fair_by"], limit["weights"]) == ("tenant", {"acme": 3.0, "small": 0.5})
     shown = runner.invoke(cli, ["flow", "limits", "--db", db]).output
-    assert "acme=3" in shown and "small=0.5" in shown
+    assert "acme=3" in shown
+    assert "small=0.5" in shown

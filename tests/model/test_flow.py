@@ -18,17 +18,18 @@ from ledgerflow.model.flow_order import (
     WAITER_STALE_SECONDS,
     Standing,
     Waiter,
-    standing,
     checked_priority,
     fairness_bound,
+    standing,
     start_tag,
 )
 
 LIMIT = FlowLimit(scope="effect:api.send", rate_per_second=10.0, burst=3)
+ALONE = Standing()
 
 
 def _ask(limit: FlowLimit, key: KeyState, now: float, *, in_flight: int = 0, slot=None,  # type: ignore[no-untyped-def]
-         stands: Standing = Standing()):  # fmt: skip
+         stands: Standing = ALONE):  # fmt: skip
     return decide(
         limit, key, in_flight=in_flight, slot=slot, standing=stands, tag=key.vtime, now=now,
         poll_seconds=0.05,

@@ -9,8 +9,8 @@ Positions are taken in the order the code calls, also from parallel branches
 (``asyncio.gather``, ``asyncio.TaskGroup``, ``create_task``): :mod:`~ledgerflow.runtime.branches`
 hands each call's outcome back in position order, so a replay takes the same positions whatever
 order the calls finished in; a call from a task the run did not start is refused and the
-instance parks (``concurrent_steps``). :meth:`WorkflowContext.patched` is decided at its position from the
-journal, so a replayed run takes the branch it took.
+instance parks (``concurrent_steps``). :meth:`WorkflowContext.patched` is decided at its
+position from the journal, so a replayed run takes the branch it took.
 :class:`~ledgerflow.runtime.replay.ReplayContext` is the same context answered from the journal
 only (the replay checker).
 """
@@ -287,7 +287,7 @@ class WorkflowContext:
             payload_text=payload_text,
             wait_until=self.wait_until,
         )
-        driver.parks, driver.priority = self._branches.park, flow.call_priority(declaration, priority)
+        driver.parks, driver.priority = self._branches.park, flow.priority(declaration, priority)
         return await self._branches.call(seq, driver.run())
 
     async def sleep(self, seconds: float) -> None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ledgerflow.runtime.store_thread import AsyncStore
 
 
-def call_priority(declaration: EffectDeclaration, priority: int | None) -> int:
+def priority(declaration: EffectDeclaration, priority: int | None) -> int:
     """An effect call's priority: its own, else its declaration's (refused when no level)."""
     if priority is None:
         return declaration.priority

@@ -219,15 +219,7 @@ class FlowStore(SqlSeam):
             weight = limit.weight(ask.fairness_key)
             tag = previous.tag if previous is not None else None
             if tag is None:
-                # Its first ask: its place among the key's waiters (flow_order).
-                fair = {**key, "fairness_key": ask.fairness_key}
-                finish, _ = self._run("select_flow_fair", fair)
-                tag, after = start_tag(
-                    vtime=state.vtime,
-                    finish=float(finish[0]["finish"]) if finish else None,
-                    weight=weight,
-                )
-                self._run("set_flow_fair", {**fair, "finish": after})
+                tag = self._first_tag(ask, state, weight)
             since = previous.throttled_since if previous is not None else None
             slot = None if not before or before[0]["slot"] is None else float(before[0]["slot"])
             me = Waiter(ask.effect_id, ask.attempt, ask.priority, tag, since or now, None, slot,
@@ -244,21 +236,37 @@ class FlowStore(SqlSeam):
                 now=now,
                 poll_seconds=limits.FLOW_CONCURRENCY_POLL_SECONDS,
             )
-            if decision.shift_from is not None and limit.rate_per_second is not None:
-                moved = {"from_slot": decision.shift_from, "interval": 1 / limit.rate_per_second}
-                self._run("shift_flow_slots", {**key, **moved})
-            after = decision.key_state
-            if after != state:
-                ahead = {"tat": after.tat, "queue_tat": after.queue_tat, "vtime": after.vtime}
-                self._run("update_flow_key", {**key, **ahead})
-                if after.vtime != state.vtime:
-                    self._run("prune_flow_fair", {**key, "vtime": after.vtime})
+            self._move_key(key, limit, state, decision)
             # Admitted before others in order: those silent (late) too long.
-            passed = stands.silent
             self._record(ask, limit, decision, previous, now, tag=tag, weight=weight,
-                         passed=passed)  # fmt: skip
+                         passed=stands.silent)  # fmt: skip
             fresh, _ = self._run("select_flow_admission", mine)
         return _admission_from_row(fresh[0], now=now)
+
+    def _first_tag(self, ask: FlowAsk, state: KeyState, weight: float) -> float:
+        """An attempt's first ask: its fairness tag, its place among the key's waiters."""
+        fair = {"scope": ask.scope, "flow_key": ask.flow_key, "fairness_key": ask.fairness_key}
+        finish, _ = self._run("select_flow_fair", fair)
+        tag, finish_next = start_tag(
+            vtime=state.vtime, finish=float(finish[0]["finish"]) if finish else None, weight=weight
+        )
+        self._run("set_flow_fair", {**fair, "finish": finish_next})
+        return tag
+
+    def _move_key(
+        self, key: dict[str, str], limit: FlowLimit, state: KeyState, decision: Decision
+    ) -> None:
+        """Write what the decision moved: the slots behind one taken, the key's GCRA and
+        virtual time, and the fairness rows left behind it."""
+        if decision.shift_from is not None and limit.rate_per_second is not None:
+            moved = {"from_slot": decision.shift_from, "interval": 1 / limit.rate_per_second}
+            self._run("shift_flow_slots", {**key, **moved})
+        after = decision.key_state
+        if after != state:
+            ahead = {"tat": after.tat, "queue_tat": after.queue_tat, "vtime": after.vtime}
+            self._run("update_flow_key", {**key, **ahead})
+            if after.vtime != state.vtime:
+                self._run("prune_flow_fair", {**key, "vtime": after.vtime})
 
     def _fence_ask(self, ask: FlowAsk) -> None:
         """Refuse an ask from an owner that no longer holds the instance: a zombie takes no
