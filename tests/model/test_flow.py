@@ -102,8 +102,12 @@ def test_the_order_is_priority_then_fair_tag_then_arrival() -> None:
     low_early, high_late = w("a", 2, 0.0, 1.0, slot=9.0), w("b", 4, 5.0, 9.0, slot=11.0)
     same_tag_later = w("c", 2, 0.0, 2.0, slot=12.0, fair="y")
     waiters = [low_early, high_late, same_tag_later]
-    assert standing(high_late, waiters, now=10.0) == Standing(ahead=0, behind_slot=9.0)
-    assert standing(low_early, waiters, now=10.0) == Standing(ahead=1, behind_slot=12.0)
+    assert standing(high_late, waiters, now=10.0) == Standing(
+        ahead=0, behind_slot=9.0, least_tag=0.0
+    )
+    assert standing(low_early, waiters, now=10.0) == Standing(
+        ahead=1, behind_slot=12.0, least_tag=0.0
+    )
     last = standing(same_tag_later, waiters, now=10.0)
     assert (last.ahead, last.due_ahead, last.due_higher) == (2, 1, 0)
     # One of its own priority and fairness key (a, due) does not hold it back: they race for a
@@ -128,6 +132,15 @@ def test_start_time_fair_tags_interleave_a_heavy_and_a_light_key_by_weight() -> 
     assert order[:8].count("light") == 5
     heavy, light = order[:8].count("heavy"), 5
     assert abs(heavy / 1.0 - light / 2.0) <= fairness_bound(1.0, 2.0) + 1
+
+
+def test_the_virtual_time_never_passes_a_waiting_tag() -> None:
+    """Waiters of one kind may be admitted out of tag order (they race for a grant): the key's
+    virtual time stays at the smallest tag still waiting, so a newcomer key is not put behind
+    the waiters passed."""
+    assert Standing(least_tag=3.0).vtime_after(1.0, 20.0) == 3.0
+    assert Standing().vtime_after(1.0, 20.0) == 20.0
+    assert Standing(least_tag=30.0).vtime_after(25.0, 20.0) == 25.0
 
 
 def test_declarations_are_checked() -> None:

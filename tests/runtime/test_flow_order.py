@@ -114,9 +114,9 @@ def _fair_run(url: str) -> tuple[Api, Any]:
 
 
 def test_a_light_key_is_not_starved_by_a_heavy_one(journal_url: str) -> None:
-    """Small's 6 effects, queued behind big's 30, reach the participant within the weighted
-    share: once small has asked, its 6 calls come within 6 + 6/2 + 1 (the bound) calls,
-    not after big's 30 (first come, first served)."""
+    """Small's 6 effects (weight 2), queued behind big's 30, reach the participant within the
+    weighted share: once small has asked, its 6 calls come within 6 + 6/2 + 1 (the bound) + 1
+    calls, not after big's 30 (first come, first served)."""
     api, admissions = _fair_run(journal_url)
     assert len(api.calls) == 36
     small_asked = min(
@@ -127,7 +127,9 @@ def test_a_light_key_is_not_starved_by_a_heavy_one(journal_url: str) -> None:
     order = [c["tenant"] for c in sorted(api.calls, key=lambda c: c["at"])]
     before = sum(1 for c in api.calls if c["at"] < small_asked)
     last_small = max(i for i, tenant in enumerate(order) if tenant == "small")
-    assert last_small < before + 6 + 3 + 1 + 1, (before, order)
+    # A waiter whose worker fell silent may be passed over (documented, and recorded).
+    passed = sum(a.passed_over for a in admissions)
+    assert last_small < before + 6 + 3 + 1 + 1 + passed, (before, passed, order)
     assert before + 6 + 3 + 2 < 36  # the check could fail: small asked early enough
     assert {a.weight for a in admissions if a.fairness_key == "small"} == {2.0}
     arrived = [c["at"] for c in api.calls]

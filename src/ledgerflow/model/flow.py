@@ -189,7 +189,7 @@ def decide(
             return Decision(
                 AdmissionState.THROTTLED, key, reason="order", retry_at=now + poll_seconds
             )
-        return Decision(admitted, replace(key, vtime=max(key.vtime, tag)))
+        return Decision(admitted, replace(key, vtime=standing.vtime_after(key.vtime, tag)))
     interval = 1.0 / limit.rate_per_second
     tolerance = (limit.burst - 1) * interval
     earliest = max(key.tat, now) - tolerance  # when the GCRA admits the next one
@@ -217,7 +217,8 @@ def decide(
     if standing.due_ahead:
         return Decision(AdmissionState.THROTTLED, key, reason="order", retry_at=turn, slot=slot)
     return Decision(
-        admitted, replace(key, tat=max(key.tat, now) + interval, vtime=max(key.vtime, tag))
+        admitted,
+        replace(key, tat=max(key.tat, now) + interval, vtime=standing.vtime_after(key.vtime, tag)),
     )
 
 

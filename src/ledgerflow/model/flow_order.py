@@ -14,7 +14,8 @@ the first by :func:`order_key`:
    fairness key ``k`` (a tenant, or a value of the input) with weight ``w_k`` keeps the finish
    tag ``F_k`` of its latest waiter; the flow key keeps a virtual time ``V``, the tag of the
    latest admission. An attempt's first ask takes the tag ``S = max(V, F_k)`` and sets
-   ``F_k = S + 1 / w_k``; waiters are admitted by smallest tag. Over any run of admissions
+   ``F_k = S + 1 / w_k``; waiters are admitted by smallest tag (``V`` never passes the
+   smallest tag still waiting). Over any run of admissions
    during which fairness keys ``a`` and ``b`` both have waiters (of one priority), their
    admissions ``W_a``, ``W_b`` satisfy ``|W_a / w_a - W_b / w_b| <= 1 / w_a + 1 / w_b``
    (Goyal, Vin and Cheng's bound for SFQ, with every admission costing one), so a key with
@@ -44,7 +45,7 @@ PRIORITY_HIGHEST = 5
 PRIORITY_DEFAULT = 3
 # A waiter told to ask again at retry_at and still silent this long after is passed over (its
 # worker is dead or stalled; a loaded store delays asks by a few hundred milliseconds).
-WAITER_STALE_SECONDS = 1.0
+WAITER_STALE_SECONDS = 2.0
 # Every effect of a limit without fair_by shares this fairness key.
 ONE_FAIRNESS_KEY = "*"
 
@@ -105,15 +106,27 @@ class Standing:
     due_higher: int = 0
     silent: int = 0
     behind_slot: float | None = None
+    # The smallest fairness tag still waiting (live): the key's virtual time never passes it,
+    # though waiters of one kind may be admitted out of tag order.
+    least_tag: float | None = None
+
+    def vtime_after(self, vtime: float, tag: float) -> float:
+        """The key's virtual time once this waiter (of ``tag``) is admitted."""
+        waiting = tag if self.least_tag is None else min(tag, self.least_tag)
+        return max(vtime, waiting)
 
 
 def standing(me: Waiter, waiters: Iterable[Waiter], *, now: float) -> Standing:
     mine = order_key(me)
     ahead = due = higher = silent = 0
     behind: float | None = None
+    least: float | None = None
     for w in waiters:
         if (w.effect_id, w.attempt) == (me.effect_id, me.attempt):
             continue
+        live = w.retry_at is None or w.retry_at >= now - WAITER_STALE_SECONDS
+        if live and (least is None or w.tag < least):
+            least = w.tag
         if not order_key(w) < mine:
             if w.slot is not None and (behind is None or w.slot < behind):
                 behind = w.slot
@@ -122,7 +135,7 @@ def standing(me: Waiter, waiters: Iterable[Waiter], *, now: float) -> Standing:
             # Its own kind: whichever of them asks first when a grant is free takes it (their
             # slots keep them in arrival order to within how late their workers wake).
             continue
-        if w.retry_at is not None and w.retry_at < now - WAITER_STALE_SECONDS:
+        if not live:
             silent += 1
             continue
         ahead += 1
@@ -130,8 +143,9 @@ def standing(me: Waiter, waiters: Iterable[Waiter], *, now: float) -> Standing:
             due += 1
             higher += w.priority > me.priority
     return Standing(
-        ahead=ahead, due_ahead=due, due_higher=higher, silent=silent, behind_slot=behind
-    )
+        ahead=ahead, due_ahead=due, due_higher=higher, silent=silent, behind_slot=behind,
+        least_tag=least,
+    )  # fmt: skip
 
 
 def start_tag(*, vtime: float, finish: float | None, weight: float) -> tuple[float, float]:
