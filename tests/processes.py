@@ -107,9 +107,13 @@ class ServiceProcess:
     again on the same port and folder: its ledgers survive, as a real service's database would.
     """
 
-    def __init__(self, folder: Path, participants: Sequence[str]) -> None:
+    def __init__(
+        self, folder: Path, participants: Sequence[str], options: Sequence[str] = ()
+    ) -> None:
         self.folder = folder
         self.participants = tuple(participants)
+        # The service's other options (``--lose-keys``), changeable between restarts.
+        self.options = tuple(options)
         self.port = 0
         self.process: subprocess.Popen[str] | None = None
         self.service: Service | None = None
@@ -118,7 +122,7 @@ class ServiceProcess:
         command = [sys.executable, "-m", "ledgerflow.demo.service", "--dir", str(self.folder)]
         for spec in self.participants:
             command += ["--participant", spec]
-        command += ["--port", str(self.port)]
+        command += ["--port", str(self.port), *self.options]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         line = first_line(self.process)
         assert line.startswith("LISTENING "), line
@@ -166,6 +170,22 @@ def worker_process(
     command = [*LEDGERFLOW, "worker", target, "--db", db_url, *options]
     with log.open("ab") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+
+
+def killed_script(script: Path, *args: str, rules: list[dict[str, Any]]) -> None:
+    """Run a test's own process (``python SCRIPT ARGS``, its output dropped) under the fault
+    plan ``rules``: it must die by SIGKILL at one of their points, within the bound."""
+    env = dict(os.environ)
+    env["LEDGERFLOW_FAULTS"] = json.dumps(rules)
+    process = subprocess.run(
+        [sys.executable, str(script), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=WAIT_SECONDS_MAX * 2,
+        check=False,
+    )
+    assert process.returncode == -signal.SIGKILL, "the process was to die by SIGKILL at the point"
 
 
 @dataclass

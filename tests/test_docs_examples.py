@@ -20,7 +20,12 @@ from doc_blocks import fenced, run
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(
-    [*DOCS.glob("concepts/*.md"), *DOCS.glob("how-to/*.md"), DOCS / "programming-model.md"]
+    [
+        *DOCS.glob("concepts/*.md"),
+        *DOCS.glob("how-to/*.md"),
+        DOCS / "programming-model.md",
+        DOCS / "participants.md",
+    ]
 )
 EXAMPLES = [
     (page, n, body)

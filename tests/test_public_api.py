@@ -64,17 +64,24 @@ LEDGERFLOW_ALL = [
 ]
 
 PARTICIPANT_ALL = [
+    "Applied",
     "Classification",
     "EffectCall",
     "EffectDeclaration",
     "EffectRejectedError",
     "HeartbeatAnswer",
+    "Kit",
+    "KitRequest",
     "LookupAnswer",
     "LookupVerdict",
     "Participant",
     "Precondition",
     "PreconditionVerdict",
+    "Refused",
     "RetryPolicy",
+    "handle_message",
+    "kit_app",
+    "kit_routes",
     "remote_participant",
 ]
 
@@ -143,6 +150,7 @@ ERRORS = [
     "NotAuthorizedError",
     "NotCommittedError",
     "OperatorError",
+    "ParticipantUnreachableError",
     "PayloadError",
     "PayloadTooLargeError",
     "RegistrationError",

@@ -42,6 +42,8 @@ DRIVER_IMPORTS_ALLOWED = {
     "own ledger; it is not Ledgerflow's journal and must not go through Ledgerflow's store",
     "demo/own_file.py": "the write transaction of the sample participants' own files, which "
     "are not Ledgerflow's journal and must not go through Ledgerflow's store",
+    "participant/kit.py": "the participant kit keeps a participant's idempotency record in "
+    "the participant's own database, in the service's transaction: never Ledgerflow's journal",
     "demo/reservations.py": "a participant's reservation book lives in the participant's "
     "own database file, not in Ledgerflow's journal, so it must not go through Ledgerflow's store",
 }

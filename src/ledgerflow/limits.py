@@ -216,6 +216,11 @@ WITHIN_UNCOMMITTED_MAX = 1_000
 
 # How far ahead a delayed start (start_at= / start_in=) may be scheduled: ten years.
 START_DELAY_SECONDS_MAX = 10 * 366 * 24 * 3600.0
+# Debounced starts (``debounce_seconds=``): the longest wait from a window's first start when
+# the start names none (this many windows), and the starts one window collapses before its
+# pending start is due at once (each keeps the input it replaced on the timeline).
+DEBOUNCE_MAX_WINDOWS_DEFAULT = 10
+DEBOUNCE_STARTS_MAX = 1_000
 # Parallel branches (runtime/branches.py): a call in a run with branches returns once no
 # branch took a new position for this many turns of the event loop in a row (long enough for
 # a finished task to reach the ``gather`` or ``TaskGroup`` that awaits it, a few levels deep),
@@ -251,3 +256,6 @@ FLOW_CONCURRENCY_POLL_SECONDS = 0.05
 FLOW_WAKE_LEAD_SECONDS = 0.3
 FLOW_IN_FLIGHT_UNBOUNDED = 2_000_000_000
 FLOW_ADMISSIONS_LISTED_MAX = 100_000
+
+# The participant kit (ledgerflow.participant.Kit): idle connections it keeps for reuse.
+KIT_IDLE_CONNECTIONS_MAX = 8

@@ -46,13 +46,14 @@ def traced_participant(name: str) -> Iterator[tuple[str, Seen]]:
             key = request["key"]
             seen.requests.append(("apply", request["operation"], self.headers.get("traceparent")))
             receipt = seen.applied.setdefault(key, {"entry": len(seen.applied) + 1})
-            self._answer({"status": "applied", "receipt": receipt})
+            # The answer names its request, as the protocol asks.
+            self._answer({"status": "applied", "key": key, "receipt": receipt})
 
         def do_GET(self) -> None:
             key = unquote(urlsplit(self.path).path.rsplit("/", 1)[1])
             seen.requests.append(("lookup", key, self.headers.get("traceparent")))
             if key in seen.applied:
-                self._answer({"verdict": "applied", "evidence": seen.applied[key]})
+                self._answer({"verdict": "applied", "key": key, "evidence": seen.applied[key]})
             else:
                 self._answer({"verdict": "not-applied"})
 

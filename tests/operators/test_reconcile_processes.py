@@ -175,6 +175,7 @@ def test_an_effect_the_participant_applied_but_the_ledger_doubts_is_corrected(
         "participant": "inventory",
         "operation": "reserve",
         "key": key,
+        "effect_id": reserve.effect_id,
         "applied_seq": receipt["seq"],
     }
     [audit] = engine.store.audit_records(AuditQuery(instance_id=reserve.instance_id))

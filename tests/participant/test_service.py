@@ -338,6 +338,7 @@ def test_remote_effect_returns_the_receipt_as_evidence(service: Service) -> None
         "participant": "payment",
         "operation": "op",
         "key": "remote-ok-1",
+        "effect_id": "remote-ok-1/effect",
         "applied_seq": row[0]["seq"],
     }
     assert row[0]["payload"] == {"amount": 5}
@@ -645,3 +646,22 @@ def test_unreadable_precondition_raises(service: Service) -> None:
     with pytest.raises(RemotePreconditionError) as caught:
         _precondition(ghost, "ghost-1")
     assert caught.value.status == 404
+
+
+def test_an_idempotency_key_header_naming_another_key_is_refused(service: Service) -> None:
+    """Goal: the demo service, like the kit, refuses a request whose Idempotency-Key header
+    and body disagree, and accepts the header the engine's adapter sends.
+
+    Method: post to `payment` with another key in the header (400, nothing received or
+    applied); then dispatch through the remote adapter, which sends the header: applied."""
+    response = service.http.post(
+        "/payment/apply",
+        json={"key": "header-1", "operation": "op", "payload": None, "attempt": 1},
+        headers={"Idempotency-Key": '"header-2"'},
+    )
+    assert response.status_code == 400
+    ledger = service.ledger("payment", "header-1")
+    assert (ledger["received"], ledger["applied"]) == ([], [])
+    assert (
+        _dispatch(_remote(service, "payment", deduplicates=True), "header-1")["key"] == "header-1"
+    )

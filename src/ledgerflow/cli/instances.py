@@ -96,6 +96,20 @@ NO_WORKER_HINT = (
     help="Run no step before this many SECONDS from now: SCHEDULED until then.",
 )
 @click.option(
+    "--debounce",
+    "debounce_seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Debounce starts of the key: due once no other start came for SECONDS; a start "
+    "while it is pending replaces its input.",
+)
+@click.option(
+    "--debounce-max",
+    "debounce_max_seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    help="A debounced start is due at the latest SECONDS after the window's first start "
+    "(default: 10 windows).",
+)
+@click.option(
     "--if-running",
     type=click.Choice(["return", "fail"]),
     default="return",
@@ -146,10 +160,11 @@ def start(
     A repeated start with the same key, input and version returns the existing instance; the
     same key with another input or version is refused (LF311), and so is a used key whose
     policy says so (--if-running, --if-ended); --if-ended new_run starts the ended instance's
-    next run. --start-at / --start-in schedule it; --signal delivers an event with the start,
-    in one transaction. The start is on the audit log, against local:ACCOUNT; with --token it
-    is the server's (its registry pins the definition, so MODULE:OBJECT is not imported) and
-    the token's principal starts it, in its tenant.
+    next run. --start-at / --start-in schedule it; --debounce SECONDS debounces the key's
+    starts (a start while its instance is pending replaces the input); --signal delivers an
+    event with the start, in one transaction. The start is on the audit log, against
+    local:ACCOUNT; with --token it is the server's (its registry pins the definition, so
+    MODULE:OBJECT is not imported) and the token's principal starts it, in its tenant.
     """
     value = json_option_value(input_text, "--input")
     options = _start_options(asked)
@@ -174,7 +189,12 @@ def start(
             **options,
         )
         instance = started.instance
-        summary = _started_summary(record_json(instance), created=started.created, as_json=as_json)
+        summary = _started_summary(
+            record_json(instance),
+            created=started.created,
+            debounced=started.debounced,
+            as_json=as_json,
+        )
         if wait_seconds is None:
             if as_json:
                 echo_json(summary)
@@ -201,6 +221,8 @@ def _start_options(asked: dict[str, Any]) -> StartExtras:
         "signal_event_id": asked["signal_event_id"],
         "signal_payload": json_option_value(asked["signal_payload_text"], "--signal-payload"),
         "signal_wakes": asked["signal_wakes"],
+        "debounce_seconds": asked["debounce_seconds"],
+        "debounce_max_seconds": asked["debounce_max_seconds"],
     }
 
 
@@ -225,7 +247,12 @@ def _start_over_api(
         request["tenant"] = tenant_of(tenant)
     answer = api.send("POST", "/v1/instances", request)
     instance = answer["instance"]
-    summary = _started_summary(instance, created=bool(answer["created"]), as_json=as_json)
+    summary = _started_summary(
+        instance,
+        created=bool(answer["created"]),
+        debounced=bool(answer.get("debounced")),
+        as_json=as_json,
+    )
     if wait_seconds is None:
         if as_json:
             echo_json(summary)
@@ -255,11 +282,14 @@ def _ended_over_api(api: ApiClient, path: str, *, timeout: float) -> dict[str, A
 _ENDED = frozenset(s.value for s in TERMINAL_STATUSES)
 
 
-def _started_summary(instance: dict[str, Any], *, created: bool, as_json: bool) -> dict[str, Any]:
+def _started_summary(
+    instance: dict[str, Any], *, created: bool, debounced: bool, as_json: bool
+) -> dict[str, Any]:
     """What ``start`` says of the instance (printed now, unless the answer is JSON), from
     the instance as a record's JSON (the service's or the API's)."""
     if not as_json:
         verb = "created" if created else "already existed"
+        verb = "debounced into the pending start" if debounced else verb
         console().print(
             Text.assemble(
                 (instance["instance_id"], "bold"),
@@ -272,6 +302,7 @@ def _started_summary(instance: dict[str, Any], *, created: bool, as_json: bool) 
     return {
         "instance_id": instance["instance_id"],
         "created": created,
+        "debounced": debounced,
         "workflow": instance["workflow_name"],
         "version": instance["workflow_version"],
         "business_key": instance["business_key"],

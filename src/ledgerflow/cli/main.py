@@ -15,6 +15,7 @@ import sys
 import click
 
 from ledgerflow.cli.attention import register as register_attention
+from ledgerflow.cli.check_participant import register as register_check_participant
 from ledgerflow.cli.demo import register as register_demo
 from ledgerflow.cli.flow import register as register_flow
 from ledgerflow.cli.instances import register as register_instances
@@ -63,6 +64,7 @@ register_workers(cli)
 register_schedules(cli)
 register_locks(cli)
 register_flow(cli)
+register_check_participant(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:

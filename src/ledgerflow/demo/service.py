@@ -19,6 +19,12 @@ precondition (``GET /{name}/precondition/{key}?original=K``) is violated if ``K`
 applied, satisfied if someone else already reversed it (``POST /_control/reverse``: the drift a
 precondition exists to catch), and holds otherwise.
 
+Drift, a participant changing under the engine, is injected the same way: ``reshape`` applies
+and answers in a shape the protocol does not know, ``refuse`` answers ``400`` to a request it
+used to take, ``foreign`` answers ``200`` with the receipt of another request (without
+applying), and ``crash`` applies and ends the process before answering. ``--lose-keys`` starts
+the service with its participants' key tables lost (see ``participant_ledger``).
+
 Run as a process::
 
     python -m ledgerflow.demo.service --dir DIR --port 0 \\
@@ -51,6 +57,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ledgerflow.demo.participant_ledger import ParticipantLedger, ParticipantSpec
+from ledgerflow.participant.remote import IDEMPOTENCY_KEY_HEADER, read_idempotency_key_header
 
 # What an injected action answers instead of applying; "hold" decides later, "apply" applies.
 _LATER = {"status": "rejected", "error_code": "temporarily_unavailable", "retryable": True}
@@ -60,7 +67,14 @@ _ANSWERS: dict[str, tuple[int, dict[str, Any]]] = {
     "fail": (500, {"status": "failed", "error": "injected failure"}),
     "drop": (503, {"status": "dropped"}),
 }
-_ACTIONS = frozenset({"hold", "reject", "reject_final", "fail"})
+_DRIFT: dict[str, tuple[int, dict[str, Any]]] = {
+    "refuse": (400, {"status": "error", "error": "unknown field 'payload'"}),
+    "foreign": (
+        200,
+        {"status": "applied", "receipt": {"key": "another-request", "effect_id": "another"}},
+    ),
+}
+_ACTIONS = frozenset({"hold", "reject", "reject_final", "fail", "reshape", "crash", *_DRIFT})
 _RELEASES = frozenset({"apply", "drop", "reject_final"})
 # A long-poll on /_control/held never waits longer than this, whatever the caller asks.
 _HELD_WAIT_SECONDS_MAX = 30.0
@@ -192,7 +206,18 @@ class ParticipantService:
             return _error(400, "'key' and 'operation' must be non-empty strings")
         if not isinstance(attempt, int) or isinstance(attempt, bool):
             return _error(400, "'attempt' must be an integer")
+        original = body.get("original_key")
+        if original is not None and (not isinstance(original, str) or not original):
+            return _error(400, "'original_key' must be a non-empty string when given")
+        header = request.headers.get(IDEMPOTENCY_KEY_HEADER)
+        try:
+            if header is not None and read_idempotency_key_header(header) != key:
+                return _error(400, f"the {IDEMPOTENCY_KEY_HEADER} header names another key")
+        except ValueError as error:
+            return _error(400, str(error))
         payload = json.dumps(body.get("payload"))
+        effect_id = body.get("effect_id")
+        effect_id = effect_id if isinstance(effect_id, str) else None
 
         await asyncio.to_thread(ledger.record_received, key, operation, attempt)
         action = self.controls.take(ledger.spec.name, operation, key)
@@ -200,8 +225,17 @@ class ParticipantService:
             action = await self.controls.hold()
         if action in _ANSWERS:
             status, answer = _ANSWERS[action]
+        elif action in _DRIFT:
+            status, answer = _DRIFT[action]
         else:
-            status, answer = await asyncio.to_thread(ledger.apply, key, operation, payload, attempt)
+            status, answer = await asyncio.to_thread(
+                ledger.apply, key, operation, payload, attempt, original, effect_id
+            )
+            if action == "crash":
+                # Applied and committed, then gone before a byte of the answer is sent.
+                os._exit(17)
+            if action == "reshape":
+                answer = {"ok": True, "result": answer.get("receipt")}
         return JSONResponse(answer, status_code=status)
 
     async def _lookup(self, request: Request) -> Response:
@@ -396,12 +430,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         required=True,
         metavar="NAME:FLAGS",
-        help="FLAGS: 'dedupe', 'lookup', both joined by '+', or 'none'; repeatable",
+        help="FLAGS: 'dedupe', 'lookup', 'lying-lookup', 'short-window' joined by '+', or 'none'; "
+        "repeatable",
+    )
+    parser.add_argument(
+        "--lose-keys",
+        action="store_true",
+        help="start with every participant's key table lost (the record of applications stays)",
     )
     args = parser.parse_args(argv)
     try:
         specs = [ParticipantSpec.parse(text) for text in args.participant]
         service = ParticipantService(args.dir, specs)
+        if args.lose_keys:
+            for ledger in service.ledgers.values():
+                ledger.lose_keys()
     except Exception as error:  # noqa: BLE001 - any bad setting ends in a usage error.
         parser.error(str(error))
     sock = _bind(args.host, args.port)

@@ -72,6 +72,7 @@
     ├── NotAuthenticatedError     no valid credentials: a missing, unknown or revoked token
     ├── TokenNameTakenError       a live token acts under this name already
     ├── ApiUnreachableError       the command line's --url gave no answer Ledgerflow's API gives
+    ├── ParticipantUnreachableError  check-participant could not connect to the participant
     └── RepairRefusedError        the state machine or the ledger forbids this repair here
         ├── StalePreconditionError  the state the repair expected is gone (someone acted first)
         └── WaitChildrenLiveError   it would end a parent before its "wait" children ended
@@ -162,6 +163,7 @@ from ledgerflow.errors.operators import (
     NotAuthenticatedError,
     NotAuthorizedError,
     OperatorError,
+    ParticipantUnreachableError,
     RepairRefusedError,
     StalePreconditionError,
     TokenNameTakenError,
@@ -219,6 +221,7 @@ __all__ = [
     "NotAuthorizedError",
     "NotCommittedError",
     "OperatorError",
+    "ParticipantUnreachableError",
     "PayloadError",
     "PayloadTooLargeError",
     "RegistrationError",

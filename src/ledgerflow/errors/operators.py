@@ -58,6 +58,17 @@ class ApiUnreachableError(OperatorError):
 
 
 @identities
+class ParticipantUnreachableError(OperatorError):
+    """``ledgerflow check-participant`` could not connect to the participant it was pointed at
+    (its declared ``base_url`` or ``--url``); no claim was judged."""
+
+    code = "LF708"
+    ID_NAMES = ("url",)
+
+    url: str | None = None
+
+
+@identities
 class RepairRefusedError(OperatorError):
     """The state machine or the ledger forbids this repair from the instance's current state."""
 

@@ -19,6 +19,7 @@ from ledgerflow.ledger.delivery import DeliveryEvent, DeliveryState
 from ledgerflow.ledger.locks import AcquireLock, LeaveLockQueue, ReleaseLock
 from ledgerflow.ledger.values import PublishValue
 from ledgerflow.model.codec import JSON
+from ledgerflow.model.debounce import Debounce
 from ledgerflow.model.effect import EffectEvent, EffectState
 from ledgerflow.model.ids import (
     BusinessKey,
@@ -492,6 +493,9 @@ class NewInstance:
     available_at: float | None = None
     if_running: IfRunning = IfRunning.RETURN
     if_ended: IfEnded = IfEnded.RETURN
+    # A debounced start (model/debounce.py): due when its window goes quiet; a later debounced
+    # start of the key replaces the pending input instead of being refused.
+    debounce: Debounce | None = None
 
 
 def _decoded(text: str | None) -> Any:

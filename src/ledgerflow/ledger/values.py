@@ -26,6 +26,9 @@ from ledgerflow.model.signal import UPDATE_PREFIX
 
 # The journal name prefix of a publishing position.
 PUBLISH_PREFIX = "publish:"
+# The journal name of an update request taken under a wait (runtime/update_handlers.py): this
+# prefix, then the request's event name (``update:{name}``).
+TAKE_PREFIX = "take:"
 
 
 def update_event_id(update_id: str) -> str:

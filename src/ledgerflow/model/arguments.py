@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from ledgerflow.errors import RegistrationError
+from ledgerflow.model.classification import Classification
 from ledgerflow.model.retry import RetryPolicy
 
 
@@ -91,6 +93,16 @@ def seconds(value: object, *, what: str, option: str, optional: bool = False) ->
     return float(value)
 
 
+def duration(value: object, *, what: str, option: str) -> timedelta | None:
+    """An optional positive ``timedelta``."""
+    if value is None or (isinstance(value, timedelta) and value > timedelta(0)):
+        return value
+    raise RegistrationError(
+        f"{what}: {option}= takes a positive datetime.timedelta, e.g. "
+        f"{option}=timedelta(days=7), not {kind_of(value)}"
+    )
+
+
 def flag(value: object, *, what: str, option: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -115,3 +127,21 @@ def exception_class(value: object, *, workflow: str) -> type[BaseException]:
         f"workflow {workflow}: business_failures= takes exception classes, e.g. "
         f"business_failures=[OutOfStock], not {kind_of(value)}{hint}"
     )
+
+
+def classification(given: object, what: str) -> Classification:
+    """An effect's classification, or a RegistrationError naming the choices."""
+    choices = ", ".join(repr(c.value) for c in Classification)
+    if given is None:
+        raise RegistrationError(f"{what} declares no classification; choose one of {choices}")
+    if not isinstance(given, str | Classification):
+        raise RegistrationError(
+            f"{what}: classification= takes one of {choices} (or an lf.Classification), "
+            f"not {kind_of(given)}"
+        )
+    try:
+        return Classification(given)
+    except ValueError:
+        raise RegistrationError(
+            f"{what}: unknown classification {given!r}; choose one of {choices}"
+        ) from None

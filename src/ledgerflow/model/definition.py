@@ -15,6 +15,7 @@ import re
 import textwrap
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from ledgerflow import limits
@@ -120,23 +121,6 @@ class EffectDeclaration:
         return described
 
 
-def _classification(classification: object, what: str) -> Classification:
-    choices = ", ".join(repr(c.value) for c in Classification)
-    if classification is None:
-        raise RegistrationError(f"{what} declares no classification; choose one of {choices}")
-    if not isinstance(classification, str | Classification):
-        raise RegistrationError(
-            f"{what}: classification= takes one of {choices} (or an lf.Classification), "
-            f"not {arguments.kind_of(classification)}"
-        )
-    try:
-        return Classification(classification)
-    except ValueError:
-        raise RegistrationError(
-            f"{what}: unknown classification {classification!r}; choose one of {choices}"
-        ) from None
-
-
 class Participant:
     """An independently committed service the workflows change, and how to ask it about a key.
 
@@ -160,6 +144,9 @@ class Participant:
     (the participant is unreachable) is no answer: it is asked again on ``lookup_retry``, and
     only when that is spent is the doubt settled without it (or handed to a person).
 
+    ``key_retention`` states how long the participant remembers a key (its deduplication and
+    lookup window); ``ledgerflow check-participant`` holds it to the engine's retry horizon.
+
     ``@payments.effect(..., heartbeat_timeout=seconds)`` asks a long effect to call ``await
     call.heartbeat(details)`` at least that often; an attempt that misses it is cut off, its
     outcome UNKNOWN and settled by the lookup, and the next attempt reads
@@ -172,9 +159,11 @@ class Participant:
         *,
         deduplicates: bool = False,
         lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
+        key_retention: timedelta | None = None,
     ) -> None:
         self.name = check_name("participant", name)
         what = f"participant {name}"
+        self.key_retention = arguments.duration(key_retention, what=what, option="key_retention")
         self.deduplicates = arguments.flag(deduplicates, what=what, option="deduplicates")
         self.lookup_retry = arguments.retry_policy(lookup_retry, what=what, option="lookup_retry")
         self.lookup_function: LookupFunction | None = None
@@ -219,7 +208,7 @@ class Participant:
         def register(function: EffectFunction) -> EffectDeclaration:
             op = check_name("operation", operation or function.__name__)
             what = f"effect {self.name}.{op}"
-            kind = _classification(classification, what)
+            kind = arguments.classification(classification, what)
             if op in self.effects:
                 raise RegistrationError(f"{what} is declared twice")
             self.effects[op] = declaration = EffectDeclaration(

@@ -118,6 +118,13 @@ class RetryPolicy:
             seconds *= self.backoff_multiplier
         return timedelta(seconds=min(seconds, cap))
 
+    def pauses_total(self) -> timedelta:
+        """The longest the pauses between all of ``attempts_max`` attempts can add up to (jitter
+        only shortens them): part of how long a key may still be sent again."""
+        return sum(
+            (self._backoff(attempt) for attempt in range(2, self.attempts_max + 1)), timedelta(0)
+        )
+
     def to_record(self) -> dict[str, Any]:
         """The policy as a JSON record (durations in whole microseconds), as the ledger and
         fingerprints keep it."""

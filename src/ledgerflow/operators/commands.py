@@ -94,8 +94,10 @@ class StartRequest:
     """Start (or find) the instance of a business key (``tenant`` None: the caller's), with
     the start options (docs/programming-model.md): when (``start_at`` epoch seconds or
     ``start_in`` seconds: SCHEDULED until then), what a used key does (``if_running``,
-    ``if_ended``), and an event delivered in the start's transaction (``signal`` with its
-    ``signal_event_id`` and ``signal_payload``: signal-with-start)."""
+    ``if_ended``), a debounce (``debounce_seconds``, ``debounce_max_seconds``: a start while
+    the key's instance is pending replaces its input), and an event delivered in the start's
+    transaction (``signal`` with its ``signal_event_id`` and ``signal_payload``:
+    signal-with-start)."""
 
     workflow: str
     key: str
@@ -111,6 +113,10 @@ class StartRequest:
     signal_payload: Any = None
     # The signal ends a delayed start's delay (it is due now).
     signal_wakes: bool = False
+    # A debounced start (model/debounce.py): due once no start of the key came for this long,
+    # never later than debounce_max_seconds after the window's first start.
+    debounce_seconds: float | None = None
+    debounce_max_seconds: float | None = None
 
     def options(self) -> dict[str, Any]:
         """The start options asked for (those not left at their defaults), as the audit
@@ -123,6 +129,8 @@ class StartRequest:
             "signal": self.signal,
             "signal_event_id": self.signal_event_id,
             "signal_wakes": self.signal_wakes or None,
+            "debounce_seconds": self.debounce_seconds,
+            "debounce_max_seconds": self.debounce_max_seconds,
         }
         return {name: value for name, value in asked.items() if value is not None}
 
@@ -138,6 +146,8 @@ class StartExtras(TypedDict, total=False):
     signal_event_id: str | None
     signal_payload: Any
     signal_wakes: bool
+    debounce_seconds: float | None
+    debounce_max_seconds: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,11 +352,14 @@ class Writer:
             "start_in": request.start_in,
             "if_running": request.if_running,  # type: ignore[typeddict-item] # checked there
             "if_ended": request.if_ended,  # type: ignore[typeddict-item] # checked there
+            "debounce_seconds": request.debounce_seconds,
+            "debounce_max_seconds": request.debounce_max_seconds,
         }
         with self._store.transaction():
             if request.signal is None:
                 started = self._engine.start(workflow, **options)
-                changed = started.created
+                # A start debounced into the pending instance changed its input and time.
+                changed = started.created or started.debounced
             else:
                 if request.signal_event_id is None:
                     raise PayloadError("a start with a signal needs the signal's event id")

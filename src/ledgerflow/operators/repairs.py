@@ -291,10 +291,12 @@ class Repairs:
                     f"{instance.status.value}, generation {instance.generation}) and the "
                     f"repair no longer applies: {exc.message}",
                 )
-            raise RepairRefusedError(
-                f"{exc.message} (the same repair was applied as audit #{earlier.audit_id} by "
-                f"{earlier.actor} at {_when(earlier.at)}; the instance has moved on since)",
-                instance_id=request.instance_id,
+            # The refusal keeps its own class and code (a caller may catch the subclass).
+            raise dataclasses.replace(
+                exc,
+                message=f"{exc.message} (the same repair was applied as audit "
+                f"#{earlier.audit_id} by {earlier.actor} at {_when(earlier.at)}; the instance "
+                "has moved on since)",
             ) from None
 
     def _nothing(self, args: RepairArgs, snapshot: Snapshot, repeat: Repeat) -> RepairPlan:

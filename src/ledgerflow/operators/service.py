@@ -253,7 +253,8 @@ class Operations:
         """Start (or find) the instance of a business key, pinned to a definition of this
         service's registry; recorded against ``actor`` (default: :func:`local_actor`). The
         start options (``start_at``, ``start_in``, ``if_running``, ``if_ended``, ``signal``
-        with ``signal_event_id`` and ``signal_payload``): see :class:`StartRequest`."""
+        with ``signal_event_id`` and ``signal_payload``, ``debounce_seconds`` with
+        ``debounce_max_seconds``): see :class:`StartRequest`."""
         request = StartRequest(workflow, key, input, version, tenant, **options)
         return self._writer(actor).start(request)
 

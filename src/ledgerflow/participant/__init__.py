@@ -4,6 +4,11 @@ A participant is an independently committed service that workflows change throug
 Participant code receives an :class:`EffectCall` carrying the effect's idempotency key, returns
 evidence of what it applied, raises :class:`EffectRejectedError` when the participant proved
 nothing was applied, and lets anything else propagate: that makes the outcome UNKNOWN.
+
+A service that is itself the participant embeds the :class:`Kit`, which keeps its idempotency
+record in the service's own database transaction (deduplication, fencing lookups, compensation
+keys apart, a key-retention window), served over HTTP by :func:`kit_app` / :func:`kit_routes`
+or behind a broker's consumer by :func:`handle_message`.
 """
 
 from __future__ import annotations
@@ -19,19 +24,33 @@ from ledgerflow.model.effect import LookupAnswer as LookupAnswer
 from ledgerflow.model.effect import LookupVerdict as LookupVerdict
 from ledgerflow.model.heartbeat import HeartbeatAnswer as HeartbeatAnswer
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
+from ledgerflow.participant.asgi import kit_app as kit_app
+from ledgerflow.participant.asgi import kit_routes as kit_routes
+from ledgerflow.participant.broker import handle_message as handle_message
+from ledgerflow.participant.kit import Applied as Applied
+from ledgerflow.participant.kit import Kit as Kit
+from ledgerflow.participant.kit import KitRequest as KitRequest
+from ledgerflow.participant.kit import Refused as Refused
 from ledgerflow.participant.remote import remote_participant as remote_participant
 
 __all__ = [
+    "Applied",
     "Classification",
     "EffectCall",
     "EffectDeclaration",
     "EffectRejectedError",
     "HeartbeatAnswer",
+    "Kit",
+    "KitRequest",
     "LookupAnswer",
     "LookupVerdict",
     "Participant",
     "Precondition",
     "PreconditionVerdict",
+    "Refused",
     "RetryPolicy",
+    "handle_message",
+    "kit_app",
+    "kit_routes",
     "remote_participant",
 ]

@@ -10,11 +10,22 @@ that proves neither way must never be read as either.
 Protocol, for a participant ``name`` at ``base_url``:
 
 - ``POST {base_url}/{name}/apply`` with ``{"key", "operation", "payload", "effect_id",
-  "instance_id", "attempt"}``; ``200 {"status": "applied", "receipt": {...}}`` or
+  "instance_id", "attempt"}`` and the key again as an ``Idempotency-Key`` header (the IETF
+  httpapi draft's convention: a quoted structured-field string; left out for a key that is not
+  printable ASCII, which a header cannot carry: the body's key is the one that counts);
+  ``200 {"status": "applied", "receipt": {...}}`` or
   ``409``/``422 {"status": "rejected", "error_code": str, "retryable": bool}``.
 - ``GET {base_url}/{name}/lookup/{key}?attempt=N`` (key percent-encoded) answering
   ``{"verdict": "applied", "evidence": ...}``, ``{"verdict": "not-applied"}`` (which fences
   attempts 1..N of the key at the participant) or ``{"verdict": "unknown"}``.
+- An answer must name the request it answers: the applied answer or its receipt carries
+  ``"key"`` equal to the request's key or ``"effect_id"`` equal to its effect id, and a lookup's
+  ``"applied"`` answer or its evidence carries the key asked about. A ``200`` naming another
+  key or effect id, or none, is an answer to some other request (a proxy mixing up
+  connections, a cache keyed wrongly): never evidence for this one, so UNKNOWN (a lookup answer
+  of that kind is no answer). An applied answer may add ``"key_retention_seconds"``, how long
+  the service remembers a key (``ledgerflow check-participant`` holds it to the engine's retry
+  horizon).
 - A compensation is applied like any effect, under its own key, with ``"original_key"`` added.
   Its precondition is ``GET {base_url}/{name}/precondition/{key}?original={original key}``
   answering ``{"verdict": "holds"}``, ``{"verdict": "satisfied", "evidence": ...}`` or
@@ -30,6 +41,7 @@ import sys
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -50,6 +62,43 @@ from ledgerflow.redaction import redact
 _TRACECONTEXT = "opentelemetry.trace.propagation.tracecontext"
 
 
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+
+
+def idempotency_key_header(key: str) -> dict[str, str]:
+    """The ``Idempotency-Key`` header carrying ``key`` as a structured-field string (RFC 8941
+    3.3.3: printable ASCII, ``"`` and ``\\`` escaped); none when ``key`` cannot be one."""
+    if not all(" " <= char <= "~" for char in key):
+        return {}
+    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+    return {IDEMPOTENCY_KEY_HEADER: f'"{escaped}"'}
+
+
+def read_idempotency_key_header(value: str) -> str:
+    """The key an ``Idempotency-Key`` header carries: a structured-field string, or (as some
+    clients send it) the bare key; ``ValueError`` for a malformed quoted string."""
+    text = value.strip(" ")
+    if not text.startswith('"'):
+        return text
+    key: list[str] = []
+    escaped = False
+    for index, char in enumerate(text[1:], start=1):
+        if escaped:
+            if char not in '"\\':
+                raise ValueError(f"{IDEMPOTENCY_KEY_HEADER}: '\\{char}' is not an escape")
+            key.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            if index != len(text) - 1:
+                raise ValueError(f"{IDEMPOTENCY_KEY_HEADER}: text after the closing quote")
+            return "".join(key)
+        else:
+            key.append(char)
+    raise ValueError(f"{IDEMPOTENCY_KEY_HEADER}: the quoted string is not closed")
+
+
 def trace_headers() -> dict[str, str]:
     """``traceparent`` (and ``tracestate``) of the current span, the effect's dispatch, so the
     participant's own spans join the workflow's trace; nothing when the process does not trace.
@@ -65,6 +114,26 @@ def trace_headers() -> dict[str, str]:
 # Statuses on which a body saying "rejected" is believed. Any other status carrying that body is
 # not this protocol, and a mis-read rejection would let the engine re-dispatch an applied effect.
 _REJECTION_STATUSES = frozenset({409, 422})
+
+
+def names_another(
+    answer: Mapping[str, Any], receipt: Any, *, key: str, effect_id: str | None
+) -> str:
+    """Why an applied answer (and its receipt) is not about the request of ``key`` and
+    ``effect_id``, or "" when it names that request (see the protocol above)."""
+    named: dict[str, Any] = {}
+    for where in (receipt, answer):
+        if isinstance(where, Mapping):
+            for field in ("key", "effect_id"):
+                if named.get(field) is None:
+                    named[field] = where.get(field)
+    if named.get("key") is None and named.get("effect_id") is None:
+        return "it names neither the key nor the effect id"
+    if named.get("key") is not None and named["key"] != key:
+        return f"it names key {str(named['key'])[:200]!r}"
+    if effect_id is not None and named.get("effect_id") not in (None, effect_id):
+        return f"it names effect id {str(named['effect_id'])[:200]!r}"
+    return ""
 
 
 class RemoteOutcomeUnknown(Exception):  # noqa: N818 - named for the effect state it produces.
@@ -132,8 +201,14 @@ class RemoteParticipant(Participant):
         deduplicates: bool,
         timeout_seconds: float,
         lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
+        key_retention: timedelta | None = None,
     ) -> None:
-        super().__init__(name, deduplicates=deduplicates, lookup_retry=lookup_retry)
+        super().__init__(
+            name,
+            deduplicates=deduplicates,
+            lookup_retry=lookup_retry,
+            key_retention=key_retention,
+        )
         self.base_url = base_url.rstrip("/")
         self.timeout_seconds = timeout_seconds
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
@@ -189,11 +264,17 @@ class RemoteParticipant(Participant):
         response = await client.post(
             f"{self.base_url}/{self.name}/apply",
             content=body,
-            headers={"content-type": "application/json", **trace_headers()},
+            headers={
+                "content-type": "application/json",
+                **idempotency_key_header(call.idempotency_key),
+                **trace_headers(),
+            },
         )
-        return self._read_apply(operation, call.idempotency_key, response)
+        return self._read_apply(operation, call.idempotency_key, call.effect_id, response)
 
-    def _read_apply(self, operation: str, key: str, response: httpx.Response) -> Any:
+    def _read_apply(
+        self, operation: str, key: str, effect_id: str, response: httpx.Response
+    ) -> Any:
         def unknown(why: str) -> RemoteOutcomeUnknown:
             return RemoteOutcomeUnknown(
                 f"{self.name}.{operation} key {key!r}: {why}",
@@ -213,6 +294,9 @@ class RemoteParticipant(Participant):
             receipt = answer.get("receipt")
             if answer.get("status") != "applied" or receipt is None:
                 raise unknown("HTTP 200 without an applied status and a receipt")
+            stranger = names_another(answer, receipt, key=key, effect_id=effect_id)
+            if stranger:
+                raise unknown(f"HTTP 200 whose receipt answers another request: {stranger}")
             return receipt
         if response.status_code in _REJECTION_STATUSES and answer.get("status") == "rejected":
             error_code = answer.get("error_code")
@@ -274,6 +358,9 @@ class RemoteParticipant(Participant):
             evidence = answer.get("evidence")
             if evidence is None:
                 raise failed("applied without evidence")
+            stranger = names_another(answer, evidence, key=key, effect_id=None)
+            if stranger:
+                raise failed(f"applied, with evidence of another request: {stranger}")
             return LookupAnswer.applied(evidence)
         if verdict == LookupVerdict.NOT_APPLIED.value:
             return LookupAnswer.not_applied()
@@ -319,6 +406,7 @@ def remote_participant(
     compensations: Mapping[str, str] | None = None,
     preconditions: bool = False,
     lookup_retry: RetryPolicy = DEFAULT_LOOKUP_RETRY,
+    key_retention: timedelta | None = None,
 ) -> RemoteParticipant:
     """Declare a participant served over HTTP at ``base_url``, one effect per operation.
 
@@ -339,6 +427,7 @@ def remote_participant(
     same retry policy and timeout. With ``preconditions`` the service is asked, before each
     compensation, whether it still holds. ``lookup_retry`` says how often and how soon a lookup
     that could not reach the service is asked again before the doubt goes to a person.
+    ``key_retention`` is how long the service remembers a key (see :class:`Participant`).
     """
     _check_remote_arguments(name, base_url, operations, compensations, has_lookup=has_lookup)
     participant = RemoteParticipant(
@@ -347,6 +436,7 @@ def remote_participant(
         deduplicates=deduplicates,
         timeout_seconds=timeout_seconds,
         lookup_retry=lookup_retry,
+        key_retention=key_retention,
     )
     policy = retry if retry is not None else DEFAULT_EFFECT_RETRY
     undo = dict(compensations or {})

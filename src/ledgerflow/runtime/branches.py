@@ -38,8 +38,9 @@ Workflow code may run steps and effects at once with plain ``asyncio.gather``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from ledgerflow import limits
@@ -249,6 +250,18 @@ class Branches:
             self._open[key] = asyncio.get_running_loop().create_future()
             self._changed.set()
         return key
+
+    @contextlib.contextmanager
+    def aside(self, seq: int) -> Iterator[None]:
+        """Set the open call at ``seq`` aside while code runs under it (an update handler
+        under a wait, runtime/update_handlers.py): the calls that code makes return in their
+        own order, not after the wait's."""
+        future = self._open.pop((seq, 0), None)
+        try:
+            yield
+        finally:
+            if future is not None:
+                self._open[(seq, 0)] = future
 
     async def call(self, seq: int | Key, work: Awaitable[T]) -> T:
         """Run one call's work and hand its outcome back in position order."""

@@ -38,7 +38,7 @@ from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.schedule import ScheduledBy, scheduled_by
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
-from ledgerflow.runtime import children, flow, sends, values
+from ledgerflow.runtime import children, flow, sends
 from ledgerflow.runtime.branches import CONTROL, Branches, gather
 from ledgerflow.runtime.children import ChildHandle, ChildOptions
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
@@ -46,6 +46,7 @@ from ledgerflow.runtime.effects import EffectDriver
 from ledgerflow.runtime.local_step import LocalStepDriver
 from ledgerflow.runtime.locks import DurableLock
 from ledgerflow.runtime.session import Session
+from ledgerflow.runtime.update_handlers import PublishingCalls, UpdateHandlers
 from ledgerflow.runtime.waits import WaitDriver
 
 T = TypeVar("T")
@@ -63,7 +64,7 @@ def describe_step(kind: StepKind, name: str, input_text: str | None) -> str:
     return f"{kind.value} {name!r} with input {input_text}"
 
 
-class WorkflowContext:
+class WorkflowContext(PublishingCalls):
     """Passed as the first argument of every workflow function.
 
     Example::
@@ -94,6 +95,7 @@ class WorkflowContext:
         # The run's branches: who may take positions, and in what order calls return.
         self._branches = Branches(lambda: self._seq)
         session.branches_live = self._branches.live
+        self._updates = UpdateHandlers(self)
 
     @property
     def instance_id(self) -> InstanceId:
@@ -345,26 +347,13 @@ class WorkflowContext:
         See :mod:`ledgerflow.runtime.locks`."""
         return DurableLock(self, name, timeout=timeout)
 
-    def publish(self, name: str, value: Any) -> None:
-        """Publish ``value`` under ``name`` for readers (``engine.read``, ``wait_published``):
-        journaled here, visible once the run's next commit (this step's boundary) is durable,
-        each time one version more; kept across continue-as-new and after the end."""
-        values.publish(self, name, value)
-
-    async def handle_updates(
-        self, name: str, handler: Callable[..., Any], *, timeout: float | None = None
-    ) -> int:
-        """Handle update requests ``name`` (``engine.update``): wait up to ``timeout`` for
-        one, answer it and every other one there with ``handler(payload)`` (a step), publish
-        each reply; return how many were handled. See :mod:`ledgerflow.runtime.values`."""
-        return await values.handle_updates(self, name, handler, timeout=timeout)
-
     def _wait_driver(self, kind: StepKind, name: str, spec: dict[str, Any]) -> WaitDriver:
         """The driver of the wait or timer at the next position, checked against the journal
         (a different step there is a divergence, a cancel request stops the run here)."""
         input_text = self._session.codec.encode(spec)
 
         def check() -> tuple[StepSeq, StepRecord | None]:
+            self._updates.refuse_wait(name)
             seq = self._next_seq()
             recorded = self._replayed(seq, kind=kind, name=name, input_text=input_text)
             self._stop_if_cancelled(seq, name, recorded)
@@ -373,6 +362,7 @@ class WorkflowContext:
         seq, recorded = self._checked(name, check)
         self._branches.take(seq)
         return WaitDriver(
+            updates=self._updates,
             session=self._session,
             seq=seq,
             kind=kind,

@@ -9,6 +9,7 @@ ledger's sense is what a step sends a participant; nothing here is one.)
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import enum
 import hashlib
@@ -46,6 +47,7 @@ from ledgerflow.ledger.transaction import Started as StartAnswer
 from ledgerflow.ledger.values import Published
 from ledgerflow.model import names
 from ledgerflow.model.codec import Codec
+from ledgerflow.model.debounce import debounce_of
 from ledgerflow.model.definition import Registry, WorkflowDefinition, WorkflowFunction
 from ledgerflow.model.flow import FlowLimit, effect_scope
 from ledgerflow.model.ids import BusinessKey, InstanceId, TenantId
@@ -54,6 +56,7 @@ from ledgerflow.model.signal import not_approver, signal_name
 from ledgerflow.model.start_policy import policies, start_time
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime.completion import completion_event
+from ledgerflow.runtime.debounce import collapsed, refuse_debounce
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.storage.store import JournalStore, LedgerReads
 
@@ -66,10 +69,13 @@ def instance_id_for(tenant: TenantId, workflow: str, key: BusinessKey) -> Instan
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Started:
-    """What :meth:`Engine.start` returns: the instance and whether this call created it."""
+    """What :meth:`Engine.start` returns: the instance, whether this call created it, and
+    whether it was debounced into the key's pending instance (``debounce_seconds=``: its input
+    replaced the pending one and its start moved; docs/programming-model.md)."""
 
     instance: InstanceRecord
     created: bool
+    debounced: bool = False
 
     @property
     def instance_id(self) -> InstanceId:
@@ -155,8 +161,10 @@ class StartOptions(TypedDict, total=False):
     """How a start is asked for, as every face takes it (declared here once): the business
     key, the input, a version of the workflow other than the newest, the tenant; when it
     starts (``start_at``: epoch seconds or an aware datetime, or ``start_in`` seconds: it is
-    SCHEDULED until then), and what it does when its key has started an instance already
-    (``if_running``, ``if_ended``: see :mod:`ledgerflow.model.start_policy`)."""
+    SCHEDULED until then, or ``debounce_seconds`` with ``debounce_max_seconds``: due once no
+    other start of the key came for that long, see :mod:`ledgerflow.model.debounce`), and what
+    it does when its key has started an instance already (``if_running``, ``if_ended``: see
+    :mod:`ledgerflow.model.start_policy`)."""
 
     key: Required[str]
     input: Any
@@ -166,6 +174,8 @@ class StartOptions(TypedDict, total=False):
     start_in: float | None
     if_running: Literal["return", "fail"]
     if_ended: Literal["return", "new_run", "new_run_if_failed", "fail"]
+    debounce_seconds: float | None
+    debounce_max_seconds: float | None
 
 
 class SignalOptions(TypedDict, total=False):
@@ -235,8 +245,13 @@ class EngineCore:
         start_in: float | None = None,
         if_running: str = "return",
         if_ended: str = "return",
+        debounce_seconds: float | None = None,
+        debounce_max_seconds: float | None = None,
         now: float | None = None,
+        database_clock: bool = False,
     ) -> tuple[WorkflowDefinition, NewInstance]:
+        """The start asked for, checked (``database_clock``: a debounced start is decided by
+        the database's clock, the caller's being the real time)."""
         name = _workflow_name(workflow)
         definition = self.registry.get(name, version)
         tenant_id, business_key = names.tenant(tenant), names.business_key(key)
@@ -244,6 +259,9 @@ class EngineCore:
         at = start_time(
             start_at=start_at, start_in=start_in, now=time.time() if now is None else now
         )
+        debounce = debounce_of(debounce_seconds, debounce_max_seconds, delayed=at is not None)
+        if debounce is not None and database_clock:
+            debounce = dataclasses.replace(debounce, database_clock=True)
         new = NewInstance(
             instance_id=instance_id_for(tenant_id, definition.name, business_key),
             tenant=tenant_id,
@@ -255,6 +273,7 @@ class EngineCore:
             available_at=at,
             if_running=running,
             if_ended=ended,
+            debounce=debounce,
         )
         return definition, new
 
@@ -271,7 +290,7 @@ class EngineCore:
         start asking for something else was refused there, :class:`KeyInUseError`)."""
         if self.metrics is not None and created:
             self.metrics.started(new.workflow_name, new.workflow_version)
-        return Started(instance=found, created=created)
+        return Started(instance=found, created=created, debounced=collapsed(new, found, created))
 
     def cancel(
         self, instance_id: str, *, reason: str, compensate: bool, now: float
@@ -388,6 +407,7 @@ class EngineCore:
         transaction: both, or neither (a start refused with KeyInUseError delivers nothing).
         The event is kept for a wait of the instance's run, even while it is SCHEDULED; it
         ends the delay only with ``wake`` (Temporal's signal-with-start always does)."""
+        refuse_debounce(new, "signal_with_start")
         name = signal_name(names.event_text(name, what="signal name"))
         event_id = names.event_text(event_id, what="event id")
         found = self.store.get_instance(new.instance_id)

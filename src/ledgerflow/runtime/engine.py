@@ -185,9 +185,13 @@ class Engine(ValueCalls):
         ``"fail"``) and ``if_ended`` (``"return"``, ``"new_run"``, ``"new_run_if_failed"``,
         ``"fail"``) say what a start under a used key does; an instance is returned only to a
         start asking for its version and input, any other is refused with
-        :class:`~ledgerflow.errors.KeyInUseError` (docs/programming-model.md, "Start options")."""
+        :class:`~ledgerflow.errors.KeyInUseError` (docs/programming-model.md, "Start options").
+        ``debounce_seconds=`` (with ``debounce_max_seconds=``) debounces starts of the key: a
+        start while its instance is still pending replaces the input and moves the start
+        (``Started.debounced``; docs/programming-model.md, "Debounced starts")."""
         now = self.clock.now()
-        _, new = self._core.prepare(workflow, now=now, **options)
+        real = self.runtime.store.database_clock and self.clock.real_time
+        _, new = self._core.prepare(workflow, now=now, database_clock=real, **options)
         # A worker of this engine with a free slot takes the new instance in the start's own
         # transaction; concurrent starts share one transaction (group commit).
         worker, claim = next(

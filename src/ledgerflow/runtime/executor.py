@@ -113,6 +113,7 @@ class Executor:
             metrics=self.metrics,
             tracing=self.tracing,
             flow=self.flow,
+            doorbell=self.runtime.doorbell,
         )
         self.sessions[instance.instance_id] = session
         try:
@@ -291,6 +292,7 @@ class Executor:
             metrics=session.metrics,
             tracing=session.tracing,
             flow=session.flow,
+            doorbell=session.doorbell,
         )
 
     async def _carried(self, session: Session) -> list[EffectRecord]:

@@ -48,6 +48,8 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
   any start option) or ``signal_with_start`` is decided, its transaction (insert, new run or
   refusal; the event) not yet committed / committed and not yet answered (``kind`` is
   ``start`` or ``signal_with_start``; ``instance`` the business key asked for)
+- ``update.before_reply``: a declared update handler (``ctx.on_update``) returned under a wait
+  (its take and its steps may be durable), its reply not yet published (``seq`` is the take's)
 - ``lock.before_release``: the workflow left a durable lock's block, the release (and the
   hand-over to the first waiter) is not yet durable (``seq`` is the release's position)
 """

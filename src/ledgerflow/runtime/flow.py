@@ -11,6 +11,7 @@ the worker knows which scopes are limited from a listing it reads again every
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,13 +47,24 @@ class FlowGate:
         self.clock = clock
         self._limits: dict[str, FlowLimit] = {}
         self._read_at: float | None = None
+        self._reading: asyncio.Future[None] | None = None
 
     async def limit(self, scope: str) -> FlowLimit | None:
         now = self.clock.now()
         if self._read_at is None or now - self._read_at >= limits.FLOW_LIMITS_REFRESH_SECONDS:
+            # One listing for every effect that asks meanwhile: a thousand effects dispatched
+            # at once must not each read the limits (they did: 1.8 reads per workflow).
+            if self._reading is None:
+                self._reading = asyncio.ensure_future(self._read(now))
+            await asyncio.shield(self._reading)
+        return self._limits.get(scope)
+
+    async def _read(self, now: float) -> None:
+        try:
             self._limits = {lim.scope: lim for lim in await self.store.effect_limits()}
             self._read_at = now
-        return self._limits.get(scope)
+        finally:
+            self._reading = None
 
     async def admit(
         self,

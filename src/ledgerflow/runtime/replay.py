@@ -41,6 +41,7 @@ from ledgerflow.ledger.records import (
     InstanceRecord,
     Journal,
     StepRecord,
+    Write,
 )
 from ledgerflow.ledger.transaction import Deliver, Delivered, Transaction
 from ledgerflow.model.codec import Codec
@@ -63,6 +64,8 @@ from ledgerflow.runtime.control import (
     Waiting,
 )
 from ledgerflow.runtime.session import Session
+from ledgerflow.runtime.update_handlers import take_follows
+from ledgerflow.runtime.waits import WaitDriver
 
 REPLAY_OWNER = WorkerId("replay-check")
 
@@ -203,6 +206,10 @@ class ReplayContext(WorkflowContext):
         if not _settled(self._session, recorded):
             if effect is not None:
                 self.reached_open.append(int(seq))
+            if take_follows(self._session.step, seq):
+                # A wait still open with updates taken under it: they are replayed (proven),
+                # and the history ends at the wait (see _UpdatesThenEnd).
+                return recorded
             if self._recorded_after(seq) and not self._branches.tasks:
                 # Only a migrated journal can hold this: what lies beyond would be reached
                 # only after this position settles, and cannot be proven now.
@@ -212,6 +219,12 @@ class ReplayContext(WorkflowContext):
                 )
             raise _Frontier(seq)
         return recorded
+
+    def _wait_driver(self, kind: StepKind, name: str, spec: dict[str, Any]) -> WaitDriver:
+        driver = super()._wait_driver(kind, name, spec)
+        if driver.recorded is not None and not _settled(self._session, driver.recorded):
+            driver.updates = _UpdatesThenEnd(self, driver.seq)
+        return driver
 
     def _recorded_after(self, seq: StepSeq) -> int | None:
         later = [s for s in self._session.journal.steps if s > seq]
@@ -249,6 +262,29 @@ class ReplayContext(WorkflowContext):
         if not self.complete:
             raise _Frontier(seq)
         return False
+
+
+class _UpdatesThenEnd:
+    """The updates a wait still open took: replayed from the journal like any position, then
+    the end of what the history proves (the wait's own outcome is not in it yet)."""
+
+    def __init__(self, ctx: ReplayContext, wait: StepSeq) -> None:
+        self._ctx = ctx
+        self._wait = wait
+
+    async def replayed(self, seq: StepSeq) -> None:
+        await self._ctx._updates.replayed(seq)
+        later = self._ctx._recorded_after(StepSeq(self._ctx.steps_taken))
+        if later is not None:
+            raise Park(
+                "replay_unprovable",
+                f"step {seq} is still open but the journal holds step {later} after the "
+                "updates taken under it",
+            )
+        raise _Frontier(self._wait)
+
+    async def taken(self, seq: StepSeq, pending: list[Write]) -> list[Write]:
+        raise _Frontier(self._wait)
 
 
 def history_is_complete(instance: InstanceRecord) -> bool:

@@ -10,11 +10,12 @@ or store it holds: a test double is just another value of the same field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ledgerflow.model.codec import Codec
 from ledgerflow.runtime.clock import Clock
+from ledgerflow.runtime.doorbell import Doorbell
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.store_thread import AsyncStore
 
@@ -38,3 +39,5 @@ class Runtime:
     # None: nothing is counted (see ledgerflow.runtime.metrics) / no spans are made.
     metrics: Metrics | None = None
     tracing: Tracing | None = None
+    # Rung by a commit that publishes a value: the engine's own waiting callers wake at once.
+    doorbell: Doorbell = field(default_factory=Doorbell)

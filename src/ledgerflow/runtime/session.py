@@ -44,6 +44,7 @@ from ledgerflow.ledger.records import (
     Write,
 )
 from ledgerflow.ledger.transaction import Deliver, Delivered, FromOutside, OutsideWrite, Transaction
+from ledgerflow.ledger.values import PublishValue
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
@@ -52,6 +53,7 @@ from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.runtime import child_endings, journal_log
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend
+from ledgerflow.runtime.doorbell import Doorbell
 from ledgerflow.runtime.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -103,6 +105,8 @@ class Session:
     trace_to_keep: str | None = None
     # Flow control on effects (runtime/flow.py); None: effects are dispatched unlimited.
     flow: FlowGate | None = None
+    # Rung for each value a commit published (runtime/doorbell.py); None: nobody listens.
+    doorbell: Doorbell | None = None
     # False once the worker is (simulated) dead: nothing it still runs may reach the store.
     alive: Callable[[], bool] = field(default=lambda: True)
     commits: int = field(default=0)
@@ -245,6 +249,10 @@ class Session:
         journal_log.committed(self.instance, self.owner, commit.writes)
         if self.metrics is not None:
             self.metrics.committed(self.instance, commit.writes)
+        if self.doorbell is not None:
+            for write in writes:
+                if isinstance(write, PublishValue):
+                    self.doorbell.ring(self.instance_id, write.name)
         for write in writes:
             if isinstance(write, StepWrite):
                 self.journal.steps[write.record.seq] = write.record
@@ -268,8 +276,12 @@ class Session:
         writes never touch it, and a heartbeat committed while this write was being built
         (an attempt cut off mid-heartbeat) must not be forgotten here."""
         known = self.journal.effects.get(record.seq)
-        if known is None:
-            return record
+        if known is None or (
+            known.heartbeat_attempt == record.heartbeat_attempt
+            and known.heartbeat_generation == record.heartbeat_generation
+            and known.heartbeat_details == record.heartbeat_details
+        ):
+            return record  # the common case, an effect without heartbeats: nothing to copy
         return dataclasses.replace(
             record,
             heartbeat_attempt=known.heartbeat_attempt,

@@ -90,9 +90,10 @@ class SyncEngine:
 
     def start(self, workflow: str | WorkflowFunction, **options: Unpack[StartOptions]) -> Started:
         """Start ``workflow`` for business key ``key``, or return the instance that key already
-        started (see :meth:`Engine.start`)."""
+        started (see :meth:`Engine.start`, debounced starts included)."""
         now = time.time()
-        _, new = self._core.prepare(workflow, now=now, **options)
+        real = self.store.database_clock
+        _, new = self._core.prepare(workflow, now=now, database_clock=real, **options)
         return self._core.start(new, now=now)
 
     def signal_with_start(

@@ -17,12 +17,13 @@ Caller side (the bodies of ``Engine.read``, ``wait_published``, ``update`` and
 ``update_with_start``): reads of the store only -- no worker and no workflow code is needed
 to answer them, also after the instance ended. An update's request is an inbox event whose
 id is derived from ``update_id``: the inbox keeps an id once across every run, so a repeated
-``update_id`` (after a continue-as-new too) stores nothing and gets the first reply.
+``update_id`` (after a continue-as-new too) stores nothing and gets the first reply. A
+waiting caller reads again when the engine's own worker commits the value it waits for
+(:mod:`~ledgerflow.runtime.doorbell`), else every ``limits.VALUE_POLL_SECONDS``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,10 +56,13 @@ from ledgerflow.ledger.values import (
 from ledgerflow.model import names
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.ids import InstanceId, StepSeq
+from ledgerflow.model.instance import FINAL_STATUSES
 from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import UPDATE_PREFIX, Signal
 from ledgerflow.model.step import StepEvent, StepKind
 from ledgerflow.runtime.core import Delivered, DeliveryOutcome, EngineCore, Started, StartOptions
+from ledgerflow.runtime.debounce import refuse_debounce
+from ledgerflow.runtime.doorbell import rung_or_timeout
 from ledgerflow.runtime.seams import Runtime
 from ledgerflow.runtime.session import Session
 from ledgerflow.storage.store import LedgerReads
@@ -280,7 +284,8 @@ def refuse_if_ended(kept: Kept, update_id: str) -> None:
 
 def reply_of(store: LedgerReads, instance_id: InstanceId, update_id: str) -> Any:
     """The reply to an update once published (:data:`NO_REPLY_YET` before); UpdateRejectedError
-    when its handler failed, or the instance ended without taking the request."""
+    when its handler failed, or the instance ended without taking the request or without
+    answering it."""
     found = store.published(instance_id, reply_name(update_id))
     if found is None:
         request = store.delivery(instance_id, update_event_id(update_id))
@@ -290,6 +295,17 @@ def reply_of(store: LedgerReads, instance_id: InstanceId, update_id: str) -> Any
                 instance_id=instance_id,
                 update_id=update_id,
             )
+        if request is not None and request.state is DeliveryState.CONSUMED:
+            # Taken, and its handler stopped by a cancel (or another final ending) before
+            # its reply: nothing will answer it now.
+            instance = store.get_instance(instance_id)
+            if instance is not None and instance.status in FINAL_STATUSES:
+                raise UpdateRejectedError(
+                    f"update {update_id!r} was taken but not answered: the instance ended "
+                    f"{instance.status.value} while its handler ran",
+                    instance_id=instance_id,
+                    update_id=update_id,
+                )
         return NO_REPLY_YET
     answer = found.value
     if isinstance(answer, dict) and "error" in answer:
@@ -356,17 +372,20 @@ class ValueCalls:
         :class:`~ledgerflow.errors.ResultTimeoutError` when ``timeout`` seconds pass first
         (never ``None``: "not yet" and a value of ``None`` do not look alike)."""
         deadline = time.monotonic() + timeout
-        while True:
-            found = await self.read(instance_id, name)
-            if isinstance(found, Published) and found.version > after_version:
-                return found
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ResultTimeoutError(
-                    f"no version of {name!r} after {after_version} within {timeout}s",
-                    instance_id=instance_id,
-                )
-            await asyncio.sleep(min(limits.VALUE_POLL_SECONDS, left))
+        record: InstanceRecord = await self._call(self._core.get, instance_id)
+        with self.runtime.doorbell.listening(record.instance_id, name) as rung:
+            while True:
+                rung.clear()
+                found = await self.read(instance_id, name)
+                if isinstance(found, Published) and found.version > after_version:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ResultTimeoutError(
+                        f"no version of {name!r} after {after_version} within {timeout}s",
+                        instance_id=instance_id,
+                    )
+                await rung_or_timeout(rung, min(limits.VALUE_POLL_SECONDS, left))
 
     async def update(
         self,
@@ -415,6 +434,7 @@ class ValueCalls:
         name = value_name(update)
         update_id = names.event_text(update_id, what="update id")
         definition, new = self._core.prepare(workflow, now=time.time(), **options)
+        refuse_debounce(new, "update_with_start")
         validate(self.registry, definition.name, name, payload, new.instance_id, update_id)
         request = request_of(self._core, new.instance_id, name, payload, update_id)
         started: Started = await self._call(self._start_with, new, request)
@@ -432,11 +452,13 @@ class ValueCalls:
 
     async def _reply(self, instance_id: InstanceId, update_id: str, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
-        while True:
-            answer = await self._call(reply_of, self._core.store, instance_id, update_id)
-            if answer is not NO_REPLY_YET:
-                return answer
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise reply_timed_out(instance_id, update_id, timeout)
-            await asyncio.sleep(min(limits.VALUE_POLL_SECONDS, left))
+        with self.runtime.doorbell.listening(instance_id, reply_name(update_id)) as rung:
+            while True:
+                rung.clear()
+                answer = await self._call(reply_of, self._core.store, instance_id, update_id)
+                if answer is not NO_REPLY_YET:
+                    return answer
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise reply_timed_out(instance_id, update_id, timeout)
+                await rung_or_timeout(rung, min(limits.VALUE_POLL_SECONDS, left))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ledgerflow import limits
 from ledgerflow.errors import EventArrivedError, WaitTimeoutError
@@ -44,6 +45,15 @@ Parks = Callable[
 ]
 
 
+class Updates(Protocol):
+    """The update handlers a run declared (runtime/update_handlers.py), as a wait runs them:
+    first those the journal holds under the wait, then, each turn, the requests in the inbox."""
+
+    async def replayed(self, seq: StepSeq) -> None: ...
+
+    async def taken(self, seq: StepSeq, pending: list[Write]) -> list[Write]: ...
+
+
 @dataclass(slots=True, kw_only=True)
 class WaitDriver:
     session: Session
@@ -60,6 +70,8 @@ class WaitDriver:
     # While parallel branches run, the wait is held until every branch is blocked, and the
     # instance parked for all of them at once (runtime/branches.py): False when none runs.
     parks: Parks | None = None
+    # The run's declared update handlers, run under this wait (None: none run here).
+    updates: Updates | None = None
 
     # The step's first write, when this wait starts it (it may be committed together with the
     # write that closes it, so the close builds on it rather than on the journal).
@@ -150,13 +162,33 @@ class WaitDriver:
             await self.session.commit(*pending, self._close(StepEvent.FAIL, error=error))
             raise Cancelled(f"step {self.seq} ({self.name}) stopped while waiting")
 
+    async def _replay_updates(self) -> None:
+        if self.updates is not None and self.recorded is not None:
+            await self.updates.replayed(self.seq)
+
+    async def _take_updates(self, pending: list[Write]) -> list[Write]:
+        if self.updates is None:
+            return pending
+        try:
+            left = await self.updates.taken(self.seq, pending)
+        except Cancelled:
+            # A cancel stopped a handler under this wait: the wait ends as cancelled too.
+            self.recorded = self.session.step(self.seq)
+            await self._stop_if_cancelled([])
+            raise
+        if pending and not left:
+            self.recorded = self.session.step(self.seq)  # its start was committed there
+        return left
+
     async def sleep(self, due: float) -> None:
+        await self._replay_updates()
         if self.recorded is not None and self.recorded.status is StepStatus.COMPLETED:
             return
         self._replay_cancel()
         pending, due = self._start(due)
         while True:
             await self._stop_if_cancelled(pending)
+            pending = await self._take_updates(pending)
             remaining = due - self.session.clock.now()
             if remaining <= 0:
                 await self.session.commit(*pending, self._close(StepEvent.COMPLETE, output="null"))
@@ -170,6 +202,7 @@ class WaitDriver:
 
     async def wait_for(self, event: str, due: float, approvers: Sequence[str]) -> Signal:
         s = self.session
+        await self._replay_updates()
         if self.recorded is not None and self.recorded.status is StepStatus.COMPLETED:
             return Signal.from_record(s.codec.decode(self.recorded.output or "{}"))
         if self.recorded is not None and self.recorded.status is StepStatus.FAILED:
@@ -177,6 +210,7 @@ class WaitDriver:
             raise self._timed_out(event)
         pending, due = self._start(due)
         while True:
+            pending = await self._take_updates(pending)
             refused: list[Write] = []
             for delivery in await s.store.pending_deliveries(s.instance_id, event):
                 if approvers and delivery.sender not in approvers:

@@ -175,7 +175,8 @@ class Within:
                 START,
                 started.instance_id,
                 target,
-                outcome="applied" if started.created else "no-op",
+                # A start debounced into the pending instance changed its input and time.
+                outcome="applied" if started.created or started.debounced else "no-op",
                 reason=f"start {definition.name} for key {new.business_key}",
                 arguments=arguments,
                 now=now,

@@ -21,11 +21,13 @@ from ledgerflow.errors import (
     VersionRetiredError,
 )
 from ledgerflow.ledger.records import InstanceRecord, NewInstance, StartClaim
+from ledgerflow.model.debounce import DEBOUNCED
 from ledgerflow.model.ids import Generation
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.start_policy import StartDecision, decide_start
 from ledgerflow.storage.rows import Row, fields, instance_from_row
 from ledgerflow.storage.sql_claims import claim_params
+from ledgerflow.storage.sql_debounce import collapse, database_now, opened, pending_reason
 from ledgerflow.storage.sql_seam import RefusedError, SqlSeam
 
 
@@ -43,26 +45,39 @@ def _start_claim_params(new: NewInstance, claim: StartClaim, now: float) -> dict
 
 
 def _due(new: NewInstance, now: float) -> tuple[InstanceStatus, float]:
-    """A start's status and due time: SCHEDULED until a start time still to come, else
-    RUNNING now."""
+    """A start's status and due time: SCHEDULED until a start time still to come (a debounced
+    start's: its window from now), else RUNNING now."""
+    if new.debounce is not None:
+        return InstanceStatus.SCHEDULED, now + new.debounce.window_seconds
     if new.available_at is not None and new.available_at > now:
         return InstanceStatus.SCHEDULED, new.available_at
     return InstanceStatus.RUNNING, now
 
 
-def _scheduled(status: InstanceStatus, at: float) -> tuple[str | None, str | None]:
+def _scheduled(
+    status: InstanceStatus, at: float, new: NewInstance, now: float
+) -> tuple[str | None, str | None]:
     """The reason code and reason a SCHEDULED instance shows (``show``, ``list``, the API)."""
+    if new.debounce is not None:
+        return DEBOUNCED, pending_reason(at, now + new.debounce.max_seconds, 1)
     if status is InstanceStatus.SCHEDULED:
         when = datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
         return "scheduled", f"to start at {when} ({at:.3f})"
     return None, None
 
 
+def _fields(new: NewInstance) -> dict[str, Any]:
+    # The debounce is the store's to decide by, not a column.
+    params = fields(new)
+    del params["debounce"]
+    return params
+
+
 def _insert_params(new: NewInstance, now: float) -> dict[str, Any]:
     status, at = _due(new, now)
-    code, reason = _scheduled(status, at)
+    code, reason = _scheduled(status, at, new, now)
     return {
-        **fields(new),
+        **_fields(new),
         "now": now,
         "status": status.value,
         "available_at": at,
@@ -116,7 +131,14 @@ class StartStore(SqlSeam):
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
-            return self._start_one(new, None, now)
+            return self._start_one(new, None, self._starts_now([new], now))
+
+    def _starts_now(self, starts: Sequence[NewInstance], now: float) -> float:
+        """The time a transaction of starts decides by: the database's when a debounced start
+        asks for it (its due time and a worker's claim are then measured by one clock)."""
+        if any(new.debounce is not None and new.debounce.database_clock for new in starts):
+            return database_now(self)
+        return now
 
     def start_instances(
         self, starts: Sequence[tuple[NewInstance, StartClaim | None]], *, now: float
@@ -141,6 +163,7 @@ class StartStore(SqlSeam):
         *,
         savepoints: bool,
     ) -> list[tuple[InstanceRecord, bool] | Exception]:
+        now = self._starts_now([new for new, _ in starts], now)
         if any(claim is not None for _, claim in starts):
             # Claiming here counts concurrency-limit slots as claim() does.
             self._run("lock_limits", {})
@@ -223,6 +246,8 @@ class StartStore(SqlSeam):
             if created:
                 return record, True
             self._child_link_holds(new, record)
+            if new.debounce is not None and (collapsed := collapse(self, new, now)) is not None:
+                return collapsed, False
             same = (record.workflow_version, record.input) == (new.workflow_version, new.input)
             decision = decide_start(
                 record.status, same_request=same, if_running=new.if_running, if_ended=new.if_ended
@@ -267,18 +292,8 @@ class StartStore(SqlSeam):
 
     def _new_run(self, new: NewInstance, ended: InstanceRecord, now: float) -> bool:
         """Start run N + 1 of an ended instance; False when another start changed it first."""
-        status, at = _due(new, now)
-        code, reason = _scheduled(status, at)
-        params = {
-            **fields(new),
-            "now": now,
-            "status": status.value,
-            "available_at": at,
-            "reason_code": code,
-            "reason": reason,
-            "run": ended.run,
-            "ended": ended.status.value,
-        }
+        params = {**_insert_params(new, now), "run": ended.run, "ended": ended.status.value}
+        status = InstanceStatus(params["status"])
         rows, _ = self._run("start_new_run", params)
         if not rows:
             version = {"workflow_name": new.workflow_name, "workflow_version": new.workflow_version}
@@ -304,9 +319,13 @@ class StartStore(SqlSeam):
             new.instance_id, started.generation, "instance", ended.status.value,
             status.value, now, detail,
         )  # fmt: skip
+        if new.debounce is not None:
+            opened(self, new, started.generation, now)
         return True
 
     def _started(self, new: NewInstance, now: float) -> None:
         status, at = _due(new, now)
-        detail = _scheduled(status, at)[1] or "started"
+        detail = _scheduled(status, at, new, now)[1] or "started"
         self._timeline(new.instance_id, Generation(0), "instance", None, status.value, now, detail)
+        if new.debounce is not None:
+            opened(self, new, Generation(0), now)

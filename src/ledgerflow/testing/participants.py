@@ -225,10 +225,10 @@ class ScriptedParticipant:
         # theirs accepted and not yet applied or refused: key -> (operation, attempt, payload).
         self.callbacks = dict(callbacks or {})
         self.accepted: dict[str, tuple[str, int, Any]] = {}
-        self.participant = Participant(
-            name,
-            deduplicates=deduplicates,
-            **({"lookup_retry": lookup_retry} if lookup_retry is not None else {}),
+        self.participant = (
+            Participant(name, deduplicates=deduplicates, lookup_retry=lookup_retry)
+            if lookup_retry is not None
+            else Participant(name, deduplicates=deduplicates)
         )
         undo = dict(compensations or {})
         for operation, classification in operations.items():

@@ -21,8 +21,10 @@ from ledgerflow.ledger.records import (
     StepRecord,
     TimelineEntry,
 )
+from ledgerflow.ledger.values import TAKE_PREFIX
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import InstanceId
+from ledgerflow.model.signal import UPDATE_PREFIX
 from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.testing.violations import Violation
 
@@ -102,10 +104,12 @@ def no_event_lost_or_duplicated_across_a_switch(snapshot: Snapshot) -> Iterable[
         waits = {
             at: s
             for at, s in steps.items()
-            # A durable lock's acquiring takes its grant as a wait takes its event.
-            if s.kind in (StepKind.WAIT, StepKind.LOCK) and s.status is StepStatus.COMPLETED
+            # A durable lock's acquiring takes its grant as a wait takes its event, and an
+            # update taken under a wait (runtime/update_handlers.py) its request.
+            if (s.kind in (StepKind.WAIT, StepKind.LOCK) or is_take(s))
+            and s.status is StepStatus.COMPLETED
         }
-        taken = Counter(_taken_event(s) for s in waits.values())
+        taken = Counter(taken_event(s) for s in waits.values())
         for event_id, n in taken.items():
             if event_id is not None and n > 1:
                 yield Violation(
@@ -130,7 +134,7 @@ def no_event_lost_or_duplicated_across_a_switch(snapshot: Snapshot) -> Iterable[
             if at in steps and steps[at].kind in (StepKind.EFFECT, StepKind.CHILD):
                 continue  # a callback or a child's ending: its own step took it, not a wait
             wait = waits.get(at)
-            if wait is None or _taken_event(wait) != delivery.event_id:
+            if wait is None or taken_event(wait) != delivery.event_id:
                 yield Violation(
                     "no-event-lost-across-a-switch",
                     iid,
@@ -139,7 +143,12 @@ def no_event_lost_or_duplicated_across_a_switch(snapshot: Snapshot) -> Iterable[
                 )
 
 
-def _taken_event(step: StepRecord) -> str | None:
+def is_take(step: StepRecord) -> bool:
+    """Whether the step is an update request taken under a wait (a ``take:`` marker)."""
+    return step.kind is StepKind.MARKER and step.name.startswith(TAKE_PREFIX + UPDATE_PREFIX)
+
+
+def taken_event(step: StepRecord) -> str | None:
     """The event id a completed wait journaled as the one it took."""
     output = json.loads(step.output or "null")
     return output.get("event_id") if isinstance(output, dict) else None

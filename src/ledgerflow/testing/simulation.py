@@ -38,6 +38,7 @@ from ledgerflow.model.effect import EffectState
 from ledgerflow.model.examples import Events, Example
 from ledgerflow.model.ids import DEFAULT_TENANT, BusinessKey, Generation, InstanceId, WorkerId
 from ledgerflow.model.instance import TERMINAL_STATUSES
+from ledgerflow.model.signal import UPDATE_PREFIX
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.core import instance_id_for
 from ledgerflow.runtime.engine import Engine
@@ -541,7 +542,9 @@ class _Run:
         engine.store.deliver(
             Deliver(
                 instance_id=instance_id,
-                event_id=f"probe-{hit.index}",
+                # An update request's id is its update id's (ledger/values.py).
+                event_id=f"{UPDATE_PREFIX if event.name.startswith(UPDATE_PREFIX) else ''}"
+                f"probe-{hit.index}",
                 name=event.name,
                 payload=engine.codec.encode(event.payload),
                 sender=event.sender,

@@ -128,8 +128,14 @@ def start_instance(request: Request, scoped: Scoped, body: StartBody) -> Respons
             signal_event_id=body.signal_event_id,
             signal_payload=body.signal_payload,
             signal_wakes=body.signal_wakes,
+            debounce_seconds=body.debounce_seconds,
+            debounce_max_seconds=body.debounce_max_seconds,
         )
-        answer_body = {"created": started.created, "instance": record_json(started.instance)}
+        answer_body = {
+            "created": started.created,
+            "debounced": started.debounced,
+            "instance": record_json(started.instance),
+        }
         return (201 if started.created else 200), answer_body
 
     return deprecating(answer(request, carry_out), body.deprecated_names())

@@ -28,6 +28,7 @@ Positive = Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)]
 # A time (epoch seconds) and a delay (seconds), both finite and bounded.
 Moment = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
 Delay = Annotated[float, Field(ge=0, le=limits.START_DELAY_SECONDS_MAX, allow_inf_nan=False)]
+Window = Annotated[float, Field(gt=0, le=limits.START_DELAY_SECONDS_MAX, allow_inf_nan=False)]
 TerminalStatus = Literal[
     "SUCCEEDED", "COMPENSATED", "FAILED", "CANCELLED", "FORWARD_RECOVERY_REQUIRED"
 ]
@@ -120,6 +121,16 @@ class StartBody(Body):
     signal_payload: Any = Field(None, description="the signal's payload")
     signal_wakes: bool = Field(
         False, description="the signal ends a delayed start's delay (it is due now)"
+    )
+    debounce_seconds: Window | None = Field(
+        None,
+        description="debounce starts of the key: due once no other start came for this long; "
+        "a start while the instance is pending replaces its input (answered debounced)",
+    )
+    debounce_max_seconds: Window | None = Field(
+        None,
+        description="a debounced start is due at the latest this long after the window's "
+        "first start (default: 10 windows)",
     )
     workflow: Name | None = Field(
         None, deprecated=True, description=f"deprecated alias of workflow_name (until {REMOVED_IN})"
@@ -287,6 +298,8 @@ class PageOut(BaseModel):
 
 class StartedOut(BaseModel):
     created: bool
+    # The start was debounced into the key's pending instance (its input replaced, its time moved).
+    debounced: bool = False
     instance: InstanceOut
 
 

@@ -42,3 +42,25 @@ SET available_at = CAST(:now AS double precision), reason = 'woken by a signal-w
     arrived_since_claim = 1
 WHERE instance_id = :instance_id AND status = 'SCHEDULED'
   AND available_at > CAST(:now AS double precision);
+
+-- name: select_debounce_window
+-- A pending debounced start's window, from its timeline (model/debounce.py): when its first
+-- start opened it (the newest opening) and how many starts it holds (the newest entry's count).
+SELECT (SELECT at FROM lf_timeline
+        WHERE instance_id = :instance_id AND subject = 'debounce' AND from_state IS NULL
+        ORDER BY entry_id DESC LIMIT 1) AS opened_at,
+       (SELECT to_state FROM lf_timeline
+        WHERE instance_id = :instance_id AND subject = 'debounce'
+        ORDER BY entry_id DESC LIMIT 1) AS starts;
+
+-- name: debounce_start
+-- A debounced start collapses into its key's pending instance: the instance takes the start's
+-- input and its moved due time. Only while it is SCHEDULED, debounced, not cancelled and never
+-- claimed since (owner NULL): a worker that claimed it first read the input it runs, so a start
+-- after that changes nothing here (zero rows) and is decided by the key's rules instead.
+UPDATE lf_instances
+SET input = :input, available_at = CAST(:available_at AS double precision), reason = :reason,
+    updated_at = :now
+WHERE instance_id = :instance_id AND run = CAST(:run AS bigint) AND status = 'SCHEDULED'
+  AND owner IS NULL AND reason_code = 'debounced' AND cancel_requested_at IS NULL
+RETURNING *;
