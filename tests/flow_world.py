@@ -2,9 +2,9 @@
 (``flow_world:registry``: this folder is on a worker process's path).
 
 The participant keeps its own log, a file every process appends one line to per call it
-receives (when it arrived by the machine's clock, the deadline the call carries, its key): what
-"the rate held" and "the timeout started at dispatch" are checked against, whatever the
-journal says."""
+receives (when it arrived by the machine's clock, the deadline the call carries, its key and
+priority): what "the rate held", "the timeout started at dispatch" and "higher priority went
+first" are checked against, whatever the journal says."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ async def send(call: lf.EffectCall) -> dict[str, Any]:
             "deadline": call.deadline_at,
             "key": call.idempotency_key,
             "n": call.payload["n"],
+            "priority": call.payload.get("priority"),
         }
     )
     fd = os.open(call.payload["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -60,4 +61,4 @@ async def find(key: str, attempt: int) -> lf.participant.LookupAnswer:
 
 @registry.workflow(name="notify", version=1)
 async def notify(ctx: lf.WorkflowContext, job: dict[str, Any]) -> Any:
-    return await ctx.effect(send, job)
+    return await ctx.effect(send, job, priority=job.get("priority"))

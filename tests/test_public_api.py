@@ -34,6 +34,7 @@ LEDGERFLOW_ALL = [
     "Delivery",
     "DeliveryOutcome",
     "EffectCall",
+    "EffectLimit",
     "EffectRecord",
     "EffectState",
     "Engine",

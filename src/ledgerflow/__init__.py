@@ -78,6 +78,7 @@ from ledgerflow.model.definition import Registry as Registry
 from ledgerflow.model.effect import EffectState as EffectState
 from ledgerflow.model.effect import LookupAnswer as LookupAnswer
 from ledgerflow.model.examples import Example as Example
+from ledgerflow.model.flow import EffectLimit as EffectLimit
 from ledgerflow.model.instance import InstanceStatus as InstanceStatus
 from ledgerflow.model.retry import RetryPolicy as RetryPolicy
 from ledgerflow.model.signal import Signal as Signal
@@ -117,6 +118,7 @@ __all__ = [
     "Classification",
     "RetryPolicy",
     "EffectCall",
+    "EffectLimit",
     "LookupAnswer",
     "WorkflowContext",
     "ChildHandle",

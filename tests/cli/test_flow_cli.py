@@ -32,14 +32,18 @@ def test_set_list_throttled_and_remove_are_audited(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     listed = json.loads(runner.invoke(cli, ["flow", "limits", "--db", db, "--json"]).output)
     assert listed["items"] == [{"scope": "effect:api.send", "concurrency_max": None,
-                                "rate_per_second": 0.1, "burst": 1, "per": "tenant"}]  # fmt: skip
+                                "rate_per_second": 0.1, "burst": 1, "per": "tenant",
+                                "fair_by": None, "weights": {}}]  # fmt: skip
     empty = runner.invoke(cli, ["flow", "throttled", "--db", db])
     assert "no effect is throttled" in empty.output
     asyncio.run(_hold_one_back(db))
     waiting = json.loads(runner.invoke(cli, ["flow", "throttled", "--db", db, "--json"]).output)
-    assert [(w["attempt"], w["reason"], w["state"]) for w in waiting["items"]] == [
-        (1, "rate", "THROTTLED")
+    assert [(w["attempt"], w["reason"], w["state"], w["priority"]) for w in waiting["items"]] == [
+        (1, "rate", "THROTTLED", 3)
     ]
+    table = runner.invoke(cli, ["flow", "throttled", "--db", db]).output
+    assert "priority" in table
+    assert "fair key" in table
     assert waiting["items"][0]["effect_id"].endswith("/s2/effect")
     removed = runner.invoke(cli, ["flow", "remove", "api.send", "--db", db])
     assert "removed api.send" in removed.output
@@ -86,3 +90,25 @@ async def _hold_one_back(db: str) -> None:
             worker.stop()
             await running
         assert (await engine.get(started.instance_id)).status is not lf.InstanceStatus.SUCCEEDED
+
+
+def test_fairness_is_set_and_shown(tmp_path: Path) -> None:
+    """--fair-by and --weight set a fair limit, listed with its weights; a weight not given as
+    KEY=NUMBER is refused in one line, with no change."""
+    runner = CliRunner()
+    db = f"sqlite:///{tmp_path / 'flow.db'}"
+    open_store(db).close()
+    bad = runner.invoke(cli, ["flow", "set", "api.send", "--rate", "5", "--fair-by", "tenant",
+                              "--weight", "acme", "--db", db])  # fmt: skip
+    assert bad.exit_code != 0
+    assert "KEY=NUMBER" in str(bad.exception)
+    weights = ["--weight", "acme=3", "--weight", "small=0.5"]
+    done = runner.invoke(cli, ["flow", "set", "api.send", "--rate", "5", "--fair-by", "tenant",
+                               *weights, "--db", db])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    listed = json.loads(runner.invoke(cli, ["flow", "limits", "--db", db, "--json"]).output)
+    [limit] = listed["items"]
+    assert (limit["fair_by"], limit["weights"]) == ("tenant", {"acme": 3.0, "small": 0.5})
+    shown = runner.invoke(cli, ["flow", "limits", "--db", db]).output
+    assert "acme=3" in shown
+    assert "small=0.5" in shown

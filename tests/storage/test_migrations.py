@@ -132,7 +132,17 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "run",
     ],
     # Effect limits (scope 'effect:...') add a GCRA and a key (0022).
-    "lf_limits": ["scope", "in_flight_max", "rate_per_second", "burst", "per"],
+    # ... and fairness, and the declaration in code last applied (0023).
+    "lf_limits": [
+        "scope",
+        "in_flight_max",
+        "rate_per_second",
+        "burst",
+        "per",
+        "fair_by",
+        "weights",
+        "declared",
+    ],
     "lf_audit": [
         "audit_id",
         "at",
@@ -274,7 +284,9 @@ DECLARED_TABLES: dict[str, list[str]] = {
     # Values a workflow publishes, one row per instance and name (0021).
     "lf_values": ["instance_id", "name", "value", "version", "run", "seq", "published_at"],
     # Flow control on effects: each flow key's GCRA and each attempt's admission (0022).
-    "lf_flow_keys": ["scope", "flow_key", "tat", "queue_tat"],
+    "lf_flow_keys": ["scope", "flow_key", "tat", "queue_tat", "vtime"],
+    # Each fairness key's finish tag under one flow key (0023).
+    "lf_flow_fair": ["scope", "flow_key", "fairness_key", "finish"],
     "lf_flow_admissions": [
         "effect_id",
         "attempt",
@@ -291,6 +303,12 @@ DECLARED_TABLES: dict[str, list[str]] = {
         "concurrency_max",
         "rate_per_second",
         "burst",
+        # Priority and weighted fairness (0023).
+        "priority",
+        "fairness_key",
+        "tag",
+        "weight",
+        "passed_over",
     ],
     # Written by the store itself, before any migration, to record which ones were applied.
     "lf_schema_migrations": ["version", "name", "checksum", "applied_at"],

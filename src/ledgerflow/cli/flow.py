@@ -25,6 +25,19 @@ def _operation(text: str) -> tuple[str, str]:
     return participant, operation
 
 
+def _weights(given: tuple[str, ...]) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    for text in given:
+        key, equals, value = text.rpartition("=")
+        try:
+            weights[key] = float(value)
+        except ValueError:
+            key = ""
+        if not equals or not key:
+            raise CommandLineError(f"give a weight as KEY=NUMBER, got {text!r}")
+    return weights
+
+
 @click.group("flow")
 def flow_group() -> None:
     """Flow control on effects: limits, THROTTLED attempts, set and remove a limit."""
@@ -41,11 +54,13 @@ def limits_command(db: str, as_json: bool) -> None:
         echo_json({"items": found})
         return
     table = Table(title="effect limits", title_justify="left")
-    for name in ("scope", "concurrency", "rate/s", "burst", "per"):
+    for name in ("scope", "concurrency", "rate/s", "burst", "per", "fair by", "weights"):
         table.add_column(name, overflow="fold")
     for lim in found:
+        weights = ", ".join(f"{k}={w:g}" for k, w in lim["weights"].items())
         table.add_row(*(cell(lim[k]) for k in ("scope", "concurrency_max", "rate_per_second")),
-                      cell(lim["burst"]), cell(lim["per"] or "(all)"))  # fmt: skip
+                      cell(lim["burst"]), cell(lim["per"] or "(all)"),
+                      cell(lim["fair_by"] or "-"), cell(weights or "-"))  # fmt: skip
     print_table(console(), table)
 
 
@@ -53,7 +68,8 @@ def limits_command(db: str, as_json: bool) -> None:
 @db_option
 @json_option
 def throttled_command(db: str, as_json: bool) -> None:
-    """List the effect attempts waiting THROTTLED: never sent, their timeout not started."""
+    """List the effect attempts waiting THROTTLED (never sent, their timeout not started), each
+    limit's key in the order they are admitted: priority, fairness, arrival."""
     with Operations(db) as operations:
         found = operations.flow().throttled()
     if as_json:
@@ -64,11 +80,13 @@ def throttled_command(db: str, as_json: bool) -> None:
         out.print("no effect is throttled")
         return
     table = Table(title="throttled effects", title_justify="left")
-    for name in ("instance", "scope", "key", "attempt", "why", "waited"):
+    for name in ("instance", "scope", "key", "attempt", "priority", "fair key", "why", "waited"):
         table.add_column(name, overflow="fold")
     for a in found:
         table.add_row(
-            *(cell(a[k]) for k in ("instance_id", "scope", "flow_key", "attempt", "reason")),
+            *(cell(a[k]) for k in ("instance_id", "scope", "flow_key", "attempt", "priority")),
+            cell(a["fairness_key"]),
+            cell(a["reason"]),
             cell(f"{a['throttled_seconds']:.1f}s"),
         )
     print_table(out, table)
@@ -81,15 +99,19 @@ def throttled_command(db: str, as_json: bool) -> None:
 @click.option("--rate", type=float, default=None, help="Dispatches per second (a GCRA).")
 @click.option("--burst", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--per", default=None, help="'tenant', 'input.<path>', or none: one key for all.")
+@click.option("--fair-by", default=None, help="Share fairly by 'tenant' or 'input.<path>'.")
+@click.option("--weight", "weights", multiple=True, metavar="KEY=WEIGHT",
+              help="A fairness key's weight (default 1); repeat for several.")  # fmt: skip
 @click.option("--reason", default="", help="Why, for the audit log.")
 def set_command(operation: str, db: str, concurrency: int | None, rate: float | None,
-                burst: int, per: str | None, reason: str) -> None:  # fmt: skip
+                burst: int, per: str | None, fair_by: str | None, weights: tuple[str, ...],
+                reason: str) -> None:  # fmt: skip
     """Set the limit of PARTICIPANT.OPERATION across every worker (audited)."""
     participant, name = _operation(operation)
     with Operations(db) as operations:
         limit = operations.flow().set(
             participant, name, concurrency_max=concurrency, rate_per_second=rate, burst=burst,
-            per=per, reason=reason,
+            per=per, fair_by=fair_by, weights=_weights(weights), reason=reason,
         )  # fmt: skip
     click.echo(f"set {limit.scope}")
 

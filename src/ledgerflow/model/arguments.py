@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from ledgerflow.errors import RegistrationError
+from ledgerflow.model.classification import Classification
 from ledgerflow.model.retry import RetryPolicy
 
 
@@ -126,3 +127,21 @@ def exception_class(value: object, *, workflow: str) -> type[BaseException]:
         f"workflow {workflow}: business_failures= takes exception classes, e.g. "
         f"business_failures=[OutOfStock], not {kind_of(value)}{hint}"
     )
+
+
+def classification(given: object, what: str) -> Classification:
+    """An effect's classification, or a RegistrationError naming the choices."""
+    choices = ", ".join(repr(c.value) for c in Classification)
+    if given is None:
+        raise RegistrationError(f"{what} declares no classification; choose one of {choices}")
+    if not isinstance(given, str | Classification):
+        raise RegistrationError(
+            f"{what}: classification= takes one of {choices} (or an lf.Classification), "
+            f"not {kind_of(given)}"
+        )
+    try:
+        return Classification(given)
+    except ValueError:
+        raise RegistrationError(
+            f"{what}: unknown classification {given!r}; choose one of {choices}"
+        ) from None

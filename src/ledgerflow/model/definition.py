@@ -21,11 +21,13 @@ from typing import Any, TypeVar
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, UnknownVersionError, UnknownWorkflowError
 from ledgerflow.model import arguments
+from ledgerflow.model import flow as flows
 from ledgerflow.model.classification import Classification
 from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.defects import OnDefect, declared_names, is_business_failure
 from ledgerflow.model.effect import LookupAnswer
 from ledgerflow.model.effect_call import EffectCall as EffectCall
+from ledgerflow.model.flow_order import PRIORITY_DEFAULT
 from ledgerflow.model.heartbeat import checked_heartbeat_timeout
 from ledgerflow.model.ids import IdempotencyKey
 from ledgerflow.model.retry import (
@@ -88,9 +90,12 @@ class EffectDeclaration:
     # Seconds an attempt may go without a heartbeat (call.heartbeat) before it is cut off and
     # its outcome is UNKNOWN; None: no heartbeat is asked for (checked as it is declared).
     heartbeat_timeout_seconds: float | None = None
+    priority: int = PRIORITY_DEFAULT  # a call's flow-control priority, unless it gives one
+    limit: flows.FlowLimit | None = None
 
     def __post_init__(self) -> None:
         what = f"effect {self.participant.name}.{self.operation}"
+        object.__setattr__(self, "priority", flows.declared_priority(self.priority, what=what))
         seconds = checked_heartbeat_timeout(
             self.heartbeat_timeout_seconds, self.function, what=what, timeout=self.timeout_seconds
         )
@@ -178,6 +183,8 @@ class Participant:
         completes_by_callback: float | None = None,
         contract_version: int | str | None = None,
         heartbeat_timeout: float | None = None,
+        priority: int = PRIORITY_DEFAULT,
+        limit: flows.EffectLimit | None = None,
     ) -> Callable[[EffectFunction], EffectDeclaration]:
         """Declare an effect. ``classification`` is required: there is no safe default.
 
@@ -189,8 +196,7 @@ class Participant:
         ``completes_by_callback=seconds`` declares an asynchronous effect: the participant's
         answer to the dispatch only says it accepted the request; the effect completes when
         the participant calls back (``Engine.complete_effect``), and with no callback within
-        that many seconds its outcome is UNKNOWN and settled like any other.
-        """
+        that many seconds its outcome is UNKNOWN and settled like any other."""
         if operation is not None and not isinstance(operation, str):
             # `@payments.effect` without parentheses hands the function over as `operation`.
             raise RegistrationError(
@@ -202,22 +208,7 @@ class Participant:
         def register(function: EffectFunction) -> EffectDeclaration:
             op = check_name("operation", operation or function.__name__)
             what = f"effect {self.name}.{op}"
-            choices = ", ".join(repr(c.value) for c in Classification)
-            if classification is None:
-                raise RegistrationError(
-                    f"{what} declares no classification; choose one of {choices}"
-                )
-            if not isinstance(classification, str | Classification):
-                raise RegistrationError(
-                    f"{what}: classification= takes one of {choices} (or an lf.Classification), "
-                    f"not {arguments.kind_of(classification)}"
-                )
-            try:
-                kind = Classification(classification)
-            except ValueError:
-                raise RegistrationError(
-                    f"{what}: unknown classification {classification!r}; choose one of {choices}"
-                ) from None
+            kind = arguments.classification(classification, what)
             if op in self.effects:
                 raise RegistrationError(f"{what} is declared twice")
             self.effects[op] = declaration = EffectDeclaration(
@@ -232,8 +223,9 @@ class Participant:
                     completes_by_callback, what=what, option="completes_by_callback", optional=True
                 ),
                 contract_version=contract_text(f"effect {self.name}.{op}", contract_version),
-                heartbeat_timeout_seconds=heartbeat_timeout,
-            )
+                heartbeat_timeout_seconds=heartbeat_timeout, priority=priority,
+                limit=flows.declared_limit(limit, scope=flows.effect_scope(self.name, op)),
+            )  # fmt: skip
             return declaration
 
         return register
@@ -435,7 +427,7 @@ class WorkflowDefinition:
         )
 
 
-class Registry(ScheduleDeclarations, UpdateDeclarations):
+class Registry(ScheduleDeclarations, UpdateDeclarations, flows.LimitDeclarations):
     """The workflows, participants and schedules a process knows; what ``ledgerflow worker``
     loads.
 
@@ -453,6 +445,7 @@ class Registry(ScheduleDeclarations, UpdateDeclarations):
         self.participants: dict[str, Participant] = {}
         self.schedules: dict[str, ScheduleSpec] = {}
         self.update_validators: dict[tuple[str, str], Validator] = {}
+        self.limits_declared: dict[str, flows.FlowLimit] = {}
 
     def add_participant(self, participant: Participant) -> Participant:
         """Add a participant the workflows of this registry change; return it."""

@@ -17,6 +17,7 @@ from typing import Any
 from ledgerflow.errors import ConfigurationError, NotAuthorizedError
 from ledgerflow.model.authority import ApiRole
 from ledgerflow.model.flow import Admission, AdmissionState, FlowLimit, effect_scope
+from ledgerflow.model.flow_order import Waiter, order_key
 from ledgerflow.operators import actions
 from ledgerflow.operators.commands import Caller, Operation
 from ledgerflow.runtime.clock import Clock
@@ -27,7 +28,14 @@ FLOW_CHANGE = Operation("flow", ApiRole.OPERATOR, None)
 
 
 def limit_json(limit: FlowLimit) -> dict[str, Any]:
-    return dataclasses.asdict(limit)
+    shown = dataclasses.asdict(limit)
+    shown["weights"] = dict(limit.weights)
+    return shown
+
+
+def _waiter(a: Admission) -> Waiter:
+    since = a.throttled_since or 0.0
+    return Waiter(a.effect_id, a.attempt, a.priority, a.tag or 0.0, since, a.retry_at)
 
 
 def admission_json(admission: Admission, *, now: float) -> dict[str, Any]:
@@ -51,9 +59,11 @@ class FlowCommands:
         return self._store.effect_limits()
 
     def throttled(self) -> list[dict[str, Any]]:
-        """The attempts waiting THROTTLED now, with how long they have waited."""
+        """The attempts waiting THROTTLED now, with how long they have waited, each flow key's
+        in the order they are admitted (model/flow_order.py)."""
         now = self._clock.now()
         found = self._store.flow_admissions(state=AdmissionState.THROTTLED)
+        found.sort(key=lambda a: (a.scope, a.flow_key, order_key(_waiter(a))))
         return [admission_json(a, now=now) for a in found]
 
     def set(

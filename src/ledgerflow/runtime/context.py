@@ -9,8 +9,8 @@ Positions are taken in the order the code calls, also from parallel branches
 (``asyncio.gather``, ``asyncio.TaskGroup``, ``create_task``): :mod:`~ledgerflow.runtime.branches`
 hands each call's outcome back in position order, so a replay takes the same positions whatever
 order the calls finished in; a call from a task the run did not start is refused and the
-instance parks (``concurrent_steps``). :meth:`WorkflowContext.patched` is
-decided at its position from the journal, so a replayed run takes the branch it took.
+instance parks (``concurrent_steps``). :meth:`WorkflowContext.patched` is decided at its
+position from the journal, so a replayed run takes the branch it took.
 :class:`~ledgerflow.runtime.replay.ReplayContext` is the same context answered from the journal
 only (the replay checker).
 """
@@ -38,7 +38,7 @@ from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from ledgerflow.model.schedule import ScheduledBy, scheduled_by
 from ledgerflow.model.signal import Signal
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
-from ledgerflow.runtime import children, sends
+from ledgerflow.runtime import children, flow, sends
 from ledgerflow.runtime.branches import CONTROL, Branches, gather
 from ledgerflow.runtime.children import ChildHandle, ChildOptions
 from ledgerflow.runtime.control import Cancelled, ContinueAsNew, Diverged, Park
@@ -204,8 +204,7 @@ class WorkflowContext(PublishingCalls):
         The arguments are the step's input snapshot and must be JSON values. The function runs
         at least once (again after a crash before its result was journaled); its result is
         journaled exactly once and returned on every replay. Side effects on other services
-        belong in :meth:`effect`, not here.
-        """
+        belong in :meth:`effect`, not here."""
         session = self._session
         input_text = session.codec.encode(list(args))
 
@@ -258,15 +257,16 @@ class WorkflowContext(PublishingCalls):
             return await driver.run(function, args, attempt=attempt)
 
     async def effect(
-        self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None
-    ) -> Any:
+        self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None,
+        priority: int | None = None,
+    ) -> Any:  # fmt: skip
         """Apply an effect at a participant through the effect protocol; return its evidence.
 
         The intent (with an idempotency key derived from the instance, run and step) is durable
-        before the participant is called. Raises
+        before the participant is called. ``priority`` (1 lowest to 5 highest; default the
+        declaration's) orders it among the waiters of a flow-control limit. Raises
         :class:`~ledgerflow.errors.EffectFailedError` when the participant proved the effect
-        was not applied and no attempt is left.
-        """
+        was not applied and no attempt is left."""
         session = self._session
         step_name = name or f"{declaration.participant.name}.{declaration.operation}"
         payload_text = session.codec.encode(payload)
@@ -289,7 +289,7 @@ class WorkflowContext(PublishingCalls):
             payload_text=payload_text,
             wait_until=self.wait_until,
         )
-        driver.parks = self._branches.park
+        driver.parks, driver.priority = self._branches.park, flow.priority(declaration, priority)
         return await self._branches.call(seq, driver.run())
 
     async def sleep(self, seconds: float) -> None:

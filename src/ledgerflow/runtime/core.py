@@ -13,6 +13,8 @@ import dataclasses
 import datetime
 import enum
 import hashlib
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Unpack
@@ -178,6 +180,12 @@ class EngineCore:
         self.codec = codec
         # Starts are counted here, for every face (None: nothing is counted).
         self.metrics = metrics
+        declared = registry.declared_limits()
+        self.declared_limits_applied: list[FlowLimit] = []
+        if declared:
+            # New or changed declarations only: a run-time change since stands (sql_flow).
+            actor = f"code@{socket.gethostname()}:{os.getpid()}"
+            self.declared_limits_applied = store.declare_effect_limits(declared, actor=actor)
 
     def prepare(
         self,

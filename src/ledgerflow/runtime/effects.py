@@ -79,7 +79,7 @@ class EffectDriver(EffectWrites):
         self.name = name
         self.payload_text = payload_text
         self.wait_until = wait_until
-        self.policy = declaration.retry
+        self.policy, self.priority = declaration.retry, declaration.priority
         # A compensation: the effect it undoes gives its key namespace and its fault points.
         self.undoes = undoes
         self.kind = StepKind.COMPENSATION if undoes else StepKind.EFFECT
@@ -207,7 +207,7 @@ class EffectDriver(EffectWrites):
                 session.instance, owner=str(session.owner), effect_id=self.effect_id,
                 payload=lambda: session.codec.decode(self.payload_text), attempt=attempt,
                 participant=declared.participant.name, operation=declared.operation,
-                wait_until=session.wait_until,
+                wait_until=session.wait_until, priority=self.priority,
             )  # fmt: skip
 
     async def _throttled(self, attempt: int) -> bool:

@@ -16,13 +16,27 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ledgerflow import limits
+from ledgerflow.errors import RegistrationError
 from ledgerflow.ledger.records import InstanceRecord
+from ledgerflow.model.definition import EffectDeclaration
 from ledgerflow.model.flow import AdmissionState, FlowAsk, FlowLimit, effect_scope, flow_key
+from ledgerflow.model.flow_order import ONE_FAIRNESS_KEY, PRIORITY_DEFAULT, checked_priority
 from ledgerflow.runtime import faults
 
 if TYPE_CHECKING:
     from ledgerflow.runtime.clock import Clock
     from ledgerflow.runtime.store_thread import AsyncStore
+
+
+def priority(declaration: EffectDeclaration, priority: int | None) -> int:
+    """An effect call's priority: its own, else its declaration's (refused when no level)."""
+    if priority is None:
+        return declaration.priority
+    what = f"ctx.effect({declaration.participant.name}.{declaration.operation})"
+    try:
+        return checked_priority(priority, what=what)
+    except ValueError as exc:
+        raise RegistrationError(str(exc)) from None
 
 
 class FlowGate:
@@ -63,6 +77,7 @@ class FlowGate:
         effect_id: str,
         attempt: int,
         wait_until: Callable[[float], Awaitable[None]],
+        priority: int = PRIORITY_DEFAULT,
     ) -> None:
         """Return once the attempt is admitted (at once when its scope has no limit); while
         THROTTLED, wait (in the worker, or released with a durable wake-up when long)."""
@@ -70,6 +85,7 @@ class FlowGate:
         limit = await self.limit(scope)
         if limit is None:
             return
+        tenant, value = str(instance.tenant), payload()
         ask = FlowAsk(
             instance_id=str(instance.instance_id),
             owner=owner,
@@ -77,7 +93,11 @@ class FlowGate:
             effect_id=effect_id,
             attempt=attempt,
             scope=scope,
-            flow_key=flow_key(limit.per, tenant=str(instance.tenant), payload=payload()),
+            flow_key=flow_key(limit.per, tenant=tenant, payload=value),
+            priority=priority,
+            fairness_key=flow_key(
+                limit.fair_by, tenant=tenant, payload=value, one=ONE_FAIRNESS_KEY
+            ),
         )
         while True:
             # A real clock: the database's, read in the admission's transaction (SQLite's is

@@ -168,10 +168,11 @@ class ReplayContext(WorkflowContext):
         self.reached_open: list[int] = []
 
     async def effect(
-        self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None
-    ) -> Any:
+        self, declaration: EffectDeclaration, payload: Any = None, *, name: str | None = None,
+        priority: int | None = None,
+    ) -> Any:  # fmt: skip
         self._asking = (declaration.participant.name, declaration.operation)
-        return await super().effect(declaration, payload, name=name)
+        return await super().effect(declaration, payload, name=name, priority=priority)
 
     def _replayed(
         self, seq: StepSeq, *, kind: StepKind, name: str, input_text: str | None

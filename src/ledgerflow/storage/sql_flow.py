@@ -10,8 +10,12 @@ database's clock, so a limit holds across every worker. See :mod:`ledgerflow.mod
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from ledgerflow import limits
 from ledgerflow.errors import FencedOutError
+from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.model.flow import (
     Admission,
     AdmissionState,
@@ -21,6 +25,7 @@ from ledgerflow.model.flow import (
     KeyState,
     decide,
 )
+from ledgerflow.model.flow_order import Waiter, standing, start_tag
 from ledgerflow.model.ids import Generation, InstanceId
 from ledgerflow.storage.rows import Row
 from ledgerflow.storage.sql_seam import SqlSeam
@@ -35,6 +40,39 @@ def _limit_from_row(r: Row) -> FlowLimit:
         rate_per_second=None if rate is None else float(rate),
         burst=int(r["burst"] or 1),
         per=r["per"],
+        fair_by=r["fair_by"],
+        weights=json.loads(r["weights"]) if r["weights"] else {},
+    )
+
+
+def declared_text(limit: FlowLimit) -> str:
+    """A declaration as the row keeps it, to tell whether the code's has changed."""
+    bounds = {k: v for k, v in limit_record(limit).items() if k != "scope"}
+    return json.dumps(bounds, sort_keys=True)
+
+
+def limit_record(limit: FlowLimit) -> dict[str, object]:
+    return {
+        "scope": limit.scope,
+        "concurrency_max": limit.concurrency_max,
+        "rate_per_second": limit.rate_per_second,
+        "burst": limit.burst,
+        "per": limit.per,
+        "fair_by": limit.fair_by,
+        "weights": dict(limit.weights),
+    }
+
+
+def _waiter(r: Row) -> Waiter:
+    return Waiter(
+        effect_id=str(r["effect_id"]),
+        attempt=int(r["attempt"]),
+        priority=int(r["priority"]),
+        tag=float(r["tag"] or 0.0),
+        since=float(r["throttled_since"] or 0.0),
+        retry_at=None if r["retry_at"] is None else float(r["retry_at"]),
+        slot=None if r["slot"] is None else float(r["slot"]),
+        fairness_key=str(r["fairness_key"]),
     )
 
 
@@ -59,6 +97,11 @@ def _admission_from_row(r: Row, now: float | None = None) -> Admission:
         rate_per_second=real("rate_per_second"),
         burst=None if r["burst"] is None else int(r["burst"]),
         now=now,
+        priority=int(r["priority"]),
+        fairness_key=str(r["fairness_key"]),
+        tag=real("tag"),
+        weight=float(r["weight"]),
+        passed_over=int(r["passed_over"]),
     )
 
 
@@ -80,8 +123,42 @@ class FlowStore(SqlSeam):
                     "rate_per_second": limit.rate_per_second,
                     "burst": limit.burst,
                     "per": limit.per,
+                    "fair_by": limit.fair_by,
+                    "weights": json.dumps(dict(limit.weights)) if limit.weights else None,
                 },
             )  # fmt: skip
+
+    def declare_effect_limits(self, declared: list[FlowLimit], *, actor: str) -> list[FlowLimit]:
+        """Apply the limits declared in code that are new or changed since last applied, each
+        with its audit record, in one transaction; return those applied. A limit changed at run
+        time since its declaration was last applied keeps the run-time change until the
+        declaration itself changes."""
+        applied: list[FlowLimit] = []
+        with self._write_transaction():
+            for limit in declared:
+                text = declared_text(limit)
+                rows, _ = self._run("select_effect_limit", {"scope": limit.scope})
+                if rows and rows[0]["declared"] == text:
+                    continue
+                self.set_effect_limit(limit)
+                self._run("set_declared_limit", {"scope": limit.scope, "declared": text})
+                plan = json.dumps(limit_record(limit), sort_keys=True)
+                identity = json.dumps(["flow-limit-declared", limit.scope, plan])
+                self._insert_audit(
+                    AuditEntry(
+                        actor=actor, role=None, kind="flow-limit-declared", instance_id=None,
+                        target=limit.scope, outcome="applied", evidence=None, plan=plan,
+                        fingerprint=hashlib.sha256(identity.encode()).hexdigest(),
+                        reason="declared in code" + (", changed" if rows else ""),
+                    ),
+                    self._database_now(),
+                )  # fmt: skip
+                applied.append(limit)
+        return applied
+
+    def _database_now(self) -> float:
+        clock, _ = self._run("database_now", {})
+        return float(clock[0]["now"])
 
     def effect_limits(self) -> list[FlowLimit]:
         with self._read():
@@ -125,11 +202,12 @@ class FlowStore(SqlSeam):
             if now is None:
                 # Read under the key's lock: the admissions of one key are decided, and
                 # stamped, in one order by one clock (a GCRA needs its times not to go back).
-                clock, _ = self._run("database_now", {})
-                now = float(clock[0]["now"])
+                now = self._database_now()
+            first = state_rows[0]
             state = KeyState(
-                tat=float(state_rows[0]["tat"]), queue_tat=float(state_rows[0]["queue_tat"])
-            )
+                tat=float(first["tat"]), queue_tat=float(first["queue_tat"]),
+                vtime=float(first["vtime"]),
+            )  # fmt: skip
             in_flight = 0
             if limit.concurrency_max is not None:
                 self._run("settle_flow_admissions", key)
@@ -138,21 +216,57 @@ class FlowStore(SqlSeam):
             mine = {"effect_id": ask.effect_id, "attempt": ask.attempt}
             before, _ = self._run("select_flow_admission", mine)
             previous = _admission_from_row(before[0]) if before else None
+            weight = limit.weight(ask.fairness_key)
+            tag = previous.tag if previous is not None else None
+            if tag is None:
+                tag = self._first_tag(ask, state, weight)
+            since = previous.throttled_since if previous is not None else None
             slot = None if not before or before[0]["slot"] is None else float(before[0]["slot"])
+            me = Waiter(ask.effect_id, ask.attempt, ask.priority, tag, since or now, None, slot,
+                        ask.fairness_key)  # fmt: skip
+            waiters, _ = self._run("select_flow_waiters", key)
+            stands = standing(me, [_waiter(w) for w in waiters], now=now)
             decision = decide(
                 limit,
                 state,
                 in_flight=in_flight,
                 slot=slot,
+                standing=stands,
+                tag=tag,
                 now=now,
                 poll_seconds=limits.FLOW_CONCURRENCY_POLL_SECONDS,
             )
-            if decision.key_state != state:
-                ahead = {"tat": decision.key_state.tat, "queue_tat": decision.key_state.queue_tat}
-                self._run("update_flow_key", {**key, **ahead})
-            self._record(ask, limit, decision, previous, now)
+            self._move_key(key, limit, state, decision)
+            # Admitted before others in order: those silent (late) too long.
+            self._record(ask, limit, decision, previous, now, tag=tag, weight=weight,
+                         passed=stands.silent)  # fmt: skip
             fresh, _ = self._run("select_flow_admission", mine)
         return _admission_from_row(fresh[0], now=now)
+
+    def _first_tag(self, ask: FlowAsk, state: KeyState, weight: float) -> float:
+        """An attempt's first ask: its fairness tag, its place among the key's waiters."""
+        fair = {"scope": ask.scope, "flow_key": ask.flow_key, "fairness_key": ask.fairness_key}
+        finish, _ = self._run("select_flow_fair", fair)
+        tag, finish_next = start_tag(
+            vtime=state.vtime, finish=float(finish[0]["finish"]) if finish else None, weight=weight
+        )
+        self._run("set_flow_fair", {**fair, "finish": finish_next})
+        return tag
+
+    def _move_key(
+        self, key: dict[str, str], limit: FlowLimit, state: KeyState, decision: Decision
+    ) -> None:
+        """Write what the decision moved: the slots behind one taken, the key's GCRA and
+        virtual time, and the fairness rows left behind it."""
+        if decision.shift_from is not None and limit.rate_per_second is not None:
+            moved = {"from_slot": decision.shift_from, "interval": 1 / limit.rate_per_second}
+            self._run("shift_flow_slots", {**key, **moved})
+        after = decision.key_state
+        if after != state:
+            ahead = {"tat": after.tat, "queue_tat": after.queue_tat, "vtime": after.vtime}
+            self._run("update_flow_key", {**key, **ahead})
+            if after.vtime != state.vtime:
+                self._run("prune_flow_fair", {**key, "vtime": after.vtime})
 
     def _fence_ask(self, ask: FlowAsk) -> None:
         """Refuse an ask from an owner that no longer holds the instance: a zombie takes no
@@ -172,6 +286,10 @@ class FlowStore(SqlSeam):
         decision: Decision,
         previous: Admission | None,
         now: float,
+        *,
+        tag: float,
+        weight: float,
+        passed: int,
     ) -> None:
         """Write the attempt's admission row, and a timeline entry when it begins to wait and
         when, having waited, it is admitted."""
@@ -197,6 +315,11 @@ class FlowStore(SqlSeam):
                 "concurrency_max": limit.concurrency_max,
                 "rate_per_second": limit.rate_per_second,
                 "burst": limit.burst,
+                "priority": ask.priority,
+                "fairness_key": ask.fairness_key,
+                "tag": tag,
+                "weight": weight,
+                "passed_over": passed if admitted else 0,
             },
         )
         if since is not None and (previous is None or admitted):

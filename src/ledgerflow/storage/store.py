@@ -367,11 +367,11 @@ class JournalStore(LedgerReads, Protocol):
 
     def set_effect_limit(self, limit: FlowLimit | None, *, scope: str | None = None) -> None:
         """Set an effect limit (scope ``effect:PARTICIPANT.OPERATION``), or remove ``scope``'s."""
-        ...
+
+    def declare_effect_limits(self, limits: list[FlowLimit], *, actor: str) -> list[FlowLimit]: ...
 
     def admit_effect(self, ask: FlowAsk, *, now: float | None) -> Admission | None:
         """Decide one attempt's dispatch under its limit in one transaction (None: no limit)."""
-        ...
 
 
 class DetectionStore(LedgerReads, Protocol):

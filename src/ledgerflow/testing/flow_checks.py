@@ -5,7 +5,9 @@ the oracle's stays within its length bound).
 What the admissions kept must say: each flow key's admissions, by the database's clock, never
 exceed ``burst + rate * window`` in any window, to the clock's resolution (the GCRA held
 across every worker), and an attempt still THROTTLED was never admitted, while an admitted one
-was admitted no earlier than it began to wait (its timeout's clock starts at admission).
+was admitted no earlier than it began to wait (its timeout's clock starts at admission); and
+the order of admissions respected priority and weighted fairness
+(:mod:`ledgerflow.testing.flow_order_checks`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 
 from ledgerflow.model.flow import Admission, AdmissionState, admissions_over_rate
 from ledgerflow.storage.store import Store
+from ledgerflow.testing.flow_order_checks import order_held
 from ledgerflow.testing.violations import Violation
 
 RATE_EXCEEDED = "flow-rate-exceeded"
@@ -61,4 +64,4 @@ def flows_held(admissions: Sequence[Admission]) -> list[Violation]:
                     f"{burst} + {rate}/s",
                 )
             )
-    return found
+    return found + order_held(admissions)

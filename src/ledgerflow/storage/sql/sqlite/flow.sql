@@ -2,4 +2,4 @@
 
 -- name: lock_flow_key
 -- SQLite's write transaction already holds the one write lock.
-SELECT tat, queue_tat FROM lf_flow_keys WHERE scope = :scope AND flow_key = :flow_key;
+SELECT tat, queue_tat, vtime FROM lf_flow_keys WHERE scope = :scope AND flow_key = :flow_key;
