@@ -11,11 +11,15 @@ table refuses a second decision of a slot whatever path tries it.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 from ledgerflow.errors import SlotTakenError
 from ledgerflow.ledger.schedules import (
     AdvanceSchedule,
     DeclareSchedule,
     RecordSlots,
+    RecordTrigger,
     ScheduleRecord,
     ScheduleWrite,
     SlotOutcome,
@@ -38,6 +42,10 @@ class ScheduleStore(SqlSeam):
             return self._declare_schedule(write, now)
         if isinstance(write, AdvanceSchedule):
             return self._advance_schedule(write, now)
+        if isinstance(write, RecordTrigger):
+            self._run("lock_schedule", {"name": write.name})
+            params = {"name": write.name, "instance_id": write.instance_id, "now": now}
+            return self._run("note_schedule_trigger", params)[1] == 1
         if isinstance(write, RecordSlots):
             return sum(
                 self._run("insert_slot_unless_decided", fields(slot))[1] for slot in write.slots
@@ -121,6 +129,26 @@ class ScheduleStore(SqlSeam):
                 "select_buffered_slots", {"name": name, "limit": BUFFERED_SLOTS_MAX}
             )
         return [(float(r["nominal_at"]), int(r["spec_version"])) for r in rows]
+
+    def claim_schedules(self, names: Sequence[str]) -> list[ScheduleRecord]:
+        """Inside a write transaction: these schedules (deleted ones left out) as they are now,
+        each held by this transaction until it ends; on PostgreSQL one another transaction
+        holds is left out too (see the query)."""
+        with self._read():  # inside the caller's transaction: it joins it
+            rows, _ = self._run("claim_schedules", {"names": json.dumps(list(names))})
+        return [record_from_row(ScheduleRecord, r) for r in rows]
+
+    def buffered_slots_of(self, names: Sequence[str]) -> dict[str, list[tuple[float, int]]]:
+        """:meth:`buffered_slots` of many schedules in one read (a schedule holding none is
+        absent)."""
+        with self._read():
+            rows, _ = self._run("select_buffered_slots_of", {"names": json.dumps(list(names))})
+        held: dict[str, list[tuple[float, int]]] = {}
+        for r in rows:
+            slots = held.setdefault(str(r["name"]), [])
+            if len(slots) < BUFFERED_SLOTS_MAX:
+                slots.append((float(r["nominal_at"]), int(r["spec_version"])))
+        return held
 
     def schedule_specs(self, name: str) -> list[tuple[int, str, float]]:
         """Every spec the schedule has had: (version, spec, in force from), oldest first."""

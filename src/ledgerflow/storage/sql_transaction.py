@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from ledgerflow.errors import IllegalTransitionError, InstanceNotFoundError
 from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.records import Commit, InstanceRecord, NewInstance, StartInstance
-from ledgerflow.ledger.schedules import AdvanceSchedule, DeclareSchedule, RecordSlots, SetSchedule
+from ledgerflow.ledger.schedules import ScheduleWrite
 from ledgerflow.ledger.transaction import (
     Answer,
     AppendAudit,
@@ -52,9 +52,7 @@ class SqlStore(Protocol):
         self, instance_id: str, reason_code: str, evidence: str, detected_by: str, now: float | None
     ) -> bool: ...
 
-    def _schedule_write(
-        self, write: DeclareSchedule | AdvanceSchedule | RecordSlots | SetSchedule, now: float
-    ) -> int | bool: ...
+    def _schedule_write(self, write: ScheduleWrite, now: float) -> int | bool: ...
 
     def deliver(self, write: Deliver, *, now: float) -> Delivered | None: ...
 
@@ -114,6 +112,6 @@ def _write(store: SqlStore, write: OutsideWrite, now: float) -> Answer:
         return store._raise(
             write.instance_id, write.reason_code, write.evidence, write.detected_by, now
         )
-    if isinstance(write, DeclareSchedule | AdvanceSchedule | RecordSlots | SetSchedule):
+    if isinstance(write, ScheduleWrite):
         return store._schedule_write(write, now)
     raise TypeError(f"not a write of a transaction: {write!r}")
