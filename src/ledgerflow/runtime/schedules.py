@@ -78,6 +78,8 @@ SCHEDULE_TICK_SECONDS = 1.0
 # Due schedules one transaction decides: fewer commits and round trips per pass, yet short
 # enough that a batch holds its rows (and SQLite's write lock) briefly.
 SCHEDULES_PER_BATCH = 50
+# Parsed specs a worker keeps (by their text), well above the schedules a journal holds.
+PARSED_SPECS_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,6 +127,8 @@ class Scheduler:
         # Told when a tick started instances, so this process's workers claim them now.
         self.on_fired = on_fired
         self._declared: dict[str, str] = {}
+        self._specs: dict[str, ScheduleSpec] = {}
+        self._made: dict[tuple[str, float], NewInstance] = {}
 
     async def now(self) -> float:
         clock = self.runtime.clock
@@ -154,7 +158,7 @@ class Scheduler:
             fresh = await store.call(self.journal.schedule, spec.name)
             if fresh is not None:
                 rows[spec.name] = fresh
-        due = [r for r in rows.values() if not r.deleted and self._serves(r) and _due(r, now)]
+        due = [r for r in rows.values() if not r.deleted and self._serves(r) and self._due(r, now)]
         report, errors = TickReport(), []
         for at in range(0, len(due), SCHEDULES_PER_BATCH):
             batch = due[at : at + SCHEDULES_PER_BATCH]
@@ -175,9 +179,21 @@ class Scheduler:
             raise errors[0]
         return report
 
+    def _spec(self, row: ScheduleRecord) -> ScheduleSpec:
+        """The row's spec, parsed once per text (a pass looks at every schedule's)."""
+        spec = self._specs.get(row.spec)
+        if spec is None:
+            if len(self._specs) >= PARSED_SPECS_MAX:
+                self._specs.clear()
+            spec = self._specs[row.spec] = row.parsed
+        return spec
+
+    def _due(self, row: ScheduleRecord, now: float) -> bool:
+        return row.buffered_at is not None or due_at(self._spec(row), row.cursor) <= now
+
     def _serves(self, row: ScheduleRecord) -> bool:
         try:
-            self.registry.get(row.parsed.workflow)
+            self.registry.get(self._spec(row).workflow)
         except LedgerflowError:
             return False
         return True
@@ -216,13 +232,14 @@ class Scheduler:
         advance (slot rows, cursor) and every start and cancel request. Answers the plans and
         how many of the batch another worker holds or has decided since the pass read it."""
         journal = self.journal
+        self._made.clear()
         with journal.transaction():
             claimed = journal.claim_schedules([r.name for r in batch])
             read = {r.name: r for r in batch}
             mine = [r for r in claimed if _same_tick(r, read[r.name])]
             passed = len(batch) - len(mine)
-            if faults.plan is not None:
-                faults.point("schedule.after_claim", schedule=_names(mine), slots=len(mine))
+            if faults.plan is not None and mine:
+                faults.point("schedule.after_claim", schedule=_names(mine), claimed=len(mine))
             plans = self._plans(mine, now)
             if not plans:
                 return [], passed
@@ -240,7 +257,7 @@ class Scheduler:
 
     def _plans(self, rows: list[ScheduleRecord], now: float) -> list[TickPlan]:
         journal = self.journal
-        watched = [r for r in rows if r.parsed.overlap is not Overlap.ALLOW_ALL]
+        watched = [r for r in rows if self._spec(r).overlap is not Overlap.ALLOW_ALL]
         lasts = [InstanceId(r.last_instance_id) for r in watched if r.last_instance_id]
         instances = journal.get_instances(lasts) if lasts else {}
         held = [r.name for r in rows if r.buffered_at is not None]
@@ -252,7 +269,7 @@ class Scheduler:
                 last = instances.get(InstanceId(row.last_instance_id))
                 if last is not None and last.status not in FINAL_STATUSES:
                     running = row.last_instance_id
-            spec = row.parsed
+            spec = self._spec(row)
             plan = plan_tick(
                 row,
                 now=now,
@@ -268,23 +285,24 @@ class Scheduler:
         return self._start(spec, nominal).instance_id
 
     def _start(self, spec: ScheduleSpec, nominal: float) -> NewInstance:
-        encode = self.runtime.codec.encode
-        return start_of(self.registry, encode, spec, key=slot_key(spec.name, nominal))
+        # A plan names a fired slot's instance more than once; made once per batch.
+        made = self._made.get((spec.name, nominal))
+        if made is None:
+            encode = self.runtime.codec.encode
+            made = start_of(self.registry, encode, spec, key=slot_key(spec.name, nominal))
+            self._made[(spec.name, nominal)] = made
+        return made
 
     def _starts(
         self, plans: list[TickPlan], rows: dict[str, ScheduleRecord]
     ) -> tuple[StartInstance | Audited, ...]:
         writes: list[StartInstance | Audited] = []
         for plan in plans:
-            spec = rows[plan.advance.name].parsed
+            spec = self._spec(rows[plan.advance.name])
             writes.extend(StartInstance(new=self._start(spec, f.nominal_at)) for f in plan.firings)
             if plan.cancel is not None:
                 writes.append(_cancel_other(spec.name, plan.cancel))
         return tuple(writes)
-
-
-def _due(row: ScheduleRecord, now: float) -> bool:
-    return row.buffered_at is not None or due_at(row.parsed, row.cursor) <= now
 
 
 def _same_tick(claimed: ScheduleRecord, read: ScheduleRecord) -> bool:

@@ -11,6 +11,7 @@ table refuses a second decision of a slot whatever path tries it.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 
@@ -36,12 +37,18 @@ def _taken(name: str) -> SlotTakenError:
     )
 
 
+def _one_changed(name: str, _: list[Row], changed: int) -> None:
+    """The check of a conditional write of a tick: exactly one row, or the slots are taken."""
+    if changed != 1:
+        raise _taken(name)
+
+
 class ScheduleStore(SqlSeam):
     def _schedule_write(self, write: ScheduleWrite, now: float) -> int | bool:
         if isinstance(write, DeclareSchedule):
             return self._declare_schedule(write, now)
         if isinstance(write, AdvanceSchedule):
-            return self._advance_schedule(write, now)
+            return self._advance_schedules([write], now)[0]
         if isinstance(write, RecordTrigger):
             self._run("lock_schedule", {"name": write.name})
             params = {"name": write.name, "instance_id": write.instance_id, "now": now}
@@ -74,32 +81,36 @@ class ScheduleStore(SqlSeam):
         rows, _ = self._run("select_schedule", {"name": write.name})
         return int(rows[0]["spec_version"])
 
+    def _advance_schedules(self, writes: Sequence[AdvanceSchedule], now: float) -> list[int]:
+        """Many ticks' advances in one transaction: sent as one batch (on PostgreSQL one
+        round trip, not one per statement) unless a batch is open already; a refusal of any
+        is the whole transaction's, found before it may commit."""
+        if len(writes) > 1 and not self._in_batch:
+            with self._batch(hold=False):
+                return [self._advance_schedule(w, now) for w in writes]
+        return [self._advance_schedule(w, now) for w in writes]
+
     def _advance_schedule(self, write: AdvanceSchedule, now: float) -> int:
-        _, changed = self._run(
-            "advance_schedule",
-            {
-                "name": write.name,
-                "expected_cursor": write.expected_cursor,
-                "expected_buffered_at": write.expected_buffered_at,
-                "cursor": write.cursor,
-                "buffered_at": write.buffered_at,
-                "buffered_version": write.buffered_version,
-                "last_instance_id": write.last_instance_id,
-                "now": now,
-            },
-        )
-        if changed != 1:
-            raise _taken(write.name)
+        taken = functools.partial(_one_changed, write.name)
+        params = {
+            "name": write.name,
+            "expected_cursor": write.expected_cursor,
+            "expected_buffered_at": write.expected_buffered_at,
+            "cursor": write.cursor,
+            "buffered_at": write.buffered_at,
+            "buffered_version": write.buffered_version,
+            "last_instance_id": write.last_instance_id,
+            "now": now,
+        }
+        self._send("advance_schedule", params, taken)
         for slot in write.slots:
             fires_buffered = (
                 slot.outcome is SlotOutcome.FIRED and slot.nominal_at == write.expected_buffered_at
             )
             if fires_buffered:
-                _, moved = self._run("fire_buffered_slot", fields(slot))
-                if moved != 1:
-                    raise _taken(write.name)
+                self._send("fire_buffered_slot", fields(slot), taken)
             else:
-                self._run("insert_slot", fields(slot))
+                self._send("insert_slot", fields(slot))
         return len(write.slots)
 
     # -- reads ---------------------------------------------------------------------------------
