@@ -432,6 +432,53 @@ def test_backfill_twice_adds_nothing_and_a_trigger_takes_no_slot(journal_url: st
     asyncio.run(main())
 
 
+@pytest.mark.parametrize(
+    ("overlap", "held", "after"),
+    [("skip", "SKIPPED", ["FIRED"]), ("buffer_one", "BUFFERED", ["BUFFERED"])],
+)
+def test_a_triggered_run_still_running_is_the_run_the_overlap_policy_sees(
+    journal_url: str, overlap: str, held: str, after: list[str]
+) -> None:
+    """A manual trigger's run that has not ended holds back the next slot as a slot's run
+    would (skip: SKIPPED, buffer_one: BUFFERED, each naming the triggered instance); once it
+    ended, the buffered slot fires first and the next slot fires or waits its turn. A
+    trigger made while a slot's run still runs does not hide that run."""
+
+    async def main() -> None:
+        clock = FakeClock(T0, autojump=False)
+        registry = _registry(overlap=overlap, input={"hold": True})
+        async with _engine(journal_url, registry, clock) as (engine, scheduler):
+            await scheduler.tick()
+            with Operations(journal_url, registry=registry, clock=clock) as operations:
+                started = operations.schedules("local:test").trigger("every-minute",
+                                                                     request_id="t1")  # fmt: skip
+            triggered = started.instance.instance_id
+            await _finish(engine)  # the triggered run waits for "done"
+            assert (await engine.get(triggered)).status not in FINAL_STATUSES
+            clock.advance(MINUTE)
+            await scheduler.tick()
+            [slot] = _slots(engine)
+            assert (slot.outcome.value, slot.reason) == (held, f"overlap: {triggered} is still "
+                                                                "running")  # fmt: skip
+            await engine.signal(triggered, "done", event_id="done-1")
+            await _finish(engine)
+            clock.advance(MINUTE)
+            await scheduler.tick()
+            assert [s.outcome.value for s in _slots(engine)] == [
+                "FIRED" if held == "BUFFERED" else held,
+                *after,
+            ]
+            running = _slots(engine)[-2 if held == "BUFFERED" else -1].instance_id
+            with Operations(journal_url, registry=registry, clock=clock) as operations:
+                operations.schedules("local:test").trigger("every-minute", request_id="t2")
+            schedule = engine.store.schedule("every-minute")
+            assert schedule is not None
+            assert schedule.last_instance_id == running  # the slot's run, still running
+            _clean(engine)
+
+    asyncio.run(main())
+
+
 def test_jitter_is_derived_from_the_slot_and_declarations_are_checked() -> None:
     """Jitter: the same delay for a slot on every worker, spread over the bound; a wrong
     declaration is refused at registration."""
