@@ -141,23 +141,27 @@ class Scheduler:
         store = self.runtime.store
         now = await self.now()
         rows = {r.name: r for r in await store.call(self.journal.schedules)}
+        declares = []
         for spec in self.registry.schedules.values():
             text = spec.to_json()
             row = rows.get(spec.name)
             if self._declared.get(spec.name) == text or (row is not None and row.spec == text):
                 self._declared[spec.name] = text
                 continue
-            write = DeclareSchedule(
-                name=spec.name,
-                tenant=names.tenant(spec.tenant),
-                spec=text,
-                cursor=next_slot(spec, after=now),
+            declares.append(
+                DeclareSchedule(
+                    name=spec.name,
+                    tenant=names.tenant(spec.tenant),
+                    spec=text,
+                    cursor=next_slot(spec, after=now),
+                )
             )
-            await store.call(self.journal.apply, Transaction(writes=(write,)), now=now)
-            self._declared[spec.name] = text
-            fresh = await store.call(self.journal.schedule, spec.name)
-            if fresh is not None:
-                rows[spec.name] = fresh
+        if declares:
+            # Every change this registry declares in one transaction: a thousand new
+            # schedules are one commit, not a thousand, and their first slots are not late.
+            await store.call(self.journal.apply, Transaction(writes=tuple(declares)), now=now)
+            self._declared.update((d.name, d.spec) for d in declares)
+            rows = {r.name: r for r in await store.call(self.journal.schedules)}
         due = [r for r in rows.values() if not r.deleted and self._serves(r) and self._due(r, now)]
         report, errors = TickReport(), []
         for at in range(0, len(due), SCHEDULES_PER_BATCH):
