@@ -69,7 +69,7 @@ def test_five_skewed_engines_decide_ten_thousand_slots_once_each(journal_url: st
     40th: every schedule has a row for each slot from its first to its cursor (10,000 in all),
     no slot two; each FIRED row has its one instance and no instance is off the record; the
     late slots after the stop are MISSED but the latest; the watched policies held back
-    every slot while their first run was still going."""
+    every slot while their first run was still going (one slot BUFFERED for buffer_one)."""
 
     async def main() -> None:
         registry = _registry()
@@ -98,15 +98,18 @@ def test_five_skewed_engines_decide_ten_thousand_slots_once_each(journal_url: st
                                       until=schedule.cursor - 1, limit=10**4)  # fmt: skip
                 assert [r.nominal_at for r in rows] == list(every)
             assert met > 0  # the engines met on schedules: the race was run
+            # A slot is late when the engine whose clock made it due found its row held by
+            # one whose clock did not (it skips rows another tick holds): the next tick
+            # decides it, by the catch-up policy. The stop's slots are late whoever decides.
             allow_all = Counter(r.outcome.value for r in slots["s000"])
-            # Four or five of the stop's slots were late by whichever clock decided them.
-            assert allow_all["MISSED"] in (DOWNTIME_MINUTES - 1, DOWNTIME_MINUTES)
-            assert allow_all["FIRED"] == len(slots["s000"]) - allow_all["MISSED"]
+            assert allow_all["MISSED"] >= DOWNTIME_MINUTES - 1
+            assert set(allow_all) == {"FIRED", "MISSED"}
             skip = [r.outcome.value for r in slots["s002"]]
             assert skip[0] == "FIRED"
             assert set(skip[1:]) == {"SKIPPED", "MISSED"}
-            held = [r.outcome.value for r in slots["s003"]][:3]
-            assert held == ["FIRED", "BUFFERED", "SKIPPED"]
+            held = Counter(r.outcome.value for r in slots["s003"])
+            assert (held["FIRED"], held["BUFFERED"]) == (1, 1)
+            assert set(held) == {"FIRED", "BUFFERED", "SKIPPED", "MISSED"}
             fired = {str(r.instance_id) for rows in slots.values() for r in rows
                      if r.outcome is SlotOutcome.FIRED}  # fmt: skip
             instances = store.list_instances(workflow_name="job", limit=10**6)
