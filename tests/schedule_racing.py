@@ -19,5 +19,3 @@ async def beat(ctx: lf.WorkflowContext, payload: Any) -> str | None:
 
 
 registry.schedule("heartbeat", workflow=beat, every=1, overlap="allow_all")
-# Beside it, one whose overlap is watched (skip): a tick's batch holds both kinds of decision.
-registry.schedule("pulse", workflow=beat, every=1, overlap="skip")

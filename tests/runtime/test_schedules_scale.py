@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import ledgerflow as lf
-import schedule_racing
+import schedule_pair
 from conditions import eventually
 from ledgerflow.ledger.schedules import SlotOutcome, SlotRecord
 from ledgerflow.model.schedule import slots_between
@@ -133,7 +133,7 @@ RACING_WORKERS = 5
 def _worker(url: str, log: Path, *, faults: list[dict[str, Any]] | None = None) -> Any:
     options = ("--lease-seconds", "2", "--poll-seconds", "0.05")
     return worker_process(
-        "schedule_racing:registry", url, path=TESTS, log=log, options=options, faults=faults
+        "schedule_pair:registry", url, path=TESTS, log=log, options=options, faults=faults
     )
 
 
@@ -157,7 +157,7 @@ def test_a_worker_killed_at_each_statement_of_a_firing_then_five_racing(
     log = tmp_path / "workers.log"
     killed = _worker(journal_url, log, faults=[{"point": KILLS[kill], "action": "kill"}])
     assert killed.wait(timeout=WAIT_SECONDS_MAX) == -signal.SIGKILL
-    outside = lf.SyncEngine(journal_url, schedule_racing.registry)
+    outside = lf.SyncEngine(journal_url, schedule_pair.registry)
     try:
         before = _decided(outside)
         if KILLS[kill] == "schedule.after_fire":  # both schedules' first slots, kept
