@@ -1,6 +1,7 @@
 """The explorer on schedules: a schedule fires its slots for five minutes while each fired run
 books a room and sleeps past the next slot (overlap ``buffer_one``), and a crash at every fault
-point — the tick's own before and after its commit among them — leaves one instance or one
+point — the tick's own after its claim, after its advance, before and after its commit
+among them — leaves one instance or one
 recorded non-firing per slot, every booking once, every instance ended; a cancel or a signal
 at every point too. With the slot's row and its instance written in two transactions (the
 check-then-insert gap a leader-less scheduler must not have), the same sweep finds a FIRED
@@ -10,15 +11,13 @@ slot without its instance.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import ledgerflow as lf
-from ledgerflow.ledger.schedules import AdvanceSchedule
-from ledgerflow.ledger.transaction import Answer, Transaction
-from ledgerflow.runtime import faults
 from ledgerflow.storage.sql_store import SqlStore
 from ledgerflow.testing import Explorer, Scenario, Summary, scenario_for
 from ledgerflow.testing.schedule_checks import INVARIANT
@@ -94,17 +93,8 @@ def test_a_cancel_or_a_signal_at_every_point_keeps_one_outcome_per_slot(tmp_path
 def test_a_slot_written_apart_from_its_instance_is_found(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    apply = SqlStore.apply
-
-    def apart(self: SqlStore, transaction: Transaction, *, now: float) -> tuple[Answer, ...]:
-        advances = tuple(w for w in transaction.writes if isinstance(w, AdvanceSchedule))
-        rest = tuple(w for w in transaction.writes if not isinstance(w, AdvanceSchedule))
-        if not advances or not rest:
-            return apply(self, transaction, now=now)
-        first = apply(self, Transaction(writes=advances), now=now)
-        faults.point("schedule.between_writes")
-        return (*first, *apply(self, Transaction(writes=rest), now=now))
-
-    monkeypatch.setattr(SqlStore, "apply", apart)
+    # The tick's writes each committed on its own, no transaction around them: a crash after
+    # the advance (schedule.after_advance) leaves a FIRED slot without its instance.
+    monkeypatch.setattr(SqlStore, "transaction", lambda self: contextlib.nullcontext())
     summary = asyncio.run(_explorer(tmp_path).exhaustive(depth=1))
     assert INVARIANT in _found(summary)

@@ -3,12 +3,13 @@
 
 A schedule's row keeps its spec (and the version of it in force), its *cursor* (the next
 nominal slot not decided yet), whether it is paused, the slot it holds buffered and the
-instance it fired last. A tick of a schedule is one :class:`AdvanceSchedule` write, in the
-same transaction as the :class:`~ledgerflow.ledger.records.StartInstance` writes of the slots
-it fires: it is conditional on the cursor (and the buffered slot) being what the tick was
-planned against, so two workers planning the same tick cannot both apply it; the loser's
-whole transaction rolls back, its starts with it. Every slot the cursor passes gets one row:
-FIRED (with its instance), or SKIPPED, MISSED or BUFFERED with its reason.
+instance it started last (by a slot, or by a manual trigger while none ran). A tick of a
+schedule is one :class:`AdvanceSchedule` write, in the same transaction as the
+:class:`~ledgerflow.ledger.records.StartInstance` writes of the slots it fires: it is
+conditional on the cursor (and the buffered slot) being what the tick was planned against, so
+two workers planning the same tick cannot both apply it; the loser's whole transaction rolls
+back, its starts with it. Every slot the cursor passes gets one row: FIRED (with its instance),
+or SKIPPED, MISSED or BUFFERED with its reason.
 
 :func:`plan_tick` is the decision, pure: the spec, the row, the time and whether the last
 instance still runs in, the slots' outcomes and the new cursor out.
@@ -127,7 +128,17 @@ class SetSchedule:
     deleted: bool | None = None
 
 
-ScheduleWrite = DeclareSchedule | AdvanceSchedule | RecordSlots | SetSchedule
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordTrigger:
+    """A manual trigger's instance becomes the schedule's last instance, which the overlap
+    policy of the slots after it sees while it runs, unless the last instance has not ended
+    (a trigger never hides a running slot's instance). Answer: whether it became the last."""
+
+    name: str
+    instance_id: str
+
+
+ScheduleWrite = DeclareSchedule | AdvanceSchedule | RecordSlots | SetSchedule | RecordTrigger
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,25 +163,27 @@ def plan_tick(
     record: ScheduleRecord,
     *,
     now: float,
-    last_running: bool,
+    running: str | None,
     instance_for: Callable[[float], str],
     buffered: Sequence[tuple[float, int]] = (),
 ) -> TickPlan | None:
     """Decide every slot of ``record`` due by ``now`` (at most :data:`SLOTS_PER_TICK_MAX`),
-    or None when nothing is due. ``instance_for`` names the instance a slot's nominal instant
-    would start (the caller derives it from the slot's business key); ``buffered`` is the
-    slots BUFFERED now, (nominal instant, spec version) oldest first: the row holds the
-    oldest."""
+    or None when nothing is due. ``running`` is the schedule's last instance (its last
+    slot's, or a manual trigger's) when it has not ended: the run the overlap policy sees
+    (None: none runs). ``instance_for`` names the instance a slot's
+    nominal instant would start (the caller derives it from the slot's business key);
+    ``buffered`` is the slots BUFFERED now, (nominal instant, spec version) oldest first:
+    the row holds the oldest."""
     spec = record.parsed
     due: list[float] = []
     cursor = record.cursor
     while len(due) < SLOTS_PER_TICK_MAX and due_at(spec, cursor) <= now:
         due.append(cursor)
         cursor = next_slot(spec, after=cursor)
-    buffered_fires = record.buffered_at is not None and not last_running and not record.paused
+    buffered_fires = record.buffered_at is not None and running is None and not record.paused
     if not due and not buffered_fires:
         return None
-    tick = _Tick(record, spec, now, last_running, instance_for, buffered)
+    tick = _Tick(record, spec, now, running, instance_for, buffered)
     if buffered_fires:
         tick.fire_buffered()
     late = [n for n in due if now - due_at(spec, n) > LATE_AFTER_SECONDS]
@@ -208,11 +221,12 @@ class _Tick:
         record: ScheduleRecord,
         spec: ScheduleSpec,
         now: float,
-        running: bool,
+        running: str | None,
         instance_for: Callable[[float], str],
         buffered: Sequence[tuple[float, int]],
     ) -> None:
         self.record, self.spec, self.now = record, spec, now
+        # The instance the overlap policy sees running (a slot this tick fires becomes it).
         self.running, self.instance_for = running, instance_for
         self.last = record.last_instance_id
         # The buffered slots, oldest first (the row names the oldest, if the read is older).
@@ -243,7 +257,7 @@ class _Tick:
         )
         if fired:
             self.firings.append(Firing(spec_version=spec_version, nominal_at=nominal))
-            self.last, self.running = self.instance_for(nominal), True
+            self.last = self.running = self.instance_for(nominal)
 
     def fire_buffered(self) -> None:
         """The oldest buffered slot fires first, under the spec version it was buffered
@@ -266,15 +280,15 @@ class _Tick:
     def decide(self, nominal: float) -> None:
         """A slot that may fire: fired, or held back by the overlap policy."""
         overlap = self.spec.overlap
-        if not self.running or overlap is Overlap.ALLOW_ALL:
+        if self.running is None or overlap is Overlap.ALLOW_ALL:
             self.row(nominal, SlotOutcome.FIRED, "due")
             return
-        reason = f"overlap: {self.last} is still running"
+        reason = f"overlap: {self.running} is still running"
         if overlap is Overlap.CANCEL_OTHER:
             # Asked again by every overlapping slot: the first request stands, the rest are
             # no-ops, so a tick that lost a race or a crashed one loses no request.
-            self.cancel = self.last
-            reason = f"overlap: {self.last} is asked to cancel"
+            self.cancel = self.running
+            reason = f"overlap: {self.running} is asked to cancel"
         bound = {Overlap.BUFFER_ALL: BUFFERED_SLOTS_MAX, Overlap.SKIP: 0}.get(overlap, 1)
         if len(self.queue) < bound:
             self.row(nominal, SlotOutcome.BUFFERED, reason)

@@ -3,7 +3,10 @@
 Each change is one transaction with its audit record (the principal's name and role on it):
 the schedule's write, the starts it makes, and the record, or none of them. A manual trigger
 starts its instance under its own key (``schedule:NAME:trigger:ID``), never a slot's, so it
-takes no slot and a repeated trigger with the same request id is the same instance. A
+takes no slot and a repeated trigger with the same request id is the same instance. Unless
+the schedule's last instance still runs, the triggered one becomes it: while it runs, the
+overlap policy of the slots after it (skip, buffer, cancel_other) sees it, as it sees a
+slot's. A
 backfill fires the slots of a past range that no tick fired (undecided, MISSED or SKIPPED),
 each by the spec in force at its nominal instant, as the slot's own instance: run twice, it
 adds nothing.
@@ -23,6 +26,7 @@ from ledgerflow.errors import NotAuthorizedError, ScheduleNotFoundError
 from ledgerflow.ledger.records import StartInstance
 from ledgerflow.ledger.schedules import (
     RecordSlots,
+    RecordTrigger,
     ScheduleRecord,
     SetSchedule,
     SlotOutcome,
@@ -152,8 +156,11 @@ class ScheduleCommands:
             key=trigger_key(name, request_id),
         )  # fmt: skip
         with self._store.transaction():
-            (started,) = self._store.apply(
-                Transaction(writes=(StartInstance(new=new),)), now=self._clock.now()
+            # The trigger's row, with its start: the overlap policy of the slots after it
+            # sees the triggered run while it runs, as it sees the last slot's.
+            noted = RecordTrigger(name=name, instance_id=new.instance_id)
+            started, _ = self._store.apply(
+                Transaction(writes=(StartInstance(new=new), noted)), now=self._clock.now()
             )
             assert isinstance(started, Started)
             self._audit(

@@ -486,8 +486,8 @@ class Engine(ValueCalls):
     async def tick_schedules(self) -> TickReport:
         """Decide the due slots of the journal's schedules now, as every worker of an engine
         whose registry declares schedules does each second: keep the declared specs on the
-        journal, then, per schedule, one transaction that records each due slot and starts
-        the fired ones (see ``docs/programming-model.md#schedules``)."""
+        journal, then, per batch of due schedules, one transaction that records each due slot
+        and starts the fired ones (see ``docs/programming-model.md#schedules``)."""
         return await self._schedules().tick()
 
     def _wake(self) -> None:

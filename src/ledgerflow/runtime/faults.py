@@ -41,9 +41,13 @@ instance id exists — and, for steps and effects, ``seq``, ``attempt`` and ``op
 - ``send.before_commit`` / ``send.after_commit``: a workflow's send to another instance
   (``ctx.signal_instance``, ``ctx.start_workflow``) is decided, its step and delivery not yet
   committed / committed together (``seq`` is the send's position)
-- ``schedule.before_fire`` / ``schedule.after_fire``: a worker planned a schedule's tick (its
-  slots' outcomes and starts) and its transaction is not yet durable / is durable and the
-  worker has not counted it (``schedule`` is the schedule's name, ``slots`` how many)
+- ``schedule.after_claim`` / ``schedule.after_advance`` / ``schedule.before_fire`` /
+  ``schedule.after_fire``: a worker's tick of a batch of due schedules, one transaction:
+  their rows claimed (locked), nothing written / their slots' rows (FIRED, SKIPPED, MISSED,
+  BUFFERED) written and cursors moved, no instance started / the fired slots' instances and
+  any cancel request written, the commit not yet made / committed, and the worker has not
+  counted it (``schedule`` names the batch's schedules, comma-separated; ``slots`` how many
+  slots it decides; at ``after_claim``, ``claimed`` how many schedules it holds)
 - ``start.before_commit`` / ``start.after_commit``: a caller's start (``Engine.start``, with
   any start option) or ``signal_with_start`` is decided, its transaction (insert, new run or
   refusal; the event) not yet committed / committed and not yet answered (``kind`` is

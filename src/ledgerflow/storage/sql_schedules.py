@@ -11,11 +11,16 @@ table refuses a second decision of a slot whatever path tries it.
 
 from __future__ import annotations
 
+import functools
+import json
+from collections.abc import Sequence
+
 from ledgerflow.errors import SlotTakenError
 from ledgerflow.ledger.schedules import (
     AdvanceSchedule,
     DeclareSchedule,
     RecordSlots,
+    RecordTrigger,
     ScheduleRecord,
     ScheduleWrite,
     SlotOutcome,
@@ -32,12 +37,22 @@ def _taken(name: str) -> SlotTakenError:
     )
 
 
+def _one_changed(name: str, _: list[Row], changed: int) -> None:
+    """The check of a conditional write of a tick: exactly one row, or the slots are taken."""
+    if changed != 1:
+        raise _taken(name)
+
+
 class ScheduleStore(SqlSeam):
     def _schedule_write(self, write: ScheduleWrite, now: float) -> int | bool:
         if isinstance(write, DeclareSchedule):
             return self._declare_schedule(write, now)
         if isinstance(write, AdvanceSchedule):
-            return self._advance_schedule(write, now)
+            return self._advance_schedules([write], now)[0]
+        if isinstance(write, RecordTrigger):
+            self._run("lock_schedule", {"name": write.name})
+            params = {"name": write.name, "instance_id": write.instance_id, "now": now}
+            return self._run("note_schedule_trigger", params)[1] == 1
         if isinstance(write, RecordSlots):
             return sum(
                 self._run("insert_slot_unless_decided", fields(slot))[1] for slot in write.slots
@@ -66,32 +81,36 @@ class ScheduleStore(SqlSeam):
         rows, _ = self._run("select_schedule", {"name": write.name})
         return int(rows[0]["spec_version"])
 
+    def _advance_schedules(self, writes: Sequence[AdvanceSchedule], now: float) -> list[int]:
+        """Many ticks' advances in one transaction: sent as one batch (on PostgreSQL one
+        round trip, not one per statement) unless a batch is open already; a refusal of any
+        is the whole transaction's, found before it may commit."""
+        if len(writes) > 1 and not self._in_batch:
+            with self._batch(hold=False):
+                return [self._advance_schedule(w, now) for w in writes]
+        return [self._advance_schedule(w, now) for w in writes]
+
     def _advance_schedule(self, write: AdvanceSchedule, now: float) -> int:
-        _, changed = self._run(
-            "advance_schedule",
-            {
-                "name": write.name,
-                "expected_cursor": write.expected_cursor,
-                "expected_buffered_at": write.expected_buffered_at,
-                "cursor": write.cursor,
-                "buffered_at": write.buffered_at,
-                "buffered_version": write.buffered_version,
-                "last_instance_id": write.last_instance_id,
-                "now": now,
-            },
-        )
-        if changed != 1:
-            raise _taken(write.name)
+        taken = functools.partial(_one_changed, write.name)
+        params = {
+            "name": write.name,
+            "expected_cursor": write.expected_cursor,
+            "expected_buffered_at": write.expected_buffered_at,
+            "cursor": write.cursor,
+            "buffered_at": write.buffered_at,
+            "buffered_version": write.buffered_version,
+            "last_instance_id": write.last_instance_id,
+            "now": now,
+        }
+        self._send("advance_schedule", params, taken)
         for slot in write.slots:
             fires_buffered = (
                 slot.outcome is SlotOutcome.FIRED and slot.nominal_at == write.expected_buffered_at
             )
             if fires_buffered:
-                _, moved = self._run("fire_buffered_slot", fields(slot))
-                if moved != 1:
-                    raise _taken(write.name)
+                self._send("fire_buffered_slot", fields(slot), taken)
             else:
-                self._run("insert_slot", fields(slot))
+                self._send("insert_slot", fields(slot))
         return len(write.slots)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -121,6 +140,26 @@ class ScheduleStore(SqlSeam):
                 "select_buffered_slots", {"name": name, "limit": BUFFERED_SLOTS_MAX}
             )
         return [(float(r["nominal_at"]), int(r["spec_version"])) for r in rows]
+
+    def claim_schedules(self, names: Sequence[str]) -> list[ScheduleRecord]:
+        """Inside a write transaction: these schedules (deleted ones left out) as they are now,
+        each held by this transaction until it ends; on PostgreSQL one another transaction
+        holds is left out too (see the query)."""
+        with self._read():  # inside the caller's transaction: it joins it
+            rows, _ = self._run("claim_schedules", {"names": json.dumps(list(names))})
+        return [record_from_row(ScheduleRecord, r) for r in rows]
+
+    def buffered_slots_of(self, names: Sequence[str]) -> dict[str, list[tuple[float, int]]]:
+        """:meth:`buffered_slots` of many schedules in one read (a schedule holding none is
+        absent)."""
+        with self._read():
+            rows, _ = self._run("select_buffered_slots_of", {"names": json.dumps(list(names))})
+        held: dict[str, list[tuple[float, int]]] = {}
+        for r in rows:
+            slots = held.setdefault(str(r["name"]), [])
+            if len(slots) < BUFFERED_SLOTS_MAX:
+                slots.append((float(r["nominal_at"]), int(r["spec_version"])))
+        return held
 
     def schedule_specs(self, name: str) -> list[tuple[int, str, float]]:
         """Every spec the schedule has had: (version, spec, in force from), oldest first."""

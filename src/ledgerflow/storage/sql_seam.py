@@ -87,6 +87,11 @@ class SqlSeam(abc.ABC):
     def _batch(self, *, hold: bool = True) -> contextlib.AbstractContextManager[None]:
         """Within a write transaction: statements whose checks may wait for the block's end."""
 
+    @property
+    @abc.abstractmethod
+    def _in_batch(self) -> bool:
+        """Whether a :meth:`_batch` is open on this thread (batches do not nest)."""
+
     @abc.abstractmethod
     def _timeline(
         self,

@@ -129,6 +129,20 @@ class StartStore(SqlSeam):
         otherwise the whole transaction is refused. Returns it, and whether it was inserted."""
         return self._start_one(new, None, now)
 
+    def _starts_within(
+        self, news: Sequence[NewInstance], now: float
+    ) -> list[tuple[InstanceRecord, bool]]:
+        """Many starts among another write's statements, as :meth:`_start_within` each, in
+        three batches (:meth:`_start_all`) unless a batch is open already; any refusal is
+        the whole transaction's."""
+        if len(news) == 1 or self._in_batch:
+            return [self._start_one(new, None, now) for new in news]
+        started = []
+        for done in self._start_all([(new, None) for new in news], now):
+            assert not isinstance(done, Exception)  # _start_all raises its errors
+            started.append(done)
+        return started
+
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:
         with self._write_transaction():
             return self._start_one(new, None, self._starts_now([new], now))

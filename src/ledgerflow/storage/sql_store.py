@@ -200,7 +200,7 @@ class SqlStore(
         the timeline, and a step held back is inserted before anything updates it, so holding them
         changes no answer; an error in them is the whole block's, as any other."""
         # Batches do not nest: a dialect's pipeline and the held writes belong to one block.
-        assert not getattr(self._batched, "open", False), "a batch inside a batch"
+        assert not self._in_batch, "a batch inside a batch"
         self._batched.open = True
         timeline: list[dict[str, Any]] = []
         steps: list[dict[str, Any]] = []
@@ -216,6 +216,10 @@ class SqlStore(
         finally:
             self._batched.timeline = self._batched.steps = None
             self._batched.open = False
+
+    @property
+    def _in_batch(self) -> bool:
+        return bool(getattr(self._batched, "open", False))
 
     def _insert_held_steps(self, steps: list[dict[str, Any]]) -> None:
         if steps:

@@ -9,13 +9,14 @@ of any part raises and leaves the whole transaction to roll back: nothing of it 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ledgerflow.errors import IllegalTransitionError, InstanceNotFoundError
 from ledgerflow.ledger.audit import AuditEntry
 from ledgerflow.ledger.records import Commit, InstanceRecord, NewInstance, StartInstance
-from ledgerflow.ledger.schedules import AdvanceSchedule, DeclareSchedule, RecordSlots, SetSchedule
+from ledgerflow.ledger.schedules import AdvanceSchedule, ScheduleWrite
 from ledgerflow.ledger.transaction import (
     Answer,
     AppendAudit,
@@ -52,9 +53,13 @@ class SqlStore(Protocol):
         self, instance_id: str, reason_code: str, evidence: str, detected_by: str, now: float | None
     ) -> bool: ...
 
-    def _schedule_write(
-        self, write: DeclareSchedule | AdvanceSchedule | RecordSlots | SetSchedule, now: float
-    ) -> int | bool: ...
+    def _schedule_write(self, write: ScheduleWrite, now: float) -> int | bool: ...
+
+    def _starts_within(
+        self, news: Sequence[NewInstance], now: float
+    ) -> list[tuple[InstanceRecord, bool]]: ...
+
+    def _advance_schedules(self, writes: Sequence[AdvanceSchedule], now: float) -> list[int]: ...
 
     def deliver(self, write: Deliver, *, now: float) -> Delivered | None: ...
 
@@ -70,7 +75,21 @@ def apply_transaction(
         _fence_from_outside(store, fence)
     for commit in transaction.commits:
         store._apply(commit, now, fenced=fenced)
-    return tuple(_write(store, write, now) for write in transaction.writes)
+    answers: list[Answer] = []
+    # Writes of one kind in a row (a schedules tick's advances, its starts) go in together:
+    # on PostgreSQL a few round trips for the run, not a few per write.
+    for kind, run in itertools.groupby(transaction.writes, key=type):
+        writes = list(run)
+        if kind is StartInstance and len(writes) > 1:
+            news = [w.new for w in writes if isinstance(w, StartInstance)]
+            started = store._starts_within(news, now)
+            answers.extend(Started(instance=record, new=new) for record, new in started)
+        elif kind is AdvanceSchedule and len(writes) > 1:
+            advances = [w for w in writes if isinstance(w, AdvanceSchedule)]
+            answers.extend(store._advance_schedules(advances, now))
+        else:
+            answers.extend(_write(store, write, now) for write in writes)
+    return tuple(answers)
 
 
 def _fence_from_outside(store: SqlStore, fence: FromOutside) -> None:
@@ -114,6 +133,6 @@ def _write(store: SqlStore, write: OutsideWrite, now: float) -> Answer:
         return store._raise(
             write.instance_id, write.reason_code, write.evidence, write.detected_by, now
         )
-    if isinstance(write, DeclareSchedule | AdvanceSchedule | RecordSlots | SetSchedule):
+    if isinstance(write, ScheduleWrite):
         return store._schedule_write(write, now)
     raise TypeError(f"not a write of a transaction: {write!r}")

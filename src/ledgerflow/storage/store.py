@@ -56,7 +56,6 @@ from ledgerflow.ledger.records import (
     StartedCount,
     TimelineEntry,
 )
-from ledgerflow.ledger.schedules import ScheduleRecord, SlotRecord
 from ledgerflow.ledger.transaction import (
     Answer,
     CancelAsked,
@@ -80,9 +79,10 @@ from ledgerflow.model.flow import Admission, AdmissionState, FlowAsk, FlowLimit
 from ledgerflow.model.ids import EffectId, Generation, InstanceId, RunNumber, TenantId, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.routing import Served
+from ledgerflow.storage.store_schedules import ScheduleReads, ScheduleTicks
 
 
-class LedgerReads(Protocol):
+class LedgerReads(ScheduleReads, Protocol):
     """Which store this is, and what anyone may read of the ledgers."""
 
     url: str
@@ -160,29 +160,6 @@ class LedgerReads(Protocol):
 
     def flow_admission(self, effect_id: str, attempt: int) -> Admission | None: ...
 
-    def schedules(self) -> list[ScheduleRecord]:
-        """Every schedule the journal holds (deleted ones too), by name."""
-        ...
-
-    def schedule(self, name: str) -> ScheduleRecord | None: ...
-
-    def schedule_slots(self, name: str, *, limit: int) -> list[SlotRecord]:
-        """The latest ``limit`` decided slots of a schedule, newest first."""
-        ...
-
-    def buffered_slots(self, name: str) -> list[tuple[float, int]]:
-        """The slots the schedule holds BUFFERED: (nominal instant, spec version), oldest
-        first."""
-        ...
-
-    def schedule_specs(self, name: str) -> list[tuple[int, str, float]]:
-        """Every spec the schedule has had: (version, spec, in force from), oldest first."""
-        ...
-
-    def database_now(self) -> float:
-        """The database's clock, seconds since the epoch: what a schedule's tick decides by."""
-        ...
-
     def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]:
         """The instance's timeline: every change of state, oldest first."""
         ...
@@ -235,7 +212,7 @@ class LedgerReads(Protocol):
         ...
 
 
-class JournalStore(LedgerReads, Protocol):
+class JournalStore(LedgerReads, ScheduleTicks, Protocol):
     """What the runtime needs: the fenced journal, and what callers and participants send in."""
 
     def start_instance(self, new: NewInstance, *, now: float) -> tuple[InstanceRecord, bool]:

@@ -6,7 +6,8 @@ is within ``horizon`` seconds of the run's start (:attr:`Scenario.schedule_horiz
 cursor has passed it the harness pauses the schedule, so the run quiesces once the fired
 instances ended. The simulated workers do not tick on their own (their periodic tasks keep
 wall-clock time): the harness ticks once at each life's start, so a run replays the same
-way. A tick's own fault points (``schedule.before_fire``, ``schedule.after_fire``) are hits
+way. A tick's own fault points (``schedule.after_claim``, ``schedule.after_advance``,
+``schedule.before_fire``, ``schedule.after_fire``) are hits
 like the workers': a crash there is the life's. After the run,
 :func:`~ledgerflow.testing.schedule_checks.one_firing_per_slot` reads the journal's rows: one
 instance or one recorded non-firing per slot.

@@ -81,3 +81,14 @@ SELECT nominal_at, spec_version FROM lf_schedule_slots
 WHERE name = :name AND outcome = 'BUFFERED'
 ORDER BY nominal_at
 LIMIT :limit;
+
+-- name: note_schedule_trigger
+-- A manual trigger's instance becomes the schedule's run the overlap policy sees, unless the
+-- run it sees now has not ended (the final statuses of ledgerflow.model.instance): a trigger
+-- never hides a running slot's instance.
+UPDATE lf_schedules SET last_instance_id = :instance_id, updated_at = :now
+WHERE name = :name AND deleted = 0
+  AND (last_instance_id IS NULL OR NOT EXISTS (
+      SELECT 1 FROM lf_instances i
+      WHERE i.instance_id = lf_schedules.last_instance_id
+        AND i.status NOT IN ('SUCCEEDED', 'COMPENSATED', 'FAILED', 'CANCELLED')));
