@@ -116,6 +116,7 @@ class EffectLimit:
     weights: Mapping[str, float] | None = None
 
     def at(self, scope: str) -> FlowLimit:
+        """The limit as the store keeps it, for the operation ``scope`` names."""
         return FlowLimit(
             scope=scope,
             concurrency_max=self.concurrency_max,
