@@ -38,7 +38,11 @@ def _guarded(tree: ast.AST) -> tuple[int, list[int]]:
         while up is not None and not isinstance(up, ast.If):
             up = parents.get(up)
         test = ast.unparse(up.test) if isinstance(up, ast.If) else ""
-        if test != "faults.plan is not None":
+        # The plan's check first, alone or before the point's own condition (`and` stops
+        # at it when no plan is installed, so nothing after it is built).
+        if test != "faults.plan is not None" and not test.startswith(
+            "faults.plan is not None and "
+        ):
             bare.append(node.lineno)
     return count, bare
 
@@ -57,6 +61,10 @@ def test_every_fault_point_is_behind_the_plan_check() -> None:
     assert total >= 20
     planted = ast.parse('def f():\n    faults.point("x", a=1)\n')
     assert _guarded(planted) == (1, [2])
+    after = ast.parse(
+        'def f():\n    if ready and faults.plan is not None:\n        faults.point("x")\n'
+    )
+    assert _guarded(after) == (1, [3])
 
 
 def test_the_private_loop_read_falls_back_to_the_store_thread() -> None:
