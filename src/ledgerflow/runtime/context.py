@@ -24,7 +24,6 @@ from typing import Any, NoReturn, TypeVar, Unpack
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError, UnsettledEffectsError
 from ledgerflow.ledger.records import StepRecord
-from ledgerflow.ledger.transitions import new_step
 from ledgerflow.model.defects import step_verdict
 from ledgerflow.model.definition import (
     EffectDeclaration,
@@ -34,10 +33,10 @@ from ledgerflow.model.definition import (
 )
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import BusinessKey, InstanceId, StepSeq, TenantId
-from ledgerflow.model.retry import DEFAULT_STEP_RETRY, RetryPolicy
+from ledgerflow.model.retry import RetryPolicy
 from ledgerflow.model.schedule import ScheduledBy, scheduled_by
 from ledgerflow.model.signal import Signal
-from ledgerflow.model.step import StepEvent, StepKind, StepStatus
+from ledgerflow.model.step import StepKind, StepStatus
 from ledgerflow.runtime import children, flow, sends
 from ledgerflow.runtime.branches import CONTROL, Branches, gather
 from ledgerflow.runtime.children import ChildHandle, ChildOptions
@@ -425,20 +424,7 @@ class WorkflowContext(PublishingCalls):
             if not self._patch_at_frontier(at, name):
                 return False
             seq = self._next_seq()
-            s = self._session
-            s.riders.append(
-                new_step(
-                    s.instance,
-                    seq,
-                    StepEvent.COMPLETE,
-                    kind=StepKind.MARKER,
-                    name=name,
-                    input=None,
-                    retry_policy=s.codec.encode(DEFAULT_STEP_RETRY.to_record()),
-                    now=s.clock.now(),
-                    output="true",
-                )
-            )
+            self._session.ride_marker(seq, name, input=None, output="true")
             return True
         return False
 

@@ -44,12 +44,15 @@ from ledgerflow.ledger.records import (
     Write,
 )
 from ledgerflow.ledger.transaction import Deliver, Delivered, FromOutside, OutsideWrite, Transaction
+from ledgerflow.ledger.transitions import new_step
 from ledgerflow.ledger.values import PublishValue
 from ledgerflow.model.codec import Codec
 from ledgerflow.model.detection import DEFAULT_BOUNDS, DetectionBounds
 from ledgerflow.model.effect import EffectState
 from ledgerflow.model.ids import Generation, InstanceId, StepSeq, WorkerId
 from ledgerflow.model.instance import InstanceStatus
+from ledgerflow.model.retry import DEFAULT_STEP_RETRY
+from ledgerflow.model.step import StepEvent, StepKind
 from ledgerflow.runtime import child_endings, journal_log
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.control import Abandon, Cancelled, LostOwnership, Park, Suspend
@@ -140,6 +143,23 @@ class Session:
         self.reason = self.instance.reason
         self.cause = self.instance.cause
         self.cancel_requested = self.instance.cancel_requested_at is not None
+
+    def ride_marker(self, seq: StepSeq, name: str, *, input: str | None, output: str) -> None:
+        """A completed marker step at ``seq`` (a patch's decision, a published value, a taken
+        update), made durable with the next commit: decided now, in program order."""
+        self.riders.append(
+            new_step(
+                self.instance,
+                seq,
+                StepEvent.COMPLETE,
+                kind=StepKind.MARKER,
+                name=name,
+                input=input,
+                retry_policy=self.codec.encode(DEFAULT_STEP_RETRY.to_record()),
+                now=self.clock.now(),
+                output=output,
+            )
+        )
 
     @property
     def instance_id(self) -> InstanceId:

@@ -38,12 +38,10 @@ from typing import Any, Protocol
 from ledgerflow import limits
 from ledgerflow.errors import RegistrationError, StepFailedError
 from ledgerflow.ledger.records import ConsumeDelivery, StepRecord, Write
-from ledgerflow.ledger.transitions import new_step
 from ledgerflow.ledger.values import TAKE_PREFIX, reply_name, update_event_id
 from ledgerflow.model.ids import StepSeq
-from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import UPDATE_PREFIX
-from ledgerflow.model.step import StepEvent, StepKind
+from ledgerflow.model.step import StepKind
 from ledgerflow.runtime import faults, values
 from ledgerflow.runtime.branches import Branches
 from ledgerflow.runtime.control import Diverged, Park
@@ -140,20 +138,9 @@ class UpdateHandlers:
                 f"{under}, the code now declares {asks}",
             )
         if recorded is None:
-            s.riders.append(
-                new_step(
-                    s.instance,
-                    seq,
-                    StepEvent.COMPLETE,
-                    kind=StepKind.MARKER,
-                    name=take_name,
-                    input=text,
-                    retry_policy=s.codec.encode(DEFAULT_STEP_RETRY.to_record()),
-                    now=s.clock.now(),
-                    # What it took, as a wait's output names its event (the oracle reads it).
-                    output=s.codec.encode({"event_id": update_event_id(update_id)}),
-                )
-            )
+            # What it took, as a wait's output names its event (the oracle reads it).
+            taken = s.codec.encode({"event_id": update_event_id(update_id)})
+            s.ride_marker(seq, take_name, input=text, output=taken)
             s.riders.append(ConsumeDelivery(event_id=update_event_id(update_id), seq=seq))
         reply = await self._answer(under, handler, payload)
         if faults.plan is not None:

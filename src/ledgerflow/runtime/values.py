@@ -44,7 +44,6 @@ from ledgerflow.ledger.records import InstanceRecord, NewInstance, StartInstance
 from ledgerflow.ledger.transaction import Deliver, Transaction
 from ledgerflow.ledger.transaction import Delivered as Kept
 from ledgerflow.ledger.transaction import Started as StartAnswer
-from ledgerflow.ledger.transitions import new_step
 from ledgerflow.ledger.values import (
     PUBLISH_PREFIX,
     NotPublished,
@@ -57,9 +56,8 @@ from ledgerflow.model import names
 from ledgerflow.model.definition import Registry, WorkflowFunction
 from ledgerflow.model.ids import InstanceId, StepSeq
 from ledgerflow.model.instance import FINAL_STATUSES
-from ledgerflow.model.retry import DEFAULT_STEP_RETRY
 from ledgerflow.model.signal import UPDATE_PREFIX, Signal
-from ledgerflow.model.step import StepEvent, StepKind
+from ledgerflow.model.step import StepKind
 from ledgerflow.runtime.core import Delivered, DeliveryOutcome, EngineCore, Started, StartOptions
 from ledgerflow.runtime.debounce import refuse_debounce
 from ledgerflow.runtime.doorbell import rung_or_timeout
@@ -118,19 +116,7 @@ def publish(ctx: PublisherContext, name: str, value: Any, *, reply: bool = False
     seq, recorded = ctx._checked(f"publish({name!r})", check)
     if recorded is not None:
         return
-    s.riders.append(
-        new_step(
-            s.instance,
-            seq,
-            StepEvent.COMPLETE,
-            kind=StepKind.MARKER,
-            name=step_name,
-            input=text,
-            retry_policy=s.codec.encode(DEFAULT_STEP_RETRY.to_record()),
-            now=s.clock.now(),
-            output="null",
-        )
-    )
+    s.ride_marker(seq, step_name, input=text, output="null")
     s.riders.append(PublishValue(name=name, value=text, run=s.instance.run, seq=seq))
 
 
