@@ -24,9 +24,12 @@ from conditions import until
 from ledgerflow.errors import RegistrationError
 from ledgerflow.participant import HeartbeatAnswer, LookupAnswer, RetryPolicy
 
-HEARTBEAT_SECONDS = 0.3
-# The throttle is a third of the timeout: a beat every 0.12 s is written each time.
-BEAT_EVERY_SECONDS = 0.12
+# The driver's deadline moves with each write *sent*, so a beat must be sent within the
+# timeout of the last one although the write between them is slow on a loaded machine: a
+# row's work of 0.36 s leaves 0.64 s for a write (0.3 / 0.12 left 0.18 s, and a CI run under
+# load once spent more). The throttle is a third of the timeout: every beat is written.
+HEARTBEAT_SECONDS = 1.0
+BEAT_EVERY_SECONDS = 0.36
 QUICK_RETRY = RetryPolicy(attempts_max=3, backoff_initial=timedelta(0), jitter=False)
 
 
@@ -100,8 +103,8 @@ def _effect_timeline(detail: lf.InstanceDetail) -> list[tuple[str | None, str]]:
 
 
 def test_an_effect_that_keeps_beating_outlives_its_heartbeat_timeout(journal_url: str) -> None:
-    """Goal: heartbeats keep a long attempt alive: five rows of 0.12 s each (0.6 s, twice the
-    0.3 s heartbeat timeout) confirm on the first attempt, with no UNKNOWN on the way, and
+    """Goal: heartbeats keep a long attempt alive: five rows of 0.36 s each (1.8 s, nearly twice
+    the 1 s heartbeat timeout) confirm on the first attempt, with no UNKNOWN on the way, and
     the ledger keeps the last durable details."""
     batch = Batch(rows=5)
     detail = asyncio.run(_run(journal_url, batch))
