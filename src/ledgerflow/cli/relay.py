@@ -5,8 +5,8 @@ A participant declared over RabbitMQ or NATS JetStream has a relay that carries 
 path, acknowledging each message only after the journal committed it. Publishing is not the
 relay's: the worker that drives an instance publishes the effect's committed intent (the outbox
 record) and records the confirm as ACCEPTED. ``ledgerflow worker`` runs the relays beside its
-workflows unless ``--no-relay``; this command runs them in a process of their own, so they can
-be scaled, restarted or placed apart from the workers.
+workflows unless ``--no-relay``; this command runs them in a process of their own, to be
+restarted or placed apart from the workers.
 
 Before consuming anything each relay proves what its route claims of the broker (durable quorum
 queues with a dead-letter route; a NATS stream's duplicate window at least the retry horizon)
@@ -18,78 +18,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
 
 import click
 
+from ledgerflow.cli.broker_relays import broker_relays, run_beside
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
-from ledgerflow.errors import ConfigurationError, LedgerflowError
-from ledgerflow.model.definition import Registry
-from ledgerflow.participant.nats import NatsParticipant
-from ledgerflow.participant.rabbitmq import RabbitMQParticipant
+from ledgerflow.cli.worker import install_faults
+from ledgerflow.errors import ConfigurationError
 from ledgerflow.redaction import redact
 from ledgerflow.runtime.engine import Engine
-from ledgerflow.runtime.nats_relay import NatsRelay
-from ledgerflow.runtime.relay import RabbitMQRelay
 
 log = logging.getLogger("ledgerflow.relay")
-
-Relay = RabbitMQRelay | NatsRelay
-
-
-def broker_relays(engine: Engine, registry: Registry) -> list[Relay]:
-    """One relay per participant of ``registry`` declared over a broker, in name order."""
-    relays: list[Relay] = []
-    for name in sorted(registry.participants):
-        participant = registry.participants[name]
-        if isinstance(participant, NatsParticipant):
-            relays.append(NatsRelay(engine, participant.route))
-        elif isinstance(participant, RabbitMQParticipant):
-            relays.append(RabbitMQRelay(engine, participant.route))
-    return relays
-
-
-async def checked(relays: list[Relay]) -> None:
-    """Prove every relay's route before any consumes: a lie, or a broker that cannot be
-    reached, is a :class:`ConfigurationError` naming it (the in-worker relay refuses alike)."""
-    for relay in relays:
-        try:
-            await relay.check()
-        except LedgerflowError:
-            raise
-        except Exception as error:  # noqa: BLE001 - aio-pika and nats-py raise their own trees.
-            raise ConfigurationError(
-                f"relay {relay.route.participant}: the broker at {redact(relay.route.url)} "
-                f"cannot be checked: {type(error).__name__}: {error}"
-            ) from None
-
-
-async def run_beside(
-    relays: list[Relay], main: Callable[[], Awaitable[None]], stop_main: Callable[[], None]
-) -> None:
-    """Run ``relays`` while ``main`` runs: when ``main`` returns the relays are stopped, and a
-    relay that fails stops ``main`` (a worker must not run on without its replies carried)."""
-    await checked(relays)
-    running = [asyncio.create_task(relay.run()) for relay in relays]
-    failed: list[BaseException] = []
-
-    def on_end(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            failed.append(task.exception())  # type: ignore[arg-type]
-            stop_main()
-
-    for task in running:
-        task.add_done_callback(on_end)
-    try:
-        await main()
-    finally:
-        for relay in relays:
-            relay.stop()
-        await asyncio.gather(*running, return_exceptions=True)
-    if failed:
-        raise failed[0]
 
 
 def register(group: click.Group) -> None:
@@ -108,9 +49,6 @@ def register(group: click.Group) -> None:
         """
         configure_logging(log_format)
         registry = load_registry(target)
-        # Imported here: cli.worker imports this module for the relays it runs.
-        from ledgerflow.cli.worker import install_faults
-
         install_faults()
 
         async def main() -> None:

@@ -10,10 +10,10 @@ import click
 from prometheus_client import start_http_server
 
 from ledgerflow import limits
+from ledgerflow.cli.broker_relays import broker_relays, run_beside
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
-from ledgerflow.cli.relay import broker_relays, run_beside
 from ledgerflow.errors import ConfigurationError
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.redaction import redact
