@@ -191,3 +191,32 @@ def test_a_broker_participant_that_applies_a_repeat_again_is_refuted(
             "SELECT count(*) FROM charges WHERE key LIKE ?", (f"{report['run']}-dedupe~%",)
         ).fetchone()
     assert charges == 2
+
+
+WRONG_ASKS = [
+    ("broker_cast:registry", ("pay_rabbit", "--broker", "nats://127.0.0.1:4222"), "RabbitMQ"),
+    ("broker_cast:registry", ("pay_nats", "--broker", "amqp://x@127.0.0.1/"), "NATS"),
+    ("broker_cast:registry", ("pay_rabbit", "--broker", "amqp://h/", "--url", "http://h"), "both"),
+    ("check_cast:registry", ("pay", "--broker", "amqp://guest:guest@h/"), "not declared over a"),
+]
+
+
+@pytest.mark.parametrize(("target", "args", "said"), WRONG_ASKS)
+def test_a_broker_check_asked_wrongly_is_one_line_and_exit_2(
+    target: str, args: tuple[str, ...], said: str
+) -> None:
+    """Goal: a --broker URL of another broker than the declared one, --url with --broker, and
+    --broker for a participant declared over HTTP are bad usage: one line, exit 2, nothing sent.
+
+    Method: the command with each; no broker is needed, as nothing is published."""
+    done = subprocess.run(
+        [*LEDGERFLOW, "check-participant", target, *args],
+        env=child_environment(HERE, LF_CHECK_ROUTE="unused", LF_CHECK_KIT="unused.db"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert said in done.stderr
+    assert "guest:guest" not in done.stderr
