@@ -348,7 +348,15 @@ def test_handle_message_replies_with_the_correlation(database: Database) -> None
     again = asyncio.run(handle_message(kit, message, operations=operations))
     correlation = {"effect_id": "e-1", "attempt": 1, "generation": 3, "key": "b-1"}
     receipt = {"key": "b-1", "attempt": 1, "kind": "effect"}
-    assert first == {**correlation, "status": "applied", "receipt": receipt, "duplicate": False}
+    # ``applied`` and ``evidence`` are what the relay reads; ``receipt`` is the same receipt.
+    assert first == {
+        **correlation,
+        "applied": True,
+        "evidence": receipt,
+        "status": "applied",
+        "receipt": receipt,
+        "duplicate": False,
+    }
     assert again == {**first, "duplicate": True}
     unknown = asyncio.run(
         handle_message(kit, {**message, "operation": "nope"}, operations=operations)
@@ -358,6 +366,8 @@ def test_handle_message_replies_with_the_correlation(database: Database) -> None
         "unknown_operation",
         False,
     )
+    assert unknown["applied"] is False
+    assert unknown["reason"].startswith("unknown_operation: ")
     for broken in ({**message, "effect_id": None}, {**message, "generation": "3"}):
         with pytest.raises(ValueError, match=r"effect_id|generation"):
             asyncio.run(handle_message(kit, broken, operations=operations))

@@ -25,11 +25,16 @@ from ledgerflow.model.definition import Participant
 from ledgerflow.participant.check import (
     TIMEOUT_SECONDS_DEFAULT,
     ClaimStatus,
+    Clock,
     HttpTransport,
     Report,
+    Transport,
     check_participant,
     started_clock,
 )
+from ledgerflow.participant.check_broker import broker_transport
+from ledgerflow.participant.nats import NatsParticipant
+from ledgerflow.participant.rabbitmq import RabbitMQParticipant
 from ledgerflow.participant.remote import RemoteParticipant
 
 REFUTED_EXIT = 3
@@ -63,17 +68,40 @@ def _operation(participant: Participant, chosen: str | None) -> str:
     return chosen
 
 
-def _url(participant: Participant, url: str | None) -> str:
+def _transport(
+    participant: Participant,
+    url: str | None,
+    broker: str | None,
+    *,
+    timeout: float,
+    clock: Clock,
+) -> Transport:
+    """HTTP at ``--url`` (default: the declared base_url), or the declared broker route at
+    ``--broker`` (default: the declared server)."""
+    if url is not None and broker is not None:
+        raise CommandLineError("pass --url (over HTTP) or --broker (over a broker), not both")
+    over_broker = isinstance(participant, RabbitMQParticipant | NatsParticipant)
+    if broker is not None or (url is None and over_broker):
+        if not isinstance(participant, RabbitMQParticipant | NatsParticipant):
+            raise CommandLineError(
+                f"participant {participant.name} is not declared over a broker "
+                "(rabbitmq_participant or nats_participant): its route is what --broker uses"
+            )
+        try:
+            return broker_transport(participant, broker, timeout_seconds=timeout, clock=clock)
+        except ValueError as error:
+            raise CommandLineError(f"--broker: {error}") from None
     if url is not None:
         if not url.startswith(("http://", "https://")):
             raise CommandLineError(f"--url takes an http:// or https:// URL, not {url!r}")
-        return url
-    if isinstance(participant, RemoteParticipant):
-        return participant.base_url
-    raise CommandLineError(
-        f"participant {participant.name} is not declared over HTTP (remote_participant): "
-        "pass --url with its service's address"
-    )
+    elif isinstance(participant, RemoteParticipant):
+        url = participant.base_url
+    else:
+        raise CommandLineError(
+            f"participant {participant.name} is not declared over HTTP (remote_participant): "
+            "pass --url with its service's address"
+        )
+    return HttpTransport(url, participant.name, timeout_seconds=timeout, clock=clock)
 
 
 def _evidence_lines(record: dict[str, Any], run: str) -> list[str]:
@@ -81,17 +109,18 @@ def _evidence_lines(record: dict[str, Any], run: str) -> list[str]:
     lines = []
     for exchange in record["evidence"]:
         request = exchange["request"]
-        method = "POST" if "POST" in request else "GET"
-        target = request.get(method)
+        # POST or GET over HTTP, PUBLISH over a broker, CALL for a lookup function.
+        method = next(name for name in request if name != "body")
         body = request.get("body")
-        sent = f"{method} {target}"
+        sent = f"{method} {request[method]}"
         if body is not None:
             sent += f" key={body['key']} attempt={body['attempt']}"
         answer = json.dumps(exchange["answer"], sort_keys=True)
         if len(answer) > 200:
             answer = answer[:197] + "..."
+        status = "" if exchange["status"] is None else f"{exchange['status']} "
         lines.append(sent.replace(run, "<run>"))
-        lines.append(f"  -> {exchange['status']} {answer.replace(run, '<run>')}")
+        lines.append(f"  -> {status}{answer.replace(run, '<run>')}")
     return lines
 
 
@@ -124,6 +153,12 @@ def register(group: click.Group) -> None:
     @click.argument("name", metavar="PARTICIPANT")
     @click.option("--url", help="The service's address (default: the declared base_url).")
     @click.option(
+        "--broker",
+        metavar="URL",
+        help="Check over the declared RabbitMQ (amqp://) or NATS (nats://) route, at this "
+        "server (default: the declared one). Lookups go through the declared lookup function.",
+    )
+    @click.option(
         "--operation",
         help="The effect to apply (default: the participant's first declared effect).",
     )
@@ -145,6 +180,7 @@ def register(group: click.Group) -> None:
         target: str,
         name: str,
         url: str | None,
+        broker: str | None,
         operation: str | None,
         payload: str,
         timeout: float,
@@ -156,15 +192,14 @@ def register(group: click.Group) -> None:
         answer, the compensation's own key and the key window against the engine's retry
         horizon: each is reported proven, refuted (with the requests and answers) or not
         claimed. It applies real effects under keys lf-check-<uuid>-...: point it at a test
-        instance. Exit 0 when every claim is proven, 3 when one is refuted.
+        instance. Over HTTP (--url) or over the declared broker route (--broker amqp://... or
+        nats://...). Exit 0 when every claim is proven, 3 when one is refuted.
         """
         participant = _participant(target, name)
         chosen = _operation(participant, operation)
         body = json_option_value(payload, "--payload")
         clock = started_clock()
-        transport = HttpTransport(
-            _url(participant, url), participant.name, timeout_seconds=timeout, clock=clock
-        )
+        transport = _transport(participant, url, broker, timeout=timeout, clock=clock)
         report = asyncio.run(
             check_participant(participant, transport, operation=chosen, payload=body, clock=clock)
         )

@@ -22,6 +22,7 @@ from ledgerflow.cli.instances import register as register_instances
 from ledgerflow.cli.locks import register as register_locks
 from ledgerflow.cli.migrate import register as register_migrate
 from ledgerflow.cli.reconcile import register as register_reconcile
+from ledgerflow.cli.relay import register as register_relay
 from ledgerflow.cli.render import inert
 from ledgerflow.cli.repairs import register as register_repairs
 from ledgerflow.cli.schedules import register as register_schedules
@@ -65,6 +66,7 @@ register_schedules(cli)
 register_locks(cli)
 register_flow(cli)
 register_check_participant(cli)
+register_relay(cli)
 
 
 def _report(error: LedgerflowError, *, as_json: bool) -> None:

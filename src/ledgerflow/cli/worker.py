@@ -10,6 +10,7 @@ import click
 from prometheus_client import start_http_server
 
 from ledgerflow import limits
+from ledgerflow.cli.broker_relays import broker_relays, run_beside
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
@@ -115,6 +116,12 @@ def install_faults() -> None:
     help="Trace instance runs, steps, effects, compensations and waits with OpenTelemetry "
     "(the otel extra), through the globally configured tracer provider.",
 )
+@click.option(
+    "--no-relay",
+    is_flag=True,
+    help="Do not run the broker relays of the registry's RabbitMQ and NATS participants here "
+    "(run them with `ledgerflow relay`); this worker still publishes their effects.",
+)
 @log_format_option
 def worker(
     target: str,
@@ -128,6 +135,7 @@ def worker(
     metrics_host: str,
     metrics_signals_seconds: float,
     tracing: bool,
+    no_relay: bool,
     log_format: str,
 ) -> None:
     """Run the workflows of MODULE:OBJECT (a ledgerflow.Registry) from the store.
@@ -139,6 +147,10 @@ def worker(
 
     It claims only instances pinned to a definition MODULE:OBJECT holds (same workflow,
     version and code fingerprint), and shows itself to `ledgerflow workers` while it runs.
+
+    Beside the workflows it runs the relay of each participant declared over RabbitMQ or NATS
+    (their replies into the journal), after proving each broker keeps what its route claims:
+    it refuses to start on one that does not. --no-relay leaves them to `ledgerflow relay`.
     """
     configure_logging(log_format)
     registry = load_registry(target)
@@ -177,6 +189,7 @@ def worker(
                 redact(engine.store.url),
                 extra={"worker": runner.id},
             )
-            await runner.run(until_idle=until_idle)
+            relays = [] if no_relay else broker_relays(engine, registry)
+            await run_beside(relays, lambda: runner.run(until_idle=until_idle), runner.stop)
 
     asyncio.run(main())

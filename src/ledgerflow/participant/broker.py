@@ -60,13 +60,22 @@ async def handle_message(
         )
     else:
         outcome = await asyncio.to_thread(kit.apply_request, request, do)
+    # ``applied`` with ``evidence`` or ``reason`` is what the relay reads (runtime/relay.py).
     if isinstance(outcome, Refused):
         reply.update(
+            applied=False,
+            reason=f"{outcome.error_code}: {outcome.message}",
             status="rejected",
             error_code=outcome.error_code,
             retryable=outcome.retryable,
             message=outcome.message,
         )
     else:
-        reply.update(status="applied", receipt=outcome.receipt, duplicate=not outcome.first)
+        reply.update(
+            applied=True,
+            evidence=outcome.receipt,
+            status="applied",
+            receipt=outcome.receipt,
+            duplicate=not outcome.first,
+        )
     return reply

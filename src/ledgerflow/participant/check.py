@@ -29,8 +29,9 @@ The claims, in the order they are put:
   (``key_retention``) and what the service reports (``key_retention_seconds`` in its applied
   answers). A window nobody states is not claimed, and the report says so.
 
-A transport carries the requests; :class:`HttpTransport` speaks the HTTP protocol of
-``remote.py``, and another (a broker's) implements :class:`Transport` the same way.
+A transport carries the requests and reads their answers as the engine reads them, so the claims
+are written once: :class:`HttpTransport` speaks the HTTP protocol of ``remote.py``, and
+:mod:`ledgerflow.participant.check_broker` publishes over RabbitMQ or NATS JetStream.
 """
 
 from __future__ import annotations
@@ -127,13 +128,23 @@ class Report:
 
 
 class Transport(Protocol):
-    """How the check reaches the participant: one apply, one lookup, each kept as evidence."""
+    """How the check reaches the participant (one apply, one lookup, each kept as evidence)
+    and how the engine reads what came back over that way."""
 
     target: str
 
     async def apply(self, body: dict[str, Any]) -> Exchange: ...
 
     async def lookup(self, key: str, attempt: int) -> Exchange: ...
+
+    def receipt(self, exchange: Exchange, key: str, effect_id: str) -> Any:
+        """The receipt of an applied answer that names its request, or None."""
+
+    def rejected(self, exchange: Exchange) -> bool:
+        """An explicit rejection, the only answer that proves nothing was applied."""
+
+    def verdict(self, exchange: Exchange, key: str) -> str:
+        """A lookup's verdict: ``applied``, ``not-applied``, ``unknown`` or ``no answer``."""
 
     async def aclose(self) -> None: ...
 
@@ -180,6 +191,20 @@ class HttpTransport:
         path = f"/{self._name}/lookup/{quote(key, safe='')}"
         request = self._client.build_request("GET", self.target + path, params={"attempt": attempt})
         return await self._send("lookup", request, {"GET": f"{path}?attempt={attempt}"})
+
+    def receipt(self, exchange: Exchange, key: str, effect_id: str) -> Any:
+        return applied_receipt(exchange, key, effect_id)
+
+    def rejected(self, exchange: Exchange) -> bool:
+        answer = exchange.answer
+        return (
+            exchange.status in (409, 422)
+            and isinstance(answer, dict)
+            and answer.get("status") == "rejected"
+        )
+
+    def verdict(self, exchange: Exchange, key: str) -> str:
+        return verdict(exchange, key)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -277,7 +302,7 @@ class Checker:
         if original is not None:
             body["original_key"] = original
         exchange = await self.transport.apply(body)
-        receipt = applied_receipt(exchange, key, body["effect_id"])
+        receipt = self.transport.receipt(exchange, key, body["effect_id"])
         window = exchange.answer.get("key_retention_seconds") if receipt is not None else None
         if isinstance(window, int | float) and not isinstance(window, bool):
             self.reported_windows.append((float(window), exchange))
@@ -285,7 +310,7 @@ class Checker:
 
     async def lookup(self, key: str, attempt: int) -> tuple[Exchange, str]:
         exchange = await self.transport.lookup(key, attempt)
-        return exchange, verdict(exchange, key)
+        return exchange, self.transport.verdict(exchange, key)
 
     async def run_all(self) -> Report:
         lookups = self.participant.lookup_function is not None
@@ -331,7 +356,7 @@ class Checker:
         if found != "not-applied":
             return _refuted("fence", f"the fencing lookup answered {found}", asked)
         late, late_receipt = await self.apply(key, 1)
-        if late_receipt is not None or not _rejected(late):
+        if late_receipt is not None or not self.transport.rejected(late):
             why = "applied" if late_receipt is not None else "answered without a rejection"
             return _refuted(
                 "fence", f"a late original (attempt 1) after not-applied was {why}", asked, late
@@ -372,7 +397,7 @@ class Checker:
             why = "a lookup answered applied, yet the apply was not applied"
             return _refuted("lookup-during", why, *evidence, detail=detail)
         settled = "applied" if receipt is not None else "not-applied"
-        if receipt is None and not _rejected(applied):
+        if receipt is None and not self.transport.rejected(applied):
             settled = "unknown"  # the apply's answer proves nothing: nothing to hold it to
         if settled != "unknown" and found_after != settled:
             why = f"the apply was {settled}, and the lookup after it answered {found_after}"
@@ -484,16 +509,6 @@ class Checker:
             *evidence,
             detail=detail,
         )
-
-
-def _rejected(exchange: Exchange) -> bool:
-    """An explicit rejection, the only answer that proves nothing was applied."""
-    answer = exchange.answer
-    return (
-        exchange.status in (409, 422)
-        and isinstance(answer, dict)
-        and answer.get("status") == "rejected"
-    )
 
 
 def _seconds(value: float) -> str:
