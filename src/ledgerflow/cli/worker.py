@@ -100,7 +100,7 @@ def install_faults() -> None:
     default=1,
     show_default=True,
     help="Worker processes to run under one supervisor, each its own event loop, store pool "
-    "and worker identity (docs/scaling.md); --concurrency is per process. Pays on "
+    "and worker identity (docs/performance.md); --concurrency is per process. Pays on "
     "PostgreSQL; SQLite has one writer at a time (a warning says so).",
 )
 @click.option(
@@ -252,11 +252,11 @@ def supervise(
     db = str(params["db"])
     SyncEngine(db, registry).close()
     if db.startswith("sqlite"):
-        # Measured (docs/scaling.md): SQLite admits one writer at a time, so more processes
+        # Measured (docs/performance.md): SQLite admits one writer at a time, so more processes
         # on one SQLite journal only contend for its lock. Correct (fenced as ever), not faster.
         log.warning(
             "--processes %d on SQLite: SQLite has one writer at a time, so more worker "
-            "processes share its lock rather than add throughput (docs/scaling.md); use "
+            "processes share its lock rather than add throughput (docs/performance.md); use "
             "PostgreSQL to scale out",
             processes,
         )
