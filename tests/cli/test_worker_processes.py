@@ -63,11 +63,12 @@ def children(log: Path) -> dict[int, list[int]]:
 
 
 def gone(pid: int) -> bool:
+    """No such process, or only its zombie (an orphan's, waiting for init to reap it)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
         return True
-    return False
 
 
 @contextmanager
@@ -177,6 +178,33 @@ def test_a_killed_child_is_restarted_and_every_workflow_completes(
         applied_once_each(service)
         stop(process, log)
         assert all(gone(pid) for pids in children(log).values() for pid in pids)
+    finally:
+        engine.close()
+
+
+def test_children_of_a_killed_supervisor_stop_too(
+    journal_url: str, service: Service, tmp_path: Path
+) -> None:
+    """Goal: a supervisor killed by SIGKILL (it can forward nothing) leaves no worker behind:
+    the kernel tells each child its parent died, and it stops as on SIGTERM.
+
+    Method: two processes on an idle journal, both live in the registry; SIGKILL the
+    supervisor; both children must be gone, and signed off from the registry.
+    """
+    log = tmp_path / "supervisor.log"
+    engine = SyncEngine(journal_url, registry)
+    try:
+        process = supervisor(journal_url, service, log, "--processes", "2")
+        eventually(
+            lambda: len(engine.store.workers(live_since=time.time() - 30)) == 2,
+            what="two live workers",
+            timeout=RUN_SECONDS_MAX,
+        )
+        pids = [pids[0] for pids in children(log).values()]
+        process.kill()
+        process.wait(timeout=STOP_SECONDS_MAX)
+        eventually(lambda: all(gone(pid) for pid in pids), what="the children gone")
+        assert engine.store.workers(live_since=time.time() - 30) == []
     finally:
         engine.close()
 

@@ -109,14 +109,14 @@ class Supervisor:
     def stop(self) -> None:
         """Ask every child to stop as a ``worker`` stops on SIGTERM (in-flight instances
         finish or are released), and start no more."""
-        first = not self._stop.is_set()
         self._stop.set()
+        self._signal_children()
+
+    def _signal_children(self) -> None:
         for child in self.children:
+            child.restart_at = None
             if child.process is not None and child.process.poll() is None:
                 child.process.send_signal(signal.SIGTERM)
-        if first:
-            for child in self.children:
-                child.restart_at = None
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -200,7 +200,9 @@ class Supervisor:
             # children, so a look every few tens of milliseconds costs nothing.
             self._stop.wait(limits.SUPERVISOR_POLL_SECONDS)
             if self._stop.is_set():
-                # Wait for the children the stop was sent to; nothing is restarted now.
+                # Once more: a stop that came while a child was being spawned did not reach
+                # that child. Then wait for them all; nothing is restarted now.
+                self._signal_children()
                 for child in self.children:
                     if child.process is not None:
                         self._ended(child, child.process.wait())
