@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def say(text: str) -> None:
 
 @contextlib.contextmanager
 def checkout(revision: str) -> Iterator[Path]:
-    """The revision's tree in a temporary worktree, removed afterwards."""
+    """The revision's tree in a temporary worktree, removed afterwards with its folder."""
     folder = Path(tempfile.mkdtemp(prefix="ledgerflow-ab-"))
     tree = folder / "tree"
     subprocess.run(
@@ -72,6 +73,7 @@ def checkout(revision: str) -> Iterator[Path]:
             check=False,
             capture_output=True,
         )
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def git(tree: Path, *arguments: str) -> str:

@@ -54,6 +54,7 @@ def regress(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with checkout(args.base) as base_tree, tempfile.TemporaryDirectory() as scratch:
         base_commit = revision_of(base_tree)
+        base_folder = str(base_tree.parent)
         sides = Sides(base_tree, ROOT, scratch, pg_url)
         for backend in args.backends:
             if backend == "postgres":
@@ -87,6 +88,7 @@ def regress(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "base": args.base,
         "base_commit": base_commit,
+        "base_folder": base_folder,
         "head": revision_of(ROOT, dirty_mark=True),
         "quick": args.quick,
         "pairs": pairs,

@@ -56,7 +56,12 @@ def test_quick_against_head() -> None:
             assert entry["head_vs_base"]["wps"] > 0
     assert len(result["runs"]) == 2 * len(WORKLOADS) * len(backends)
     assert len(result["settings"]["loadavg_before"]) == 3
+    # Its own checkout is gone, folder and all (other runs may have theirs meanwhile).
     worktrees = subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True, check=True
+        ["git", "-C", str(ROOT), "worktree", "list", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    assert "ledgerflow-ab-" not in worktrees
+    assert result["base_folder"] not in worktrees
+    assert not Path(result["base_folder"]).exists()
