@@ -1,4 +1,11 @@
-"""PostgreSQL scaling benchmark: workflow throughput with 1, 2 and 4 worker processes.
+"""Scaling benchmark: workflow throughput with 1, 2 and 4 worker processes (PostgreSQL; SQLite
+with ``--backend sqlite``, to show why more processes do not pay there).
+
+Two ways to run the W processes: by default W separate bench workers (below); with
+``--supervisor``, one ``ledgerflow worker pg_scaling:registry --processes W``, the command a
+user runs, whose figure is the one users get (the children print no figures of their own, so
+commits and effect counts are absent from that mode's JSON; the clock starts when the first
+child shows up in the worker registry, ``ready_skew_seconds`` says how late the last one was).
 
 What it does, for each worker count W (1, 2, 4 by default), on a fresh PostgreSQL schema:
 
@@ -20,6 +27,8 @@ Progress goes to stderr; the last line of stdout is one JSON object with the fig
     python bench/pg_scaling.py --quick                  # 300 instances per worker count
     python bench/pg_scaling.py                          # 2,000 instances per worker count
     python bench/pg_scaling.py --workers 1 2 4 8 --instances 5000 --concurrency 128
+    python bench/pg_scaling.py --supervisor --workers 1 2       # ledgerflow worker --processes
+    python bench/pg_scaling.py --backend sqlite --supervisor --workers 1 2
 """
 
 from __future__ import annotations
@@ -32,14 +41,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
+from scaling_measures import ActivitySampler, machine_cpu, postgres_cpu, proc_cpu_seconds
 
 import ledgerflow as lf
 from ledgerflow import limits
@@ -54,9 +65,8 @@ INSTANCES_DEFAULT = 2_000
 INSTANCES_QUICK = 300
 CONCURRENCY_DEFAULT = limits.WORKER_CONCURRENCY_DEFAULT
 POLL_SECONDS_DEFAULT = 0.05
-# How often this process looks at the journal, and at the workers' sessions.
+# How often this process looks at the journal (the sessions: scaling_measures).
 STATUS_POLL_SECONDS = 0.05
-ACTIVITY_SAMPLE_SECONDS = 0.05
 # The JSON keeps the count of SUCCEEDED instances at this interval, to show the shape of a run.
 TIMELINE_EVERY_SECONDS = 0.5
 # Bounds: no phase of the benchmark may wait forever.
@@ -68,6 +78,11 @@ START_PROGRESS_EVERY = 500
 START_RETRY_SECONDS_MAX = 60.0
 START_RETRY_PAUSE_SECONDS = 0.5
 APP_NAME_PREFIX = "lf-bench-worker"
+# The ``ledgerflow`` command run by this interpreter (the --supervisor mode).
+LEDGERFLOW = [sys.executable, "-c", "from ledgerflow.cli.main import main; main()"]
+HERE = Path(__file__).resolve().parent
+# How recently a worker must have beaten to count as up (the supervisor mode's start).
+LIVE_SECONDS = 30.0
 
 
 # -- the workload (imported by the worker processes too) ---------------------------------------
@@ -192,81 +207,6 @@ def run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- measuring ---------------------------------------------------------------------------------
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def postgres_cpu() -> dict[int, float]:
-    """CPU seconds used so far by every PostgreSQL process on this machine (if visible)."""
-    found: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/comm", encoding="ascii") as f:
-                if f.read().strip() != "postgres":
-                    continue
-            found[int(entry)] = proc_cpu_seconds(int(entry))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def machine_cpu() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
-    with open("/proc/stat", encoding="ascii") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return sum(values) - idle, sum(values)
-
-
-class ActivitySampler(threading.Thread):
-    """Samples the workers' sessions in pg_stat_activity: what each active one waits on."""
-
-    def __init__(self, base_url: str, app_name: str) -> None:
-        super().__init__(daemon=True, name="activity-sampler")
-        self.base_url = base_url
-        self.app_name = app_name
-        self.samples = 0
-        self.sessions = 0
-        self.states: Counter[str] = Counter()
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        with psycopg.connect(self.base_url, autocommit=True) as conn:
-            while not self._halt.is_set():
-                rows = conn.execute(
-                    "SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
-                    "WHERE application_name = %s",
-                    (self.app_name,),
-                ).fetchall()
-                self.samples += 1
-                for state, wait_type, wait_event in rows:
-                    self.sessions += 1
-                    if state == "active":
-                        key = f"active:{wait_type}:{wait_event}" if wait_type else "active:cpu"
-                    else:
-                        key = state or "unknown"
-                    self.states[key] += 1
-                self._halt.wait(ACTIVITY_SAMPLE_SECONDS)
-
-    def stop(self) -> dict[str, Any]:
-        self._halt.set()
-        self.join(timeout=5)
-        total = max(1, self.sessions)
-        return {
-            "samples": self.samples,
-            "sessions_per_sample": round(self.sessions / max(1, self.samples), 2),
-            "share": {k: round(v / total, 3) for k, v in self.states.most_common()},
-        }
-
-
 # -- the benchmark -----------------------------------------------------------------------------
 
 
@@ -326,6 +266,80 @@ class WorkerProcess:
         return self.proc.returncode
 
 
+class Supervised:
+    """``ledgerflow worker pg_scaling:registry --processes W``: the command a user runs. It
+    has no ready/go handshake: its children claim as soon as they are up."""
+
+    def __init__(self, url: str, app_name: str, workers: int, args: argparse.Namespace) -> None:
+        command = [*LEDGERFLOW, "worker", "pg_scaling:registry", "--db", url]
+        command += ["--processes", str(workers), "--concurrency", str(args.concurrency)]
+        command += ["--poll-seconds", str(args.poll_seconds)]
+        env = dict(os.environ, PGAPPNAME=app_name)
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+        self.log = Path(args.folder) / f"supervisor-w{workers}.log"
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=out)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def children(self) -> list[int]:
+        """The worker processes' pids now: the supervisor's children (Linux's /proc list), or
+        the command itself, which with ``--processes 1`` is the worker."""
+        path = f"/proc/{self.proc.pid}/task/{self.proc.pid}/children"
+        try:
+            with open(path, encoding="ascii") as f:
+                return [int(pid) for pid in f.read().split()] or [self.proc.pid]
+        except OSError:
+            return [self.proc.pid]
+
+    def stop(self) -> int | None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=WORKER_EXIT_SECONDS_MAX)
+        except subprocess.TimeoutExpired:
+            say(f"supervisor {self.proc.pid} did not stop in {WORKER_EXIT_SECONDS_MAX}s")
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.returncode != 0:
+            say(self.log.read_text(errors="replace")[-3000:])
+        return self.proc.returncode
+
+
+def wait_live(engine: lf.SyncEngine, workers: int, alive: Any) -> tuple[float, float]:
+    """Wait (bounded) until ``workers`` workers are in the registry: when the first and the
+    last one were seen (perf_counter), polled every STATUS_POLL_SECONDS."""
+    deadline = time.monotonic() + WORKER_READY_SECONDS_MAX
+    first: float | None = None
+    while time.monotonic() < deadline and alive():
+        live = len(engine.store.workers(live_since=time.time() - LIVE_SECONDS))
+        if live and first is None:
+            first = time.perf_counter()
+        if live >= workers and first is not None:
+            return first, time.perf_counter()
+        time.sleep(STATUS_POLL_SECONDS)
+    raise RuntimeError(f"{workers} worker processes did not show up in the registry in time")
+
+
+def fresh_store(args: argparse.Namespace, label: str) -> tuple[str, str]:
+    """A fresh journal for one run: its URL, and what names it (a schema or a file)."""
+    if args.backend == "sqlite":
+        path = os.path.join(args.folder, f"{label}.db")
+        return f"sqlite:///{path}", path
+    schema = f"{SCHEMA_PREFIX}_{os.getpid()}_{label}"
+    return fresh_schema(args.base_url, schema), schema
+
+
+def drop_store(args: argparse.Namespace, name: str) -> None:
+    if args.backend == "sqlite":
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(name + suffix)
+    else:
+        drop_schema(args.base_url, name)
+
+
 def fresh_schema(base_url: str, schema: str) -> str:
     with psycopg.connect(base_url, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -354,11 +368,12 @@ def start_with_retry(engine: lf.SyncEngine, *, key: str, n: int) -> None:
 
 def run_one(workers: int, args: argparse.Namespace) -> dict[str, Any]:
     n = args.instances
-    schema = f"{SCHEMA_PREFIX}_{os.getpid()}_w{workers}"
-    app_name = f"{APP_NAME_PREFIX}-{os.getpid()}-w{workers}"
-    url = fresh_schema(args.base_url, schema)
-    engine = lf.SyncEngine(url, registry)  # creates and migrates the schema
     label = f"w{workers}"
+    app_name = f"{APP_NAME_PREFIX}-{os.getpid()}-w{workers}"
+    url, name = fresh_store(args, label)
+    engine = lf.SyncEngine(url, registry)  # creates and migrates the journal
+    postgres = args.backend == "postgres"
+    ready_skew = 0.0
     try:
         t0 = time.perf_counter()
         for i in range(n):
@@ -368,28 +383,41 @@ def run_one(workers: int, args: argparse.Namespace) -> dict[str, Any]:
                 say(f"[{label}] started {i + 1}/{n} ({(i + 1) / elapsed:.0f}/s)")
         start_seconds = time.perf_counter() - t0
 
-        procs = [WorkerProcess.spawn(url, app_name, args) for _ in range(workers)]
+        supervised = Supervised(url, app_name, workers, args) if args.supervisor else None
+        procs = (
+            [] if supervised else [WorkerProcess.spawn(url, app_name, args) for _ in range(workers)]
+        )
         try:
-            ready_by = time.monotonic() + WORKER_READY_SECONDS_MAX
-            for p in procs:
-                p.wait_ready()
-            if time.monotonic() > ready_by:
-                raise RuntimeError("workers took too long to get ready")
-            sampler = ActivitySampler(args.base_url, app_name)
-            sampler.start()
-            cpu0 = {p.pid: proc_cpu_seconds(p.pid) for p in procs}
+            if supervised is not None:
+                t0, last = wait_live(engine, workers, supervised.alive)
+                ready_skew = last - t0
+                pids = supervised.children()
+                alive = supervised.alive
+            else:
+                ready_by = time.monotonic() + WORKER_READY_SECONDS_MAX
+                for p in procs:
+                    p.wait_ready()
+                if time.monotonic() > ready_by:
+                    raise RuntimeError("workers took too long to get ready")
+                pids = [p.pid for p in procs]
+                alive = lambda: all(p.alive() for p in procs)  # noqa: E731
+            sampler = ActivitySampler(args.base_url, app_name) if postgres else None
+            if sampler is not None:
+                sampler.start()
+            cpu0 = {pid: proc_cpu_seconds(pid) for pid in pids}
             busy0, total0 = machine_cpu()
-            pg0 = postgres_cpu()
+            pg0 = postgres_cpu() if postgres else {}
             for p in procs:
                 p.go()
-            t0 = time.perf_counter()
+            if supervised is None:
+                t0 = time.perf_counter()
             deadline = time.monotonic() + max(RUN_SECONDS_MIN, n * RUN_SECONDS_PER_INSTANCE_MAX)
             counts: dict[str, int] = {}
             done = False
             last_said = time.perf_counter()
             timeline: list[list[float]] = []
             next_mark = 0.0
-            while time.monotonic() < deadline and all(p.alive() for p in procs):
+            while time.monotonic() < deadline and alive():
                 counts = {s.value: c for s, c in engine.store.count_by_status().items()}
                 if time.perf_counter() - t0 >= next_mark:
                     timeline.append([round(next_mark, 1), counts.get("SUCCEEDED", 0)])
@@ -403,17 +431,20 @@ def run_one(workers: int, args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(STATUS_POLL_SECONDS)
             seconds = time.perf_counter() - t0
             busy1, total1 = machine_cpu()
-            pg1 = postgres_cpu()
-            cpu = {p.pid: proc_cpu_seconds(p.pid) - cpu0[p.pid] for p in procs if p.alive()}
-            activity = sampler.stop()
+            pg1 = postgres_cpu() if postgres else {}
+            cpu = {}
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    cpu[pid] = proc_cpu_seconds(pid) - cpu0[pid]
+            activity = sampler.stop() if sampler is not None else None
         finally:
-            codes = [p.stop() for p in procs]
+            codes = [supervised.stop()] if supervised else [p.stop() for p in procs]
         if not done:
             say(f"[{label}] NOT all succeeded after {seconds:.1f}s: {counts}")
     finally:
         engine.close()
         if not args.keep_schemas:
-            drop_schema(args.base_url, schema)
+            drop_store(args, name)
 
     stats = [p.stats for p in procs]
     writes = sum(s.get("transactions", {}).get("write", 0) for s in stats)
@@ -421,41 +452,49 @@ def run_one(workers: int, args: argparse.Namespace) -> dict[str, Any]:
     write_s = sum(s.get("transaction_seconds", {}).get("write", 0.0) for s in stats)
     read_s = sum(s.get("transaction_seconds", {}).get("read", 0.0) for s in stats)
     store_busy = [round(sum(s.get("transaction_seconds", {}).values()) / seconds, 3) for s in stats]
-    result = {
+    result: dict[str, Any] = {
         "workers": workers,
         "seconds": round(seconds, 3),
         "workflows_per_second": round(n / seconds, 1),
         "all_succeeded": done,
         "counts": counts,
         "start_per_second": round(n / start_seconds, 1),
-        "commits": writes,
-        "commits_per_workflow": round(writes / n, 2),
-        "commits_per_second": round(writes / seconds, 1),
-        "read_transactions": reads,
-        "mean_commit_ms": round(1000 * write_s / writes, 3) if writes else None,
-        "mean_read_ms": round(1000 * read_s / reads, 3) if reads else None,
-        "store_thread_busy_fraction": store_busy,
         "worker_cpu_fraction": [round(c / seconds, 3) for c in cpu.values()],
-        "postgres_cpu_fraction": round(
-            sum(c - pg0.get(pid, 0.0) for pid, c in pg1.items()) / seconds, 3
-        ),
         "machine_cpu_busy_fraction": round((busy1 - busy0) / max(1, total1 - total0), 3),
         "machine_cpu_busy_cores": round(
             (os.cpu_count() or 1) * (busy1 - busy0) / max(1, total1 - total0), 2
         ),
-        "driven": [s.get("driven") for s in stats],
-        "effect_keys": sum(s.get("effect_keys", 0) for s in stats),
-        "effect_keys_called_twice": sum(s.get("effect_keys_called_twice", 0) for s in stats),
         "worker_exit_codes": codes,
-        "pg_sessions": activity,
         "succeeded_timeline": timeline,
     }
+    if postgres:
+        result["postgres_cpu_fraction"] = round(
+            sum(c - pg0.get(pid, 0.0) for pid, c in pg1.items()) / seconds, 3
+        )
+        result["pg_sessions"] = activity
+    if supervised is not None:
+        result["ready_skew_seconds"] = round(ready_skew, 3)
+    else:
+        result.update(
+            {
+                "commits": writes,
+                "commits_per_workflow": round(writes / n, 2),
+                "commits_per_second": round(writes / seconds, 1),
+                "read_transactions": reads,
+                "mean_commit_ms": round(1000 * write_s / writes, 3) if writes else None,
+                "mean_read_ms": round(1000 * read_s / reads, 3) if reads else None,
+                "store_thread_busy_fraction": store_busy,
+                "driven": [s.get("driven") for s in stats],
+                "effect_keys": sum(s.get("effect_keys", 0) for s in stats),
+                "effect_keys_called_twice": sum(
+                    s.get("effect_keys_called_twice", 0) for s in stats
+                ),
+            }
+        )
     say(
-        f"[{label}] {n} in {seconds:.2f}s = {n / seconds:.1f} wf/s; {writes} commits "
-        f"({result['mean_commit_ms']} ms mean), store busy {store_busy}, "
-        f"worker cpu {result['worker_cpu_fraction']}, postgres cpu "
-        f"{result['postgres_cpu_fraction']}, machine cpu "
-        f"{result['machine_cpu_busy_fraction']}"
+        f"[{label}] {n} in {seconds:.2f}s = {n / seconds:.1f} wf/s; worker cpu "
+        f"{result['worker_cpu_fraction']}, postgres cpu {result.get('postgres_cpu_fraction')}, "
+        f"machine cpu {result['machine_cpu_busy_fraction']}"
     )
     return result
 
@@ -471,12 +510,15 @@ def server_settings(base_url: str) -> dict[str, Any]:
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     wall0 = time.perf_counter()
-    server = server_settings(args.base_url)
-    say(f"PostgreSQL {server}; N={args.instances}, workers {args.workers}")
-    results = {str(w): run_one(w, args) for w in args.workers}
+    server = server_settings(args.base_url) if args.backend == "postgres" else {}
+    say(f"{args.backend} {server}; N={args.instances}, workers {args.workers}")
+    with tempfile.TemporaryDirectory(prefix="lf-scaling-") as folder:
+        args.folder = folder
+        results = {str(w): run_one(w, args) for w in args.workers}
     first = results[str(args.workers[0])]["workflows_per_second"]
     return {
-        "backend": "postgres",
+        "backend": args.backend,
+        "launch": "ledgerflow worker --processes W" if args.supervisor else "W bench workers",
         "workload": WORKLOAD,
         "instances": args.instances,
         "results": results,
@@ -484,10 +526,14 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "wall_seconds": round(time.perf_counter() - wall0, 1),
         "settings": {
             "server": server,
-            "url": f"{args.base_url}?schema={SCHEMA_PREFIX}_<pid>_w<workers> (fresh per run)",
+            "url": (
+                f"{args.base_url}?schema={SCHEMA_PREFIX}_<pid>_w<workers> (fresh per run)"
+                if args.backend == "postgres"
+                else "sqlite:///<temporary folder>/w<workers>.db (fresh per run)"
+            ),
             "start": "SyncEngine.start, one transaction per start, sequential, before workers",
-            "measured": "first go to all SUCCEEDED by count_by_status (polled every "
-            f"{STATUS_POLL_SECONDS}s)",
+            "measured": ("first worker in the registry" if args.supervisor else "first go")
+            + f" to all SUCCEEDED by count_by_status (polled every {STATUS_POLL_SECONDS}s)",
             "concurrency_per_worker": args.concurrency,
             "poll_seconds": args.poll_seconds,
             "lease_seconds": limits.LEASE_SECONDS_DEFAULT,
@@ -495,6 +541,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "participant": "in-process, deduplicates by idempotency key",
             "commits": "the workers' outermost write transactions (reads counted apart)",
             "quick": args.quick,
+            "loadavg": list(os.getloadavg()),
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),
         },
@@ -514,6 +561,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--instances", type=int, default=None, help=f"N (default {INSTANCES_DEFAULT})")
     p.add_argument("--quick", action="store_true", help=f"N={INSTANCES_QUICK}")
     p.add_argument("--workers", type=int, nargs="+", default=list(WORKERS_DEFAULT))
+    p.add_argument(
+        "--supervisor",
+        action="store_true",
+        help="run the W processes as one `ledgerflow worker --processes W` (what users run)",
+    )
+    p.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
     p.add_argument("--concurrency", type=int, default=CONCURRENCY_DEFAULT)
     p.add_argument("--poll-seconds", type=float, default=POLL_SECONDS_DEFAULT)
     p.add_argument("--keep-schemas", action="store_true", help="do not drop the schemas after")

@@ -54,6 +54,17 @@ WORKER_HEARTBEATS_PER_BOUND = 3
 WORKER_DEFINITIONS_MAX = 10_000
 WORKERS_LISTED_MAX = 1_000
 WORKER_RETENTION_SECONDS = 7 * 24 * 3600
+# `ledgerflow worker --processes N`: how many worker processes one supervisor keeps; a child
+# that dies within the start bound counts as dying at start (an interpreter's imports alone
+# take seconds on a loaded machine), and this many such deaths in a row
+# end the supervisor (a bad registry or store, not a crash to ride out); restarts after an early
+# death back off from the minimum, doubling, up to the maximum; how often the supervisor looks.
+WORKER_PROCESSES_MAX = 64
+SUPERVISOR_START_SECONDS = 30.0
+SUPERVISOR_EARLY_DEATHS_MAX = 3
+SUPERVISOR_RESTART_SECONDS_MIN = 0.5
+SUPERVISOR_RESTART_SECONDS_MAX = 10.0
+SUPERVISOR_POLL_SECONDS = 0.05
 # How long an idle worker sleeps between looks at the store when nothing woke it.
 POLL_SECONDS_DEFAULT = 0.2
 # An effect dispatch that has not answered by then is UNKNOWN.

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 
 import click
 from prometheus_client import start_http_server
@@ -14,12 +16,15 @@ from ledgerflow.cli.broker_relays import broker_relays, run_beside
 from ledgerflow.cli.loading import load_registry
 from ledgerflow.cli.logs import configure_logging, log_format_option
 from ledgerflow.cli.options import db_option
+from ledgerflow.cli.supervisor import Supervisor
 from ledgerflow.errors import ConfigurationError
+from ledgerflow.model.definition import Registry
 from ledgerflow.operators.async_service import AsyncOperations
 from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
 from ledgerflow.runtime.metrics import Metrics
+from ledgerflow.runtime.sync_engine import SyncEngine
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -36,17 +41,25 @@ def serve_metrics(host: str, port: int, *, signals_seconds: float) -> Metrics:
     return metrics
 
 
-def install_faults() -> None:
-    """The fault plan of ``LEDGERFLOW_FAULTS`` (fault tests), or a clear error if it is not
-    one. A worker (or ``serve``) that has one says so loudly: it will crash or kill itself on
-    purpose."""
+def environment_fault_plan() -> faults.FaultPlan | None:
+    """The fault plan of ``LEDGERFLOW_FAULTS`` (fault tests), None without one, or a clear
+    error if it is not one."""
+    text = os.environ.get(faults.ENVIRONMENT_VARIABLE)
+    if not text:
+        return None
     try:
-        faults.install_from_environment()
+        return faults.FaultPlan.from_json(text)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ConfigurationError(
             f"{faults.ENVIRONMENT_VARIABLE} is not a fault plan (a JSON list of rules, each "
             f'{{"point": ..., "action": ...}}): {type(exc).__name__}: {exc}'
         ) from None
+
+
+def install_faults() -> None:
+    """Install the environment's fault plan, if any. A worker (or ``serve``) that has one
+    says so loudly: it will crash or kill itself on purpose."""
+    faults.install(environment_fault_plan())
     if faults.plan is not None:
         log.warning(
             "fault injection is ON (%s): this process crashes, kills or pauses itself at %d "
@@ -82,6 +95,15 @@ def install_faults() -> None:
     help="How long an idle worker waits between looks at the store (more than 0).",
 )
 @click.option("--until-idle", is_flag=True, help="Exit once nothing is runnable or in flight.")
+@click.option(
+    "--processes",
+    type=click.IntRange(1, limits.WORKER_PROCESSES_MAX),
+    default=1,
+    show_default=True,
+    help="Worker processes to run under one supervisor, each its own event loop, store pool "
+    "and worker identity (docs/performance.md); --concurrency is per process. Pays on "
+    "PostgreSQL; SQLite has one writer at a time (a warning says so).",
+)
 @click.option(
     "--reconcile-seconds",
     type=click.FloatRange(min=0),
@@ -130,6 +152,7 @@ def worker(
     lease_seconds: float,
     poll_seconds: float,
     until_idle: bool,
+    processes: int,
     reconcile_seconds: float,
     metrics_port: int | None,
     metrics_host: str,
@@ -154,6 +177,9 @@ def worker(
     """
     configure_logging(log_format)
     registry = load_registry(target)
+    if processes > 1:
+        supervise(target, registry, processes=processes, params=click.get_current_context().params)
+        return
     install_faults()
 
     metrics = (
@@ -193,3 +219,67 @@ def worker(
             await run_beside(relays, lambda: runner.run(until_idle=until_idle), runner.stop)
 
     asyncio.run(main())
+
+
+# The ``ledgerflow`` command run by this interpreter (the package has no ``__main__``).
+_LEDGERFLOW = (sys.executable, "-c", "from ledgerflow.cli.main import main; main()")
+# The options a child worker process is given, as the supervisor was (``--processes`` aside).
+_FLAGS = ("until_idle", "tracing")
+_VALUES = (
+    "concurrency",
+    "lease_seconds",
+    "poll_seconds",
+    "reconcile_seconds",
+    "metrics_host",
+    "metrics_signals_seconds",
+    "log_format",
+)
+
+
+def child_command(target: str, params: dict[str, object], *, slot: int) -> list[str]:
+    """The ``ledgerflow worker`` command line of the supervisor's child ``slot`` (from 1)."""
+    command = [*_LEDGERFLOW, "worker", target, "--db", str(params["db"])]
+    for name in _VALUES:
+        command += [f"--{name.replace('_', '-')}", str(params[name])]
+    command += [f"--{name.replace('_', '-')}" for name in _FLAGS if params[name]]
+    port = params["metrics_port"]
+    if port is not None:
+        # One port each: port, port+1, ... (0 lets each child pick its own and log it).
+        assert isinstance(port, int)
+        command += ["--metrics-port", str(port + slot - 1 if port else 0)]
+    return command
+
+
+def supervise(
+    target: str, registry: Registry, *, processes: int, params: dict[str, object]
+) -> None:
+    """Run ``processes`` worker processes of ``target`` under one supervisor until stopped;
+    a ConfigurationError if they keep dying at start.
+
+    What every child would check at its start is checked here once first (the registry by
+    the caller, the fault plan, the store opened and migrated): a mistake is one error from
+    the supervisor, not one from each child, and the children never race to migrate a fresh
+    journal. The children install the fault plan; the supervisor runs no fault point.
+    """
+    environment_fault_plan()
+    db = str(params["db"])
+    SyncEngine(db, registry).close()
+    if db.startswith("sqlite"):
+        # Measured (docs/performance.md): SQLite admits one writer at a time, so more processes
+        # on one SQLite journal only contend for its lock. Correct (fenced as ever), not faster.
+        log.warning(
+            "--processes %d on SQLite: SQLite has one writer at a time, so more worker "
+            "processes share its lock rather than add throughput (docs/performance.md); use "
+            "PostgreSQL to scale out",
+            processes,
+        )
+    supervisor = Supervisor(
+        lambda slot: child_command(target, params, slot=slot),
+        processes=processes,
+        until_idle=bool(params["until_idle"]),
+    )
+    supervisor.install_signal_handlers()
+    log.info(
+        "supervisor pid %d running %d worker processes on %s", os.getpid(), processes, redact(db)
+    )
+    supervisor.run()
