@@ -70,6 +70,40 @@ def test_two_workers_never_exceed_a_shared_limit(journal_url: str, scope: str) -
     assert gauge.most == 2
 
 
+def test_starts_at_once_claim_no_more_than_the_limit(journal_url: str) -> None:
+    """Twelve starts at once, sharing one transaction, with a running worker of the same
+    engine: the start's own claims obey a limit of 2 as a worker's claim does (each counts the
+    claims before it), and an instance outside any limit's scope is claimed by its start."""
+    gauge = Gauge()
+    registry = _registry(gauge)
+
+    async def main() -> None:
+        async with lf.Engine(journal_url, registry) as engine:
+            await engine.set_concurrency_limit(tenant="acme", in_flight_max=2)
+            worker = engine.worker(lease_seconds=5, poll_seconds=0.01, concurrency=16)
+            running = asyncio.create_task(worker.run())
+            # Once the worker has run an instance, it is taking starts' claims too.
+            warm = await engine.start("limited", key="warm", input=None, tenant="other")
+            assert await engine.result(warm.instance_id, timeout=10) == 1
+            limited = await asyncio.gather(
+                *(
+                    engine.start("limited", key=f"k{n}", input=None, tenant="acme")
+                    for n in range(12)
+                )
+            )
+            free = await engine.start("limited", key="free", input=None, tenant="other")
+            owned = [s for s in limited if s.instance.owner is not None]
+            assert len(owned) == 2, [s.instance.owner for s in limited]
+            assert free.instance.owner == worker.id
+            for started in [*limited, free]:
+                assert await engine.result(started.instance_id, timeout=10) == 1
+            worker.stop()
+            await running
+
+    asyncio.run(main())
+    assert gauge.most <= 3  # two of acme's and the one of "other", never more
+
+
 def test_a_limit_names_one_scope(tmp_path: Path) -> None:
     """A limit names a workflow or a tenant, never both or neither, and is not negative."""
     with lf.SyncEngine(f"sqlite:///{tmp_path}/j.db", lf.Registry()) as engine:

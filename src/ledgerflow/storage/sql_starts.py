@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from ledgerflow.errors import (
 )
 from ledgerflow.ledger.records import InstanceRecord, NewInstance, StartClaim
 from ledgerflow.model.debounce import DEBOUNCED
-from ledgerflow.model.ids import Generation
+from ledgerflow.model.ids import Generation, WorkerId
 from ledgerflow.model.instance import InstanceStatus
 from ledgerflow.model.start_policy import StartDecision, decide_start
 from ledgerflow.storage.rows import Row, fields, instance_from_row
@@ -209,12 +210,24 @@ class StartStore(SqlSeam):
                 self._send("insert_instance", params, lambda _, n: fresh.append(n == 1))
         claimed: dict[int, list[Row]] = {}
         with self._batch():
-            for index, (new, claim) in enumerate(starts):
+            for index, (new, _) in enumerate(starts):
                 if fresh[index]:
                     self._started(new, now)
-                    if claim is not None:
-                        keep = functools.partial(_keep, claimed, index)
-                        self._send("claim_instance", _start_claim_params(new, claim, now), keep)
+            self._claim_started(starts, fresh, now, claimed)
+        # What claim_started left (an instance in a limit's scope): one claim each, as a
+        # worker's claim would, each counting the ones before it.
+        left = [
+            index
+            for index, (_, claim) in enumerate(starts)
+            if fresh[index] and claim is not None and index not in claimed
+        ]
+        if left:
+            with self._batch():
+                for index in left:
+                    new, claim = starts[index]
+                    assert claim is not None
+                    keep = functools.partial(_keep, claimed, index)
+                    self._send("claim_instance", _start_claim_params(new, claim, now), keep)
         results: dict[int, tuple[InstanceRecord, bool]] = {}
         found: dict[int, list[Row]] = {}
         with self._batch():
@@ -232,6 +245,35 @@ class StartStore(SqlSeam):
             record, created = self._existing(new, rows, fresh[index])
             results[index] = self._resolved(new, record, created, now)
         return [results[index] for index in range(len(starts))]
+
+    def _claim_started(
+        self,
+        starts: Sequence[tuple[NewInstance, StartClaim | None]],
+        fresh: list[bool],
+        now: float,
+        claimed: dict[int, list[Row]],
+    ) -> None:
+        """Claim the group's new instances for their owners, one statement per owner and
+        lease length (claim_started): one start's claim was a statement of its own, and its
+        parameters and answer a third of a group's time. The latest lease clock of a group's
+        claims stands for all of them (never before the insert; a lease a little longer than
+        the one its worker counts on is safe, a shorter one would not be)."""
+        by_claimer: dict[tuple[WorkerId, float], list[tuple[int, StartClaim]]] = {}
+        for index, (_, claim) in enumerate(starts):
+            if fresh[index] and claim is not None:
+                by_claimer.setdefault((claim.owner, claim.lease_seconds), []).append((index, claim))
+        for (owner, lease_seconds), group in by_claimer.items():
+            clocks = [claim.now for _, claim in group]
+            at = None if None in clocks else max([now, *(c for c in clocks if c is not None)])
+            positions = {str(starts[index][0].instance_id): index for index, _ in group}
+            params = claim_params("", owner, at, lease_seconds)
+            params["ids"] = json.dumps(list(positions))
+
+            def keep(rows: list[Row], _: int, positions: dict[str, int] = positions) -> None:
+                for row in rows:
+                    claimed[positions[row["instance_id"]]] = [row]
+
+            self._send("claim_started", params, keep)
 
     def _start_one(
         self, new: NewInstance, claim: StartClaim | None, now: float

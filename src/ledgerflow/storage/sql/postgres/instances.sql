@@ -119,6 +119,25 @@ WHERE instance_id = :instance_id
               AND (l.scope = 'workflow:' || o.workflow_name OR l.scope = 'tenant:' || o.tenant)))
 RETURNING *;
 
+-- name: claim_started
+-- The claims of a group's new instances, in one statement (ids as a JSON array) for one owner
+-- and lease, instead of one claim_instance each. Only an instance just inserted, never owned
+-- (generation 0), due now: none has a lease to lapse, an effect heartbeat or a crash loop to
+-- count. An instance in the scope of a concurrency limit is left to claim_instance, one at a
+-- time, so that each claim counts the ones before it (one statement sees none of its own).
+UPDATE lf_instances
+SET owner = :owner, generation = generation + 1, arrived_since_claim = 0,
+    lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)) + :lease_seconds,
+    updated_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+WHERE instance_id IN (SELECT jsonb_array_elements_text(CAST(:ids AS jsonb)))
+  AND owner IS NULL AND generation = 0
+  AND status IN ('SCHEDULED', 'RUNNING')
+  AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+  AND NOT EXISTS (
+      SELECT 1 FROM lf_limits l
+      WHERE l.scope IN ('workflow:' || lf_instances.workflow_name, 'tenant:' || lf_instances.tenant))
+RETURNING *;
+
 -- name: renew_lease
 UPDATE lf_instances
 SET lease_expires_at = coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)) + :lease_seconds
