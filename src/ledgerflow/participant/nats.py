@@ -95,6 +95,8 @@ class NatsParticipant(Participant):
             "Lf-Attempt": str(call.attempt),
             "Lf-Reply-To": self.route.reply_subject,
         }
+        if call.generation is not None:
+            headers["Lf-Generation"] = str(call.generation)
         subject = f"{self.route.subject}.{operation}"
         try:
             ack = await jetstream.publish(

@@ -191,9 +191,12 @@ class RabbitMQRelay:
             evidence["delivery_limit"] = self.route.delivery_limit
         try:
             request = json.loads(message.body)
-            attempt = request.get("attempt") if isinstance(request, dict) else None
         except ValueError:
-            attempt = None
+            request = None
+        attempt = request.get("attempt") if isinstance(request, dict) else None
+        generation = request.get("generation") if isinstance(request, dict) else None
+        if _integer(generation):
+            evidence["generation"] = generation
         if key is None:
             log.warning("relay %s: a dead letter without a message id", self.route.participant)
             await message.ack()
@@ -244,8 +247,10 @@ async def journal_reply(
             evidence=reply.get("evidence"),
             reason=reply.get("reason"),
             event_id=f"reply:{named}:{attempt}",
-            attempt=attempt if fence_attempt else None,
+            attempt=attempt,
+            attempt_fenced=fence_attempt,
             effect_id=reply["effect_id"],
+            generation=reply.get("generation"),
         )
     except (InstanceNotFoundError, ConcurrencyError, PayloadError) as error:
         # No effect has this key, the participant answered one attempt two ways, or the reply
@@ -270,20 +275,40 @@ async def journal_reply(
 
 
 def _reply_fields(body: bytes) -> dict[str, Any] | None:
-    """A reply's fields, or None when it is not the protocol (then it proves nothing)."""
+    """A reply's fields, or None when it is not the protocol (then it proves nothing).
+
+    Two shapes say the same: ``"applied": bool`` with ``evidence`` or ``reason`` (a hand-written
+    consumer, the demo's), and the participant kit's ``"status": "applied"`` with its
+    ``receipt`` or ``"status": "rejected"`` with its error
+    (:func:`ledgerflow.participant.handle_message`); both echo the request's ``key``,
+    ``effect_id``, ``attempt`` and ``generation``. A kit reply's ``duplicate`` flag is not
+    evidence: a redelivery's answer is the same event as the first one's.
+    """
     try:
         reply = json.loads(body)
     except ValueError:
         return None
     if not isinstance(reply, dict):
         return None
+    status = reply.get("status")
+    if "applied" not in reply and status == "applied":
+        reply = {**reply, "applied": True, "evidence": reply.get("receipt")}
+    elif "applied" not in reply and status == "rejected":
+        why = f"{reply.get('error_code')}: {reply.get('message')}"
+        reply = {**reply, "applied": False, "reason": why}
+    generation = reply.get("generation")
     typed = (
         isinstance(reply.get("key"), str)
         and isinstance(reply.get("effect_id"), str)
-        and isinstance(reply.get("attempt"), int)
+        and _integer(reply.get("attempt"))
         and isinstance(reply.get("applied"), bool)
+        and (generation is None or _integer(generation))
     )
     return reply if typed else None
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _death(headers: Any) -> dict[str, Any]:
