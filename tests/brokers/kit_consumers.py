@@ -149,8 +149,13 @@ async def serve_kit_nats(
         async def handle(message: Any) -> None:
             delivery = Delivery(json.loads(message.data), message.metadata.num_delivered)
             reply = await service.answer(delivery)
-            await jetstream.publish((message.headers or {})["Lf-Reply-To"], reply)
-            await message.ack()
+            try:
+                await jetstream.publish((message.headers or {})["Lf-Reply-To"], reply)
+                await message.ack()
+            except (TimeoutError, nats.errors.Error) as error:
+                # Not acknowledged: the server delivers it again after the ack wait.
+                delivery.ack_error = repr(error)
+                return
             delivery.acked = True
             service.done(delivery)
 

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from broker_running import applications, running, sync
 from broker_workflows import NATS_URL, build_nats
+from cuttable import Cuttable
+from kit_consumers import KitService, serve_kit_nats
 
 import ledgerflow as lf
 from conditions import until
@@ -175,3 +177,39 @@ async def test_the_relay_refuses_a_duplicate_window_shorter_than_the_retry_horiz
         await declare_streams(payments.route)
         proven = await lf.NatsRelay(engine, payments.route).check()
     assert any(">= the retry horizon" in fact for fact in proven)
+
+
+@sync
+async def test_orders_complete_once_when_the_connections_to_the_server_drop_mid_run(
+    journal_url: str, nats_url: str, nats_suffix: str, tmp_path: Path
+) -> None:
+    async with Cuttable(nats_url) as network:
+        # The publisher, the relay and the participant's consumer all reach the server
+        # through the forwarder, whose connections the test resets mid-run.
+        registry, payments = build_nats(suffix=nats_suffix, url=network.url, reply_within_seconds=3)
+        await declare_streams(payments.route)
+        service = KitService(tmp_path / "kit.db")
+
+        async def consumer() -> None:
+            await serve_kit_nats(payments.route, service)
+
+        async with running(journal_url, payments, registry, consumer=consumer) as (engine, relay):
+            first = [await engine.start("order", key=f"o-{n}", input=order(n)) for n in range(10)]
+            await until(lambda: relay.counts["completed"] >= 3, what="some replies carried")
+            accepted = network.accepted
+            dropped = network.cut()
+            second = [await engine.start("order", key=f"p-{n}", input=order(n)) for n in range(10)]
+            started = first + second
+            results = [await engine.result(s.instance_id, timeout=30) for s in started]
+            effects = [(await engine.detail(s.instance_id)).effects[0] for s in started]
+    # The publisher's, the relay's and the consumer's connections were cut, and each was made
+    # again through the forwarder.
+    assert dropped == 3
+    assert network.accepted >= accepted + 3
+    assert all(r["receipt"]["amount"] >= 0 for r in results)
+    assert all(e.state is lf.EffectState.CONFIRMED for e in effects)
+    assert service.applications() == {e.idempotency_key: 1 for e in effects}
+
+
+def order(n: int) -> dict[str, Any]:
+    return {"name": f"order-{n}", "amount": n}

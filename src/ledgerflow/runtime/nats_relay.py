@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING
 from ledgerflow import limits
 from ledgerflow.errors import ConfigurationError
 from ledgerflow.model.broker import NatsRoute
-from ledgerflow.runtime.relay import journal_reply
+from ledgerflow.runtime.relay import consume_until_stopped, journal_reply
 
 if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+
     from ledgerflow.runtime.engine import Engine
 
 log = logging.getLogger("ledgerflow.relay")
@@ -107,12 +109,26 @@ class NatsRelay:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Check the route, then consume its replies until :meth:`stop`."""
+        """Check the route, then consume its replies until :meth:`stop`. The client connects
+        again by itself after a dropped connection; one it gave up on is opened again here
+        (after 0.1 s, doubling to 5 s): what was not acknowledged is delivered again."""
+        import nats.errors
+
+        await self.check()
+        await consume_until_stopped(
+            self._consume,
+            stopping=self._stopping,
+            lost=(OSError, ConnectionError, nats.errors.Error),
+            participant=self.route.participant,
+        )
+
+    async def _consume(self) -> None:
+        """Consume on one connection until :meth:`stop` (returns) or the client gives the
+        connection up (raises)."""
         import nats
         import nats.errors
         from nats.js.api import ConsumerConfig
 
-        await self.check()
         connection = await nats.connect(self.route.url, allow_reconnect=True)
         try:
             jetstream = connection.jetstream()
@@ -125,27 +141,31 @@ class NatsRelay:
                 config=ConsumerConfig(ack_wait=limits.RELAY_ACK_WAIT_SECONDS),
             )
             while not self._stopping.is_set():
+                if connection.is_closed:
+                    raise ConnectionError("the client gave the connection up")
                 try:
                     messages = await subscription.fetch(self.batch, timeout=0.5)
                 except (TimeoutError, nats.errors.TimeoutError):
                     continue
                 for message in messages:
-                    # The stream keeps one message per key within its window, so the
-                    # participant can only answer the attempt it stored: a reply is fenced by
-                    # its effect, not by its attempt.
-                    verdict = await journal_reply(
-                        self.engine,
-                        message.data,
-                        self.counts,
-                        participant=self.route.participant,
-                        fence_attempt=False,
-                    )
-                    if verdict == "unmatched":
-                        await message.term()
-                    elif verdict == "again":
-                        await message.nak(delay=1.0)
-                    else:
-                        await message.ack()  # only now that the journal holds it
+                    await self._reply(message)
         finally:
             with contextlib.suppress(Exception):
                 await connection.close()
+
+    async def _reply(self, message: Msg) -> None:
+        # The stream keeps one message per key within its window, so the participant can only
+        # answer the attempt it stored: a reply is fenced by its effect, not by its attempt.
+        verdict = await journal_reply(
+            self.engine,
+            message.data,
+            self.counts,
+            participant=self.route.participant,
+            fence_attempt=False,
+        )
+        if verdict == "unmatched":
+            await message.term()
+        elif verdict == "again":
+            await message.nak(delay=1.0)
+        else:
+            await message.ack()  # only now that the journal holds it

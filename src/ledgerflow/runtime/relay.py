@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ledgerflow import limits
@@ -130,17 +131,12 @@ class RabbitMQRelay:
         from aio_pika.exceptions import AMQPError
 
         await self.check()
-        pause = limits.RELAY_RECONNECT_SECONDS_MIN
-        while not self._stopping.is_set():
-            try:
-                await self._consume()
-            except (OSError, AMQPError, ConnectionError) as error:
-                log.warning("relay %s: %s; connecting again", self.route.participant, error)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), pause)
-                pause = min(pause * 2, limits.RELAY_RECONNECT_SECONDS_MAX)
-            else:
-                pause = limits.RELAY_RECONNECT_SECONDS_MIN
+        await consume_until_stopped(
+            self._consume,
+            stopping=self._stopping,
+            lost=(OSError, AMQPError, ConnectionError),
+            participant=self.route.participant,
+        )
 
     async def _consume(self) -> None:
         """Consume on one connection until :meth:`stop` (returns) or the connection is lost
@@ -214,6 +210,28 @@ class RabbitMQRelay:
             log.warning("relay %s: dead letter %s: %s", self.route.participant, key, error)
         self.counts["dead_lettered"] += 1
         await message.ack()
+
+
+async def consume_until_stopped(
+    consume: Callable[[], Awaitable[None]],
+    *,
+    stopping: asyncio.Event,
+    lost: tuple[type[BaseException], ...],
+    participant: str,
+) -> None:
+    """Run ``consume`` (one connection's consumption) until ``stopping`` is set; a connection
+    lost (one of ``lost`` raised) is opened again after a pause (0.1 s, doubling to 5 s)."""
+    pause = limits.RELAY_RECONNECT_SECONDS_MIN
+    while not stopping.is_set():
+        try:
+            await consume()
+        except lost as error:
+            log.warning("relay %s: %s; connecting again", participant, error)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), pause)
+            pause = min(pause * 2, limits.RELAY_RECONNECT_SECONDS_MAX)
+        else:
+            pause = limits.RELAY_RECONNECT_SECONDS_MIN
 
 
 async def journal_reply(
