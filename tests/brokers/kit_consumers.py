@@ -92,13 +92,24 @@ async def serve_kit_rabbitmq(route: RabbitMQRoute, service: KitService, *, chann
     async with connection:
         publisher = await connection.channel(publisher_confirms=True)
 
+        handling: set[asyncio.Task[None]] = set()
+
+        async def consume(
+            channel: aio_pika.abc.AbstractChannel, message: aio_pika.abc.AbstractIncomingMessage
+        ) -> None:
+            # Handled in a task of this consumer's own: closing the channel cancels the
+            # channel's tasks, and a slow consumer's work goes on when its channel is gone.
+            task = asyncio.create_task(handle(channel, message))
+            handling.add(task)
+            task.add_done_callback(handling.discard)
+
         async def handle(
             channel: aio_pika.abc.AbstractChannel, message: aio_pika.abc.AbstractIncomingMessage
         ) -> None:
-            count = (message.headers or {}).get("x-delivery-count") or 0
-            delivery = Delivery(
-                json.loads(message.body), 1 + int(str(count)), close_channel=channel.close
-            )
+            # A quorum queue counts the earlier deliveries of a message it delivers again.
+            count = (message.headers or {}).get("x-delivery-count")
+            number = 1 + int(str(count)) if count is not None else 1 + int(message.redelivered)
+            delivery = Delivery(json.loads(message.body), number, close_channel=channel.close)
             reply = await service.answer(delivery)
             await publisher.default_exchange.publish(
                 aio_pika.Message(reply, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
@@ -116,8 +127,12 @@ async def serve_kit_rabbitmq(route: RabbitMQRoute, service: KitService, *, chann
             channel = await connection.channel()
             await channel.set_qos(prefetch_count=4)
             queue = await channel.get_queue(route.request_queue, ensure=False)
-            await queue.consume(functools.partial(handle, channel))
-        await asyncio.Future()  # until cancelled
+            await queue.consume(functools.partial(consume, channel))
+        try:
+            await asyncio.Future()  # until cancelled
+        finally:
+            for task in handling:
+                task.cancel()
 
 
 async def serve_kit_nats(
