@@ -174,16 +174,26 @@ async def serve_kit_nats(
             delivery.acked = True
             service.done(delivery)
 
-        while True:
-            try:
-                messages = await requests.fetch(8, timeout=0.5)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            for message in messages:
-                task = asyncio.create_task(handle(message))
-                handling.add(task)
-                task.add_done_callback(handling.discard)
+        async def spawn(message: Any) -> None:
+            task = asyncio.create_task(handle(message))
+            handling.add(task)
+            task.add_done_callback(handling.discard)
+
+        await pull_forever(requests, spawn)
     finally:
         for task in handling:
             task.cancel()
         await connection.close()
+
+
+async def pull_forever(subscription: Any, handle: Callable[[Any], Awaitable[None]]) -> None:
+    """Fetch from a pull subscription until cancelled, each message to ``handle``."""
+    import nats.errors
+
+    while True:
+        try:
+            messages = await subscription.fetch(8, timeout=0.5)
+        except (TimeoutError, nats.errors.TimeoutError):
+            continue
+        for message in messages:
+            await handle(message)

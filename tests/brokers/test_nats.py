@@ -14,7 +14,7 @@ import pytest
 from broker_running import applications, running, sync
 from broker_workflows import NATS_URL, build_nats
 from cuttable import Cuttable
-from kit_consumers import KitService, serve_kit_nats
+from kit_consumers import KitService, pull_forever, serve_kit_nats
 
 import ledgerflow as lf
 from conditions import until
@@ -213,3 +213,77 @@ async def test_orders_complete_once_when_the_connections_to_the_server_drop_mid_
 
 def order(n: int) -> dict[str, Any]:
     return {"name": f"order-{n}", "amount": n}
+
+
+@pytest.mark.parametrize("gives_back", [True, False], ids=["nak", "never-acked"])
+@sync
+async def test_a_request_given_up_on_after_max_deliver_parks_the_instance_with_the_evidence(
+    journal_url: str, nats_url: str, nats_suffix: str, gives_back: bool
+) -> None:
+    import nats
+    from nats.js.api import ConsumerConfig
+
+    registry, payments = build(nats_url, nats_suffix, reply_within_seconds=30)
+    route = payments.route
+    await declare_streams(route)
+
+    async def poison_refuser() -> None:
+        # A consumer that cannot process the request: it gives it back each time, or never
+        # acks it (delivered again after its ack wait), until its max_deliver is spent.
+        connection = await nats.connect(nats_url)
+        try:
+            requests = await connection.jetstream().pull_subscribe(
+                f"{route.subject}.>",
+                durable="payments-poison",
+                stream=route.stream,
+                config=ConsumerConfig(ack_wait=1.0, max_deliver=2),
+            )
+
+            async def refuse(message: Any) -> None:
+                if gives_back:
+                    await message.nak()
+
+            await pull_forever(requests, refuse)
+        finally:
+            await connection.close()
+
+    async with running(journal_url, payments, registry, consumer=poison_refuser) as (
+        engine,
+        relay,
+    ):
+        started = await engine.start("order", key="o-1", input=order(1))
+
+        async def parked() -> lf.InstanceRecord | None:
+            record = await engine.get(started.instance_id)
+            return record if record.status is lf.InstanceStatus.MANUAL_INTERVENTION else None
+
+        record = await until(parked, what="the instance parked for a person")
+        (effect,) = (await engine.detail(started.instance_id)).effects
+    assert effect.state is lf.EffectState.UNKNOWN
+    assert effect.doubt == 1
+    assert "dead-lettered" in (record.reason or "")
+    # The server's own account: how often it delivered the request, from which stream and
+    # consumer, and the owner generation that published it.
+    reason = effect.reason or ""
+    assert '"reason":"max_deliveries"' in reason
+    assert '"deliveries":2' in reason
+    assert f'"stream":"{route.stream}"' in reason
+    assert '"consumer":"payments-poison"' in reason
+    assert '"generation":' in reason
+    assert relay.counts["dead_lettered"] == 1
+
+
+@sync
+async def test_the_relay_refuses_a_route_whose_dead_letters_no_stream_keeps(
+    nats_url: str, nats_suffix: str, tmp_path: Path
+) -> None:
+    import nats
+
+    _, payments = build(nats_url, nats_suffix)
+    await declare_streams(payments.route)
+    connection = await nats.connect(nats_url)
+    await connection.jetstream().delete_stream(payments.route.dead_letter_stream)
+    await connection.close()
+    async with lf.Engine(f"sqlite:///{tmp_path}/j.db", lf.Registry()) as engine:
+        with pytest.raises(ConfigurationError, match="_DEAD' does not exist"):
+            await lf.NatsRelay(engine, payments.route).check()

@@ -185,30 +185,18 @@ class RabbitMQRelay:
         if evidence.get("reason") == "delivery_limit":
             # The broker delivered it as often as the queue's limit (proven by check()).
             evidence["delivery_limit"] = self.route.delivery_limit
-        try:
-            request = json.loads(message.body)
-        except ValueError:
-            request = None
-        attempt = request.get("attempt") if isinstance(request, dict) else None
-        generation = request.get("generation") if isinstance(request, dict) else None
-        if _integer(generation):
-            evidence["generation"] = generation
         if key is None:
             log.warning("relay %s: a dead letter without a message id", self.route.participant)
             await message.ack()
             return
-        try:
-            await self.engine.complete_effect(
-                key,
-                applied=False,
-                reason="dead-lettered by the broker",
-                event_id=f"dead-letter:{key}:{attempt}",
-                attempt=attempt if isinstance(attempt, int) else None,
-                dead_letter=evidence,
-            )
-        except (InstanceNotFoundError, ConcurrencyError) as error:
-            log.warning("relay %s: dead letter %s: %s", self.route.participant, key, error)
-        self.counts["dead_lettered"] += 1
+        await journal_dead_letter(
+            self.engine,
+            key,
+            message.body,
+            evidence,
+            self.counts,
+            participant=self.route.participant,
+        )
         await message.ack()
 
 
@@ -232,6 +220,42 @@ async def consume_until_stopped(
             pause = min(pause * 2, limits.RELAY_RECONNECT_SECONDS_MAX)
         else:
             pause = limits.RELAY_RECONNECT_SECONDS_MIN
+
+
+async def journal_dead_letter(
+    engine: Engine,
+    key: str,
+    request: bytes,
+    evidence: dict[str, Any],
+    counts: dict[str, int],
+    *,
+    participant: str,
+    fence_attempt: bool = True,
+) -> None:
+    """Carry a request the broker gave up on into the journal: its effect goes UNKNOWN and its
+    instance to a person, with the broker's ``evidence`` (its delivery count...) and the
+    request's attempt and generation; never a silent drop, never read as applied or not."""
+    try:
+        body = json.loads(request)
+    except ValueError:
+        body = None
+    attempt = body.get("attempt") if isinstance(body, dict) else None
+    generation = body.get("generation") if isinstance(body, dict) else None
+    if _integer(generation):
+        evidence["generation"] = generation
+    try:
+        await engine.complete_effect(
+            key,
+            applied=False,
+            reason="dead-lettered by the broker",
+            event_id=f"dead-letter:{key}:{attempt}",
+            attempt=attempt if _integer(attempt) else None,
+            attempt_fenced=fence_attempt,
+            dead_letter=evidence,
+        )
+    except (InstanceNotFoundError, ConcurrencyError) as error:
+        log.warning("relay %s: dead letter %s: %s", participant, key, error)
+    counts["dead_lettered"] += 1
 
 
 async def journal_reply(
