@@ -54,10 +54,11 @@ def build_nats(
     deduplicates: bool = True,
     reply_within_seconds: float = 8.0,
     attempts_max: int = 8,
+    url: str = NATS_URL,
 ) -> tuple[lf.Registry, NatsParticipant]:
     payments = nats_participant(
         "payments",
-        NATS_URL,
+        url,
         operations={"charge": "compensatable"},
         deduplicates=deduplicates,
         reply_within_seconds=reply_within_seconds,

@@ -82,7 +82,7 @@ async def delete_streams(url: str, suffix: str) -> None:
 
     connection = await nats.connect(url)
     try:
-        for stream in (f"PAY_{suffix}", f"PAY_{suffix}_REPLIES"):
+        for stream in (f"PAY_{suffix}", f"PAY_{suffix}_REPLIES", f"PAY_{suffix}_DEAD"):
             with contextlib.suppress(nats.js.errors.NotFoundError):
                 await connection.jetstream().delete_stream(stream)
     finally:

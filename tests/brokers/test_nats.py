@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from broker_running import applications, running, sync
 from broker_workflows import NATS_URL, build_nats
+from cuttable import Cuttable
+from kit_consumers import KitService, pull_forever, serve_kit_nats
 
 import ledgerflow as lf
 from conditions import until
@@ -175,3 +177,113 @@ async def test_the_relay_refuses_a_duplicate_window_shorter_than_the_retry_horiz
         await declare_streams(payments.route)
         proven = await lf.NatsRelay(engine, payments.route).check()
     assert any(">= the retry horizon" in fact for fact in proven)
+
+
+@sync
+async def test_orders_complete_once_when_the_connections_to_the_server_drop_mid_run(
+    journal_url: str, nats_url: str, nats_suffix: str, tmp_path: Path
+) -> None:
+    async with Cuttable(nats_url) as network:
+        # The publisher, the relay and the participant's consumer all reach the server
+        # through the forwarder, whose connections the test resets mid-run.
+        registry, payments = build_nats(suffix=nats_suffix, url=network.url, reply_within_seconds=3)
+        await declare_streams(payments.route)
+        service = KitService(tmp_path / "kit.db")
+
+        async def consumer() -> None:
+            await serve_kit_nats(payments.route, service)
+
+        async with running(journal_url, payments, registry, consumer=consumer) as (engine, relay):
+            first = [await engine.start("order", key=f"o-{n}", input=order(n)) for n in range(10)]
+            await until(lambda: relay.counts["completed"] >= 3, what="some replies carried")
+            accepted = network.accepted
+            dropped = network.cut()
+            second = [await engine.start("order", key=f"p-{n}", input=order(n)) for n in range(10)]
+            started = first + second
+            results = [await engine.result(s.instance_id, timeout=30) for s in started]
+            effects = [(await engine.detail(s.instance_id)).effects[0] for s in started]
+    # The publisher's, the relay's and the consumer's connections were cut, and each was made
+    # again through the forwarder.
+    assert dropped == 3
+    assert network.accepted >= accepted + 3
+    assert all(r["receipt"]["amount"] >= 0 for r in results)
+    assert all(e.state is lf.EffectState.CONFIRMED for e in effects)
+    assert service.applications() == {e.idempotency_key: 1 for e in effects}
+
+
+def order(n: int) -> dict[str, Any]:
+    return {"name": f"order-{n}", "amount": n}
+
+
+@pytest.mark.parametrize("gives_back", [True, False], ids=["nak", "never-acked"])
+@sync
+async def test_a_request_given_up_on_after_max_deliver_parks_the_instance_with_the_evidence(
+    journal_url: str, nats_url: str, nats_suffix: str, gives_back: bool
+) -> None:
+    import nats
+    from nats.js.api import ConsumerConfig
+
+    registry, payments = build(nats_url, nats_suffix, reply_within_seconds=30)
+    route = payments.route
+    await declare_streams(route)
+
+    async def poison_refuser() -> None:
+        # A consumer that cannot process the request: it gives it back each time, or never
+        # acks it (delivered again after its ack wait), until its max_deliver is spent.
+        connection = await nats.connect(nats_url)
+        try:
+            requests = await connection.jetstream().pull_subscribe(
+                f"{route.subject}.>",
+                durable="payments-poison",
+                stream=route.stream,
+                config=ConsumerConfig(ack_wait=1.0, max_deliver=2),
+            )
+
+            async def refuse(message: Any) -> None:
+                if gives_back:
+                    await message.nak()
+
+            await pull_forever(requests, refuse)
+        finally:
+            await connection.close()
+
+    async with running(journal_url, payments, registry, consumer=poison_refuser) as (
+        engine,
+        relay,
+    ):
+        started = await engine.start("order", key="o-1", input=order(1))
+
+        async def parked() -> lf.InstanceRecord | None:
+            record = await engine.get(started.instance_id)
+            return record if record.status is lf.InstanceStatus.MANUAL_INTERVENTION else None
+
+        record = await until(parked, what="the instance parked for a person")
+        (effect,) = (await engine.detail(started.instance_id)).effects
+    assert effect.state is lf.EffectState.UNKNOWN
+    assert effect.doubt == 1
+    assert "dead-lettered" in (record.reason or "")
+    # The server's own account: how often it delivered the request, from which stream and
+    # consumer, and the owner generation that published it.
+    reason = effect.reason or ""
+    assert '"reason":"max_deliveries"' in reason
+    assert '"deliveries":2' in reason
+    assert f'"stream":"{route.stream}"' in reason
+    assert '"consumer":"payments-poison"' in reason
+    assert '"generation":' in reason
+    assert relay.counts["dead_lettered"] == 1
+
+
+@sync
+async def test_the_relay_refuses_a_route_whose_dead_letters_no_stream_keeps(
+    nats_url: str, nats_suffix: str, tmp_path: Path
+) -> None:
+    import nats
+
+    _, payments = build(nats_url, nats_suffix)
+    await declare_streams(payments.route)
+    connection = await nats.connect(nats_url)
+    await connection.jetstream().delete_stream(payments.route.dead_letter_stream)
+    await connection.close()
+    async with lf.Engine(f"sqlite:///{tmp_path}/j.db", lf.Registry()) as engine:
+        with pytest.raises(ConfigurationError, match="_DEAD' does not exist"):
+            await lf.NatsRelay(engine, payments.route).check()

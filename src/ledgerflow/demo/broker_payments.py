@@ -91,6 +91,7 @@ def answer(ledger: PaymentsLedger, message: dict[str, Any]) -> dict[str, Any]:
         "key": message["key"],
         "effect_id": message["effect_id"],
         "attempt": message["attempt"],
+        "generation": message.get("generation"),
         "applied": True,
         "evidence": receipt,
     }

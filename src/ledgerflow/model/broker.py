@@ -77,7 +77,8 @@ class NatsRoute:
     replies are published to ``reply_subject``, kept by ``reply_stream`` and read by the
     relay's durable ``consumer``. ``retry_horizon_seconds`` is the longest time between a key's
     first publish and its last same-key re-publish: the stream's duplicate window must cover it,
-    or a late re-publish would be stored again.
+    or a late re-publish would be stored again. A request the participant's consumer gave up on
+    (``max_deliver`` spent) is told by the server's advisory, kept by ``dead_letter_stream``.
     """
 
     participant: str
@@ -88,3 +89,15 @@ class NatsRoute:
     reply_subject: str
     consumer: str
     retry_horizon_seconds: float
+
+    @property
+    def dead_letter_stream(self) -> str:
+        """The stream that keeps the server's max-deliveries advisories for the request
+        stream: a request the participant's consumer was given ``max_deliver`` times without an
+        ack, for the relay to turn into a person's decision."""
+        return f"{self.stream}_DEAD"
+
+    @property
+    def dead_letter_subject(self) -> str:
+        """The advisories the dead-letter stream keeps: any consumer of the request stream."""
+        return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.stream}.*"

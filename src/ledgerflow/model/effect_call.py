@@ -43,6 +43,10 @@ class EffectCall:
     """The details of the last durable heartbeat of an earlier attempt of this effect (an
     effect declared with ``heartbeat_timeout=``), decoded; None when there was none. An
     attempt that resumes long work starts from there."""
+    generation: int | None = None
+    """The owner generation of the instance when this attempt was dispatched (its lease's
+    fence). A broker request carries it and the reply echoes it, so the journal records which
+    owner's dispatch the participant answered."""
     heartbeats: Heartbeats | None = field(default=None, repr=False, compare=False)
     """The engine's side of this attempt's heartbeats (internal); None without a
     ``heartbeat_timeout``."""

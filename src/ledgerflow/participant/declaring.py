@@ -55,7 +55,8 @@ def per_operation(
 
 def request_text(name: str, operation: str, call: EffectCall) -> str:
     """One dispatch as the services read it, in JSON: the key, the operation, the payload, the
-    effect, the instance and the attempt (and a compensation's original key)."""
+    effect, the instance, the attempt and the owner generation (and a compensation's original
+    key)."""
     request = {
         "key": call.idempotency_key,
         "operation": operation,
@@ -64,6 +65,8 @@ def request_text(name: str, operation: str, call: EffectCall) -> str:
         "instance_id": call.instance_id,
         "attempt": call.attempt,
     }
+    if call.generation is not None:
+        request["generation"] = call.generation
     if call.original_key is not None:
         request["original_key"] = call.original_key
     try:

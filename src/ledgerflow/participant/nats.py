@@ -95,6 +95,8 @@ class NatsParticipant(Participant):
             "Lf-Attempt": str(call.attempt),
             "Lf-Reply-To": self.route.reply_subject,
         }
+        if call.generation is not None:
+            headers["Lf-Generation"] = str(call.generation)
         subject = f"{self.route.subject}.{operation}"
         try:
             ack = await jetstream.publish(
@@ -183,7 +185,8 @@ async def declare_streams(
 ) -> None:
     """Declare a route's streams as the relay's check expects them (for a participant team's
     set-up, the demo and tests): file storage, the request stream's duplicate window the retry
-    horizon (or ``duplicate_window_seconds``)."""
+    horizon (or ``duplicate_window_seconds``), and the dead-letter stream keeping the server's
+    max-deliveries advisories for the request stream."""
     import nats
     from nats.js.api import StorageType, StreamConfig
 
@@ -203,6 +206,15 @@ async def declare_streams(
             StreamConfig(
                 name=route.reply_stream,
                 subjects=[route.reply_subject],
+                storage=StorageType.FILE,
+            )
+        )
+        # The server only announces a request its consumer gave up on (a core NATS advisory,
+        # lost when nobody listens): this stream keeps each announcement for the relay.
+        await jetstream.add_stream(
+            StreamConfig(
+                name=route.dead_letter_stream,
+                subjects=[route.dead_letter_subject],
                 storage=StorageType.FILE,
             )
         )

@@ -14,8 +14,9 @@ completes when the participant's reply comes back through the relay
   either way, UNKNOWN.
 
 Each message carries the effect's idempotency key as ``message_id`` (what a deduplicating
-consumer keys on), the effect id as ``correlation_id``, the attempt in its headers, and the reply
-queue as ``reply_to``. It needs the ``brokers`` extra (aio-pika), imported on first use.
+consumer keys on), the effect id as ``correlation_id``, the attempt and the owner generation in
+its headers (and its body), and the reply queue as ``reply_to``. It needs the ``brokers`` extra
+(aio-pika), imported on first use.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class RabbitMQParticipant(Participant):
             content_type="application/json",
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             type=operation,
-            headers={"attempt": call.attempt, "effect_id": call.effect_id},
+            headers=correlation_headers(call),
         )
         try:
             confirm = await exchange.publish(message, routing_key=operation, mandatory=True)
@@ -142,6 +143,14 @@ class RabbitMQParticipant(Participant):
             "routing_key": operation,
             "message_id": call.idempotency_key,
         }
+
+
+def correlation_headers(call: EffectCall) -> dict[str, Any]:
+    """The request's correlation as headers: what the reply must echo."""
+    headers: dict[str, Any] = {"attempt": call.attempt, "effect_id": call.effect_id}
+    if call.generation is not None:
+        headers["generation"] = call.generation
+    return headers
 
 
 def rabbitmq_participant(

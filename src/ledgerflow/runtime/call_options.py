@@ -56,6 +56,12 @@ class CompletionOptions(TypedDict, total=False):
     # attempt the effect has moved past, or for another effect than the key's, is refused.
     attempt: int | None
     effect_id: str | None
+    # The owner generation the reply echoes (the dispatch it answers): recorded with the
+    # attempt, so the journal shows which owner's request the participant answered.
+    generation: int | None
+    # False: the attempt is recorded, not fenced (a NATS stream keeps one message per key, so
+    # its participant can only answer the first attempt stored).
+    attempt_fenced: bool
     # The broker dead-lettered the request (its delivery count...): the outcome goes to a
     # person, never read as applied or not.
     dead_letter: dict[str, Any] | None

@@ -13,6 +13,8 @@ calls back into the driver.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ledgerflow.errors import EventArrivedError
 from ledgerflow.ledger.records import ConsumeDelivery, Delivery, NoPendingDelivery, Write
 from ledgerflow.ledger.transitions import instance_change
@@ -120,7 +122,7 @@ class CallbackCompletion:
                     EffectEvent.CONFIRM,
                     attempt=attempt,
                     evidence=evidence,
-                    detail=f"callback {delivery.event_id}",
+                    detail=f"callback {delivery.event_id}{_answered(body)}",
                 ),
                 driver.step_write(StepEvent.COMPLETE, attempt=attempt, output=evidence),
             )
@@ -145,3 +147,11 @@ class CallbackCompletion:
             ),
         )
         raise driver.failed(reason)
+
+
+def _answered(body: dict[str, Any]) -> str:
+    """The dispatch a broker reply says it answers, for the confirm's record."""
+    answered = body.get("answered")
+    if not isinstance(answered, dict):
+        return ""
+    return f" (attempt {answered.get('attempt')}, generation {answered.get('generation')})"

@@ -410,6 +410,8 @@ class EngineCore:
         event_id: str | None = None,
         attempt: int | None = None,
         effect_id: str | None = None,
+        generation: int | None = None,
+        attempt_fenced: bool = True,
         dead_letter: dict[str, Any] | None = None,
     ) -> Delivered:
         """A participant's callback for an asynchronous effect, delivered to its step."""
@@ -419,6 +421,8 @@ class EngineCore:
                 f"no effect has the idempotency key {idempotency_key!r}", key=idempotency_key
             )
         payload: dict[str, Any] = {"applied": applied, "evidence": evidence, "reason": reason}
+        if attempt is not None and generation is not None:
+            payload["answered"] = {"attempt": attempt, "generation": generation}
         if dead_letter is not None:
             payload["dead_letter"] = dead_letter
         refuse: tuple[str, str] | None = None
@@ -432,7 +436,7 @@ class EngineCore:
                     f"{effect.effect_id}"
                 ),
             )
-        elif attempt is not None and attempt != effect.attempt:
+        elif attempt_fenced and attempt is not None and attempt != effect.attempt:
             refuse = (
                 "superseded",
                 (f"the reply answers attempt {attempt}; the effect is on attempt {effect.attempt}"),

@@ -268,6 +268,7 @@ class EffectDriver(EffectWrites):
             ),
             deadline_at=deadline_at,
             last_heartbeat=self.session.codec.decode(last) if last is not None else None,
+            generation=self.session.generation,
             heartbeats=heartbeats,
         )
 

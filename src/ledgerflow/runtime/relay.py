@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ledgerflow import limits
@@ -130,17 +131,12 @@ class RabbitMQRelay:
         from aio_pika.exceptions import AMQPError
 
         await self.check()
-        pause = limits.RELAY_RECONNECT_SECONDS_MIN
-        while not self._stopping.is_set():
-            try:
-                await self._consume()
-            except (OSError, AMQPError, ConnectionError) as error:
-                log.warning("relay %s: %s; connecting again", self.route.participant, error)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), pause)
-                pause = min(pause * 2, limits.RELAY_RECONNECT_SECONDS_MAX)
-            else:
-                pause = limits.RELAY_RECONNECT_SECONDS_MIN
+        await consume_until_stopped(
+            self._consume,
+            stopping=self._stopping,
+            lost=(OSError, AMQPError, ConnectionError),
+            participant=self.route.participant,
+        )
 
     async def _consume(self) -> None:
         """Consume on one connection until :meth:`stop` (returns) or the connection is lost
@@ -189,28 +185,77 @@ class RabbitMQRelay:
         if evidence.get("reason") == "delivery_limit":
             # The broker delivered it as often as the queue's limit (proven by check()).
             evidence["delivery_limit"] = self.route.delivery_limit
-        try:
-            request = json.loads(message.body)
-            attempt = request.get("attempt") if isinstance(request, dict) else None
-        except ValueError:
-            attempt = None
         if key is None:
             log.warning("relay %s: a dead letter without a message id", self.route.participant)
             await message.ack()
             return
-        try:
-            await self.engine.complete_effect(
-                key,
-                applied=False,
-                reason="dead-lettered by the broker",
-                event_id=f"dead-letter:{key}:{attempt}",
-                attempt=attempt if isinstance(attempt, int) else None,
-                dead_letter=evidence,
-            )
-        except (InstanceNotFoundError, ConcurrencyError) as error:
-            log.warning("relay %s: dead letter %s: %s", self.route.participant, key, error)
-        self.counts["dead_lettered"] += 1
+        await journal_dead_letter(
+            self.engine,
+            key,
+            message.body,
+            evidence,
+            self.counts,
+            participant=self.route.participant,
+        )
         await message.ack()
+
+
+async def consume_until_stopped(
+    consume: Callable[[], Awaitable[None]],
+    *,
+    stopping: asyncio.Event,
+    lost: tuple[type[BaseException], ...],
+    participant: str,
+) -> None:
+    """Run ``consume`` (one connection's consumption) until ``stopping`` is set; a connection
+    lost (one of ``lost`` raised) is opened again after a pause (0.1 s, doubling to 5 s)."""
+    pause = limits.RELAY_RECONNECT_SECONDS_MIN
+    while not stopping.is_set():
+        try:
+            await consume()
+        except lost as error:
+            log.warning("relay %s: %s; connecting again", participant, error)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), pause)
+            pause = min(pause * 2, limits.RELAY_RECONNECT_SECONDS_MAX)
+        else:
+            pause = limits.RELAY_RECONNECT_SECONDS_MIN
+
+
+async def journal_dead_letter(
+    engine: Engine,
+    key: str,
+    request: bytes,
+    evidence: dict[str, Any],
+    counts: dict[str, int],
+    *,
+    participant: str,
+    fence_attempt: bool = True,
+) -> None:
+    """Carry a request the broker gave up on into the journal: its effect goes UNKNOWN and its
+    instance to a person, with the broker's ``evidence`` (its delivery count...) and the
+    request's attempt and generation; never a silent drop, never read as applied or not."""
+    try:
+        body = json.loads(request)
+    except ValueError:
+        body = None
+    attempt = body.get("attempt") if isinstance(body, dict) else None
+    generation = body.get("generation") if isinstance(body, dict) else None
+    if _integer(generation):
+        evidence["generation"] = generation
+    try:
+        await engine.complete_effect(
+            key,
+            applied=False,
+            reason="dead-lettered by the broker",
+            event_id=f"dead-letter:{key}:{attempt}",
+            attempt=attempt if _integer(attempt) else None,
+            attempt_fenced=fence_attempt,
+            dead_letter=evidence,
+        )
+    except (InstanceNotFoundError, ConcurrencyError) as error:
+        log.warning("relay %s: dead letter %s: %s", participant, key, error)
+    counts["dead_lettered"] += 1
 
 
 async def journal_reply(
@@ -244,8 +289,10 @@ async def journal_reply(
             evidence=reply.get("evidence"),
             reason=reply.get("reason"),
             event_id=f"reply:{named}:{attempt}",
-            attempt=attempt if fence_attempt else None,
+            attempt=attempt,
+            attempt_fenced=fence_attempt,
             effect_id=reply["effect_id"],
+            generation=reply.get("generation"),
         )
     except (InstanceNotFoundError, ConcurrencyError, PayloadError) as error:
         # No effect has this key, the participant answered one attempt two ways, or the reply
@@ -270,20 +317,40 @@ async def journal_reply(
 
 
 def _reply_fields(body: bytes) -> dict[str, Any] | None:
-    """A reply's fields, or None when it is not the protocol (then it proves nothing)."""
+    """A reply's fields, or None when it is not the protocol (then it proves nothing).
+
+    Two shapes say the same: ``"applied": bool`` with ``evidence`` or ``reason`` (a hand-written
+    consumer, the demo's), and the participant kit's ``"status": "applied"`` with its
+    ``receipt`` or ``"status": "rejected"`` with its error
+    (:func:`ledgerflow.participant.handle_message`); both echo the request's ``key``,
+    ``effect_id``, ``attempt`` and ``generation``. A kit reply's ``duplicate`` flag is not
+    evidence: a redelivery's answer is the same event as the first one's.
+    """
     try:
         reply = json.loads(body)
     except ValueError:
         return None
     if not isinstance(reply, dict):
         return None
+    status = reply.get("status")
+    if "applied" not in reply and status == "applied":
+        reply = {**reply, "applied": True, "evidence": reply.get("receipt")}
+    elif "applied" not in reply and status == "rejected":
+        why = f"{reply.get('error_code')}: {reply.get('message')}"
+        reply = {**reply, "applied": False, "reason": why}
+    generation = reply.get("generation")
     typed = (
         isinstance(reply.get("key"), str)
         and isinstance(reply.get("effect_id"), str)
-        and isinstance(reply.get("attempt"), int)
+        and _integer(reply.get("attempt"))
         and isinstance(reply.get("applied"), bool)
+        and (generation is None or _integer(generation))
     )
     return reply if typed else None
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _death(headers: Any) -> dict[str, Any]:
