@@ -11,7 +11,10 @@ PostgreSQL: a transaction that writes gets an xid and a COMMIT record in the WAL
 before the commit returns with ``synchronous_commit=on``; one that only reads writes nothing.
 ``pg_walinspect`` lists the WAL records between two LSNs; the count is the COMMIT records whose
 transaction (or one of its subtransactions) wrote a block of a relation in the run's own
-schema, so other sessions on a shared server are not counted.
+schema, so other sessions on a shared server are not counted. The same pass sums the WAL bytes
+those transactions wrote (every record of theirs, their COMMIT included), plus the records
+without a transaction that touch the schema's tables (pruning, hint-bit page images):
+``wal_bytes`` after ``end()`` (see ``compare_db_cost.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 import sqlite3
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -72,6 +76,9 @@ class SqliteWriteCounter:
         self._reader.execute("SELECT count(*) FROM sqlite_master").fetchone()
         self._before = read_wal(self.wal_path)
 
+    def costs(self) -> dict[str, Any] | None:
+        return None  # PostgreSQL's CPU and WAL only (compare_db_cost.py)
+
     def end(self) -> int:
         after = read_wal(self.wal_path)
         if self._reader is not None:
@@ -89,6 +96,7 @@ class PgWriteCounter:
         self.schema = schema
         self.walinspect_schema = walinspect_schema
         self._start = ""
+        self.wal_bytes = 0
 
     def begin(self) -> None:
         with psycopg.connect(self.base_url, autocommit=True) as conn:
@@ -106,13 +114,14 @@ class PgWriteCounter:
             stop, database = str(row[0]), str(row[1])
             ours = self._relfilenodes(conn)
             query = sql.SQL(
-                "SELECT xid::text, resource_manager, record_type, description, block_ref "
-                "FROM {}.pg_get_wal_records_info(%s, %s)"
+                "SELECT xid::text, resource_manager, record_type, description, block_ref, "
+                "record_length FROM {}.pg_get_wal_records_info(%s, %s)"
             ).format(sql.Identifier(self.walinspect_schema))
             records = conn.execute(query, (self._start, stop)).fetchall()
         writers: set[str] = set()
         commits: list[tuple[str, str]] = []
-        for xid, manager, kind, description, block_ref in records:
+        untransacted = 0  # bytes of records with no xid that touch the schema's tables
+        for xid, manager, kind, description, block_ref, _ in records:
             if manager == "Transaction" and str(kind).startswith("COMMIT"):
                 commits.append((str(xid), str(description or "")))
                 continue
@@ -121,11 +130,22 @@ class PgWriteCounter:
                     writers.add(str(xid))
                     break
         counted = 0
+        theirs: set[str] = set()
         for xid, description in commits:
             found = SUBXACTS.search(description)
             subxacts = found.group(1).split() if found else []
             if xid in writers or any(s in writers for s in subxacts):
                 counted += 1
+                theirs.update((xid, *subxacts))
+        for xid, _, _, _, block_ref, length in records:
+            if str(xid) in theirs:
+                self.wal_bytes += int(length)
+            elif str(xid) == "0" and any(
+                db == database and node in ours
+                for db, node in BLOCK_REF.findall(str(block_ref or ""))
+            ):
+                untransacted += int(length)
+        self.wal_bytes += untransacted
         return counted
 
     def _relfilenodes(self, conn: psycopg.Connection[tuple[object, ...]]) -> set[str]:
