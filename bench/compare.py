@@ -490,7 +490,8 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
                 "and autovacuum: they serve every database of the server",
                 "wal_bytes": "pg_walinspect record lengths of the transactions that wrote the "
                 "run's schema, and of records without a transaction touching its tables",
-                "wal_bytes_server_wide": "pg_stat_wal.wal_bytes difference: every session",
+                "wal_bytes_server_wide": "pg_current_wal_insert_lsn() difference: every "
+                "session of the server",
                 "run": "the counting run, per workflow",
             },
             "machine": machine(),
