@@ -16,7 +16,9 @@ capability routing a worker sends and the worker's batch of ``limits.CLAIM_BATCH
 fixed number of instances is claimed batch after batch and each batch parked (one group commit
 of ``Release`` writes, due a day later, as a worker parks a waiting instance): ``claims_per_s``
 counts the claim calls' time only, ``claim_park_per_s`` both. The same count at both sizes, so
-the larger backlog is measured over the same work.
+the larger backlog is measured over the same work, in ``--rounds`` rounds in which the sizes take
+turns (every store is filled first and stays open): on a shared machine whose load drifts, each
+size meets the same drift. The figure is the median round.
 
 Then ``--in-flight`` instances are claimed by another worker and left owned under a live lease
 (a worker's instances in flight, each holding an INTENDED effect whose heartbeat is not due):
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -307,50 +310,94 @@ def claim_query(backend: str, store: SqliteStore | PostgresStore) -> tuple[str, 
     return store._q["select_claimable"], params  # the very query the claim runs
 
 
-def one_size(args: argparse.Namespace, backend: str, n: int, folder: str) -> dict[str, Any]:
-    label = f"{backend}_{n}"
-    with fresh_store(backend, args.pg_url, folder, label) as url:
-        store = open_store(url)
-        assert isinstance(store, SqliteStore | PostgresStore)
-        raw = Raw(backend, url)
-        try:
-            if args.without_claim_index:
-                raw.drop_claim_index()
-            say(f"{backend} n={n:,}: filling")
-            fill_seconds = raw.fill(template(store), n)
-            runnable = raw.count_runnable()
-            if runnable != n:
-                raise RuntimeError(f"{runnable} runnable instances, not {n}")
-            query, params = claim_query(backend, store)
-            out: dict[str, Any] = {
-                "instances": n,
-                "fill_seconds": round(fill_seconds, 1),
-                "plan": raw.plan(query, params),
+@dataclass
+class Backlog:
+    """One size's store, filled, and what was measured on it."""
+
+    n: int
+    store: SqliteStore | PostgresStore
+    raw: Raw
+    figures: dict[str, Any] = field(default_factory=dict)
+    rounds: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def filled(args: argparse.Namespace, backend: str, n: int, url: str) -> Backlog:
+    store = open_store(url)
+    assert isinstance(store, SqliteStore | PostgresStore)
+    raw = Raw(backend, url)
+    if args.without_claim_index:
+        raw.drop_claim_index()
+    say(f"{backend} n={n:,}: filling")
+    fill_seconds = raw.fill(template(store), n)
+    runnable = raw.count_runnable()
+    if runnable != n:
+        raise RuntimeError(f"{runnable} runnable instances, not {n}")
+    backlog = Backlog(n=n, store=store, raw=raw)
+    backlog.figures = {"instances": n, "fill_seconds": round(fill_seconds, 1)}
+    return backlog
+
+
+def hold_in_flight(args: argparse.Namespace, backend: str, backlog: Backlog) -> dict[str, Any]:
+    """Another worker's instances in flight, each with an effect under a heartbeat."""
+    held = 0
+    while held < args.in_flight:
+        want = min(limits.CLAIM_BATCH_MAX, args.in_flight - held)
+        held += len(backlog.store.claim(**claim_kwargs(backend, OTHER, want)))
+    effects = backlog.raw.give_effects(OTHER)
+    if backend == "postgres":
+        backlog.raw.pg.execute("ANALYZE lf_effects")
+    return {"held_by_another_worker": held, "intended_effects": effects}
+
+
+def measure(args: argparse.Namespace, backend: str, backlogs: list[Backlog], kind: str) -> None:
+    """``--claims`` per size in ``--rounds`` rounds, the sizes taking turns (the order flips
+    each round): a machine whose load drifts weighs on every size alike. The median round."""
+    for backlog in backlogs:
+        query, params = claim_query(backend, backlog.store)
+        backlog.figures.setdefault(kind, {})["plan"] = backlog.raw.plan(query, params)
+        backlog.rounds[kind] = []
+    per_round = args.claims // args.rounds
+    for k in range(args.rounds):
+        for backlog in backlogs if k % 2 == 0 else list(reversed(backlogs)):
+            backlog.rounds[kind].append(claim_and_park(backend, backlog.store, per_round))
+    for backlog in backlogs:
+        rounds = backlog.rounds[kind]
+        out = backlog.figures[kind]
+        out["claimed"] = sum(r["claimed"] for r in rounds)
+        for rate in ("claims_per_s", "claim_park_per_s"):
+            out[rate] = round(statistics.median(r[rate] for r in rounds), 1)
+            out[f"{rate}_each_round"] = [r[rate] for r in rounds]
+        out["claim_batch_ms_p50"] = round(
+            statistics.median(r["claim_batch_ms"]["p50"] for r in rounds), 3
+        )
+        say(f"{backend} n={backlog.n:,} {kind}: {out['claims_per_s']} claims/s")
+
+
+def one_backend(args: argparse.Namespace, backend: str, folder: str) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        backlogs: list[Backlog] = []
+        for n in args.sizes:
+            url = stack.enter_context(fresh_store(backend, args.pg_url, folder, f"{backend}_{n}"))
+            backlog = filled(args, backend, n, url)
+            stack.callback(backlog.store.close)
+            stack.callback(backlog.raw.close)
+            backlogs.append(backlog)
+        measure(args, backend, backlogs, "idle")
+        for backlog in backlogs:
+            backlog.figures["in_flight"] = hold_in_flight(args, backend, backlog)
+        measure(args, backend, backlogs, "in_flight")
+        small, large = backlogs[0], backlogs[-1]
+        ratio = {
+            kind: {
+                rate: round(large.figures[kind][rate] / small.figures[kind][rate], 3)
+                for rate in ("claims_per_s", "claim_park_per_s")
             }
-            say(f"{backend} n={n:,}: claiming {args.claims:,}")
-            out["idle"] = claim_and_park(backend, store, args.claims)
-            say(f"  -> {out['idle']}")
-            # Another worker's instances in flight, each with an effect under a heartbeat.
-            held = 0
-            while held < args.in_flight:
-                want = min(limits.CLAIM_BATCH_MAX, args.in_flight - held)
-                held += len(store.claim(**claim_kwargs(backend, OTHER, want)))
-            effects = raw.give_effects(OTHER)
-            if backend == "postgres":
-                raw.pg.execute("ANALYZE lf_effects")
-            query, params = claim_query(backend, store)
-            out["in_flight"] = {
-                "held_by_another_worker": held,
-                "intended_effects": effects,
-                "plan": raw.plan(query, params),
-            }
-            say(f"{backend} n={n:,}: claiming {args.claims:,} past {held} in flight")
-            out["in_flight"].update(claim_and_park(backend, store, args.claims))
-            say(f"  -> {out['in_flight']['claims_per_s']} claims/s")
-            return out
-        finally:
-            raw.close()
-            store.close()
+            for kind in ("idle", "in_flight")
+        }
+        return {
+            "sizes": {str(b.n): b.figures for b in backlogs},
+            f"rate_at_{large.n}_over_{small.n}": ratio,
+        }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -358,22 +405,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ledgerflow-backlog-") as folder:
         for backend in args.backends:
-            sizes = {n: one_size(args, backend, n, folder) for n in args.sizes}
-            small, large = min(sizes), max(sizes)
-            ratio = {
-                kind: {
-                    rate: round(sizes[large][kind][rate] / sizes[small][kind][rate], 3)
-                    for rate in ("claims_per_s", "claim_park_per_s")
-                }
-                for kind in ("idle", "in_flight")
-            }
-            result[backend] = {
-                "sizes": {str(n): figures for n, figures in sizes.items()},
-                f"rate_at_{large}_over_{small}": ratio,
-            }
+            result[backend] = one_backend(args, backend, folder)
     result["settings"] = {
         "quick": args.quick,
         "claims_per_measure": args.claims,
+        "rounds": args.rounds,
         "claim_batch": limits.CLAIM_BATCH_MAX,
         "in_flight": args.in_flight,
         "claim_index": "dropped" if args.without_claim_index else CLAIM_INDEX,
@@ -391,6 +427,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes", type=int, nargs="+", help="backlog sizes (default 10,000 1,000,000)")
     p.add_argument("--claims", type=int, help="instances claimed per measurement")
     p.add_argument("--in-flight", type=int, help="another worker's instances left owned")
+    p.add_argument("--rounds", type=int, default=5, help="rounds the sizes take turns in")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     p.add_argument("--postgres-url", help="default: $LEDGERFLOW_BENCH_POSTGRES_URL, ...")
     p.add_argument(
@@ -398,7 +435,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     preset = QUICK if args.quick else FULL
-    args.sizes = args.sizes or preset["sizes"]
+    args.sizes = sorted(args.sizes or preset["sizes"])
     args.claims = args.claims or preset["claims"]
     args.in_flight = preset["in_flight"] if args.in_flight is None else args.in_flight
     # Each size is measured twice (idle, then past the instances in flight): it must not run dry.

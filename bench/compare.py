@@ -492,6 +492,8 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
                 "run's schema, and of records without a transaction touching its tables",
                 "wal_bytes_server_wide": "pg_current_wal_insert_lsn() difference: every "
                 "session of the server",
+                "schema_bytes": "pg_total_relation_size of the run's tables (indexes and "
+                "TOAST included) after it: what the journal keeps per workflow",
                 "run": "the counting run, per workflow",
             },
             "machine": machine(),

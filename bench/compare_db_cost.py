@@ -150,6 +150,7 @@ def per_workflow(cost: dict[str, Any], n: int) -> dict[str, Any]:
         "background_cpu_ms_server_wide": round(cost["background_cpu_ms"] / n, 4),
         "wal_bytes": round(cost["wal_bytes"] / n, 1),
         "wal_bytes_server_wide": round(cost["server_wal_bytes"] / n, 1),
+        "schema_bytes": round(cost["schema_bytes"] / n, 1),
         "cpu_source": cost["cpu_source"],
         "backends": cost["backends"],
     }
@@ -162,11 +163,13 @@ class PgCostCounter:
     def __init__(self, base_url: str, schema: str, walinspect_schema: str) -> None:
         self.commits = PgWriteCounter(base_url, schema, walinspect_schema)
         self.meter = PgCostMeter(base_url)
+        self.base_url = base_url
+        self.schema = schema
         self._cost: dict[str, Any] = {}
 
     def begin(self) -> None:
-        # The commit counter's own connection comes and goes before the meter starts (and
-        # after it stops, in end()): the meter would count it as the workload's backend.
+        # The commit counter's connection opens before the meter starts (so only what it does
+        # during the run counts: nothing, it waits) and reads the WAL after the meter stops.
         self.commits.begin()
         self.meter.begin()
 
@@ -174,6 +177,15 @@ class PgCostCounter:
         self._cost = self.meter.end()
         counted = self.commits.end()
         self._cost["wal_bytes"] = self.commits.wal_bytes
+        with psycopg.connect(self.base_url, autocommit=True) as conn:
+            # What the run left on disk: its schema's tables, indexes and TOAST.
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind = 'r'",
+                (self.schema,),
+            ).fetchone()
+        self._cost["schema_bytes"] = int(row[0]) if row else 0
         return counted
 
     def costs(self) -> dict[str, Any] | None:

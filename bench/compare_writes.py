@@ -19,6 +19,8 @@ without a transaction that touch the schema's tables (pruning, hint-bit page ima
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sqlite3
 import struct
@@ -96,16 +98,27 @@ class PgWriteCounter:
         self.schema = schema
         self.walinspect_schema = walinspect_schema
         self._start = ""
+        self._holder: psycopg.Connection[tuple[object, ...]] | None = None
         self.wal_bytes = 0
 
     def begin(self) -> None:
-        with psycopg.connect(self.base_url, autocommit=True) as conn:
-            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-            assert row is not None
-            self._start = str(row[0])
+        # A temporary replication slot, held by this connection until end(), keeps the
+        # server from recycling the run's WAL before it is read: a slow run on a busy server
+        # otherwise outlived its first segments (max_wal_size). Without the right to make
+        # one (no REPLICATION, no free slot) the count is taken as before, at that risk.
+        self._holder = psycopg.connect(self.base_url, autocommit=True)
+        with contextlib.suppress(psycopg.Error):
+            self._holder.execute(
+                "SELECT pg_create_physical_replication_slot(%s, true, true)",
+                (f"lf_bench_{os.getpid()}_{id(self)}",),
+            )
+        row = self._holder.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        self._start = str(row[0])
 
     def end(self) -> int:
-        with psycopg.connect(self.base_url, autocommit=True) as conn:
+        assert self._holder is not None
+        with self._holder as conn:
             row = conn.execute(
                 "SELECT pg_current_wal_flush_lsn()::text, "
                 "(SELECT oid FROM pg_database WHERE datname = current_database())::text"

@@ -59,7 +59,7 @@ def test_sqlite_backlog_claimed_through_the_index() -> None:
     section = run("sqlite")["sqlite"]
     check_rates(section)
     for figures in section["sizes"].values():
-        for plan in (figures["plan"], figures["in_flight"]["plan"]):
+        for plan in (figures["idle"]["plan"], figures["in_flight"]["plan"]):
             lines = plan["query_plan"]
             assert any("USING INDEX lf_instances_claimable" in line for line in lines), lines
             assert not any("TEMP B-TREE" in line for line in lines), lines
@@ -72,7 +72,7 @@ def test_postgres_backlog_claimed_through_the_index() -> None:
     section = run("postgres")["postgres"]
     check_rates(section)
     for figures in section["sizes"].values():
-        for plan in (figures["plan"], figures["in_flight"]["plan"]):
+        for plan in (figures["idle"]["plan"], figures["in_flight"]["plan"]):
             for mode in ("custom_plan", "generic_plan"):
                 text = "\n".join(plan[mode])
                 assert "Index Scan using lf_instances_claimable" in text, text
@@ -85,5 +85,5 @@ def test_postgres_backlog_claimed_through_the_index() -> None:
 def test_sqlite_without_the_index_sorts() -> None:
     """The check above can fail: with 0024's index dropped the claim sorts."""
     section = run("sqlite", "--without-claim-index")["sqlite"]
-    lines = section["sizes"]["1500"]["plan"]["query_plan"]
+    lines = section["sizes"]["1500"]["idle"]["plan"]["query_plan"]
     assert any("TEMP B-TREE" in line for line in lines), lines

@@ -47,7 +47,6 @@ class PostgresTarget:
     dbname: str
 
 
-
 def parse(url: str, own: dict[str, str]) -> PostgresTarget:
     """The target of ``url``, whose query still holds libpq's parameters; ``own`` are
     Ledgerflow's options, already taken out of it."""
