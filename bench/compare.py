@@ -35,8 +35,9 @@ from typing import Any, Protocol
 
 import psycopg
 from compare_common import BLOCK_STEP2_ENV, say
+from compare_db_cost import PgCostCounter, per_workflow
 from compare_storage_limit import pg_limits, sqlite_commits_per_second
-from compare_writes import PgWriteCounter, SqliteWriteCounter, ensure_walinspect
+from compare_writes import SqliteWriteCounter, ensure_walinspect
 from psycopg import sql
 
 ENGINES = ("ledgerflow", "dbos")
@@ -65,6 +66,7 @@ ROLE_EXIT_SECONDS_MAX = 60.0
 class WriteCounter(Protocol):
     def begin(self) -> None: ...
     def end(self) -> int: ...
+    def costs(self) -> dict[str, Any] | None: ...
 
 
 # -- one fresh store per role run --------------------------------------------------------------
@@ -116,7 +118,7 @@ class Context:
     def counter_for(self, store: Store) -> WriteCounter:
         if store.backend == "sqlite":
             return SqliteWriteCounter(store.path)
-        return PgWriteCounter(store.base_url, store.schema, self.walinspect_schema)
+        return PgCostCounter(store.base_url, store.schema, self.walinspect_schema)
 
     def dispose(self, store: Store) -> None:
         if store.backend == "postgres":
@@ -236,6 +238,7 @@ def run_once(
                 figures = role.result()
                 if counter is not None:
                     figures["writes"] = counter.end()
+                    figures["db_cost"] = counter.costs()
                 role.finish()
             finally:
                 role.kill()
@@ -269,6 +272,7 @@ def run_recovery(
         if counter is not None:
             # Everything the interrupted and the fresh process wrote, over n instances.
             figures["writes"] = counter.end()
+            figures["db_cost"] = counter.costs()
         fresh.finish()
     finally:
         fresh.kill()
@@ -332,6 +336,12 @@ def summarise(
                 for e in ENGINES
             },
             "instances": n,
+            # PostgreSQL's CPU and WAL, from the counting run (compare_db_cost.py).
+            "db_cost_per_workflow": {
+                e: per_workflow(cost, n)
+                for e in ENGINES
+                if (cost := counted[name][e].get("db_cost"))
+            },
             "wps_each_run": {e: [r["wps"] for r in by_engine[e]] for e in ENGINES},
         }
         if name == "recovery":
@@ -471,6 +481,20 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
                 "postgres": "pg_walinspect COMMIT records of transactions that wrote the "
                 "run's own schema",
                 "recovery": "writes of the interrupted and the fresh process, per instance",
+            },
+            "db_cost_method": {
+                "backend_cpu_ms": "CPU of the server backends connected to the run's database, "
+                "from /proc/<pid>/schedstat sampled every 0.1 s (pg_stat_statements needs "
+                "shared_preload_libraries)",
+                "background_cpu_ms_server_wide": "WAL writer, checkpointer, background writer "
+                "and autovacuum: they serve every database of the server",
+                "wal_bytes": "pg_walinspect record lengths of the transactions that wrote the "
+                "run's schema, and of records without a transaction touching its tables",
+                "wal_bytes_server_wide": "pg_current_wal_insert_lsn() difference: every "
+                "session of the server",
+                "schema_bytes": "pg_total_relation_size of the run's tables (indexes and "
+                "TOAST included) after it: what the journal keeps per workflow",
+                "run": "the counting run, per workflow",
             },
             "machine": machine(),
             "loadavg_before": [round(x, 2) for x in load_before],

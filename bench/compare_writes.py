@@ -11,15 +11,21 @@ PostgreSQL: a transaction that writes gets an xid and a COMMIT record in the WAL
 before the commit returns with ``synchronous_commit=on``; one that only reads writes nothing.
 ``pg_walinspect`` lists the WAL records between two LSNs; the count is the COMMIT records whose
 transaction (or one of its subtransactions) wrote a block of a relation in the run's own
-schema, so other sessions on a shared server are not counted.
+schema, so other sessions on a shared server are not counted. The same pass sums the WAL bytes
+those transactions wrote (every record of theirs, their COMMIT included), plus the records
+without a transaction that touch the schema's tables (pruning, hint-bit page images):
+``wal_bytes`` after ``end()`` (see ``compare_db_cost.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sqlite3
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -72,6 +78,9 @@ class SqliteWriteCounter:
         self._reader.execute("SELECT count(*) FROM sqlite_master").fetchone()
         self._before = read_wal(self.wal_path)
 
+    def costs(self) -> dict[str, Any] | None:
+        return None  # PostgreSQL's CPU and WAL only (compare_db_cost.py)
+
     def end(self) -> int:
         after = read_wal(self.wal_path)
         if self._reader is not None:
@@ -89,15 +98,27 @@ class PgWriteCounter:
         self.schema = schema
         self.walinspect_schema = walinspect_schema
         self._start = ""
+        self._holder: psycopg.Connection[tuple[object, ...]] | None = None
+        self.wal_bytes = 0
 
     def begin(self) -> None:
-        with psycopg.connect(self.base_url, autocommit=True) as conn:
-            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-            assert row is not None
-            self._start = str(row[0])
+        # A temporary replication slot, held by this connection until end(), keeps the
+        # server from recycling the run's WAL before it is read: a slow run on a busy server
+        # otherwise outlived its first segments (max_wal_size). Without the right to make
+        # one (no REPLICATION, no free slot) the count is taken as before, at that risk.
+        self._holder = psycopg.connect(self.base_url, autocommit=True)
+        with contextlib.suppress(psycopg.Error):
+            self._holder.execute(
+                "SELECT pg_create_physical_replication_slot(%s, true, true)",
+                (f"lf_bench_{os.getpid()}_{id(self)}",),
+            )
+        row = self._holder.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        self._start = str(row[0])
 
     def end(self) -> int:
-        with psycopg.connect(self.base_url, autocommit=True) as conn:
+        assert self._holder is not None
+        with self._holder as conn:
             row = conn.execute(
                 "SELECT pg_current_wal_flush_lsn()::text, "
                 "(SELECT oid FROM pg_database WHERE datname = current_database())::text"
@@ -106,13 +127,14 @@ class PgWriteCounter:
             stop, database = str(row[0]), str(row[1])
             ours = self._relfilenodes(conn)
             query = sql.SQL(
-                "SELECT xid::text, resource_manager, record_type, description, block_ref "
-                "FROM {}.pg_get_wal_records_info(%s, %s)"
+                "SELECT xid::text, resource_manager, record_type, description, block_ref, "
+                "record_length FROM {}.pg_get_wal_records_info(%s, %s)"
             ).format(sql.Identifier(self.walinspect_schema))
             records = conn.execute(query, (self._start, stop)).fetchall()
         writers: set[str] = set()
         commits: list[tuple[str, str]] = []
-        for xid, manager, kind, description, block_ref in records:
+        untransacted = 0  # bytes of records with no xid that touch the schema's tables
+        for xid, manager, kind, description, block_ref, _ in records:
             if manager == "Transaction" and str(kind).startswith("COMMIT"):
                 commits.append((str(xid), str(description or "")))
                 continue
@@ -121,11 +143,22 @@ class PgWriteCounter:
                     writers.add(str(xid))
                     break
         counted = 0
+        theirs: set[str] = set()
         for xid, description in commits:
             found = SUBXACTS.search(description)
             subxacts = found.group(1).split() if found else []
             if xid in writers or any(s in writers for s in subxacts):
                 counted += 1
+                theirs.update((xid, *subxacts))
+        for xid, _, _, _, block_ref, length in records:
+            if str(xid) in theirs:
+                self.wal_bytes += int(length)
+            elif str(xid) == "0" and any(
+                db == database and node in ours
+                for db, node in BLOCK_REF.findall(str(block_ref or ""))
+            ):
+                untransacted += int(length)
+        self.wal_bytes += untransacted
         return counted
 
     def _relfilenodes(self, conn: psycopg.Connection[tuple[object, ...]]) -> set[str]:

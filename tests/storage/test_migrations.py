@@ -316,6 +316,8 @@ DECLARED_TABLES: dict[str, list[str]] = {
 # Named indexes: name -> (table, columns).
 DECLARED_INDEXES: dict[str, tuple[str, list[str]]] = {
     "lf_instances_runnable": ("lf_instances", ["status", "available_at"]),
+    # Runnable instances in the claim's order (0024, a partial index): no sort at any backlog.
+    "lf_instances_claimable": ("lf_instances", ["available_at", "instance_id"]),
     "lf_effects_instance": ("lf_effects", ["instance_id", "run", "seq"]),
     "lf_effects_compensates": ("lf_effects", ["compensates"]),
     "lf_effects_heartbeat_due": ("lf_effects", ["heartbeat_due_at"]),

@@ -30,6 +30,8 @@ from ledgerflow.redaction import redact
 
 SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgres+psycopg")
 SCHEMA_DEFAULT = "ledgerflow"
+# Sent before the user's own options (see parse): a user may still turn JIT on.
+JIT_OFF = "-c jit=off"
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -64,9 +66,11 @@ def parse(url: str, own: dict[str, str]) -> PostgresTarget:
             "parameters are accepted as they are, plus Ledgerflow's schema= and migrate=)"
         ) from None
     # The store's tables are found through search_path; a user's own server options stay.
-    options = " ".join(
-        part for part in (str(params.pop("options", "")), f"-c search_path={schema}") if part
-    )
+    # JIT is off unless the user's options turn it on (theirs come later and win): the engine's
+    # statements are short, and a claim's plan cost over a large backlog passes the JIT
+    # threshold, which made every claim compile for about half a second (issue 29).
+    settings = (JIT_OFF, str(params.pop("options", "")), f"-c search_path={schema}")
+    options = " ".join(part for part in settings if part)
     params.setdefault("connect_timeout", str(limits.POSTGRES_CONNECT_TIMEOUT_SECONDS))
     return PostgresTarget(
         conninfo=make_conninfo("", **params, options=options),

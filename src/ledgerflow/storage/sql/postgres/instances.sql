@@ -45,9 +45,13 @@ LIMIT :limit;
 -- still driving (:running, a JSON array of ids): a lease of its own that lapsed while a store
 -- stall held its heartbeat back is renewed, not taken again beside the copy that runs. SKIP LOCKED: a row another worker
 -- is claiming right now is passed over instead of waited for.
+-- The index lf_instances_claimable (0024) serves the order: a claim reads the first due rows it
+-- may take and stops, at any backlog. The due time is read once, as a subquery: clock_timestamp()
+-- is volatile, and compared row by row it could not bound the index scan, so a claim with
+-- little due work read every instance due later too (parked and waiting ones).
 SELECT instance_id FROM lf_instances
 WHERE status IN ('SCHEDULED', 'RUNNING', 'WAITING', 'COMPENSATING', 'CANCELLING')
-  AND available_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
+  AND available_at <= (SELECT coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision)))
   AND (owner IS NULL OR lease_expires_at <= coalesce(CAST(:now AS double precision), CAST(extract(epoch FROM clock_timestamp()) AS double precision))
        -- An effect attempt of this owner's generation missed its heartbeat (0020): the
        -- owner is taken to be cut off before its lease runs out.
