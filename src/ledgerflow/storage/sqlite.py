@@ -40,6 +40,7 @@ from ledgerflow.storage import migrations, queries
 from ledgerflow.storage.migrations import MigrationStatus, OnOpen
 from ledgerflow.storage.rows import Row
 from ledgerflow.storage.sql_store import SqlStore
+from ledgerflow.storage.wake_sources import SqliteWatch, WakeSource
 
 # "LFLW" as a big-endian integer: marks a SQLite file as a Ledgerflow journal.
 APPLICATION_ID = 0x4C464C57
@@ -336,6 +337,12 @@ class SqliteStore(SqlStore):
             yield
         finally:
             self._depth -= 1
+
+    def wake_source(self) -> WakeSource | None:
+        """A new worker's watch of this file's commits (by any process) while it is idle."""
+        if self.path == ":memory:":
+            return None  # no other connection can commit to it
+        return SqliteWatch(os.path.abspath(self.path), interval_seconds=limits.WAKEUP_WATCH_SECONDS)
 
     def close(self) -> None:
         with self._lock:
