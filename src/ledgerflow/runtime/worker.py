@@ -453,14 +453,18 @@ class Worker:
     async def _idle(self) -> None:
         timeout = self.poll_seconds
         self._wake.clear()
-        if self.wakeups is not None:
-            self.wakeups.idle(True)
+        # Watched only with a slot free: a full worker has nothing to claim (a push still
+        # tells it that work may wait for its next free slot).
+        wakeups = self.wakeups
+        watching = wakeups is not None and len(self._running) + self._reserved < self.concurrency
+        if watching and wakeups is not None:
+            wakeups.idle(True)
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
         finally:
-            if self.wakeups is not None:
-                self.wakeups.idle(False)
+            if watching and wakeups is not None:
+                wakeups.idle(False)
 
     async def _heartbeat(self) -> None:
         every = self.lease_seconds / limits.HEARTBEATS_PER_LEASE

@@ -49,6 +49,7 @@ from ledgerflow.storage.wake_sources import (
     PgNotifier,
     WakeSource,
     channel_of,
+    push_wakeups_enabled,
 )
 
 # Held while migrating: one migrator per database at a time.
@@ -116,8 +117,10 @@ class PostgresStore(SqlStore):
         self._conninfo = target.conninfo
         self._channel = channel_of(target.schema)
         # This process's wake-up doorbell for the schema (its thread starts at the first ring).
-        self.notifier = PgNotifier(
-            target.conninfo, self._channel, window_seconds=limits.WAKEUP_WINDOW_SECONDS
+        self.notifier = (
+            PgNotifier(target.conninfo, self._channel, window_seconds=limits.WAKEUP_WINDOW_SECONDS)
+            if push_wakeups_enabled()
+            else None
         )
         # One direct connection first: a missing database, refused credentials or a server
         # that does not answer is reported at once, by its cause, instead of after the pool's
@@ -180,7 +183,8 @@ class PostgresStore(SqlStore):
         # elsewhere may look at once. Never a NOTIFY inside the engine's transaction.
         if self._local.due:
             self._local.due = False
-            self.notifier.ring()
+            if self.notifier is not None:
+                self.notifier.ring()
 
     @contextlib.contextmanager
     def _dialect_write(self) -> Iterator[None]:
@@ -330,9 +334,11 @@ class PostgresStore(SqlStore):
 
     # -- push wake-ups -------------------------------------------------------------------------
 
-    def wake_source(self) -> WakeSource:
+    def wake_source(self) -> WakeSource | None:
         """A worker's own listener for the schema's wake-ups (at ``LEDGERFLOW_LISTEN_URL``
         when set, else at the store's URL), probed by a NOTIFY sent as commits send theirs."""
+        if not push_wakeups_enabled():
+            return None
         listen_url = os.environ.get(LISTEN_URL_VARIABLE)
         conninfo = postgres_url.parse(listen_url, {}).conninfo if listen_url else self._conninfo
         return PgListener(
@@ -347,5 +353,6 @@ class PostgresStore(SqlStore):
             conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
 
     def close(self) -> None:
-        self.notifier.close()
+        if self.notifier is not None:
+            self.notifier.close()
         self._pool.close()

@@ -15,9 +15,9 @@ polling stays the floor for anything a push misses:
   connection): behind PgBouncer's transaction pooling LISTEN silently receives nothing, so a
   probe that hears nothing within its bound means "poll only". A dropped listening connection
   is reconnected, and its worker told to look once (a ring may have been missed meanwhile).
-* SQLite: :class:`SqliteWatch` reads ``PRAGMA data_version`` on its own connection at a short
-  interval while its worker is idle; the value changes whenever another connection (of any
-  process) committed to the file.
+* SQLite: :class:`SqliteWatch` reads ``PRAGMA data_version`` at a short interval while its
+  worker is idle, on the store's connection: the value changes whenever another connection (of
+  another process, or another store on the file) committed to it.
 
 A wake only says "look now": the worker claims as it would at its poll, so a spurious wake
 costs one claim and a missed one at most a poll.
@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import select
 import socket
-import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from typing import Protocol
 
@@ -61,6 +60,14 @@ _CHANNEL_PREFIX = "ledgerflow_wake_"
 # PostgreSQL truncates identifiers (and refuses channel names) past 63 bytes.
 _IDENTIFIER_BYTES_MAX = 63
 _APPLICATION_NAME = "ledgerflow-listen"
+# "off": no NOTIFY is sent and no worker listens or watches (every worker polls), e.g. to
+# compare, or where a database's NOTIFY is not wanted at all.
+ENABLED_VARIABLE = "LEDGERFLOW_PUSH_WAKEUPS"
+
+
+def push_wakeups_enabled() -> bool:
+    """Whether this process sends and hears push wake-ups (``LEDGERFLOW_PUSH_WAKEUPS``)."""
+    return os.environ.get(ENABLED_VARIABLE, "on").strip().lower() not in ("off", "0", "false")
 
 
 class WakeSource(Protocol):
@@ -303,52 +310,42 @@ class PgListener:
 
 
 class SqliteWatch:
-    """Reads ``PRAGMA data_version`` at a short interval while its worker is idle."""
+    """Reads ``PRAGMA data_version`` at a short interval while its worker is idle.
 
-    def __init__(self, path: str, *, interval_seconds: float) -> None:
-        self.path = path
+    ``read`` reads it on the store's own connection, where it changes only with the commits
+    of *other* connections: the worker's own commits (and every commit of its engine) never
+    wake it for nothing. None: the store is busy now (look at the next interval)."""
+
+    def __init__(self, read: Callable[[], int | None], *, interval_seconds: float) -> None:
+        self._read = read
         self.interval_seconds = interval_seconds
         self._idle = threading.Event()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self, wake: Callable[[], None], pushing: Callable[[bool], None]) -> bool:
-        uri = f"file:{urllib.parse.quote(self.path)}?mode=ro"
-        try:
-            # Its own connection: data_version counts the commits of every other connection.
-            conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            conn.execute("PRAGMA data_version").fetchone()
-        except sqlite3.Error as exc:
-            log.warning("cannot watch %s for wake-ups; the worker polls: %s", self.path, exc)
-            pushing(False)
-            return False
         pushing(True)
         self._thread = threading.Thread(
-            target=self._watch_forever, args=(conn, wake), name="ledgerflow-watch", daemon=True
+            target=self._watch_forever, args=(wake,), name="ledgerflow-watch", daemon=True
         )
         self._thread.start()
         return True
 
-    def _watch_forever(self, conn: sqlite3.Connection, wake: Callable[[], None]) -> None:
-        try:
-            seen = conn.execute("PRAGMA data_version").fetchone()[0]
-            while not self._closed.is_set():
-                self._idle.wait()
-                if self._closed.wait(self.interval_seconds):
-                    return
-                try:
-                    now = conn.execute("PRAGMA data_version").fetchone()[0]
-                except sqlite3.Error as exc:  # e.g. the file is locked for a moment: look again
-                    log.debug("data_version not read: %s", exc)
-                    continue
-                # Compared with the last value read, even one read before the worker was busy:
-                # a commit between its last claim and this watch wakes it (once, maybe for its
-                # own commits: one spurious claim).
-                if now != seen:
-                    seen = now
+    def _watch_forever(self, wake: Callable[[], None]) -> None:
+        seen = self._read()
+        while not self._closed.is_set():
+            self._idle.wait()
+            if self._closed.wait(self.interval_seconds):
+                return
+            now = self._read()
+            if now is None:
+                continue
+            # Compared with the last value read, even one read before the worker was busy: a
+            # commit between its last claim and this watch still wakes it.
+            if now != seen:
+                if seen is not None:
                     wake()
-        finally:
-            conn.close()
+                seen = now
 
     def idle(self, idle: bool) -> None:
         if idle:
