@@ -470,6 +470,37 @@ def measure_load(url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def measure_push_delivery(url: str, k: int) -> dict[str, Any]:
+    """From a ring of this process's notifier (a commit made work due) to a listener's wake,
+    in this process: the push alone, without the claim and the resumption after it."""
+    engine = lf.SyncEngine(url, registry)
+    notifier = getattr(engine.store, "notifier", None)
+    source = engine.store.wake_source() if hasattr(engine.store, "wake_source") else None
+    if notifier is None or source is None:
+        engine.close()
+        return {"samples": 0}
+    heard = threading.Event()
+    if not source.start(heard.set, lambda _: None):
+        engine.close()
+        return {"samples": 0, "probe": "heard nothing"}
+    values: list[float] = []
+    for _ in range(k):
+        heard.clear()
+        time.sleep(limits.WAKEUP_WINDOW_SECONDS * 2)  # past the window: each ring is sent
+        before = time.perf_counter()
+        notifier.ring()
+        if heard.wait(RESUME_SECONDS_MAX):
+            values.append((time.perf_counter() - before) * 1000)
+    source.close()
+    engine.close()
+    return {
+        "p50": round(percentile(values, 50), 3),
+        "p99": round(percentile(values, 99), 3),
+        "max": round(max(values), 3),
+        "samples": len(values),
+    }
+
+
 def run_wakeups(args: argparse.Namespace) -> dict[str, Any]:
     backends = [("sqlite", None)] + ([("postgres", args.postgres)] if args.postgres else [])
     load_before = os.getloadavg()
@@ -490,6 +521,12 @@ def run_wakeups(args: argparse.Namespace) -> dict[str, Any]:
                     say(f"[{label}] signal to resumed {signals['to_terminal_write']}")
                     load = measure_load(url, args) if args.load_seconds > 0 else {}
                     say(f"[{label}] load {load}")
+                    pushed = (
+                        measure_push_delivery(url, args.signals)
+                        if base is not None and push == "on"
+                        else {}
+                    )
+                    say(f"[{label}] ring to listener woken (ms) {pushed}")
                 finally:
                     phase.worker.stop()
                     phase.engine.close()
@@ -498,6 +535,7 @@ def run_wakeups(args: argparse.Namespace) -> dict[str, Any]:
                     "signal_to_observed_ms": signals["to_observed_succeeded"],
                     "timeouts": signals["timeouts"],
                     "due_work_load": load,
+                    "ring_to_listener_ms": pushed,
                 }
     os.environ.pop(ENABLED_VARIABLE, None)
     return {

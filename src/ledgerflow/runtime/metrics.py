@@ -393,6 +393,7 @@ class Metrics:
                 self.reconciliation.labels(action).inc(n)
 
     def push_wakeups(self, *, pushing: bool) -> None:
+        """Whether this process's worker is woken by pushes now (1) or only polls (0)."""
         self.push_wakeup.set(1 if pushing else 0)
 
     def watch_slots(self, busy: Callable[[], int], capacity: int) -> None:
