@@ -142,6 +142,10 @@ class PgNotifier:
                 try:
                     if conn is None:
                         conn = psycopg.connect(self._conninfo, autocommit=True)
+                        # A NOTIFY is a commit of its own; a hint need not wait for its WAL to
+                        # reach the disk (listeners hear it at commit either way): no fsync on
+                        # the wake-up's path, none paid per window.
+                        conn.execute("SET synchronous_commit = off")
                     _notify(conn, self.channel)
                     self.sent += 1
                     failed_at = None
