@@ -20,6 +20,17 @@ Progress goes to stderr; the last line of stdout is one JSON object with the fig
     python bench/waiting.py --quick
     python bench/waiting.py                       # 100,000 instances, 1,000 signals
     python bench/waiting.py --instances 20000 --signals 500 --poll-seconds 0.2
+
+``--mode wakeups`` measures push wake-ups instead (see storage/wake_sources.py): on each
+backend (SQLite, and PostgreSQL with ``--postgres URL``), with pushes on and off
+(``LEDGERFLOW_PUSH_WAKEUPS``) and the worker's default poll, ``--instances`` parked
+instances (default 300) and ``--signals`` signals (default 200) sent one at a time from this
+process, signal to resumed as above; then, with the idle worker still listening, commits of due
+work (starts of a workflow it does not serve) at ``--load-rate`` per second (default 5,000)
+from ``--load-threads`` threads for ``--load-seconds``: the achieved rate, the commit latency
+p50/p99, and the NOTIFYs this process sent per second (at most one per 2 ms window).
+
+    python bench/waiting.py --mode wakeups --postgres postgresql://postgres@127.0.0.1/bench
 """
 
 from __future__ import annotations
@@ -34,12 +45,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import ledgerflow as lf
 from ledgerflow import limits
+from ledgerflow.storage.wake_sources import ENABLED_VARIABLE
 
 WORKFLOW = "waiter"
 SIGNAL_NAME = "go"
@@ -144,6 +157,7 @@ class WorkerProcess:
 
     @classmethod
     def spawn(cls, url: str, args: argparse.Namespace) -> WorkerProcess:
+        """The worker, with this process's environment (LEDGERFLOW_PUSH_WAKEUPS included)."""
         command = [
             sys.executable,
             os.path.abspath(__file__),
@@ -200,7 +214,11 @@ class Phase:
 
 def run_phase(folder: str, n: int, args: argparse.Namespace, label: str) -> Phase:
     path = os.path.join(folder, f"journal-{label}.db")
-    url = f"sqlite:///{path}"  # no "?synchronous=...": the default, durable FULL
+    # no "?synchronous=...": the default, durable FULL
+    return run_phase_at(f"sqlite:///{path}", n, args, label)
+
+
+def run_phase_at(url: str, n: int, args: argparse.Namespace, label: str) -> Phase:
     engine = lf.SyncEngine(url, registry)  # creates and migrates the journal
     worker = WorkerProcess.spawn(url, args)
     phase = Phase(n=n, url=url, worker=worker, engine=engine)
@@ -391,21 +409,183 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# -- push wake-ups (--mode wakeups) -----------------------------------------------------------
+
+load_registry = lf.Registry()
+
+
+@load_registry.workflow(name="burst", version=1)
+async def burst(ctx: lf.WorkflowContext, n: int) -> Any:
+    return n  # never run here: the listening worker serves only "waiter"
+
+
+def fresh_postgres(base: str, schema: str) -> str:
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
+
+def measure_load(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Starts (each one commit of due work) at a paced rate from several threads of one engine:
+    commit latency, and how many NOTIFYs this process sent for them."""
+    engine = lf.SyncEngine(url, load_registry)
+    notifier = getattr(engine.store, "notifier", None)
+    sent0 = notifier.sent if notifier is not None else 0
+    latencies: list[list[float]] = [[] for _ in range(args.load_threads)]
+    t0 = time.perf_counter() + 0.2
+    total = int(args.load_rate * args.load_seconds)
+
+    def run(j: int) -> None:
+        for k in range(j, total, args.load_threads):
+            at = t0 + k / args.load_rate
+            wait = at - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)  # open loop: the schedule, not the last answer, paces it
+            before = time.perf_counter()
+            engine.start("burst", key=f"load-{k}", input=k)
+            latencies[j].append((time.perf_counter() - before) * 1000)
+
+    threads = [threading.Thread(target=run, args=(j,)) for j in range(args.load_threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - t0
+    sent = (notifier.sent if notifier is not None else 0) - sent0
+    engine.close()
+    values = [v for per in latencies for v in per]
+    return {
+        "target_commits_per_second": args.load_rate,
+        "commits": len(values),
+        "commits_per_second": round(len(values) / elapsed, 1),
+        "commit_ms_p50": round(percentile(values, 50), 2),
+        "commit_ms_p99": round(percentile(values, 99), 2),
+        "notifies_sent": sent,
+        "notifies_per_second": round(sent / elapsed, 1),
+        "notifies_per_second_max": round(1 / limits.WAKEUP_WINDOW_SECONDS, 1),
+        "threads": args.load_threads,
+        "seconds": round(elapsed, 2),
+    }
+
+
+def measure_push_delivery(url: str, k: int) -> dict[str, Any]:
+    """From a ring of this process's notifier (a commit made work due) to a listener's wake,
+    in this process: the push alone, without the claim and the resumption after it."""
+    engine = lf.SyncEngine(url, registry)
+    notifier = getattr(engine.store, "notifier", None)
+    source = engine.store.wake_source() if hasattr(engine.store, "wake_source") else None
+    if notifier is None or source is None:
+        engine.close()
+        return {"samples": 0}
+    heard = threading.Event()
+    if not source.start(heard.set, lambda _: None):
+        engine.close()
+        return {"samples": 0, "probe": "heard nothing"}
+    values: list[float] = []
+    for _ in range(k):
+        heard.clear()
+        time.sleep(limits.WAKEUP_WINDOW_SECONDS * 2)  # past the window: each ring is sent
+        before = time.perf_counter()
+        notifier.ring()
+        if heard.wait(RESUME_SECONDS_MAX):
+            values.append((time.perf_counter() - before) * 1000)
+    source.close()
+    engine.close()
+    return {
+        "p50": round(percentile(values, 50), 3),
+        "p99": round(percentile(values, 99), 3),
+        "max": round(max(values), 3),
+        "samples": len(values),
+    }
+
+
+def run_wakeups(args: argparse.Namespace) -> dict[str, Any]:
+    backends = [("sqlite", None)] + ([("postgres", args.postgres)] if args.postgres else [])
+    load_before = os.getloadavg()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="ledgerflow-wakeups-") as folder:
+        for backend, base in backends:
+            for push in ("on", "off"):
+                label = f"{backend}-{push}"
+                # This process (the signals' and the load's sender) and the worker alike.
+                os.environ[ENABLED_VARIABLE] = push
+                if base is None:
+                    url = f"sqlite:///{os.path.join(folder, f'journal-{label}.db')}"
+                else:
+                    url = fresh_postgres(base, f"bench_wakeups_{push}")
+                phase = run_phase_at(url, args.instances, args, label)
+                try:
+                    signals = measure_signals(phase, args.signals, args)
+                    say(f"[{label}] signal to resumed {signals['to_terminal_write']}")
+                    load = measure_load(url, args) if args.load_seconds > 0 else {}
+                    say(f"[{label}] load {load}")
+                    pushed = (
+                        measure_push_delivery(url, args.signals)
+                        if base is not None and push == "on"
+                        else {}
+                    )
+                    say(f"[{label}] ring to listener woken (ms) {pushed}")
+                finally:
+                    phase.worker.stop()
+                    phase.engine.close()
+                results[label] = {
+                    "signal_to_resume_ms": signals["to_terminal_write"],
+                    "signal_to_observed_ms": signals["to_observed_succeeded"],
+                    "timeouts": signals["timeouts"],
+                    "due_work_load": load,
+                    "ring_to_listener_ms": pushed,
+                }
+    os.environ.pop(ENABLED_VARIABLE, None)
+    return {
+        "mode": "wakeups",
+        "results": results,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "settings": {
+            "poll_seconds": args.poll_seconds,
+            "instances": args.instances,
+            "signals": args.signals,
+            "pause_between_signals_s": [args.pause_min, args.pause_min + args.poll_seconds],
+            "wakeup_window_seconds": limits.WAKEUP_WINDOW_SECONDS,
+            "sqlite_watch_seconds": limits.WAKEUP_WATCH_SECONDS,
+            "latency": "terminal write updated_at minus signal return, same wall clock",
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+        },
+    }
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--role", choices=("bench", "worker"), default="bench")
+    p.add_argument("--mode", choices=("park", "wakeups"), default="park")
+    p.add_argument("--postgres", help="PostgreSQL URL for --mode wakeups (a schema each run)")
+    p.add_argument("--load-rate", type=float, default=5_000.0, help="commits/s of due work")
+    p.add_argument("--load-threads", type=int, default=4)
+    p.add_argument("--load-seconds", type=float, default=10.0)
     p.add_argument("--db", help="store URL (worker role)")
     p.add_argument("--instances", type=int, default=None, help="N (default 100000)")
     p.add_argument("--signals", type=int, default=None, help="K (default 1000)")
     p.add_argument("--quick", action="store_true", help="N=5000, K=200")
     p.add_argument("--concurrency", type=int, default=CONCURRENCY_DEFAULT)
-    p.add_argument("--poll-seconds", type=float, default=POLL_SECONDS_DEFAULT)
+    p.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=None,
+        help=f"the worker's poll (default {POLL_SECONDS_DEFAULT}; wakeups: the worker's own, "
+        f"{limits.POLL_SECONDS_DEFAULT})",
+    )
     p.add_argument("--pause-min", type=float, default=0.005, help="least pause between signals")
     args = p.parse_args(argv)
+    wakeups = args.mode == "wakeups"
+    if args.poll_seconds is None:
+        args.poll_seconds = limits.POLL_SECONDS_DEFAULT if wakeups else POLL_SECONDS_DEFAULT
     if args.instances is None:
-        args.instances = 5_000 if args.quick else 100_000
+        args.instances = 300 if wakeups else 5_000 if args.quick else 100_000
     if args.signals is None:
-        args.signals = 200 if args.quick else 1_000
+        args.signals = 200 if args.quick or wakeups else 1_000
     if args.instances < 1 or args.signals < 0:
         p.error("--instances must be at least 1 and --signals not negative")
     return args
@@ -417,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.db:
             raise SystemExit("--role worker needs --db URL")
         return run_worker(args)
-    result = run_benchmark(args)
+    result = run_wakeups(args) if args.mode == "wakeups" else run_benchmark(args)
     print(json.dumps(result))
     return 0
 

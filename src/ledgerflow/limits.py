@@ -67,6 +67,17 @@ SUPERVISOR_RESTART_SECONDS_MAX = 10.0
 SUPERVISOR_POLL_SECONDS = 0.05
 # How long an idle worker sleeps between looks at the store when nothing woke it.
 POLL_SECONDS_DEFAULT = 0.2
+# Push wake-ups (storage/wake_sources.py), with the poll as the floor: a process sends at most
+# one PostgreSQL NOTIFY per window (rings within it share the next); a worker's listen probe
+# waits this long for its NOTIFY before it falls back to polling; an idle SQLite worker reads
+# PRAGMA data_version this often; a dropped listener reconnects after a pause doubled from the
+# first to the last; closing waits this long for a source's thread.
+WAKEUP_WINDOW_SECONDS = 0.002
+WAKEUP_PROBE_SECONDS = 1.0
+WAKEUP_WATCH_SECONDS = 0.002
+WAKEUP_RECONNECT_SECONDS_MIN = 0.05
+WAKEUP_RECONNECT_SECONDS_MAX = 2.0
+WAKEUP_CLOSE_SECONDS_MAX = 2.0
 # An effect dispatch that has not answered by then is UNKNOWN.
 EFFECT_TIMEOUT_SECONDS_DEFAULT = 30.0
 # Effect heartbeats (heartbeat_timeout=): writes per timeout at most (a throttle of

@@ -562,6 +562,7 @@ class Engine(ValueCalls):
             on_released=self._released,
             periodic=(scan, *periodic),
             adopter=adopter,
+            wakeups=self._store.wake_source() if isinstance(self._store, SqlStore) else None,
         )
         self._workers.append(worker)
         return worker

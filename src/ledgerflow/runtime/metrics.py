@@ -217,6 +217,13 @@ class Metrics:
             "This process's worker slots, busy or free.",
             ("state",), registry=r,
         )  # fmt: skip
+        self.push_wakeup = Gauge(
+            "ledgerflow_worker_push_wakeups",
+            "1 while this process's worker is woken by pushes from the journal (NOTIFY, SQLite's "
+            "data_version), 0 while it only polls (e.g. LISTEN behind PgBouncer's transaction "
+            "pooling hears nothing, or the listening connection is reconnecting).",
+            registry=r,
+        )  # fmt: skip
 
     def _declare_journal_gauges(self, r: CollectorRegistry) -> None:
         self.parked = Gauge(
@@ -384,6 +391,10 @@ class Metrics:
         ):
             if n:
                 self.reconciliation.labels(action).inc(n)
+
+    def push_wakeups(self, *, pushing: bool) -> None:
+        """Whether this process's worker is woken by pushes now (1) or only polls (0)."""
+        self.push_wakeup.set(1 if pushing else 0)
 
     def watch_slots(self, busy: Callable[[], int], capacity: int) -> None:
         """The worker slots gauge, read from the worker when scraped (nothing per instance);

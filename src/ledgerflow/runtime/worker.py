@@ -1,7 +1,8 @@
 """A worker: claims due instances, drives many at once, keeps their leases alive (internal).
 
 The loop claims in bounded batches while it has free slots, and otherwise sleeps until a
-driven instance finishes, someone wakes it, or the earliest durable wake-up time comes. A
+driven instance finishes, someone wakes it (in this process, or a push from the journal when
+another process made work due: see runtime/wakeups.py), or its poll comes. A
 heartbeat renews the leases of everything in flight; an instance whose lease was lost (another
 worker took it over with a higher generation) is cancelled here, and its writes would be
 refused by the store anyway.
@@ -44,6 +45,8 @@ from ledgerflow.runtime.detection import bounds_from_environment
 from ledgerflow.runtime.executor import Executor
 from ledgerflow.runtime.periodic import INTERVAL_SECONDS_MIN, Periodic, PeriodicTask
 from ledgerflow.runtime.seams import Runtime
+from ledgerflow.runtime.wakeups import PushWakeups
+from ledgerflow.storage.wake_sources import WakeSource
 
 if TYPE_CHECKING:
     from ledgerflow.runtime.adoption import Adopter
@@ -101,6 +104,7 @@ class Worker:
         on_released: Callable[[InstanceId], None] | None = None,
         periodic: Sequence[PeriodicTask] = (),
         adopter: Adopter | None = None,
+        wakeups: WakeSource | None = None,
     ) -> None:
         _check_limits(concurrency=concurrency, lease_seconds=lease_seconds)
         self.id = worker_id or new_worker_id()
@@ -129,6 +133,13 @@ class Worker:
             self.periodic.add(task)
         self.periodic.add(self._heartbeat_task())
         self._init_state(on_released)
+        # Pushes from the journal when another process makes work due (the poll stays the
+        # floor); only on real time, so that a simulation's worker wakes when its script says.
+        self.wakeups = (
+            PushWakeups(wakeups, wake=self.wake, metrics=metrics)
+            if wakeups is not None and self.clock.real_time
+            else None
+        )
 
     def _init_state(self, on_released: Callable[[InstanceId], None] | None) -> None:
         """What the worker keeps while it runs: what it drives, what it lost, how it claims."""
@@ -232,6 +243,8 @@ class Worker:
         housekeeping = asyncio.create_task(self.periodic.run_forever(), name="ledgerflow-periodic")
         self._active = True
         self._until_quiet = until_idle or until_nothing_due
+        if self.wakeups is not None:
+            self.wakeups.start()
         try:
             while not self._stop.is_set():
                 claimed = await self._claim()
@@ -249,6 +262,8 @@ class Worker:
             self._active = False
             heartbeat.cancel()
             housekeeping.cancel()
+            if self.wakeups is not None:
+                await self.wakeups.close()
             if self._crash is None:
                 await self._drain(grace_seconds)
                 await self._sign_off()
@@ -438,8 +453,18 @@ class Worker:
     async def _idle(self) -> None:
         timeout = self.poll_seconds
         self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+        # Watched only with a slot free: a full worker has nothing to claim (a push still
+        # tells it that work may wait for its next free slot).
+        wakeups = self.wakeups
+        watching = wakeups is not None and len(self._running) + self._reserved < self.concurrency
+        if watching and wakeups is not None:
+            wakeups.idle(True)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+        finally:
+            if watching and wakeups is not None:
+                wakeups.idle(False)
 
     async def _heartbeat(self) -> None:
         every = self.lease_seconds / limits.HEARTBEATS_PER_LEASE

@@ -8,12 +8,14 @@ cause, at once; only then is the pool opened. Connections come from a small psyc
 checked before use, so a worker reconnects by itself after the server restarts. Leases are
 measured by the database's clock (:attr:`database_clock`); every commit is a transaction whose
 first statement locks and fences the instance row, so a stale owner's writes find zero rows
-and are refused.
+and are refused. A transaction that made work due rings the process's wake-up doorbell once it
+has committed (see :mod:`ledgerflow.storage.wake_sources`), never from inside.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 import time
@@ -25,6 +27,7 @@ import psycopg_pool
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from ledgerflow import limits
 from ledgerflow.errors import (
     ConcurrencyError,
     ForeignDatabaseError,
@@ -35,16 +38,27 @@ from ledgerflow.errors import (
 )
 from ledgerflow.log_muting import muted
 from ledgerflow.redaction import redact
-from ledgerflow.storage import migrations, queries
+from ledgerflow.storage import migrations, postgres_url, queries
 from ledgerflow.storage.migrations import MigrationStatus, OnOpen
 from ledgerflow.storage.postgres_url import PostgresTarget
 from ledgerflow.storage.rows import Row
 from ledgerflow.storage.sql_store import SqlStore
+from ledgerflow.storage.wake_sources import (
+    DUE_STATEMENTS,
+    PgListener,
+    PgNotifier,
+    WakeSource,
+    channel_of,
+    push_wakeups_enabled,
+)
 
 # Held while migrating: one migrator per database at a time.
 _MIGRATION_LOCK = 0x4C464C57
 POOL_SIZE_MAX = 4
 CONNECT_TIMEOUT_SECONDS = 10.0
+# Where workers LISTEN when not at the store's own URL: e.g. the server itself, past a pooler
+# in transaction mode (PgBouncer), which drops LISTEN. A PostgreSQL URL.
+LISTEN_URL_VARIABLE = "LEDGERFLOW_LISTEN_URL"
 # libpq's words for why a connection was refused, and what each means for the operator.
 _MISSING_DATABASE = re.compile(r'database "[^"]*" does not exist')
 _REFUSED_CREDENTIALS = re.compile(
@@ -100,6 +114,14 @@ class PostgresStore(SqlStore):
         self.url = target.display
         self.schema = target.schema
         self._local = threading.local()
+        self._conninfo = target.conninfo
+        self._channel = channel_of(target.schema)
+        # This process's wake-up doorbell for the schema (its thread starts at the first ring).
+        self.notifier = (
+            PgNotifier(target.conninfo, self._channel, window_seconds=limits.WAKEUP_WINDOW_SECONDS)
+            if push_wakeups_enabled()
+            else None
+        )
         # One direct connection first: a missing database, refused credentials or a server
         # that does not answer is reported at once, by its cause, instead of after the pool's
         # silent retries.
@@ -148,6 +170,7 @@ class PostgresStore(SqlStore):
                 # The pool's connections are made with dict_row (see kwargs above).
                 conn = cast("psycopg.Connection[Row]", raw)
                 self._local.conn = conn
+                self._local.due = False
                 try:
                     yield conn
                 finally:
@@ -156,6 +179,12 @@ class PostgresStore(SqlStore):
             raise StorageUnavailableError(f"no PostgreSQL connection: {exc}") from None
         except psycopg.Error as exc:
             raise _map_error(exc) from None
+        # Only now, its transaction committed (a rolled-back one raised above): idle workers
+        # elsewhere may look at once. Never a NOTIFY inside the engine's transaction.
+        if self._local.due:
+            self._local.due = False
+            if self.notifier is not None:
+                self.notifier.ring()
 
     @contextlib.contextmanager
     def _dialect_write(self) -> Iterator[None]:
@@ -187,6 +216,8 @@ class PostgresStore(SqlStore):
     def _run(self, name: str, params: Mapping[str, Any]) -> tuple[list[Row], int]:
         conn: psycopg.Connection[Row] = self._local.conn
         pipeline: psycopg.Pipeline | None = getattr(self._local, "pipeline", None)
+        if name in DUE_STATEMENTS:
+            self._local.due = True
         try:
             cursor = conn.execute(self._q[name], dict(params), prepare=True)
             if pipeline is not None:
@@ -210,6 +241,8 @@ class PostgresStore(SqlStore):
             super()._send(name, params, check)
             return
         conn: psycopg.Connection[Row] = self._local.conn
+        if name in DUE_STATEMENTS:
+            self._local.due = True
         try:
             cursor = conn.execute(self._q[name], dict(params), prepare=True)
         except psycopg.Error as exc:
@@ -299,5 +332,27 @@ class PostgresStore(SqlStore):
     def schema_version(self) -> int:
         return max(self._applied(), default=0)
 
+    # -- push wake-ups -------------------------------------------------------------------------
+
+    def wake_source(self) -> WakeSource | None:
+        """A worker's own listener for the schema's wake-ups (at ``LEDGERFLOW_LISTEN_URL``
+        when set, else at the store's URL), probed by a NOTIFY sent as commits send theirs."""
+        if not push_wakeups_enabled():
+            return None
+        listen_url = os.environ.get(LISTEN_URL_VARIABLE)
+        conninfo = postgres_url.parse(listen_url, {}).conninfo if listen_url else self._conninfo
+        return PgListener(
+            conninfo,
+            self._channel,
+            probe=self._send_probe,
+            probe_seconds=limits.WAKEUP_PROBE_SECONDS,
+        )
+
+    def _send_probe(self) -> None:
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+
     def close(self) -> None:
+        if self.notifier is not None:
+            self.notifier.close()
         self._pool.close()

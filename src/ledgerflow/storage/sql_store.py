@@ -75,6 +75,7 @@ from ledgerflow.storage.sql_transaction import apply_transaction
 from ledgerflow.storage.sql_values import ValueStore
 from ledgerflow.storage.sql_versions import VersionStore
 from ledgerflow.storage.sql_workers import WorkerStore
+from ledgerflow.storage.wake_sources import WakeSource
 
 log = logging.getLogger("ledgerflow.storage")
 
@@ -232,6 +233,10 @@ class SqlStore(
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+    def wake_source(self) -> WakeSource | None:
+        """A new worker's push wake-ups from this journal (None: it only polls)."""
+        return None
 
     # -- instances ---------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from ledgerflow.storage import migrations, queries
 from ledgerflow.storage.migrations import MigrationStatus, OnOpen
 from ledgerflow.storage.rows import Row
 from ledgerflow.storage.sql_store import SqlStore
+from ledgerflow.storage.wake_sources import SqliteWatch, WakeSource, push_wakeups_enabled
 
 # "LFLW" as a big-endian integer: marks a SQLite file as a Ledgerflow journal.
 APPLICATION_ID = 0x4C464C57
@@ -336,6 +337,27 @@ class SqliteStore(SqlStore):
             yield
         finally:
             self._depth -= 1
+
+    def wake_source(self) -> WakeSource | None:
+        """A new worker's watch of this file's commits (by any process) while it is idle."""
+        if self.path == ":memory:" or not push_wakeups_enabled():
+            return None  # (in memory: no other connection can commit to it)
+        return SqliteWatch(self._data_version, interval_seconds=limits.WAKEUP_WATCH_SECONDS)
+
+    def _data_version(self) -> int | None:
+        """``PRAGMA data_version`` of the store's connection (it moves only with other
+        connections' commits), or None while a call holds the store: never waits for one."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._depth:
+                return None
+            version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]
+            return version
+        except sqlite3.Error:
+            return None
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         with self._lock:
