@@ -54,24 +54,15 @@ def participants(tmp_path: Path) -> Iterator[ServiceProcess]:
 
 def registry_for(url: str) -> lf.Registry:
     registry = lf.Registry()
-    shop = declare(
-        registry,
-        SHOP,
-        operations={"charge": "compensatable"},
-        retry=RETRY,
-        url=url,
-        lookup_retry=LOOKUP_RETRY,
-    )
-    legacy = declare(registry, LEGACY, operations={"charge": "compensatable"}, retry=RETRY, url=url)
-    bank = declare(
-        registry,
-        BANK,
-        operations={"charge": "compensatable"},
-        retry=RETRY,
-        url=url,
-        lookup_retry=LOOKUP_RETRY,
-    )
-    at = {"shop": shop, "legacy": legacy, "bank": bank}
+    charge = {"charge": "compensatable"}
+    # Those with a lookup ask it long enough to outlast a restart of the service.
+    lookups = {"lookup_retry": LOOKUP_RETRY}
+    at = {
+        spec.partition(":")[0]: declare(
+            registry, spec, operations=charge, retry=RETRY, url=url, **options
+        )
+        for spec, options in ((SHOP, lookups), (LEGACY, {}), (BANK, lookups))
+    }
 
     @registry.workflow(name="order", version=1)
     async def order(ctx: lf.WorkflowContext, where: str) -> Any:
@@ -209,26 +200,40 @@ def test_a_participant_that_lost_its_keys_is_not_charged_twice(
     Method: a ``crash`` rule (apply, commit, exit); while the engine's lookups are refused, the
     service is restarted on the same port with ``--lose-keys``.
     """
-    service = participants.service
-    assert service is not None
-    service.rules({"participant": "shop", "action": "crash"})
-
-    async def restart_without_keys(engine: lf.Engine, instance_id: str) -> None:
-        process = participants.process
-        assert process is not None
-        await until(lambda: process.poll() is not None, what="the shop to crash")
-        participants.stop()
-        participants.options = ("--lose-keys",)
-        participants.start()
-
-    record, effect = run_order(journal_url, service, "shop", meanwhile=restart_without_keys)
+    record, effect = crash_and_restart(journal_url, participants, "shop", "--lose-keys")
     assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
     assert effect.state is lf.EffectState.UNKNOWN
     assert "lookup cannot tell" in (record.reason or "")
+    assert_applied_once(participants, "shop", effect)
+
+
+def crash_and_restart(
+    journal_url: str, participants: ServiceProcess, where: str, option: str
+) -> tuple[lf.InstanceRecord, lf.EffectRecord]:
+    """One order charged at ``where``, which applies the charge and crashes before answering;
+    while the engine's lookups are refused, the service is restarted on the same port with
+    ``option``."""
+    service = participants.service
+    assert service is not None
+    service.rules({"participant": where, "action": "crash"})
+
+    async def restart(engine: lf.Engine, instance_id: str) -> None:
+        process = participants.process
+        assert process is not None
+        await until(lambda: process.poll() is not None, what=f"{where} to crash")
+        participants.stop()
+        participants.options = (option,)
+        participants.start()
+
+    return run_order(journal_url, service, where, meanwhile=restart)
+
+
+def assert_applied_once(participants: ServiceProcess, where: str, effect: lf.EffectRecord) -> None:
+    """The charge was sent once and applied once, as the restarted service's ledger says."""
     restarted = participants.service
     assert restarted is not None
-    assert restarted.received_count("shop", effect.idempotency_key) == 1
-    assert restarted.applied_count("shop", effect.idempotency_key) == 1
+    assert restarted.received_count(where, effect.idempotency_key) == 1
+    assert restarted.applied_count(where, effect.idempotency_key) == 1
 
 
 def test_a_kit_participant_that_lost_its_key_store_is_not_charged_twice(
@@ -245,25 +250,10 @@ def test_a_kit_participant_that_lost_its_key_store_is_not_charged_twice(
     service is restarted on the same port with ``--fresh-kit`` (the kit's table dropped and
     made again; the record of applications kept, for the count).
     """
-    service = participants.service
-    assert service is not None
-    service.rules({"participant": "bank", "action": "crash"})
-
-    async def restart_with_a_fresh_kit(engine: lf.Engine, instance_id: str) -> None:
-        process = participants.process
-        assert process is not None
-        await until(lambda: process.poll() is not None, what="the bank to crash")
-        participants.stop()
-        participants.options = ("--fresh-kit",)
-        participants.start()
-
-    record, effect = run_order(journal_url, service, "bank", meanwhile=restart_with_a_fresh_kit)
+    record, effect = crash_and_restart(journal_url, participants, "bank", "--fresh-kit")
     assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION, record.reason
     assert effect.state is lf.EffectState.UNKNOWN
     reason = record.reason or ""
     assert "lookup cannot tell: no record of the key, first sent at" in reason
     assert "it may have been applied and forgotten" in reason
-    restarted = participants.service
-    assert restarted is not None
-    assert restarted.received_count("bank", effect.idempotency_key) == 1
-    assert restarted.applied_count("bank", effect.idempotency_key) == 1
+    assert_applied_once(participants, "bank", effect)

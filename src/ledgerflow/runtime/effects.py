@@ -7,7 +7,9 @@
    committed together with what comes next (the retry's new intent and its due time, or the
    step's completion).
 4. UNKNOWN is resolved by :func:`~ledgerflow.model.effect.resolve_unknown`: the participant's
-   lookup, a re-dispatch under the same key where the participant deduplicates, or an operator.
+   lookup (asked by :mod:`~ledgerflow.runtime.effect_asks` until it gives a verdict or its
+   policy is spent), a re-dispatch under the same key where the participant deduplicates and
+   its lookup did not say it cannot tell, or an operator.
 
 An INTENDED effect whose step is STARTED may have been sent by a worker that died, so on
 recovery it becomes UNKNOWN first. An INTENDED effect whose step is RETRY_SCHEDULED was not
