@@ -150,10 +150,11 @@ def resolve_unknown(
     deduplicates: bool,
     attempts_left: int,
     doubt_goes_to_operator: bool = False,
+    lookup_unreachable: bool = False,
 ) -> Resolution:
     """Decide what to do about an UNKNOWN effect. ``answer`` is the lookup's last answer once
     its ``lookup_retry`` is spent, or None when there is none (no lookup, or one that could not
-    be asked at all).
+    be asked at all: ``lookup_unreachable``, which only changes the words).
 
     The order matters: evidence from the participant beats everything; a participant's own word
     that it cannot tell beats its declared deduplication (it may have forgotten the key, and
@@ -190,7 +191,11 @@ def resolve_unknown(
             kind=ResolutionKind.PARK,
             reason="outcome unknown and the attempt limit is reached",
         )
-    return Resolution(
-        kind=ResolutionKind.PARK,
-        reason="outcome unknown: no lookup answer and the participant does not deduplicate",
-    )
+    if lookup_unreachable:
+        why = (
+            "outcome unknown: its lookup could not be asked and the participant does not "
+            "deduplicate"
+        )
+    else:
+        why = "outcome unknown: the participant has no lookup and does not deduplicate"
+    return Resolution(kind=ResolutionKind.PARK, reason=why)

@@ -446,6 +446,7 @@ class EffectDriver(EffectAsks):
             doubt_goes_to_operator=self.declaration.classification
             is Classification.MANUAL_INTERVENTION,
             attempts_left=self.policy.attempts_max - attempt,
+            lookup_unreachable=answer is None and bool(lookup_error),
         )
         # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
         fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
