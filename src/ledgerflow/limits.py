@@ -279,8 +279,12 @@ FLOW_WAKE_LEAD_SECONDS = 0.3
 FLOW_IN_FLIGHT_UNBOUNDED = 2_000_000_000
 FLOW_ADMISSIONS_LISTED_MAX = 100_000
 
-# The participant kit (ledgerflow.participant.Kit): idle connections it keeps for reuse.
+# The participant kit (ledgerflow.participant.Kit): idle connections it keeps for reuse, and
+# the clock skew between the engine and the kit it allows by default (a key's first-sent time,
+# on the engine's clock, is taken this much earlier before it is compared with the moment since
+# which the kit's record is complete).
 KIT_IDLE_CONNECTIONS_MAX = 8
+KIT_CLOCK_SKEW_SECONDS = 5.0
 # Messages a broker relay holds unacknowledged at once (RabbitMQ's prefetch): each is acked
 # only after the journal commit it causes, so this bounds the work a killed relay leaves to
 # redelivery.

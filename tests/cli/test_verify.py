@@ -699,8 +699,9 @@ def test_resolution_text_agrees_with_resolve_unknown(lookup: int, deduplicates: 
     """Goal: the report's words for UNKNOWN resolution say what the engine's decision does.
 
     Method: for each combination of lookup and deduplication, compare the text with
-    ``resolve_unknown``: with a lookup, "applied" confirms and "not applied" re-dispatches;
-    without one, a deduplicating participant gets a re-dispatch and any other is parked.
+    ``resolve_unknown``: with a lookup, "applied" confirms, "not applied" re-dispatches and
+    "cannot tell" goes to an operator even at a deduplicating participant; without one, a
+    deduplicating participant gets a re-dispatch and any other is parked.
     """
     participant = Participant("p", deduplicates=bool(deduplicates))
     if lookup:
@@ -719,6 +720,11 @@ def test_resolution_text_agrees_with_resolve_unknown(lookup: int, deduplicates: 
             answer=LookupAnswer.not_applied(), deduplicates=bool(deduplicates), attempts_left=1
         )
         assert (applied.kind, absent.kind) == (ResolutionKind.CONFIRM, ResolutionKind.REDISPATCH)
+        untold = resolve_unknown(
+            answer=LookupAnswer.unknown(), deduplicates=bool(deduplicates), attempts_left=1
+        )
+        assert untold.kind is ResolutionKind.PARK
+        assert "operator if it cannot tell" in text
         return
     decision = resolve_unknown(answer=None, deduplicates=bool(deduplicates), attempts_left=1)
     if deduplicates:

@@ -29,7 +29,7 @@ from ledgerflow.demo.order import registry, sample_order
 from ledgerflow.errors import WaitTimeoutError
 from ledgerflow.ledger.records import Commit, EffectRecord, InstanceRecord, InstanceWrite
 from ledgerflow.model.effect import LookupAnswer
-from ledgerflow.runtime import effects as effects_module
+from ledgerflow.runtime import effect_asks as asks_module
 from ledgerflow.runtime.calls import call_user
 from ledgerflow.runtime.clock import Clock
 from ledgerflow.runtime.effects import EffectDriver
@@ -121,7 +121,7 @@ def _late_answers_taken(monkeypatch: pytest.MonkeyPatch) -> None:
                 raise TimeoutError(f"no answer within {seconds}s")
         return call.result()
 
-    monkeypatch.setattr(effects_module, "call_by_deadline", like_wait_for)
+    monkeypatch.setattr(asks_module, "call_by_deadline", like_wait_for)
 
 
 def _parks_ignoring_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:

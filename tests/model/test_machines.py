@@ -119,7 +119,8 @@ EXPECTED_STEP_TERMINAL = {Step.COMPLETED, Step.FAILED}
 # "The effect protocol": the intent is written first (NEW -> INTENDED); its outcome is
 # CONFIRMED, FAILED (proven not applied) or UNKNOWN. UNKNOWN is left only by evidence (confirm,
 # reject-final) or by a re-dispatch under the same key; it stays UNKNOWN when its lookup could
-# not be asked (lookup-unavailable: no answer, asked again later), never by a new dispatch, and
+# not be asked (lookup-unavailable: no answer, asked again later) or answered that it cannot
+# tell (lookup-cannot-tell: asked again, then a person), never by a new dispatch, and
 # nothing leaves CONFIRMED (an effect is never applied twice). FAILED (proven not applied) is
 # left only by an audited operator repair: one more attempt under the same key, or a person's
 # evidence that a failed compensation is settled (SATISFIED). A
@@ -142,6 +143,7 @@ EXPECTED_EFFECT: dict[tuple[EffectState, EffectEvent], EffectState] = {
     (Eff.UNKNOWN, EffEv.REJECT_FINAL): Eff.FAILED,
     (Eff.UNKNOWN, EffEv.REDISPATCH): Eff.INTENDED,
     (Eff.UNKNOWN, EffEv.LOOKUP_UNAVAILABLE): Eff.UNKNOWN,
+    (Eff.UNKNOWN, EffEv.LOOKUP_CANNOT_TELL): Eff.UNKNOWN,
     (Eff.FAILED, EffEv.OPERATOR_RETRY): Eff.INTENDED,
     (Eff.FAILED, EffEv.OPERATOR_SATISFY): Eff.SATISFIED,
 }

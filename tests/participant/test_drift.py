@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 SHOP = "shop:lookup"  # looks up, does not deduplicate
 LEGACY = "legacy:none"  # neither
+BANK = "bank:dedupe+lookup"  # both, with the participant kit
 RETRY = lf.RetryPolicy(attempts_max=3, backoff_initial=timedelta(milliseconds=20), jitter=False)
 # Long enough to outlast a restart of the service (asks over about 20 s).
 LOOKUP_RETRY = lf.RetryPolicy(
@@ -43,7 +44,7 @@ PARKED_OR_ENDED = {
 
 @pytest.fixture
 def participants(tmp_path: Path) -> Iterator[ServiceProcess]:
-    process = ServiceProcess(tmp_path / "participants", [SHOP, LEGACY])
+    process = ServiceProcess(tmp_path / "participants", [SHOP, LEGACY, BANK])
     process.start()
     try:
         yield process
@@ -53,20 +54,19 @@ def participants(tmp_path: Path) -> Iterator[ServiceProcess]:
 
 def registry_for(url: str) -> lf.Registry:
     registry = lf.Registry()
-    shop = declare(
-        registry,
-        SHOP,
-        operations={"charge": "compensatable"},
-        retry=RETRY,
-        url=url,
-        lookup_retry=LOOKUP_RETRY,
-    )
-    legacy = declare(registry, LEGACY, operations={"charge": "compensatable"}, retry=RETRY, url=url)
+    charge = {"charge": "compensatable"}
+    # Those with a lookup ask it long enough to outlast a restart of the service.
+    lookups = {"lookup_retry": LOOKUP_RETRY}
+    at = {
+        spec.partition(":")[0]: declare(
+            registry, spec, operations=charge, retry=RETRY, url=url, **options
+        )
+        for spec, options in ((SHOP, lookups), (LEGACY, {}), (BANK, lookups))
+    }
 
     @registry.workflow(name="order", version=1)
     async def order(ctx: lf.WorkflowContext, where: str) -> Any:
-        effect = shop if where == "shop" else legacy
-        return await ctx.effect(effect.effects["charge"], {"amount": 7})
+        return await ctx.effect(at[where].effects["charge"], {"amount": 7})
 
     return registry
 
@@ -200,23 +200,60 @@ def test_a_participant_that_lost_its_keys_is_not_charged_twice(
     Method: a ``crash`` rule (apply, commit, exit); while the engine's lookups are refused, the
     service is restarted on the same port with ``--lose-keys``.
     """
-    service = participants.service
-    assert service is not None
-    service.rules({"participant": "shop", "action": "crash"})
-
-    async def restart_without_keys(engine: lf.Engine, instance_id: str) -> None:
-        process = participants.process
-        assert process is not None
-        await until(lambda: process.poll() is not None, what="the shop to crash")
-        participants.stop()
-        participants.options = ("--lose-keys",)
-        participants.start()
-
-    record, effect = run_order(journal_url, service, "shop", meanwhile=restart_without_keys)
+    record, effect = crash_and_restart(journal_url, participants, "shop", "--lose-keys")
     assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
     assert effect.state is lf.EffectState.UNKNOWN
     assert "lookup cannot tell" in (record.reason or "")
+    assert_applied_once(participants, "shop", effect)
+
+
+def crash_and_restart(
+    journal_url: str, participants: ServiceProcess, where: str, option: str
+) -> tuple[lf.InstanceRecord, lf.EffectRecord]:
+    """One order charged at ``where``, which applies the charge and crashes before answering;
+    while the engine's lookups are refused, the service is restarted on the same port with
+    ``option``."""
+    service = participants.service
+    assert service is not None
+    service.rules({"participant": where, "action": "crash"})
+
+    async def restart(engine: lf.Engine, instance_id: str) -> None:
+        process = participants.process
+        assert process is not None
+        await until(lambda: process.poll() is not None, what=f"{where} to crash")
+        participants.stop()
+        participants.options = (option,)
+        participants.start()
+
+    return run_order(journal_url, service, where, meanwhile=restart)
+
+
+def assert_applied_once(participants: ServiceProcess, where: str, effect: lf.EffectRecord) -> None:
+    """The charge was sent once and applied once, as the restarted service's ledger says."""
     restarted = participants.service
     assert restarted is not None
-    assert restarted.received_count("shop", effect.idempotency_key) == 1
-    assert restarted.applied_count("shop", effect.idempotency_key) == 1
+    assert restarted.received_count(where, effect.idempotency_key) == 1
+    assert restarted.applied_count(where, effect.idempotency_key) == 1
+
+
+def test_a_kit_participant_that_lost_its_key_store_is_not_charged_twice(
+    journal_url: str, participants: ServiceProcess
+) -> None:
+    """Goal: the bank deduplicates with the participant kit and has a lookup; it applies the
+    charge, crashes before answering, and comes back with its kit's key store lost. The kit's
+    own watermark (its record begins at the restart, after the key was first sent) makes its
+    lookup answer "cannot tell" instead of "not applied", and that word beats the declared
+    dedupe: the engine does not send the key again, the order goes to a person with the
+    kit's reason, and the charge was applied once at the bank's own ledger.
+
+    Method: a ``crash`` rule (apply, commit, exit); while the engine's lookups are refused, the
+    service is restarted on the same port with ``--fresh-kit`` (the kit's table dropped and
+    made again; the record of applications kept, for the count).
+    """
+    record, effect = crash_and_restart(journal_url, participants, "bank", "--fresh-kit")
+    assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION, record.reason
+    assert effect.state is lf.EffectState.UNKNOWN
+    reason = record.reason or ""
+    assert "lookup cannot tell: no record of the key, first sent at" in reason
+    assert "it may have been applied and forgotten" in reason
+    assert_applied_once(participants, "bank", effect)

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from kit_databases import Database, make_database, mark
 
 from ledgerflow.errors import EffectRejectedError
-from ledgerflow.model.effect import LookupAnswer
+from ledgerflow.model.effect import LookupAnswer, LookupVerdict
 from ledgerflow.participant import Applied, Kit, KitRequest, Precondition, Refused, handle_message
 from ledgerflow.participant.remote import idempotency_key_header, read_idempotency_key_header
 
@@ -63,6 +63,12 @@ def write(behaviour: str = "ok") -> Callable[[Any, KitRequest], Any]:
     return do
 
 
+# The kit's clock in the property test: each step one second later, a purge a retention later.
+RETENTION = timedelta(days=1)
+SKEW_SECONDS = 5.0
+BEGAN = 1000.0
+
+
 @dataclass
 class Model:
     """What the protocol says each key's state is."""
@@ -70,6 +76,13 @@ class Model:
     receipts: dict[str, Any] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
     fences: dict[str, int] = field(default_factory=dict)
+    # Every business write that committed, forgotten keys' too: (key, kind, attempt).
+    applications: list[tuple[str, str, int]] = field(default_factory=list)
+    # When each key was first sent (its first request or lookup), on the kit's clock.
+    first_sent: dict[str, float] = field(default_factory=dict)
+    now: float = BEGAN
+    # Since when the kit's record is complete: since it was made, until a purge raises it.
+    watermark: float = BEGAN
 
 
 ORIGINALS = ["k0", "k1", "k2"]
@@ -81,7 +94,8 @@ steps = st.one_of(
     st.tuples(st.just("compensate"), st.sampled_from(ORIGINALS), attempts, behaviours),
     st.tuples(st.just("compensate-under-original"), st.sampled_from(ORIGINALS), attempts),
     st.tuples(st.just("original-under-compensation"), st.sampled_from(ORIGINALS), attempts),
-    st.tuples(st.just("lookup"), st.sampled_from(KEYS), attempts),
+    st.tuples(st.just("lookup"), st.sampled_from(KEYS), attempts, st.booleans()),
+    st.tuples(st.just("purge"), st.just("")),
 )
 
 
@@ -99,6 +113,7 @@ def _expect_apply(model: Model, key: str, kind: str, attempt: int, behaviour: st
         return ("refused", "sold_out")
     model.receipts[key] = {"key": key, "attempt": attempt, "kind": kind}
     model.kinds[key] = kind
+    model.applications.append((key, kind, attempt))
     return ("first", model.receipts[key])
 
 
@@ -122,19 +137,46 @@ def _answer(
     return ("first" if outcome.first else "repeat", outcome.receipt)
 
 
+def _vouches(model: Model, key: str, sent_at: float | None) -> bool:
+    """Whether the kit may answer "not applied" for a key it has no record of: first sent
+    after its watermark (less the skew), or with no sent time while it never purged."""
+    if sent_at is None:
+        return model.watermark == BEGAN
+    return sent_at - SKEW_SECONDS >= model.watermark
+
+
+def _purge(kit: Kit[Any], model: Model) -> None:
+    # A retention later, every key so far is older than the cutoff: all are forgotten.
+    model.now += RETENTION.total_seconds() + 1
+    cutoff = model.now - RETENTION.total_seconds()
+    kit.purge()
+    model.watermark = cutoff
+    model.receipts.clear()
+    model.kinds.clear()
+    model.fences.clear()
+
+
 def _run_step(kit: Kit[Any], namespace: str, model: Model, step: tuple[Any, ...]) -> None:
     kind, original = step[0], step[1]
-    if kind == "lookup":
-        _, key, attempt = step
-        expected = (
-            LookupAnswer.applied(model.receipts[key])
-            if key in model.receipts
-            else LookupAnswer.not_applied()
-        )
-        assert kit.lookup(key, attempt) == expected, step
-        if key not in model.receipts:
-            model.fences[key] = max(model.fences.get(key, 0), attempt)
+    model.now += 1
+    if kind == "purge":
+        _purge(kit, model)
         return
+    if kind == "lookup":
+        _, key, attempt, with_sent_at = step
+        sent_at = model.first_sent.setdefault(key, model.now) if with_sent_at else None
+        got = kit.lookup(key, attempt, sent_at=sent_at)
+        if key in model.receipts:
+            assert got == LookupAnswer.applied(model.receipts[key]), step
+        elif key in model.fences or _vouches(model, key, sent_at):
+            assert got == LookupAnswer.not_applied(), step
+            model.fences[key] = max(model.fences.get(key, 0), attempt)
+        else:
+            # It may have forgotten the key: unknown, with why, and nothing fenced.
+            assert (got.verdict, bool(got.reason)) == (LookupVerdict.UNKNOWN, True), step
+        return
+    sent = original if kind in ("apply", "compensate-under-original") else f"compensate:{original}"
+    model.first_sent.setdefault(sent, model.now)
     if kind == "compensate-under-original":
         got = _answer(kit, namespace, original, step[2], "ok", original)
         assert got == ("refused", "compensation_key_is_original"), step
@@ -154,15 +196,14 @@ def _run_step(kit: Kit[Any], namespace: str, model: Model, step: tuple[Any, ...]
 
 
 def _check_database(database: Database, namespace: str, model: Model) -> None:
-    """Each applied key has exactly one business row, at the attempt of its first receipt; no
-    other key has any (a crashed or refused write rolled back with its key record)."""
+    """Each application the model counts has exactly one business row (a key forgotten by a
+    purge and sent again applies again); nothing else has any (a crashed or refused write
+    rolled back with its key record); the kit records exactly the keys it remembers."""
     rows = database.rows(
-        "SELECT key, kind, attempt FROM business WHERE namespace = ? ORDER BY key", namespace
+        "SELECT key, kind, attempt FROM business WHERE namespace = ? ORDER BY key, attempt",
+        namespace,
     )
-    expected = sorted(
-        (key, receipt["kind"], receipt["attempt"]) for key, receipt in model.receipts.items()
-    )
-    assert rows == expected
+    assert sorted(rows) == sorted(model.applications)
     recorded = database.rows(
         "SELECT key FROM ledgerflow_kit_keys WHERE namespace = ? AND receipt IS NOT NULL "
         "ORDER BY key",
@@ -172,7 +213,7 @@ def _check_database(database: Database, namespace: str, model: Model) -> None:
 
 
 @settings(
-    max_examples=40,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -180,18 +221,27 @@ def _check_database(database: Database, namespace: str, model: Model) -> None:
 def test_interleavings_never_apply_twice_nor_after_a_fence(
     database: Database, script: list[tuple[Any, ...]]
 ) -> None:
-    """Goal: whatever the order of originals, repeats, lookups, late originals, compensations
-    and failing business writes, the kit keeps the protocol.
+    """Goal: whatever the order of originals, repeats, lookups, late originals, compensations,
+    failing business writes and purges, the kit keeps the protocol, and never answers "not
+    applied" for a key it may have forgotten.
 
     Method: each example runs a random script against a fresh namespace of one kit (a real
-    SQLite file or PostgreSQL schema) and a model: every answer equals the model's (a repeat
-    gets the first receipt; an attempt <= a not-applied lookup's is refused ``fenced``; a
-    compensation under its original's key, or a key of the other kind, is refused), and after
-    each step the business table and the kit's records hold exactly the model's applications.
+    SQLite file or PostgreSQL schema) on a clock the test moves, and a model: every answer
+    equals the model's (a repeat gets the first receipt; an attempt <= a not-applied lookup's
+    is refused ``fenced``; a compensation under its original's key, or a key of the other kind,
+    is refused; after a purge, a lookup of a key it has no record of first sent before the
+    watermark, less the skew, or naming no sent time, answers unknown and fences nothing), and
+    after each step the business table and the kit's records hold exactly the model's
+    applications.
     """
     namespace = f"n{next(_namespaces)}"
-    kit = database.kit(namespace)
     model = Model()
+    kit = database.kit(
+        namespace,
+        retention=RETENTION,
+        clock=lambda: model.now,
+        clock_skew=timedelta(seconds=SKEW_SECONDS),
+    )
     try:
         for step in script:
             _run_step(kit, namespace, model, step)
@@ -255,6 +305,77 @@ def test_retention_is_declared_and_purge_forgets_only_older_keys(database: Datab
     assert kit.lookup("new", 1).verdict.value == "applied"
     late = kit.apply("fenced", attempt=1, operation="op", payload=None, do=write())
     assert isinstance(late, Applied)
+
+
+def test_a_purge_past_the_window_makes_the_kit_answer_unknown_for_the_forgotten_key(
+    database: Database,
+) -> None:
+    """Goal: a key the kit purged is never answered "not applied": the kit says it cannot tell,
+    with why, and fences nothing; a key first sent after the purge's cutoff still is.
+
+    Method: a kit on a clock we set (1 h window, 5 s skew): a key first sent and applied at
+    t=1000, purged at t=5000 (cutoff 1400, the new watermark). Its lookup, with its sent time
+    or with none, answers unknown naming the watermark and fences nothing; a key first sent at
+    t=4000 answers not applied and is fenced; one sent at t=1402 (within the skew) is unknown.
+    """
+    now = [1000.0]
+    kit = database.kit(
+        "purged",
+        retention=timedelta(hours=1),
+        clock=lambda: now[0],
+        clock_skew=timedelta(seconds=5),
+    )
+    assert kit.vouches_since() == 1000.0
+    applied = kit.apply("charged", attempt=1, operation="op", payload=None, do=write())
+    assert isinstance(applied, Applied)
+    now[0] = 5000.0
+    assert kit.purge() == 1
+    assert kit.vouches_since() == 1400.0
+    for sent_at in (1000.0, None):
+        answer = kit.lookup("charged", 1, sent_at=sent_at)
+        assert answer.verdict is LookupVerdict.UNKNOWN
+        assert "since 1400.000" in (answer.reason or "")
+    assert kit.fences() == []
+    assert kit.lookup("near-the-cutoff", 1, sent_at=1402.0).verdict is LookupVerdict.UNKNOWN
+    assert kit.lookup("after", 2, sent_at=4000.0) == LookupAnswer.not_applied()
+    assert kit.fences() == [("after", 2)]
+    # The kit's answer to a forgotten key fenced nothing: a late original is not refused.
+    assert database.rows("SELECT count(*) FROM business WHERE key = 'charged'") == [(1,)]
+
+
+def test_a_fresh_kit_table_cannot_vouch_for_a_key_sent_before_it(database: Database) -> None:
+    """Goal: a kit whose table was lost and made again (a store recreated, or restored without
+    it) knows its record begins now: a key first sent before is unknown, never "not applied";
+    and ``restored()`` raises the watermark for a restore the table cannot see.
+
+    Method: apply a key at t=1000, drop the kit's table, open the kit again at t=2000: the
+    key's lookup with its sent time (1000) is unknown, fencing nothing; a key first sent at
+    t=2010 is not applied. Then ``restored()`` at t=3000: that key's next lookup at a higher
+    attempt still answers from its fence, a new key first sent at t=2500 is unknown."""
+    now = [1000.0]
+    options = {"clock": lambda: now[0], "clock_skew": timedelta(seconds=5)}
+    first = database.kit("recreated", **options)
+    assert isinstance(
+        first.apply("k", attempt=1, operation="op", payload=None, do=write()), Applied
+    )
+    first.close()
+    with database.connection() as db:
+        db.execute("DROP TABLE ledgerflow_kit_keys")
+    now[0] = 2000.0
+    kit = database.kit("recreated", **options)
+    answer = kit.lookup("k", 1, sent_at=1000.0)
+    assert answer.verdict is LookupVerdict.UNKNOWN
+    assert "first sent at 1000.000" in (answer.reason or "")
+    assert kit.fences() == []
+    assert kit.lookup("later", 1, sent_at=2010.0) == LookupAnswer.not_applied()
+    now[0] = 3000.0
+    kit.restored()
+    assert kit.vouches_since() == 3000.0
+    assert kit.lookup("later", 2, sent_at=2010.0) == LookupAnswer.not_applied()
+    assert kit.lookup("between", 1, sent_at=2500.0).verdict is LookupVerdict.UNKNOWN
+    assert kit.lookup("between", 1).verdict is LookupVerdict.UNKNOWN
+    with pytest.raises(ValueError, match="non-empty"):
+        kit.lookup("", 1)
 
 
 def test_precondition_reads_the_original(database: Database) -> None:

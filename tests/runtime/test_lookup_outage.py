@@ -110,5 +110,7 @@ def test_an_outage_longer_than_the_lookup_policy_goes_to_a_person(journal_url: s
     record = asyncio.run(main())
     assert record.status is lf.InstanceStatus.MANUAL_INTERVENTION
     assert record.reason_code == "effect_outcome_unknown"
-    assert "the lookup could not be asked 3 times in a row" in (record.reason or "")
+    reason = record.reason or ""
+    assert "its lookup could not be asked and the participant does not deduplicate" in reason
+    assert "the lookup gave no verdict 3 times in a row, last: could not be asked" in reason
     assert bank.refused == 3

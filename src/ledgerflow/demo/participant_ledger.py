@@ -37,6 +37,7 @@ from ledgerflow.demo.own_file import write_transaction
 from ledgerflow.model.definition import check_name
 from ledgerflow.model.effect import LookupVerdict
 from ledgerflow.participant import Kit, KitRequest, Refused
+from ledgerflow.participant.kit import TABLE as KIT_TABLE
 
 CONTROL_PREFIX = "_control"
 # How long a demo participant's kit keeps its keys: past any retry horizon of the demo.
@@ -118,7 +119,16 @@ class ParticipantLedger:
         self.kit: Kit[sqlite3.Connection] | None = None
         honest = not spec.lying_lookup and spec.key_window_seconds is None
         if spec.deduplicates and honest and not self._keys_were_lost():
-            self.kit = Kit.sqlite(str(self.path), namespace=spec.name, retention=KIT_RETENTION)
+            self.kit = self._open_kit()
+
+    def _open_kit(self) -> Kit[sqlite3.Connection]:
+        # The engine runs on this machine: its clock is the kit's, no skew to allow for.
+        return Kit.sqlite(
+            str(self.path),
+            namespace=self.spec.name,
+            retention=KIT_RETENTION,
+            clock_skew=timedelta(0),
+        )
 
     def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return write_transaction(self._db, self._lock)
@@ -167,6 +177,17 @@ class ParticipantLedger:
                 (time.time(),),
             )
             db.execute("DELETE FROM fenced")
+
+    def fresh_kit(self) -> None:
+        """Start the kit on a fresh table: every key and fence gone, as a restore without the
+        kit's table would leave it; the record of applications stays. Unlike
+        :meth:`lose_keys`, nothing here tells the lookup: the kit's own watermark must."""
+        if self.kit is None:
+            return
+        self.kit.close()
+        with self._transaction() as db:
+            db.execute(f"DROP TABLE IF EXISTS {KIT_TABLE}")
+        self.kit = self._open_kit()
 
     def record_received(self, key: str, operation: str, attempt: int) -> None:
         with self._transaction() as db:
@@ -255,14 +276,18 @@ class ParticipantLedger:
             }
             return 200, self._answer(receipt)
 
-    def lookup(self, key: str, attempt: int | None) -> dict[str, Any]:
+    def lookup(
+        self, key: str, attempt: int | None, *, sent_at: float | None = None
+    ) -> dict[str, Any]:
         if self.spec.lying_lookup:
             return {"verdict": "not-applied"}
         if self.kit is not None:
             with self._lock:
-                answer = self.kit.lookup(key, attempt)
+                answer = self.kit.lookup(key, attempt, sent_at=sent_at)
             if answer.verdict is LookupVerdict.APPLIED:
                 return {"verdict": answer.verdict.value, "evidence": answer.evidence}
+            if answer.verdict is LookupVerdict.UNKNOWN:
+                return {"verdict": answer.verdict.value, "reason": answer.reason}
             return {"verdict": answer.verdict.value}
         with self._transaction() as db:
             first = self._first_application(db, key)

@@ -23,7 +23,8 @@ Drift, a participant changing under the engine, is injected the same way: ``resh
 and answers in a shape the protocol does not know, ``refuse`` answers ``400`` to a request it
 used to take, ``foreign`` answers ``200`` with the receipt of another request (without
 applying), and ``crash`` applies and ends the process before answering. ``--lose-keys`` starts
-the service with its participants' key tables lost (see ``participant_ledger``).
+the service with its participants' key tables lost (see ``participant_ledger``); ``--fresh-kit``
+starts its kit-based participants on a fresh kit table, which the kit's own watermark notices.
 
 Run as a process::
 
@@ -57,6 +58,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ledgerflow.demo.participant_ledger import ParticipantLedger, ParticipantSpec
+from ledgerflow.participant.asgi import read_lookup_query
 from ledgerflow.participant.remote import IDEMPOTENCY_KEY_HEADER, read_idempotency_key_header
 
 # What an injected action answers instead of applying; "hold" decides later, "apply" applies.
@@ -245,12 +247,12 @@ class ParticipantService:
         key = request.path_params["key"]
         if not key:
             return _error(400, "empty key")
-        attempt_text = request.query_params.get("attempt")
-        try:
-            attempt = None if attempt_text is None else int(attempt_text)
-        except ValueError:
-            return _error(400, "'attempt' must be an integer")
-        return JSONResponse(await asyncio.to_thread(ledger.lookup, key, attempt))
+        read = read_lookup_query(request.query_params)
+        if isinstance(read, str):
+            return _error(400, read)
+        attempt, sent_at = read
+        answer = await asyncio.to_thread(ledger.lookup, key, attempt, sent_at=sent_at)
+        return JSONResponse(answer)
 
     async def _precondition(self, request: Request) -> Response:
         ledger = self.ledgers.get(request.path_params["name"])
@@ -438,13 +440,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="start with every participant's key table lost (the record of applications stays)",
     )
+    parser.add_argument(
+        "--fresh-kit",
+        action="store_true",
+        help="start every kit-based participant on a fresh kit table (its keys lost, as by a "
+        "restore without them; the record of applications stays): the kit says so itself",
+    )
     args = parser.parse_args(argv)
     try:
         specs = [ParticipantSpec.parse(text) for text in args.participant]
         service = ParticipantService(args.dir, specs)
-        if args.lose_keys:
-            for ledger in service.ledgers.values():
+        for ledger in service.ledgers.values():
+            if args.lose_keys:
                 ledger.lose_keys()
+            elif args.fresh_kit:
+                ledger.fresh_kit()
     except Exception as error:  # noqa: BLE001 - any bad setting ends in a usage error.
         parser.error(str(error))
     sock = _bind(args.host, args.port)

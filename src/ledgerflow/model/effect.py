@@ -3,8 +3,9 @@
 An effect is INTENDED (write-ahead, committed before dispatch), then CONFIRMED with evidence,
 FAILED (the participant proved nothing happened and no attempt is left) or UNKNOWN. UNKNOWN is
 a first-class state, not an exception: it is resolved only by evidence (the participant's
-lookup), by re-dispatch under the same key to a participant that deduplicates, or by an
-operator. :func:`resolve_unknown` is the whole decision, and it never yields a fresh key.
+lookup), by re-dispatch under the same key to a deduplicating participant that has not said it
+cannot vouch for the key, or by an operator. :func:`resolve_unknown` is the whole decision, and
+it never yields a fresh key.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class EffectEvent(enum.Enum):
     # The participant's lookup could not be asked (unreachable): no answer, still UNKNOWN, and
     # the lookup is asked again on the participant's lookup policy.
     LOOKUP_UNAVAILABLE = "lookup-unavailable"
+    # The lookup answered that it cannot tell (yet): still UNKNOWN, asked again on the same
+    # policy, and when that is spent the effect goes to a person.
+    LOOKUP_CANNOT_TELL = "lookup-cannot-tell"
     # Operator repairs only. A FAILED effect was proven not applied, so one more attempt under
     # the same key cannot apply it twice; a FAILED compensation a person settled by other means
     # is SATISFIED with their evidence.
@@ -75,6 +79,7 @@ EFFECT_MACHINE: Machine[EffectState, EffectEvent] = Machine(
         (_S.UNKNOWN, _E.REJECT_FINAL): _S.FAILED,
         (_S.UNKNOWN, _E.REDISPATCH): _S.INTENDED,
         (_S.UNKNOWN, _E.LOOKUP_UNAVAILABLE): _S.UNKNOWN,
+        (_S.UNKNOWN, _E.LOOKUP_CANNOT_TELL): _S.UNKNOWN,
         (_S.FAILED, _E.OPERATOR_RETRY): _S.INTENDED,
         (_S.FAILED, _E.OPERATOR_SATISFY): _S.SATISFIED,
     },
@@ -103,6 +108,8 @@ class LookupAnswer:
     """Applied, not applied, or unknown."""
     evidence: Any = None
     """With an applied verdict: the participant's receipt, recorded as the effect's evidence."""
+    reason: str | None = None
+    """With an unknown verdict: why the participant cannot tell (carried into the park)."""
 
     @classmethod
     def applied(cls, evidence: Any) -> LookupAnswer:
@@ -116,10 +123,11 @@ class LookupAnswer:
         return cls(verdict=LookupVerdict.NOT_APPLIED)
 
     @classmethod
-    def unknown(cls) -> LookupAnswer:
-        """The participant cannot tell (yet): the engine asks again on the participant's
-        ``lookup_retry``."""
-        return cls(verdict=LookupVerdict.UNKNOWN)
+    def unknown(cls, reason: str | None = None) -> LookupAnswer:
+        """The participant cannot tell (yet), for ``reason``: the engine asks again on the
+        participant's ``lookup_retry``, and when that is spent hands the effect to a person,
+        even at a participant that deduplicates (it may have forgotten the key)."""
+        return cls(verdict=LookupVerdict.UNKNOWN, reason=reason)
 
 
 class ResolutionKind(enum.Enum):
@@ -142,29 +150,38 @@ def resolve_unknown(
     deduplicates: bool,
     attempts_left: int,
     doubt_goes_to_operator: bool = False,
+    lookup_unreachable: bool = False,
 ) -> Resolution:
-    """Decide what to do about an UNKNOWN effect. ``answer`` is None when there is no lookup.
+    """Decide what to do about an UNKNOWN effect. ``answer`` is the lookup's last answer once
+    its ``lookup_retry`` is spent, or None when there is none (no lookup, or one that could not
+    be asked at all: ``lookup_unreachable``, which only changes the words).
 
-    The order matters: evidence from the participant beats everything; a deduplicating
-    participant may safely receive the same key again; anything else goes to a person. An
-    effect classified manual-intervention (``doubt_goes_to_operator``) accepts only the
-    participant's evidence: every other doubt goes to a person.
+    The order matters: evidence from the participant beats everything; a participant's own word
+    that it cannot tell beats its declared deduplication (it may have forgotten the key, and
+    the same key again would then apply twice); a deduplicating participant may otherwise
+    safely receive the same key again; anything else goes to a person. An effect classified
+    manual-intervention (``doubt_goes_to_operator``) accepts only the participant's evidence:
+    every other doubt goes to a person.
     """
-    if answer is not None and answer.verdict is LookupVerdict.APPLIED:
+    verdict = answer.verdict if answer is not None else None
+    if answer is not None and verdict is LookupVerdict.APPLIED:
         return Resolution(
             kind=ResolutionKind.CONFIRM, reason="lookup: applied", evidence=answer.evidence
         )
-    if doubt_goes_to_operator and not (
-        answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED
-    ):
+    if verdict is LookupVerdict.NOT_APPLIED:
+        if attempts_left > 0:
+            return Resolution(kind=ResolutionKind.REDISPATCH, reason="lookup: not applied")
+        return Resolution(kind=ResolutionKind.FAIL, reason="lookup: not applied, no attempt left")
+    if answer is not None:
+        why = f": {answer.reason}" if answer.reason else ""
+        return Resolution(
+            kind=ResolutionKind.PARK, reason=f"outcome unknown: lookup cannot tell{why}"
+        )
+    if doubt_goes_to_operator:
         return Resolution(
             kind=ResolutionKind.PARK,
             reason="outcome unknown and the effect is classified manual-intervention",
         )
-    if answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED:
-        if attempts_left > 0:
-            return Resolution(kind=ResolutionKind.REDISPATCH, reason="lookup: not applied")
-        return Resolution(kind=ResolutionKind.FAIL, reason="lookup: not applied, no attempt left")
     if deduplicates:
         if attempts_left > 0:
             return Resolution(
@@ -174,8 +191,11 @@ def resolve_unknown(
             kind=ResolutionKind.PARK,
             reason="outcome unknown and the attempt limit is reached",
         )
-    if answer is None:
-        why = "outcome unknown: the participant has no lookup and does not deduplicate"
+    if lookup_unreachable:
+        why = (
+            "outcome unknown: its lookup could not be asked and the participant does not "
+            "deduplicate"
+        )
     else:
-        why = "outcome unknown: the participant's lookup cannot tell and it does not deduplicate"
+        why = "outcome unknown: the participant has no lookup and does not deduplicate"
     return Resolution(kind=ResolutionKind.PARK, reason=why)

@@ -31,8 +31,8 @@ from ledgerflow.participant.asgi import kit_routes as kit_routes
 from ledgerflow.participant.broker import handle_message as handle_message
 from ledgerflow.participant.kit import Applied as Applied
 from ledgerflow.participant.kit import Kit as Kit
-from ledgerflow.participant.kit import KitRequest as KitRequest
 from ledgerflow.participant.kit import Refused as Refused
+from ledgerflow.participant.kit_request import KitRequest as KitRequest
 from ledgerflow.participant.nats import NatsParticipant as NatsParticipant
 from ledgerflow.participant.nats import declare_streams as declare_streams
 from ledgerflow.participant.nats import nats_participant as nats_participant

@@ -8,8 +8,10 @@ app) or :func:`kit_app` (a whole ASGI app), backed by a :class:`~ledgerflow.part
   write refused (``422`` for an operation the service does not have). A body that does not speak
   the protocol, or an ``Idempotency-Key`` header naming another key than the body, is a ``400``
   problem (``application/problem+json``), which the engine reads as UNKNOWN, never as applied.
-- ``GET /{name}/lookup/{key}?attempt=N``: ``{"verdict": "applied", "key", "evidence"}`` or
-  ``{"verdict": "not-applied"}`` (attempts 1..N fenced).
+- ``GET /{name}/lookup/{key}?attempt=N&sent_at=T``: ``{"verdict": "applied", "key",
+  "evidence"}``, ``{"verdict": "not-applied"}`` (attempts 1..N fenced) or ``{"verdict":
+  "unknown", "reason"}`` for a key the kit may have forgotten (nothing fenced). ``sent_at``
+  (optional, seconds since the epoch) is when the engine first sent the key.
 - ``GET /{name}/precondition/{key}?original=K``: holds, satisfied or violated.
 - ``GET /{name}/_kit``: the kit's declaration (its key-retention window), for a checker.
 
@@ -27,7 +29,8 @@ from ledgerflow import limits
 from ledgerflow.extras import require_extra
 from ledgerflow.model.compensation import Precondition, PreconditionVerdict
 from ledgerflow.model.effect import LookupVerdict
-from ledgerflow.participant.kit import Applied, BusinessWrite, Kit, KitRequest, Refused
+from ledgerflow.participant.kit import Applied, BusinessWrite, Kit, Refused
+from ledgerflow.participant.kit_request import KitRequest
 from ledgerflow.participant.remote import IDEMPOTENCY_KEY_HEADER, read_idempotency_key_header
 
 if TYPE_CHECKING:
@@ -75,17 +78,16 @@ def kit_routes(
 
     async def lookup(request: Request) -> JSONResponse:
         key = request.path_params["key"]
-        text = request.query_params.get("attempt")
-        try:
-            attempt = None if text is None else int(text)
-        except ValueError:
-            attempt = 0
-        if not key or (attempt is not None and attempt < 1):
-            return problem(400, "bad lookup", "a key and '?attempt=' (a positive integer)")
-        answer = await run_in_threadpool(kit.lookup, key, attempt)
+        read = read_lookup_query(request.query_params)
+        if not key or isinstance(read, str):
+            return problem(400, "bad lookup", read if isinstance(read, str) else "a key")
+        attempt, sent_at = read
+        answer = await run_in_threadpool(lambda: kit.lookup(key, attempt, sent_at=sent_at))
         if answer.verdict is LookupVerdict.APPLIED:
             evidence = {"verdict": answer.verdict.value, "key": key, "evidence": answer.evidence}
             return JSONResponse(evidence)
+        if answer.verdict is LookupVerdict.UNKNOWN:
+            return JSONResponse({"verdict": answer.verdict.value, "reason": answer.reason})
         return JSONResponse({"verdict": answer.verdict.value})
 
     async def precondition(request: Request) -> JSONResponse:
@@ -196,3 +198,22 @@ def _rejected(status: int, outcome: Refused) -> JSONResponse:
         "message": outcome.message,
     }
     return JSONResponse(body, status_code=status)
+
+
+def read_lookup_query(query: Mapping[str, str]) -> tuple[int | None, float | None] | str:
+    """A lookup's ``attempt`` (a positive integer) and ``sent_at`` (seconds since the epoch),
+    each optional, or what is wrong with them."""
+    attempt_text, sent_text = query.get("attempt"), query.get("sent_at")
+    try:
+        attempt = None if attempt_text is None else int(attempt_text)
+    except ValueError:
+        attempt = 0
+    if attempt is not None and attempt < 1:
+        return "'?attempt=' must be a positive integer"
+    try:
+        sent_at = None if sent_text is None else float(sent_text)
+    except ValueError:
+        sent_at = -1.0
+    if sent_at is not None and not 0 <= sent_at < float("inf"):
+        return "'?sent_at=' must be a time in seconds since the epoch"
+    return attempt, sent_at

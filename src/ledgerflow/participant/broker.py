@@ -13,7 +13,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from ledgerflow.participant.kit import Applied, BusinessWrite, Kit, KitRequest, Refused
+from ledgerflow.participant.kit import Applied, BusinessWrite, Kit, Refused
+from ledgerflow.participant.kit_request import KitRequest
 
 _CORRELATION = ("effect_id", "attempt", "generation", "key")
 

@@ -11,6 +11,14 @@ not at all. What the kit promises, and what a participant declared over it may t
 - :meth:`Kit.lookup` answers truthfully, and its "not applied" fences attempts 1..N of the key
   in the same transaction, so a late original numbered N or lower can never apply afterwards
   (the engine's re-dispatch, numbered N+1, still can): ``has_lookup=True`` is true.
+- The kit vouches for "not applied" only where its record is complete: for a key first sent
+  after its *vouches-since* watermark (when its table was made, raised to the cutoff of each
+  :meth:`Kit.purge` and to the moment of :meth:`Kit.restored`), less a declared clock skew. A
+  key it has no record of and may have forgotten is answered unknown, with the reason, and
+  nothing is fenced: the engine then hands the effect to a person instead of sending the key
+  again. The engine passes the key's first-sent time (``sent_at``) to a lookup that takes it;
+  without one, the kit vouches only while it has never purged nor been restored (it cannot
+  tell a store recreated from scratch, which is why the engine sends the time).
 - A compensation (a request carrying ``original_key``) is recorded as a compensation: a key
   already applied as the other kind is refused, and so is a compensation sent under its
   original's own key, so a refund can never be answered with the charge's receipt.
@@ -20,7 +28,9 @@ not at all. What the kit promises, and what a participant declared over it may t
 
 Each operation on a key takes that key's row lock first (SQLite: the file's write lock, by
 ``BEGIN IMMEDIATE``; PostgreSQL: ``SELECT ... FOR UPDATE`` on the key's row), so an
-application and a lookup of one key never interleave.
+application and a lookup of one key never interleave. The watermark is a row of the same table
+(key ``''``, which no request may use), so a key table lost or restored takes its watermark
+with it; a lookup reads it under a share lock and a purge raises it under an exclusive one.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from ledgerflow.extras import require_extra
 from ledgerflow.model.compensation import Precondition
 from ledgerflow.model.definition import check_name
 from ledgerflow.model.effect import LookupAnswer
+from ledgerflow.participant.kit_request import KitRequest
 
 if TYPE_CHECKING:
     import psycopg
@@ -53,6 +64,10 @@ TABLE = "ledgerflow_kit_keys"
 # A lookup that names no attempt fences every attempt of its key.
 _FENCE_ALL = 2**62
 _EFFECT, _COMPENSATION = "effect", "compensation"
+# The namespace's watermark row: its key, which no request may use, and its kind.
+_WATERMARK_KEY, _WATERMARK = "", "watermark"
+
+_DEFAULT_SKEW = timedelta(seconds=limits.KIT_CLOCK_SKEW_SECONDS)
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -71,51 +86,12 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     fenced_up_to BIGINT,
     fenced_at DOUBLE PRECISION,
     touched_at DOUBLE PRECISION NOT NULL,
+    -- The watermark row only (key ''): when the record began, and since when it is complete
+    -- (raised by each purge's cutoff and by a restore).
+    record_began_at DOUBLE PRECISION,
+    vouches_since DOUBLE PRECISION,
     PRIMARY KEY (namespace, key)
 )"""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KitRequest:
-    """One request to apply, as the engine sends it (over HTTP or a broker)."""
-
-    key: str
-    """The effect's idempotency key (a compensation's own key)."""
-    attempt: int
-    """The attempt number; a lookup's fence refuses the attempts it covers."""
-    operation: str
-    payload: Any = None
-    original_key: str | None = None
-    """With a compensation: the key of the effect it undoes."""
-    effect_id: str | None = None
-    instance_id: str | None = None
-
-    @classmethod
-    def from_wire(cls, body: Mapping[str, Any]) -> KitRequest:
-        """Read the engine's request body; ``ValueError`` saying what is wrong with it."""
-        key, operation = body.get("key"), body.get("operation")
-        attempt, original = body.get("attempt"), body.get("original_key")
-        if not isinstance(key, str) or not key:
-            raise ValueError("'key' must be a non-empty string")
-        if not isinstance(operation, str) or not operation:
-            raise ValueError("'operation' must be a non-empty string")
-        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-            raise ValueError("'attempt' must be a positive integer")
-        if original is not None and (not isinstance(original, str) or not original):
-            raise ValueError("'original_key' must be a non-empty string when given")
-        ids = {name: body.get(name) for name in ("effect_id", "instance_id")}
-        for name, value in ids.items():
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{name!r} must be a string when given")
-        return cls(
-            key=key,
-            attempt=attempt,
-            operation=operation,
-            payload=body.get("payload"),
-            original_key=original,
-            effect_id=ids["effect_id"],
-            instance_id=ids["instance_id"],
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +145,16 @@ class Kit(Generic[C]):
         namespace: str,
         retention: timedelta,
         clock: Callable[[], float] = time.time,
+        clock_skew: timedelta = _DEFAULT_SKEW,
     ) -> None:
         check_name("kit namespace", namespace)
         if not isinstance(retention, timedelta) or retention <= timedelta(0):
             raise ValueError(f"retention must be a positive timedelta, not {retention!r}")
+        if not isinstance(clock_skew, timedelta) or clock_skew < timedelta(0):
+            raise ValueError(f"clock_skew must be a timedelta >= 0, not {clock_skew!r}")
         self.namespace = namespace
         self.retention = retention
+        self.clock_skew = clock_skew
         self._connect = connect
         self._clock = clock
         self._idle: list[C] = []
@@ -184,6 +164,8 @@ class Kit(Generic[C]):
                 # Two services starting at once would race CREATE TABLE IF NOT EXISTS.
                 db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (TABLE,))
             db.execute(_SCHEMA)
+            # A table made now (or a namespace new to it) is complete from now on, no earlier.
+            self._watermark(db, dialect, lock="FOR SHARE")
 
     @classmethod
     def sqlite(
@@ -193,6 +175,7 @@ class Kit(Generic[C]):
         namespace: str,
         retention: timedelta,
         clock: Callable[[], float] = time.time,
+        clock_skew: timedelta = _DEFAULT_SKEW,
     ) -> Kit[sqlite3.Connection]:
         """A kit on a SQLite file (WAL, synchronous writes)."""
 
@@ -202,7 +185,9 @@ class Kit(Generic[C]):
             db.execute("PRAGMA synchronous=FULL")
             return db
 
-        return Kit(connect, namespace=namespace, retention=retention, clock=clock)
+        return Kit(
+            connect, namespace=namespace, retention=retention, clock=clock, clock_skew=clock_skew
+        )
 
     @classmethod
     def postgres(
@@ -212,6 +197,7 @@ class Kit(Generic[C]):
         namespace: str,
         retention: timedelta,
         clock: Callable[[], float] = time.time,
+        clock_skew: timedelta = _DEFAULT_SKEW,
     ) -> Kit[psycopg.Connection[Any]]:
         """A kit on a PostgreSQL database (``postgresql://...``, the postgres extra)."""
         require_extra("postgres", purpose="the participant kit on PostgreSQL")
@@ -220,7 +206,9 @@ class Kit(Generic[C]):
         def connect() -> psycopg.Connection[Any]:
             return psycopg.connect(conninfo, autocommit=True)
 
-        return Kit(connect, namespace=namespace, retention=retention, clock=clock)
+        return Kit(
+            connect, namespace=namespace, retention=retention, clock=clock, clock_skew=clock_skew
+        )
 
     def declaration(self) -> dict[str, Any]:
         """What the kit promises, for a checker to read (the ASGI adapter serves it)."""
@@ -232,6 +220,9 @@ class Kit(Generic[C]):
             "lookup_fences": True,
             "compensation_keys_separate": True,
             "key_retention_seconds": self.retention.total_seconds(),
+            # A key it may have forgotten is answered unknown, never "not applied".
+            "lookup_unknown_when_forgotten": True,
+            "clock_skew_seconds": self.clock_skew.total_seconds(),
         }
 
     @contextmanager
@@ -313,6 +304,7 @@ class Kit(Generic[C]):
 
     def apply_request(self, request: KitRequest, do: BusinessWrite[C]) -> Applied | Refused:
         """:meth:`apply` for a request already read (:meth:`KitRequest.from_wire`)."""
+        _check_key(request.key)
         kind = _EFFECT if request.original_key is None else _COMPENSATION
         if request.original_key == request.key:
             return Refused(
@@ -353,18 +345,91 @@ class Kit(Generic[C]):
             )
         return Applied(json.loads(encoded), first=True)
 
-    def lookup(self, key: str, attempt: int | None) -> LookupAnswer:
-        """Applied with the first receipt, or not applied, fencing attempts 1..``attempt`` of
-        ``key`` (all of them when ``attempt`` is None) in the same transaction."""
+    def lookup(
+        self, key: str, attempt: int | None, *, sent_at: float | None = None
+    ) -> LookupAnswer:
+        """Applied with the first receipt; or not applied, fencing attempts 1..``attempt`` of
+        ``key`` (all of them when ``attempt`` is None) in the same transaction; or unknown,
+        fencing nothing, for a key the kit has no record of and may have forgotten.
+
+        ``sent_at`` (seconds since the epoch, on the sender's clock) is when the key was first
+        sent: the kit vouches for a key it has no record of only when that is at least its
+        watermark, after taking ``clock_skew`` off it. Without it, only while the kit has
+        never purged nor been restored."""
+        _check_key(key)
         with self._transaction() as (db, dialect):
+            began, since = self._watermark(db, dialect, lock="FOR SHARE")
             row = self._locked_row(db, dialect, key)
             if row["receipt"] is not None:
                 return LookupAnswer.applied(json.loads(row["receipt"]))
+            # A fence row was vouched for when it was made, and kept since: still no record.
+            if row["fenced_up_to"] is None:
+                doubt = self._doubt(began=began, since=since, sent_at=sent_at)
+                if doubt is not None:
+                    return LookupAnswer.unknown(doubt)
             asked = _FENCE_ALL if attempt is None else attempt
             # A fence only widens: a later, lower lookup must not unfence what was promised.
             fenced = max(asked, row["fenced_up_to"] or 0)
             self._update(db, dialect, key, fenced_up_to=fenced, fenced_at=self._clock())
         return LookupAnswer.not_applied()
+
+    def _doubt(self, *, began: float, since: float, sent_at: float | None) -> str | None:
+        """Why the kit cannot vouch that a key it has no record of was never applied, or None
+        when its record covers the key's whole life."""
+        if sent_at is None:
+            if since <= began:
+                return None
+            return (
+                f"no record of the key, no time it was first sent, and this kit forgot keys "
+                f"(purged or restored): its record is complete only since {since:.3f}"
+            )
+        skew = self.clock_skew.total_seconds()
+        if sent_at - skew >= since:
+            return None
+        return (
+            f"no record of the key, first sent at {sent_at:.3f} (less {skew:g} s of clock "
+            f"skew), before this kit's record is complete (since {since:.3f}): it may have "
+            "been applied and forgotten"
+        )
+
+    def _watermark(self, db: Any, dialect: str, *, lock: str) -> tuple[float, float]:
+        """The namespace's record began at, and is complete since: its row, made now if there
+        is none (a new table or namespace, or the row lost with the table's others)."""
+        mark = "?" if dialect == "sqlite" else "%s"
+        now = self._clock()
+        db.execute(
+            f"INSERT INTO {TABLE} (namespace, key, kind, touched_at, record_began_at, "
+            f"vouches_since) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {mark}) "
+            "ON CONFLICT (namespace, key) DO NOTHING",
+            (self.namespace, _WATERMARK_KEY, _WATERMARK, now, now, now),
+        )
+        found = db.execute(
+            f"SELECT record_began_at, vouches_since FROM {TABLE} "
+            f"WHERE namespace = {mark} AND key = {mark}"
+            + (f" {lock}" if dialect == "postgres" else ""),
+            (self.namespace, _WATERMARK_KEY),
+        ).fetchone()
+        return float(found[0]), float(found[1])
+
+    def _raise_watermark(self, db: Any, dialect: str, moment: float) -> None:
+        _, since = self._watermark(db, dialect, lock="FOR UPDATE")
+        mark = "?" if dialect == "sqlite" else "%s"
+        db.execute(
+            f"UPDATE {TABLE} SET vouches_since = {mark}, touched_at = {mark} "
+            f"WHERE namespace = {mark} AND key = {mark}",
+            (max(since, moment), self._clock(), self.namespace, _WATERMARK_KEY),
+        )
+
+    def vouches_since(self) -> float:
+        """Since when the kit's record of keys is complete (its watermark)."""
+        with self._transaction() as (db, dialect):
+            return self._watermark(db, dialect, lock="FOR SHARE")[1]
+
+    def restored(self) -> None:
+        """Say the kit's database was restored from a backup (or its keys otherwise lost): keys
+        first sent before now are answered unknown from now on, never "not applied"."""
+        with self._transaction() as (db, dialect):
+            self._raise_watermark(db, dialect, self._clock())
 
     def precondition(
         self,
@@ -401,13 +466,17 @@ class Kit(Generic[C]):
 
     def purge(self, *, now: float | None = None) -> int:
         """Forget the keys (and fences) untouched for longer than the retention window; how
-        many. A repeat of a forgotten key applies again: hence a window past the retry horizon."""
+        many. A repeat of a forgotten key applies again: hence a window past the retry horizon.
+        The watermark rises to the cutoff, so a lookup of a key first sent before it answers
+        unknown instead of "not applied"."""
         cutoff = (self._clock() if now is None else now) - self.retention.total_seconds()
         with self._transaction() as (db, dialect):
+            self._raise_watermark(db, dialect, cutoff)
             mark = "?" if dialect == "sqlite" else "%s"
             cursor = db.execute(
-                f"DELETE FROM {TABLE} WHERE namespace = {mark} AND touched_at < {mark}",
-                (self.namespace, cutoff),
+                f"DELETE FROM {TABLE} WHERE namespace = {mark} AND touched_at < {mark} "
+                f"AND key <> {mark}",
+                (self.namespace, cutoff, _WATERMARK_KEY),
             )
             count: int = cursor.rowcount
         return count
@@ -418,6 +487,11 @@ class Kit(Generic[C]):
             idle, self._idle = self._idle, []
         for db in idle:
             db.close()  # type: ignore[attr-defined]  # C is a DB-API connection.
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str) or key == _WATERMARK_KEY:
+        raise ValueError(f"an idempotency key must be a non-empty string, not {key!r}")
 
 
 @contextmanager

@@ -15,9 +15,12 @@ Protocol, for a participant ``name`` at ``base_url``:
   printable ASCII, which a header cannot carry: the body's key is the one that counts);
   ``200 {"status": "applied", "receipt": {...}}`` or
   ``409``/``422 {"status": "rejected", "error_code": str, "retryable": bool}``.
-- ``GET {base_url}/{name}/lookup/{key}?attempt=N`` (key percent-encoded) answering
-  ``{"verdict": "applied", "evidence": ...}``, ``{"verdict": "not-applied"}`` (which fences
-  attempts 1..N of the key at the participant) or ``{"verdict": "unknown"}``.
+- ``GET {base_url}/{name}/lookup/{key}?attempt=N&sent_at=T`` (key percent-encoded; ``T``
+  when the key was first sent, seconds since the epoch on the engine's clock, so a participant
+  whose record is complete only since some moment can tell "not applied" from "forgotten")
+  answering ``{"verdict": "applied", "evidence": ...}``, ``{"verdict": "not-applied"}`` (which
+  fences attempts 1..N of the key at the participant) or ``{"verdict": "unknown", "reason":
+  str (optional)}`` (the engine asks again, then hands the effect to a person with the reason).
 - An answer must name the request it answers: the applied answer or its receipt carries
   ``"key"`` equal to the request's key or ``"effect_id"`` equal to its effect id, and a lookup's
   ``"applied"`` answer or its evidence carries the key asked about. A ``200`` naming another
@@ -332,13 +335,19 @@ class RemoteParticipant(Participant):
             raise failed("body is not a JSON object")
         return answer.get("verdict"), answer, failed
 
-    async def ask(self, key: IdempotencyKey, attempt: int) -> LookupAnswer:
-        """Ask about a key; a not-applied answer has fenced its attempts up to ``attempt``."""
+    async def ask(
+        self, key: IdempotencyKey, attempt: int, *, sent_at: float | None = None
+    ) -> LookupAnswer:
+        """Ask about a key first sent at ``sent_at``; a not-applied answer has fenced its
+        attempts up to ``attempt``."""
+        params: dict[str, Any] = {"attempt": attempt}
+        if sent_at is not None:
+            params["sent_at"] = sent_at
         verdict, answer, failed = await self._verdict(
             f"lookup {self.name}",
             "lookup",
             key=key,
-            params={"attempt": attempt},
+            params=params,
             error=RemoteLookupError,
         )
         if verdict == LookupVerdict.APPLIED.value:
@@ -352,7 +361,8 @@ class RemoteParticipant(Participant):
         if verdict == LookupVerdict.NOT_APPLIED.value:
             return LookupAnswer.not_applied()
         if verdict == LookupVerdict.UNKNOWN.value:
-            return LookupAnswer.unknown()
+            reason = answer.get("reason")
+            return LookupAnswer.unknown(reason[:500] if isinstance(reason, str) else None)
         raise failed(f"unrecognised verdict {verdict!r}")
 
     async def precondition(self, call: EffectCall) -> Precondition:

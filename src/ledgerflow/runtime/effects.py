@@ -7,7 +7,9 @@
    committed together with what comes next (the retry's new intent and its due time, or the
    step's completion).
 4. UNKNOWN is resolved by :func:`~ledgerflow.model.effect.resolve_unknown`: the participant's
-   lookup, a re-dispatch under the same key where the participant deduplicates, or an operator.
+   lookup (asked by :mod:`~ledgerflow.runtime.effect_asks` until it gives a verdict or its
+   policy is spent), a re-dispatch under the same key where the participant deduplicates and
+   its lookup did not say it cannot tell, or an operator.
 
 An INTENDED effect whose step is STARTED may have been sent by a worker that died, so on
 recovery it becomes UNKNOWN first. An INTENDED effect whose step is RETRY_SCHEDULED was not
@@ -23,7 +25,6 @@ not a deeper call, and the callback's waiter answers with a move like every othe
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,7 +38,6 @@ from ledgerflow.model.definition import EffectCall, EffectDeclaration
 from ledgerflow.model.effect import (
     EffectEvent,
     EffectState,
-    LookupAnswer,
     LookupVerdict,
     ResolutionKind,
     resolve_unknown,
@@ -51,17 +51,17 @@ from ledgerflow.model.ids import (
 )
 from ledgerflow.model.step import StepEvent, StepKind, StepStatus
 from ledgerflow.runtime import faults
-from ledgerflow.runtime.calls import call_by_deadline, describe_error, error_names
+from ledgerflow.runtime.calls import describe_error, error_names
 from ledgerflow.runtime.completion import CallbackCompletion
 from ledgerflow.runtime.control import Diverged, Park
+from ledgerflow.runtime.effect_asks import EffectAsks
 from ledgerflow.runtime.effect_moves import AwaitCallback, Dispatch, Move, Resolve, Settled
-from ledgerflow.runtime.effect_writes import EffectWrites
 from ledgerflow.runtime.heartbeats import AttemptHeartbeats, dispatch_heartbeats, flushing
 from ledgerflow.runtime.late_answers import late_answer_keeper
 from ledgerflow.runtime.session import Session
 
 
-class EffectDriver(EffectWrites):
+class EffectDriver(EffectAsks):
     def __init__(
         self,
         *,
@@ -107,27 +107,6 @@ class EffectDriver(EffectWrites):
                 operation=declaration.operation,
             )
         )
-
-    def _span(self, what: str, attempt: int) -> contextlib.AbstractContextManager[None]:
-        """The span of a dispatch or lookup sent now (none without tracing)."""
-        participant, operation = self.declaration.participant.name, self.declaration.operation
-        return self.session.traced(
-            f"ledgerflow.{what} {participant}.{operation}",
-            step=self.seq,
-            effect=self.effect_id,
-            key=self.key,
-            attempt=attempt,
-            participant=participant,
-            operation=operation,
-        )
-
-    def _where(self, attempt: int) -> dict[str, Any]:
-        return {
-            "instance": self.session.instance.business_key,
-            "seq": abs(self.seq),
-            "attempt": attempt,
-            "operation": f"{self.declaration.participant.name}.{self.declaration.operation}",
-        }
 
     async def run(self) -> Any:
         """Drive the effect until it is settled (its value), proven failed or parked (raised)."""
@@ -270,26 +249,6 @@ class EffectDriver(EffectWrites):
             last_heartbeat=self.session.codec.decode(last) if last is not None else None,
             generation=self.session.generation,
             heartbeats=heartbeats,
-        )
-
-    async def _by_deadline(
-        self,
-        function: Callable[..., Any],
-        *args: Any,
-        on_late: Callable[[Any], None] | None = None,
-        heartbeats: AttemptHeartbeats | None = None,
-    ) -> Any:
-        """Call participant code within the declaration's deadline (on the engine's clock),
-        and within its heartbeat timeout of the last durable heartbeat when it has one."""
-        return await call_by_deadline(
-            function,
-            *args,
-            seconds=self.declaration.timeout_seconds,
-            clock=self.session.clock,
-            inline=self.session.store.inline,
-            on_late=on_late,
-            heartbeat_due=(lambda: heartbeats.deadline) if heartbeats is not None else None,
-            heartbeat_seconds=self.declaration.heartbeat_timeout_seconds,
         )
 
     async def _precondition_holds(self) -> bool:
@@ -475,64 +434,6 @@ class EffectDriver(EffectWrites):
         await self.session.commit(self.step_write(StepEvent.START, attempt=following))
         return Dispatch(following)
 
-    async def _ask(self, attempt: int) -> tuple[LookupAnswer | None, Exception | None]:
-        """The participant's lookup answer (None without a lookup), or why it could not be
-        asked: a lookup that raised gave no answer at all."""
-        lookup = self.declaration.participant.lookup_function
-        if lookup is None:
-            return None, None
-        if faults.plan is not None:
-            faults.point(f"{self.points}.before_lookup", **self._where(attempt))
-        span = self._span("lookup", attempt)
-        try:
-            with span:
-                answer = await self._by_deadline(lookup, self.key, attempt)
-        except Exception as exc:  # noqa: BLE001 - no answer; asked again on its policy.
-            return None, exc
-        if not isinstance(answer, LookupAnswer):
-            # Not an answer the protocol knows: the participant's bug, which asking again
-            # would only repeat. It counts as "cannot tell".
-            return LookupAnswer.unknown(), None
-        return answer, None
-
-    async def _lookup(self, effect: EffectRecord) -> tuple[LookupAnswer | None, str]:
-        """The lookup's answer (None without a lookup). One that could not be asked is asked
-        again on the participant's lookup policy, each miss and its due time durable; when the
-        policy is spent the answer is "cannot tell", with why."""
-        policy = self.declaration.participant.lookup_retry
-        while True:
-            step = self.session.step(self.seq)
-            if effect.lookup_failures and step is not None:
-                await self.wait_until(step.next_attempt_at)  # the lookup's durable backoff
-            answer, unavailable = await self._ask(effect.attempt)
-            if unavailable is None:
-                return answer, ""
-            failures = effect.lookup_failures + 1
-            why = f"{type(unavailable).__name__}: {unavailable}"
-            if failures >= policy.attempts_max:
-                return LookupAnswer.unknown(), (
-                    f"; the lookup could not be asked {failures} times in a row, last: {why}"
-                )[:500]
-            pause = policy.delay_before(failures + 1, identity=f"lookup:{self.key}")
-            due = self.session.clock.now() + pause.total_seconds()
-            await self.session.commit(
-                self.effect_write(
-                    EffectEvent.LOOKUP_UNAVAILABLE,
-                    attempt=effect.attempt,
-                    reason=f"lookup {failures} of {policy.attempts_max} could not be asked: {why}"[
-                        :500
-                    ],
-                    lookup_failures=failures,
-                    failed=(effect.attempt, unavailable),
-                ),
-                self.step_write(
-                    StepEvent.DEFER,
-                    attempt=effect.attempt,
-                    next_attempt_at=due,
-                ),
-            )
-            effect = self.session.effect(self.seq) or effect
-
     async def resolve(self) -> Move:
         """Settle an UNKNOWN outcome (:func:`~ledgerflow.model.effect.resolve_unknown`)."""
         effect = self.session.effect(self.seq)
@@ -546,6 +447,7 @@ class EffectDriver(EffectWrites):
             doubt_goes_to_operator=self.declaration.classification
             is Classification.MANUAL_INTERVENTION,
             attempts_left=self.policy.attempts_max - attempt,
+            lookup_unreachable=answer is None and bool(lookup_error),
         )
         # A lookup's "not applied" fences every attempt so far: nothing is in doubt any more.
         fenced = answer is not None and answer.verdict is LookupVerdict.NOT_APPLIED

@@ -41,6 +41,7 @@ from ledgerflow.ledger.records import (
     InstanceRecord,
     Journal,
     StepRecord,
+    TimelineEntry,
     Write,
 )
 from ledgerflow.ledger.transaction import Deliver, Delivered, Transaction
@@ -137,6 +138,9 @@ class SealedStore:
 
     async def deliver(self, write: Deliver, *, now: float) -> Delivered | None:
         raise _ReplayWriteError("a replay check tried to deliver an event")
+
+    async def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]:
+        raise _ReplayWriteError("a replay check tried to read the timeline")
 
 
 def _settled(session: Session, recorded: StepRecord) -> bool:

@@ -41,6 +41,7 @@ from ledgerflow.ledger.records import (
     Release,
     StepRecord,
     StepWrite,
+    TimelineEntry,
     Write,
 )
 from ledgerflow.ledger.transaction import Deliver, Delivered, FromOutside, OutsideWrite, Transaction
@@ -88,6 +89,8 @@ class SessionStore(Protocol):
     async def pending_deliveries(self, instance_id: InstanceId, name: str) -> list[Delivery]: ...
 
     async def deliver(self, write: Deliver, *, now: float) -> Delivered | None: ...
+
+    async def timeline(self, instance_id: InstanceId) -> list[TimelineEntry]: ...
 
 
 @dataclass(slots=True, kw_only=True)

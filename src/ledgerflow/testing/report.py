@@ -71,7 +71,7 @@ from ledgerflow.testing.coverage import (
 from ledgerflow.testing.explorer import Summary
 from ledgerflow.testing.simulation import RunResult
 
-RESOLVED_BY_LOOKUP = "lookup (then re-dispatch under the same key if not applied)"
+RESOLVED_BY_LOOKUP = "lookup (same key again if not applied; operator if it cannot tell)"
 RESOLVED_BY_DEDUPE = "re-dispatch under the same key (participant deduplicates)"
 RESOLVED_BY_OPERATOR = "operator (parked in MANUAL_INTERVENTION)"
 NO_COMPENSATION = "none declared"
@@ -182,8 +182,10 @@ def unknown_resolution(
     """How the engine settles an UNKNOWN outcome of an effect at this participant, in words.
 
     The order is that of :func:`ledgerflow.model.effect.resolve_unknown`: the participant's
-    evidence first, then the same key again where the participant promises to deduplicate,
-    and only then a person. A manual-intervention effect takes no re-dispatch on doubt.
+    evidence first (a lookup that still cannot tell once its ``lookup_retry`` is spent hands
+    the effect to a person, even where the participant deduplicates: it may have forgotten the
+    key), then the same key again where the participant promises to deduplicate, and only then
+    a person. A manual-intervention effect takes no re-dispatch on doubt.
     """
     if participant.lookup_function is not None:
         return RESOLVED_BY_LOOKUP
