@@ -24,6 +24,10 @@ JSON_INPUT_BYTES_MAX = 4 * PAYLOAD_BYTES_MAX
 # Steps one run of an instance may journal; past this the instance is parked as poison (a
 # loop that continues as new starts each run at none).
 STEPS_PER_INSTANCE_MAX = 10_000
+# A local step's result rides with the instance's next commit (runtime/session.py ride_step),
+# but no more of them than this wait in memory, nor for longer (a crash reruns them all).
+RIDING_STEPS_MAX = 64
+RIDING_STEP_SECONDS_MAX = 1.0
 # Runs one claim drives one after another when each continues as new (ctx.continue_as_new)
 # without waiting; past it the lease is given back, due at once, so a chain that never waits
 # takes turns with the other instances. STEPS_PER_INSTANCE_MAX bounds each run's journal.

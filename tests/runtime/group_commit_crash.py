@@ -41,7 +41,9 @@ def note(line: str) -> None:
 @registry.workflow(name="noted", version=1)
 async def noted(ctx: lf.WorkflowContext, n: int) -> int:
     for seq in range(1, STEPS + 1):
-        value = await ctx.step(f"step{seq}", token)
+        # A checkpoint: each step's own commit is what the kill lands in (a step's result
+        # otherwise rides the next commit, and ctx.step returns before it is durable).
+        value = await ctx.step(f"step{seq}", token, checkpoint=True)
         note(f"{ctx.instance_id} {seq} {value}")
     return n
 

@@ -269,7 +269,7 @@ def test_replay_divergence_is_parked(shop: Shop, url: str) -> None:
 
     @registry.workflow(name="w", version=1)
     async def w(ctx: lf.WorkflowContext, n: int) -> int:
-        a: int = await ctx.step("one", abs, n)
+        a: int = await ctx.step("one", abs, n, checkpoint=True)
         b: int = await ctx.step("two", abs, a)
         return b
 

@@ -89,7 +89,7 @@ class Bank:
         async def guarded(ctx: lf.WorkflowContext, job: dict[str, Any]) -> str:
             lock = job.get("lock", "account:42")
             async with ctx.lock(lock, timeout=job.get("timeout")):
-                await ctx.step("enter", enter, lock, job["who"])
+                await ctx.step("enter", enter, lock, job["who"], checkpoint=True)
                 if job.get("charge"):
                     await ctx.effect(charge, {"who": job["who"]})
                 if job.get("wait"):
@@ -98,7 +98,7 @@ class Bank:
                     raise lf.BusinessFailure("refused")
                 if job.get("fail") == "defect":
                     raise RuntimeError("a bug inside the critical section")
-                await ctx.step("leave", leave, lock, job["who"])
+                await ctx.step("leave", leave, lock, job["who"], checkpoint=True)
             return str(job["who"])
 
         @self.registry.workflow(name="nested", version=1)
@@ -106,8 +106,8 @@ class Bank:
             async with ctx.lock(job["first"]):
                 await ctx.wait_for("go")
                 async with ctx.lock(job["second"]):
-                    await ctx.step("enter", enter, job["second"], job["who"])
-                    await ctx.step("leave", leave, job["second"], job["who"])
+                    await ctx.step("enter", enter, job["second"], job["who"], checkpoint=True)
+                    await ctx.step("leave", leave, job["second"], job["who"], checkpoint=True)
             return str(job["who"])
 
         @self.registry.workflow(name="patient", version=1)

@@ -30,9 +30,10 @@ async def add(n: int) -> int:
 
 @registry.workflow(name="three", version=1)
 async def three(ctx: lf.WorkflowContext, n: int) -> int:
-    a = await ctx.step("one", add, n)
-    b = await ctx.step("two", add, a)
-    return int(await ctx.step("three", add, b))
+    # Checkpoints: a commit per step, the commits whose threads and grouping are measured.
+    a = await ctx.step("one", add, n, checkpoint=True)
+    b = await ctx.step("two", add, a, checkpoint=True)
+    return int(await ctx.step("three", add, b, checkpoint=True))
 
 
 def _record_commits(engine: lf.Engine) -> list[tuple[bool, int]]:

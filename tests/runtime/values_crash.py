@@ -28,7 +28,7 @@ def _double(n: int) -> int:
 @registry.workflow(name="stages", version=1)
 async def stages(ctx: lf.WorkflowContext, n: int) -> int:
     ctx.publish("stage", "started")
-    doubled = int(await ctx.step("double", _double, n))
+    doubled = int(await ctx.step("double", _double, n, checkpoint=True))
     ctx.publish("stage", {"doubled": doubled})
     return doubled
 

@@ -197,13 +197,19 @@ class WorkflowContext(PublishingCalls):
         function: Callable[..., Any],
         *args: Any,
         retry: RetryPolicy | None = None,
+        checkpoint: bool = False,
     ) -> Any:
         """Run a local computation once and journal its result.
 
         The arguments are the step's input snapshot and must be JSON values. The function runs
         at least once (again after a crash before its result was journaled); its result is
         journaled exactly once and returned on every replay. Side effects on other services
-        belong in :meth:`effect`, not here."""
+        belong in :meth:`effect`, not here.
+
+        The result is journaled with the instance's next commit (the next step, an effect's
+        intent, a wait, the ending), at most ``limits.RIDING_STEPS_MAX`` results and
+        ``limits.RIDING_STEP_SECONDS_MAX`` later; ``checkpoint=True`` journals it at once, for
+        a step whose rerun after a crash costs more than a commit."""
         session = self._session
         input_text = session.codec.encode(list(args))
 
@@ -215,7 +221,7 @@ class WorkflowContext(PublishingCalls):
 
         seq, recorded = self._checked(f"step {name!r}", check)
         self._branches.take(seq)
-        work = self._step(seq, name, function, args, input_text, recorded, retry)
+        work = self._step(seq, name, function, args, input_text, recorded, retry, checkpoint)
         return await self._branches.call(seq, work)
 
     async def _step(
@@ -227,6 +233,7 @@ class WorkflowContext(PublishingCalls):
         input_text: str,
         recorded: StepRecord | None,
         retry: RetryPolicy | None,
+        checkpoint: bool,
     ) -> Any:
         session = self._session
         policy = retry or self._definition.step_retry
@@ -251,6 +258,7 @@ class WorkflowContext(PublishingCalls):
             policy=policy,
             wait_until=self.wait_until,
             business=self._definition.is_business_failure,
+            checkpoint=checkpoint,
         )
         with session.traced(f"ledgerflow.step {name}", step=seq, step_name=name, attempt=attempt):
             return await driver.run(function, args, attempt=attempt)

@@ -130,6 +130,10 @@ class Session:
     # Writes that ride with the next commit: a patch marker (``ctx.patched``) is decided at
     # once, in program order, and made durable no later than anything after it.
     riders: list[Write] = field(init=False, default_factory=list)
+    # Local steps whose results ride (see ride_step): what ``step`` answers for them until
+    # they are durable, and when the oldest of them was computed.
+    _riding_steps: dict[StepSeq, StepRecord] = field(init=False, default_factory=dict)
+    _riding_since: float | None = field(init=False, default=None)
     # Whether parallel branches of the run are live (the workflow context answers): their
     # intents are grouped into one commit, and nothing may release the instance meanwhile.
     branches_live: Callable[[], bool] = field(init=False, default=lambda: False)
@@ -163,6 +167,24 @@ class Session:
                 output=output,
             )
         )
+
+    def ride_step(self, write: StepWrite) -> bool:
+        """A local step's result, made durable with the next commit (a local step runs at least
+        once by contract: a crash before that commit runs it again). False when the results
+        riding already reach ``limits.RIDING_STEPS_MAX`` or the oldest was computed
+        ``limits.RIDING_STEP_SECONDS_MAX`` ago: the caller commits this one now, and the
+        others go with it."""
+        now = self.clock.now()
+        if len(self._riding_steps) >= limits.RIDING_STEPS_MAX or (
+            self._riding_since is not None
+            and now - self._riding_since >= limits.RIDING_STEP_SECONDS_MAX
+        ):
+            return False
+        self.riders.append(write)
+        self._riding_steps[write.record.seq] = write.record
+        if self._riding_since is None:
+            self._riding_since = now
+        return True
 
     @property
     def instance_id(self) -> InstanceId:
@@ -237,7 +259,9 @@ class Session:
         fences: tuple[FromOutside, ...] = (),
     ) -> None:
         riding = len(self.riders)
-        writes = (*writes, *self.riders)
+        own = writes
+        # Riders were decided first (program order): a run's switch must find its steps there.
+        writes = (*self.riders, *writes)
         if self.trace_to_keep is not None:
             writes = (*writes, KeepTraceContext(trace_context=self.trace_to_keep))
         commit, unit = self._unit(writes, beside, fences)
@@ -257,7 +281,7 @@ class Session:
         if isinstance(error, CancelArrivedError):
             # The request won the race with a new step: nothing new starts, the owner cancels.
             self.cancel_requested = True
-            steps = [w.record for w in writes if isinstance(w, StepWrite)]
+            steps = [w.record for w in own if isinstance(w, StepWrite)]
             what = f"step {steps[0].seq} ({steps[0].name})" if steps else "the next step"
             raise Cancelled(f"{what} was not started")
         if isinstance(error, BESIDE_REFUSALS) and (beside or fences):
@@ -267,7 +291,12 @@ class Session:
             # on that. Recovery re-reads the journal.
             raise Abandon(f"commit refused: {error}")
         self.commits += 1
+        for rider in self.riders[:riding]:
+            if isinstance(rider, StepWrite):
+                self._riding_steps.pop(rider.record.seq, None)
         del self.riders[:riding]
+        if not self._riding_steps:
+            self._riding_since = None
         self.trace_to_keep = None
         journal_log.committed(self.instance, self.owner, commit.writes)
         if self.metrics is not None:
@@ -372,7 +401,8 @@ class Session:
         return self.tracing.span(name, self.instance, **attributes)
 
     def step(self, seq: StepSeq) -> StepRecord | None:
-        return self.journal.steps.get(seq)
+        riding = self._riding_steps.get(seq)
+        return riding if riding is not None else self.journal.steps.get(seq)
 
     def effect(self, seq: StepSeq) -> EffectRecord | None:
         return self.journal.effects.get(seq)
