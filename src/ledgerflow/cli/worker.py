@@ -24,6 +24,7 @@ from ledgerflow.redaction import redact
 from ledgerflow.runtime import faults
 from ledgerflow.runtime.engine import Engine
 from ledgerflow.runtime.metrics import Metrics
+from ledgerflow.runtime.periodic import PeriodicTask
 from ledgerflow.runtime.sync_engine import SyncEngine
 
 log = logging.getLogger("ledgerflow.worker")
@@ -190,21 +191,11 @@ def worker(
 
     async def main() -> None:
         async with Engine(db, registry, metrics=metrics, tracing=tracing) as engine:
-            # The stuck-work scan comes with every worker; reconciliation only where asked.
-            periodic = (
-                [
-                    AsyncOperations(engine).reconcile_task(
-                        registry, interval_seconds=reconcile_seconds
-                    )
-                ]
-                if reconcile_seconds > 0
-                else []
-            )
             runner = engine.worker(
                 concurrency=concurrency,
                 lease_seconds=lease_seconds,
                 poll_seconds=poll_seconds,
-                periodic=periodic,
+                periodic=_reconciling(engine, registry, reconcile_seconds),
             )
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -219,6 +210,13 @@ def worker(
             await run_beside(relays, lambda: runner.run(until_idle=until_idle), runner.stop)
 
     asyncio.run(main())
+
+
+def _reconciling(engine: Engine, registry: Registry, interval_seconds: float) -> list[PeriodicTask]:
+    """The stuck-work scan comes with every worker; reconciliation only where asked."""
+    if interval_seconds <= 0:
+        return []
+    return [AsyncOperations(engine).reconcile_task(registry, interval_seconds=interval_seconds)]
 
 
 # The ``ledgerflow`` command run by this interpreter (the package has no ``__main__``).

@@ -562,7 +562,12 @@ class Engine(ValueCalls):
             on_released=self._released,
             periodic=(scan, *periodic),
             adopter=adopter,
-            wakeups=self._store.wake_source() if isinstance(self._store, SqlStore) else None,
+            # Pushes only on real time: a simulated worker wakes when its script says.
+            wakeups=(
+                self._store.wake_source()
+                if isinstance(self._store, SqlStore) and self.clock.real_time
+                else None
+            ),
         )
         self._workers.append(worker)
         return worker

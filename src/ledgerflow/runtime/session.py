@@ -305,6 +305,10 @@ class Session:
             for write in writes:
                 if isinstance(write, PublishValue):
                     self.doorbell.ring(self.instance_id, write.name)
+        self._remember(writes)
+
+    def _remember(self, writes: tuple[Write, ...]) -> None:
+        """What a durable commit changed, as this session's own view of the instance."""
         for write in writes:
             if isinstance(write, StepWrite):
                 self.journal.steps[write.record.seq] = write.record

@@ -191,8 +191,9 @@ class PgListener:
         self._probe = probe
         self.probe_seconds = probe_seconds
         self._closed = threading.Event()
-        # Written to by close(): the listening thread's select() returns at once.
-        self._stop_r, self._stop_w = socket.socketpair()
+        # Written to by close(): the listening thread's select() returns at once. Made when
+        # the thread starts: a listener never started (a worker never run) holds no socket.
+        self._stop: tuple[socket.socket, socket.socket] | None = None
         self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection[object] | None = None
         # The backend pid of the listening connection now (None while down): tests end it.
@@ -235,6 +236,7 @@ class PgListener:
             return False
         self._conn = conn
         pushing(True)
+        self._stop = socket.socketpair()
         self._thread = threading.Thread(
             target=self._hear_forever, args=(wake, pushing), name="ledgerflow-listener", daemon=True
         )
@@ -266,7 +268,8 @@ class PgListener:
 
     def _hear(self, conn: psycopg.Connection[object]) -> bool:
         """Wait for the socket (or close()); True if a notification arrived."""
-        stop = self._stop_r.fileno()
+        assert self._stop is not None, "heard only by the thread start() made"
+        stop = self._stop[0].fileno()
         ready, _, _ = select.select([conn.fileno(), stop], [], [])
         if stop in ready:
             return False
@@ -303,14 +306,17 @@ class PgListener:
 
     def close(self) -> None:
         self._closed.set()
-        self._stop_w.send(b"x")
+        if self._stop is not None:
+            self._stop[1].send(b"x")
         thread = self._thread
         if thread is not None:
             thread.join(limits.WAKEUP_CLOSE_SECONDS_MAX)
         elif self._conn is not None:
             self._conn.close()
-        self._stop_r.close()
-        self._stop_w.close()
+        if self._stop is not None:
+            for end in self._stop:
+                end.close()
+            self._stop = None
 
 
 class SqliteWatch:
