@@ -34,7 +34,7 @@ from importlib import metadata
 from typing import Any, Protocol
 
 import psycopg
-from compare_common import BLOCK_STEP2_ENV, say
+from compare_common import BLOCK_STEP2_ENV, STARTS_ENV, say
 from compare_db_cost import PgCostCounter, per_workflow
 from compare_storage_limit import pg_limits, sqlite_commits_per_second
 from compare_writes import SqliteWriteCounter, ensure_walinspect
@@ -450,6 +450,7 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     settings.update(
         {
             "quick": args.quick,
+            "ledgerflow_starts": args.starts,
             "runs": sizes["runs"],
             "instances": {"sequential": sizes["sequential"], "concurrent": sizes["concurrent"]},
             "figure": "medians over the runs; runs alternate which engine goes first",
@@ -533,11 +534,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--n", type=int)
     p.add_argument("--lease-seconds", type=float, default=RECOVERY_LEASE_SECONDS)
+    p.add_argument(
+        "--starts",
+        choices=("together", "one-by-one"),
+        default="together",
+        help="how Ledgerflow's concurrent workloads issue their starts (DBOS's are one by one)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.role == "compare":
+        os.environ[STARTS_ENV] = args.starts  # the role subprocesses inherit it
     if args.role == "ledgerflow":
         from compare_ledgerflow import run_role as run_ledgerflow
 

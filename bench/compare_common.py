@@ -25,6 +25,12 @@ from typing import Any
 # The recovery workload's interrupted process sets this: step 2 then blocks until the process is
 # SIGKILLed, so every instance is interrupted at the same point (step 1 done, step 2 running).
 BLOCK_STEP2_ENV = "LEDGERFLOW_BENCH_BLOCK_STEP2"
+# How Ledgerflow's concurrent workloads issue their starts: "together" (one asyncio.gather, the
+# default) or "one-by-one" (each start awaited before the next is called, as DBOS's
+# start_workflow calls are made). Start latency is first step minus the start's own call, so
+# the two differ in what a start waits for: together, the n-th waits behind the n-1 issued in
+# the same instant; one by one, the queue is in the caller and not in the figure.
+STARTS_ENV = "LEDGERFLOW_BENCH_STARTS"
 # Bounds: no role waits forever.
 RUN_SECONDS_MAX = 600.0
 DONE_POLL_SECONDS = 0.001

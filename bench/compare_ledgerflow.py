@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sqlite3
 import time
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from compare_common import (
     DONE_POLL_SECONDS,
     RUN_SECONDS_MAX,
+    STARTS_ENV,
     Desk,
     Marks,
     block_step2,
@@ -132,7 +134,11 @@ async def run_timed(
         # Started at once, as an asyncio caller would: the starts are in flight together, so
         # the engine may share their durable writes (DBOS's start_workflow returns after its
         # own write, one after another, which is the same "all started, then wait").
-        await asyncio.gather(*(start_marked(engine, args.workload, i) for i in range(n)))
+        if os.environ.get(STARTS_ENV) == "one-by-one":
+            for i in range(n):
+                await start_marked(engine, args.workload, i)
+        else:
+            await asyncio.gather(*(start_marked(engine, args.workload, i) for i in range(n)))
     await wait_driven(worker, n, deadline)
     seconds = time.perf_counter() - t0
     cpu_seconds = time.process_time() - cpu0
