@@ -24,7 +24,7 @@ from conditions import until
 from ledgerflow.runtime.metrics import Metrics
 from ledgerflow.runtime.worker import Worker
 from ledgerflow.storage.postgres import LISTEN_URL_VARIABLE
-from ledgerflow.storage.wake_sources import PgListener
+from ledgerflow.storage.wake_sources import ENABLED_VARIABLE, PgListener
 from postgres_schema import ENVIRONMENT_VARIABLE, postgres_url
 
 # Far longer than any wait below: a resumption within WOKEN_SECONDS_MAX was pushed, not polled.
@@ -163,3 +163,20 @@ async def _dropped(url: str) -> None:
         instance_id = await waiting_instance(engine, "dropped")
         await asyncio.to_thread(signal_from_another_process, url, instance_id, "e-dropped")
         await resumed_within(engine, instance_id, WOKEN_SECONDS_MAX)
+
+
+def test_pushes_turned_off_leave_the_worker_to_its_poll(
+    journal_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goal: LEDGERFLOW_PUSH_WAKEUPS=off (docs/operators.md) gives a worker no wake-up source
+    on either backend, and a signal from another process is then taken at the next poll."""
+    monkeypatch.setenv(ENABLED_VARIABLE, "off")
+    asyncio.run(_off(journal_url))
+
+
+async def _off(journal_url: str) -> None:
+    async with idle_worker(journal_url, poll_seconds=0.2) as (engine, worker):
+        assert worker.wakeups is None
+        instance_id = await waiting_instance(engine, "off")
+        await asyncio.to_thread(signal_from_another_process, journal_url, instance_id, "e-off")
+        await resumed_within(engine, instance_id, WOKEN_SECONDS_MAX)  # by its poll
